@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Start/stop a private ActiveMQ broker (Debian package `activemq`) with a STOMP connector on
+# 127.0.0.1:${MQBRIDGE_STOMP_PORT:-61613}. State lives under ${MQBRIDGE_AMQ_BASE:-.amq}.
+#   scripts/activemq.sh install|start|stop|status|restart
+set -euo pipefail
+
+BASE="$(realpath -m "${MQBRIDGE_AMQ_BASE:-.amq}")"
+PORT="${MQBRIDGE_STOMP_PORT:-61613}"
+HOME_DIR=/usr/share/activemq
+PIDFILE="$BASE/activemq.pid"
+
+install() {
+    if [ ! -f "$HOME_DIR/bin/activemq.jar" ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq activemq >/dev/null
+    fi
+    # The Debian package enables an instance via /etc/activemq/instances-enabled on some set-ups;
+    # ours is private, so make sure the packaged one does not hold the ports.
+    systemctl stop activemq 2>/dev/null || true
+}
+
+write_conf() {
+    mkdir -p "$BASE/conf" "$BASE/data"
+    cp /etc/activemq/instances-available/main/log4j2.properties "$BASE/conf/" 2>/dev/null || true
+    cat >"$BASE/conf/activemq.xml" <<XML
+<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>
+  <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="mqbridge-test"
+          dataDirectory="\${activemq.base}/data" schedulePeriodForDestinationPurge="0">
+    <destinationPolicy>
+      <policyMap><policyEntries>
+        <!-- No producer flow control: tests and the benchmark fill queues faster than they drain. -->
+        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb"/>
+      </policyEntries></policyMap>
+    </destinationPolicy>
+    <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>
+    <systemUsage><systemUsage>
+      <memoryUsage><memoryUsage limit="512 mb"/></memoryUsage>
+      <storeUsage><storeUsage limit="8 gb"/></storeUsage>
+      <tempUsage><tempUsage limit="2 gb"/></tempUsage>
+    </systemUsage></systemUsage>
+    <transportConnectors>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=104857600"/>
+    </transportConnectors>
+  </broker>
+</beans>
+XML
+}
+
+running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+wait_port() {
+    for _ in $(seq 1 120); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+        sleep 0.5
+    done
+    echo "activemq: STOMP port $PORT did not open; see $BASE/activemq.log" >&2
+    tail -30 "$BASE/activemq.log" >&2 || true
+    return 1
+}
+
+start() {
+    if running; then wait_port; return; fi
+    [ -f "$HOME_DIR/bin/activemq.jar" ] || install
+    write_conf
+    nohup java -Xmx768m -Dactivemq.home="$HOME_DIR" -Dactivemq.base="$BASE" \
+        -Dactivemq.conf="$BASE/conf" -Dactivemq.data="$BASE/data" \
+        -Dlog4j2.configurationFile="$BASE/conf/log4j2.properties" \
+        -jar "$HOME_DIR/bin/activemq.jar" start "xbean:file:$BASE/conf/activemq.xml" \
+        >"$BASE/activemq.log" 2>&1 &
+    echo $! >"$PIDFILE"
+    wait_port
+    echo "activemq: STOMP on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), data $BASE/data)"
+}
+
+stop() {
+    if running; then
+        local pid; pid="$(cat "$PIDFILE")"
+        kill "$pid"
+        for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$PIDFILE"
+}
+
+case "${1:-start}" in
+    install) install ;;
+    start) start ;;
+    stop) stop ;;
+    restart) stop; start ;;
+    status) if running; then echo running; else echo stopped; exit 1; fi ;;
+    *) echo "usage: $0 install|start|stop|restart|status" >&2; exit 2 ;;
+esac
