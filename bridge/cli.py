@@ -1,0 +1,138 @@
+"""The `mqbridge` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from bridge import __version__
+from bridge.errors import BridgeError, ConfigError
+
+log = logging.getLogger("mqbridge")
+
+
+def _duration(text: str) -> float:
+    from config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqbridge", description="Move messages from message queues into Spark tables.")
+    parser.add_argument("--version", action="version", version=f"mqbridge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the bridge")
+    run.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    run.add_argument("--until-idle", type=_duration, default=None, metavar="DURATION",
+                     help="exit 0 once every listener has been idle this long and every message is committed")
+    run.add_argument("--log-level", default=None, help="override [logging] level")
+
+    check = sub.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("config", help="configuration file (TOML)")
+    tables = sub.add_parser("tables", help="show what has landed in each message type's table")
+    tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-8s %(threadName)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # py4j logs every gateway call at INFO/DEBUG; the bridge's own log is what operators read.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("stomp.py").setLevel(logging.WARNING)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from config import load_config
+
+    cfg = load_config(args.config)
+    threads = sum(listener.threads for listener in cfg.listeners)
+    print(f"{args.config}: OK ({len(cfg.sources)} sources, {len(cfg.types)} types, "
+          f"{len(cfg.listeners)} listeners, {threads} listener threads)")
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from bridge.control import resolve_path
+    from bridge.spark import create_spark_session
+    from config import load_config
+
+    cfg = load_config(args.config)
+    setup_logging("WARNING")
+    spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
+                                 app_name=f"{cfg.spark.app_name}-tables", conf=cfg.spark.conf)
+    warehouse = resolve_path(cfg, cfg.spark.warehouse)
+    print(f"warehouse: {warehouse}")
+    for name, type_cfg in cfg.types.items():
+        path = warehouse / (type_cfg.table or name)
+        if not path.exists():
+            print(f"  {name:<16} (no rows yet)   {path}")
+            continue
+        df = spark.read.parquet(str(path))
+        rows = df.count()
+        distinct = df.select("msg_id").distinct().count()
+        days = sorted(r[0].isoformat() for r in df.select("put_date").distinct().collect())
+        extra = [c for c in df.columns if c not in LANDED_COLUMNS]
+        print(f"  {name:<16} {rows:>8} rows  {distinct:>8} distinct msg_id  put_date {', '.join(days)}"
+              f"{'  parsed columns: ' + ', '.join(extra) if extra else ''}\n  {'':<16} {path}")
+    return 0
+
+
+LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destination", "put_timestamp",
+                  "received_timestamp", "redelivered", "delivery_count", "bulk_id", "headers", "body",
+                  "put_date")
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """First SIGINT/SIGTERM: graceful shutdown. Second: exit at once (unacked messages return
+    to the source when the connection drops)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bridge.runner import run_bridge
+    from config import load_config
+
+    cfg = load_config(args.config)
+    setup_logging(args.log_level or cfg.logging.level)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    return run_bridge(cfg, until_idle=args.until_idle, stop_event=stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables}
+    try:
+        return commands[args.command](args)
+    except ConfigError as exc:
+        print(f"mqbridge: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except BridgeError as exc:
+        print(f"mqbridge: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

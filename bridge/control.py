@@ -1,0 +1,357 @@
+"""The control thread: builds the bridge from its configuration, starts the listener threads,
+and every tick reconciles configured listener threads with live ones (gunicorn's arbiter idea).
+
+A listener thread that dies (lost connection, unexpected error) is restarted with capped
+exponential backoff; one that stops beating is reported as stuck. A configuration error
+raised at run time (e.g. a classify hook naming an unknown type) stops the bridge instead of
+restarting forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from bridge.counters import Counters, RateMeter
+from bridge.errors import BridgeError, ConfigError, UnknownMessageTypeError
+from listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
+from listeners.source import DeliveryTracker, Source
+
+if TYPE_CHECKING:
+    from config import BridgeConfig, ListenerConfig
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 30.0
+# A listener that ran this long since its last (re)start is healthy again: reset its backoff.
+HEALTHY_AFTER = 60.0
+# Errors that must stop the bridge rather than be retried.
+FATAL_ERRORS: tuple[type[BaseException], ...] = (ConfigError, UnknownMessageTypeError)
+
+SourceFactory = Callable[["ListenerConfig", str, DeliveryTracker], Source]
+ChainFactory = Callable[["ListenerConfig"], Callable[[], Chain]]
+
+
+@dataclass
+class Slot:
+    """One configured listener thread position and the thread currently filling it."""
+
+    config: ListenerConfig
+    index: int
+    name: str
+    thread: ListenerThread | None = None
+    started: float = 0.0
+    restarts: int = 0
+    backoff: float = BACKOFF_INITIAL
+    next_start: float = 0.0
+    last_error: str = ""
+    reported_stuck: bool = False
+
+
+@dataclass
+class BridgeStatus:
+    """A point-in-time view for logs, the status page and --until-idle."""
+
+    listeners: list[dict[str, Any]] = field(default_factory=list)
+    collector: dict[str, Any] = field(default_factory=dict)
+    fatal: str = ""
+
+
+def resolve_path(config: BridgeConfig, path: Path) -> Path:
+    """A configured path; relative ones are relative to the configuration file's directory."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else Path(config.base_dir) / path
+
+
+class Bridge:
+    """The whole bridge of one configuration: Spark, executors, collector, listener threads."""
+
+    def __init__(self, config: BridgeConfig, *, spark: Any = None,
+                 source_factory: SourceFactory | None = None,
+                 chain_factory: ChainFactory | None = None,
+                 executors: dict[str, Any] | None = None,
+                 counters: Counters | None = None) -> None:
+        self.config = config
+        self.counters = counters or Counters()
+        self._spark = spark
+        self._source_factory = source_factory or self._default_source
+        self._chain_factory = chain_factory or (lambda _cfg: PlainChain)
+        self._executors = executors
+        self.collector = BulkCollector(
+            CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
+                            workers=config.collector.workers),
+            {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout)
+             for name, t in config.types.items()},
+        )
+        self.trackers: dict[tuple[str, str], DeliveryTracker] = {}
+        self.slots: list[Slot] = []
+        self.stop_event = threading.Event()
+        self.fatal: BaseException | None = None
+        #: Called by the control thread every `control_interval` (plugin reload, sd_notify...).
+        #: A hook that raises is logged and kept.
+        self.tick_hooks: list[Callable[[Bridge], None]] = []
+        #: Called once when every listener thread has connected (READY=1 for systemd).
+        self.ready_hooks: list[Callable[[Bridge], None]] = []
+        #: Called once when shutdown begins (STOPPING=1).
+        self.stopping_hooks: list[Callable[[Bridge], None]] = []
+        self._ready = False
+        self._errors = RateMeter()
+        self._lock = threading.Lock()
+
+    # -- building --------------------------------------------------------------------------
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from bridge.spark import create_spark_session
+
+            s = self.config.spark
+            self._spark = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
+                                               conf=s.conf)
+        return self._spark
+
+    def _build_executors(self) -> dict[str, Any]:
+        from bridge.spark import SparkExecutor
+
+        warehouse = resolve_path(self.config, self.config.spark.warehouse)
+        return {
+            name: SparkExecutor(self.spark, warehouse, name, t.table or name, t.format, t.schema_ddl)
+            for name, t in self.config.types.items()
+        }
+
+    def _default_source(self, cfg: ListenerConfig, thread_name: str, tracker: DeliveryTracker) -> Source:
+        source_cfg = self.config.sources[cfg.source]
+        if source_cfg.kind == "stomp":
+            from listeners.stomp import StompSource
+
+            return StompSource(cfg.source, source_cfg, cfg.queue, prefetch=cfg.prefetch or cfg.batch,
+                               tracker=tracker, client_name=f"{self.config.bridge.name}-{thread_name}")
+        if source_cfg.kind == "mq":
+            from listeners.mq import MqSource
+
+            return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg)
+        raise ConfigError(f"sources.{cfg.source}.kind: unsupported source kind {source_cfg.kind!r}")
+
+    def start(self) -> None:
+        """Start Spark, the collector and every listener thread."""
+        executors = self._executors if self._executors is not None else self._build_executors()
+        for name, executor in executors.items():
+            self.collector.register_executor(name, executor)
+        self.collector.start()
+        for cfg in self.config.listeners:
+            for index in range(1, cfg.threads + 1):
+                name = f"{cfg.source}:{cfg.queue}#{index}"
+                self.slots.append(Slot(cfg, index, name))
+            self.trackers.setdefault((cfg.source, cfg.queue), DeliveryTracker())
+        self.counters.set("listener_threads_configured", len(self.slots))
+        self.reconcile()
+
+    # -- supervision -----------------------------------------------------------------------
+    def _spawn(self, slot: Slot) -> None:
+        cfg = slot.config
+        tracker = self.trackers[(cfg.source, cfg.queue)]
+        spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
+                            wait=cfg.wait, message_type=cfg.message_type,
+                            backout_threshold=cfg.backout_threshold, backout_queue=cfg.backout_queue)
+        source = self._source_factory(cfg, f"{slot.index}", tracker)
+        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, tracker)
+        slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
+        self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
+        thread.start()
+
+    def reconcile(self) -> None:
+        """Compare configured listener threads with live ones; restart the dead (with backoff)."""
+        now = time.monotonic()
+        for slot in self.slots:
+            thread = slot.thread
+            if thread is not None and thread.is_alive():
+                if now - slot.started > HEALTHY_AFTER and thread.state.units:
+                    slot.backoff = BACKOFF_INITIAL
+                self._check_stuck(slot, now)
+                continue
+            if thread is not None:  # it ended: find out why, once
+                self._reap(slot, now)
+                if self.fatal is not None:
+                    return
+            if self.stop_event.is_set() or now < slot.next_start:
+                continue
+            try:
+                self._spawn(slot)
+            except FATAL_ERRORS as exc:
+                self._fail(exc)
+                return
+            except BridgeError as exc:
+                self._note_error(slot, now, exc)
+        alive = sum(1 for s in self.slots if s.thread is not None and s.thread.is_alive())
+        self.counters.set("listener_threads_actual", alive)
+
+    def _reap(self, slot: Slot, now: float) -> None:
+        thread = slot.thread
+        assert thread is not None
+        slot.thread = None
+        failure = thread.failure
+        if failure is None:
+            if not self.stop_event.is_set():
+                self._note_error(slot, now, RuntimeError("listener thread ended"))
+            return
+        if isinstance(failure, FATAL_ERRORS):
+            self._fail(failure)
+            return
+        if isinstance(failure, thread.source.recoverable_errors):
+            log.critical("%s: connection lost: %s", slot.name, failure)
+        else:
+            log.error("%s: listener thread failed", slot.name, exc_info=failure)
+        self._note_error(slot, now, failure)
+
+    def _note_error(self, slot: Slot, now: float, exc: BaseException) -> None:
+        slot.last_error = f"{type(exc).__name__}: {exc}"
+        slot.restarts += 1
+        slot.next_start = now + slot.backoff
+        log.warning("%s: restarting in %.1fs (restart %d)", slot.name, slot.backoff, slot.restarts)
+        slot.backoff = min(slot.backoff * 2, BACKOFF_MAX)
+        self.counters.inc("listener_errors", listener=f"{slot.config.source}:{slot.config.queue}")
+        self.counters.inc("listener_restarts", listener=f"{slot.config.source}:{slot.config.queue}")
+
+    def _check_stuck(self, slot: Slot, now: float) -> None:
+        thread = slot.thread
+        assert thread is not None
+        limit = max(3 * self.config.bridge.control_interval, 60.0)
+        silent = now - thread.state.heartbeat
+        if silent > limit and not slot.reported_stuck:
+            slot.reported_stuck = True
+            self.counters.inc("listener_stuck", listener=f"{slot.config.source}:{slot.config.queue}")
+            log.error("%s: no heartbeat for %.0fs in phase %s; a driver call is hanging",
+                      slot.name, silent, thread.state.phase)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.fatal = exc
+        log.critical("stopping the bridge: %s", exc)
+        self.stop_event.set()
+
+    # -- running ---------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Every listener thread is connected, waiting, holding nothing; the collector is empty."""
+        if not self.slots:
+            return True
+        for slot in self.slots:
+            thread = slot.thread
+            if thread is None or not thread.is_alive() or not thread.idle:
+                return False
+        return self.collector.stats().messages == 0
+
+    def last_activity(self) -> float:
+        times = [s.thread.state.last_message for s in self.slots if s.thread is not None]
+        return max(times, default=0.0)
+
+    def summary(self) -> str:
+        c = self.counters
+        stats = self.collector.stats()
+        errors = c.total("listener_errors")
+        rate = self._errors.rate(errors)
+        c.set("errors_per_second", rate)
+        alive = sum(1 for s in self.slots if s.thread is not None and s.thread.is_alive())
+        flushed = ",".join(f"{k}={v}" for k, v in sorted(stats.flushed.items())) or "-"
+        return (f"threads {alive}/{len(self.slots)} created={c.total('listener_threads_created'):.0f} "
+                f"errors/s={rate:.2f} | received={c.total('messages_received'):.0f} "
+                f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
+                f"backout_queue={c.total('messages_moved_to_backout'):.0f} | collector {stats.messages} msgs "
+                f"{stats.bytes / 1e6:.1f}MB active={stats.active_bulks} flushed[{flushed}] "
+                f"spark_write_s={stats.execute_seconds_total:.1f}")
+
+    def run(self, until_idle: float | None = None) -> int:
+        """Supervise until stopped (or idle for `until_idle` seconds); then shut down.
+        Returns the process exit code."""
+        interval = self.config.bridge.control_interval
+        tick = min(0.25, interval)
+        next_summary = time.monotonic() + interval
+        idle_since: float | None = None
+        while not self.stop_event.wait(tick):
+            self.reconcile()
+            now = time.monotonic()
+            if not self._ready and self.slots and all(
+                    s.thread is not None and s.thread.state.connected_once for s in self.slots):
+                self._ready = True
+                self._call_hooks(self.ready_hooks)
+            if now >= next_summary:
+                next_summary = now + interval
+                log.info("%s", self.summary())
+                self._call_hooks(self.tick_hooks)
+            if until_idle is not None:
+                if self.idle() and now - self.last_activity() >= until_idle:
+                    if idle_since is None:
+                        idle_since = now
+                    if now - idle_since >= min(until_idle, 1.0):
+                        log.info("idle for %.1fs: every message is committed; stopping", until_idle)
+                        break
+                else:
+                    idle_since = None
+        self._call_hooks(self.stopping_hooks)
+        ok = self.shutdown()
+        log.info("%s", self.summary())
+        if self.fatal is not None:
+            return 2
+        return 0 if ok else 1
+
+    def _call_hooks(self, hooks: list[Callable[[Bridge], None]]) -> None:
+        for hook in list(hooks):
+            try:
+                hook(self)
+            except Exception:
+                log.exception("control hook %r failed", hook)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able view of listeners, collector and counters for /status and logs."""
+        now = time.monotonic()
+        listeners = []
+        for slot in self.slots:
+            thread = slot.thread
+            state = thread.state if thread is not None else None
+            listeners.append({
+                "name": slot.name,
+                "source": slot.config.source,
+                "queue": slot.config.queue,
+                "alive": bool(thread is not None and thread.is_alive()),
+                "phase": state.phase if state else "restarting",
+                "units": state.units if state else 0,
+                "seconds_since_heartbeat": round(now - state.heartbeat, 1) if state else None,
+                "restarts": slot.restarts,
+                "last_error": (state.last_error if state and state.last_error else slot.last_error),
+            })
+        stats = self.collector.stats()
+        return {
+            "name": self.config.bridge.name,
+            "ready": self._ready,
+            "stopping": self.stop_event.is_set(),
+            "fatal": str(self.fatal) if self.fatal else "",
+            "listeners": listeners,
+            "collector": {k: v for k, v in vars(stats).items()},
+        }
+
+    def stop(self) -> None:
+        """Ask the bridge to shut down. Only sets an event (safe from a signal handler)."""
+        self.stop_event.set()
+
+    def shutdown(self) -> bool:
+        """Stop intake, let every listener finish its unit of work (its bulks are flushed and
+        its results awaited), then close the collector. All within `shutdown_timeout`."""
+        self.stop_event.set()
+        deadline = time.monotonic() + self.config.bridge.shutdown_timeout
+        threads = [s.thread for s in self.slots if s.thread is not None]
+        for thread in threads:
+            thread.stop()
+        # Listeners waiting for results need their bulks flushed now, not at bulk_timeout.
+        self.collector.flush(reason="shutdown")
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive()]
+        drained = self.collector.close(max(0.0, deadline - time.monotonic()))
+        if stuck:
+            log.error("shutdown timeout: listener threads still busy: %s; their unacknowledged "
+                      "messages return to the source when the process exits", ", ".join(stuck))
+        return not stuck and drained

@@ -1,0 +1,66 @@
+"""The one error hierarchy of mqbridge.
+
+Driver exceptions (stomp.py, pymqi, py4j/pyspark) are wrapped once, at the adapter edge, into
+these types; nothing above that edge catches a driver's own exceptions.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base class of every error mqbridge raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """The configuration is invalid. The message names the file and the key path."""
+
+
+class SourceError(BridgeError):
+    """A source (queue manager or broker) refused or failed an operation."""
+
+
+class SourceConnectionError(SourceError):
+    """The connection to a source is lost or cannot be made; reconnecting may help."""
+
+
+class InDoubtError(SourceError):
+    """A commit was sent but its outcome is unknown (e.g. MQRC 2009 on MQCMIT, no STOMP receipt).
+
+    The messages of that unit of work may be delivered again; their ids are in `msg_ids`.
+    """
+
+    def __init__(self, message: str, msg_ids: list[str]) -> None:
+        super().__init__(message)
+        self.msg_ids = msg_ids
+
+
+class SourceQuiescingError(SourceError):
+    """The queue manager is quiescing: finish the unit of work, start no new one, stop."""
+
+
+class BackoutFailedError(SourceError):
+    """A poison message could not be moved anywhere; the listener must stop, never drop it."""
+
+
+class UnknownMessageTypeError(BridgeError):
+    """A message was handed to the collector for a type that has no executor registered."""
+
+
+class CollectorClosedError(BridgeError):
+    """The collector no longer accepts messages (shutdown in progress)."""
+
+
+class PluginError(BridgeError):
+    """A plugin could not be loaded, validated or called."""
+
+
+class PreprocessorError(BridgeError):
+    """A preprocessor raised while handling a message; the unit of work is rolled back."""
+
+    def __init__(self, message: str, plugin: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
+class SparkUnavailableError(BridgeError):
+    """Spark could not be started or reached."""

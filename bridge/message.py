@@ -1,0 +1,120 @@
+"""The message model: what a listener reads, what a bulk carries, what an executor reports."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass(slots=True)
+class Message:
+    """One message read from a source, carried unchanged (apart from preprocessing) to Spark.
+
+    `token` is the source adapter's private handle (STOMP ack id, MQ unit-of-work slot);
+    nothing outside the adapter looks at it.
+    """
+
+    msg_id: str
+    body: bytes
+    source: str
+    destination: str
+    message_type: str = ""
+    correlation_id: str | None = None
+    put_timestamp: datetime | None = None
+    received_timestamp: datetime = field(default_factory=utcnow)
+    redelivered: bool = False
+    delivery_count: int = 1
+    headers: dict[str, str] = field(default_factory=dict)
+    token: Any = None
+    # Monotonic time the bridge got the message: for put-to-commit latency and bulk age.
+    received_monotonic: float = field(default_factory=time.monotonic)
+
+    @property
+    def size(self) -> int:
+        """Bytes the message occupies in a bulk (body plus a small fixed overhead per row)."""
+        return len(self.body) + 256
+
+
+class Outcome(enum.Enum):
+    """What became of one message in Spark."""
+
+    SUCCESS = "success"
+    RETRYABLE = "retryable"  # the whole write failed; delivering it again may succeed
+    PERMANENT = "permanent"  # this message can never land (e.g. its body does not parse)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageResult:
+    """The result of consumption of one message, reported by an executor."""
+
+    msg_id: str
+    outcome: Outcome
+    reason: str = ""
+    bulk_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.SUCCESS
+
+    @classmethod
+    def success(cls, msg_id: str, bulk_id: str = "") -> MessageResult:
+        return cls(msg_id, Outcome.SUCCESS, "", bulk_id)
+
+    @classmethod
+    def retryable(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
+        return cls(msg_id, Outcome.RETRYABLE, reason, bulk_id)
+
+    @classmethod
+    def permanent(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
+        return cls(msg_id, Outcome.PERMANENT, reason, bulk_id)
+
+
+_bulk_seq = itertools.count(1)
+_bulk_seq_lock = threading.Lock()
+_process_tag = uuid.uuid4().hex[:8]
+
+
+def new_bulk_id(message_type: str) -> str:
+    """A bulk id unique across processes: type, a per-process tag and a sequence number."""
+    with _bulk_seq_lock:
+        seq = next(_bulk_seq)
+    return f"{message_type}-{_process_tag}-{seq:08d}"
+
+
+@dataclass(slots=True)
+class Bulk:
+    """Messages of one type collected to be written to Spark together."""
+
+    message_type: str
+    bulk_id: str = ""
+    messages: list[Message] = field(default_factory=list)
+    nbytes: int = 0
+    created: float = field(default_factory=time.monotonic)
+    flush_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.bulk_id:
+            self.bulk_id = new_bulk_id(self.message_type)
+
+    def add(self, message: Message) -> None:
+        self.messages.append(message)
+        self.nbytes += message.size
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def oldest(self) -> float:
+        """Monotonic receive time of the oldest message (flush condition 3)."""
+        return min((m.received_monotonic for m in self.messages), default=self.created)

@@ -1,0 +1,32 @@
+"""The in-process runner shared by the CLI and the service wrappers (systemd, Windows)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from bridge import __version__
+from bridge.control import Bridge
+
+log = logging.getLogger("mqbridge")
+
+
+def run_bridge(config: object, *, until_idle: float | None = None,
+               stop_event: threading.Event | None = None,
+               configure: Callable[[Bridge], None] | None = None) -> int:
+    """Build, start and supervise a bridge until it is stopped or idle; return an exit code.
+
+    `stop_event`, when given, is linked to the bridge's own stop event (a signal handler or a
+    service control handler sets it). `configure` may add hooks before the bridge starts.
+    """
+    bridge = Bridge(config)  # type: ignore[arg-type]
+    if stop_event is not None:
+        bridge.stop_event = stop_event
+    if configure is not None:
+        configure(bridge)
+    cfg = bridge.config
+    log.info("mqbridge %s starting: %s (%d listener threads)", __version__, getattr(cfg, "path", None),
+             sum(listener.threads for listener in cfg.listeners))
+    bridge.start()
+    return bridge.run(until_idle=until_idle)

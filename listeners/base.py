@@ -1,0 +1,346 @@
+"""The listener thread: one unit of work at a time, from receive to commit or rollback.
+
+    receive a batch (up to `batch` messages, at most `wait`)
+      → classify each message on its original content
+      → run the preprocessor chain (one snapshot of the chain for the whole unit of work)
+      → hand the messages to the bulk collector and ask it to flush their bulks now
+      → wait for a result per message
+      → commit (removing them, moving permanent failures to the backout queue)
+        or give the retryable failures back to the source queue.
+
+Only this thread touches its source; the collector's workers hand results back through a
+`UnitResults` waiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bridge.collector import BulkCollector
+from bridge.counters import Counters
+from bridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
+from bridge.message import Message, MessageResult, Outcome
+from listeners.source import BackoutMove, DeliveryTracker, Source
+
+log = logging.getLogger(__name__)
+
+
+class Chain(Protocol):
+    """An ordered preprocessor chain, fixed for one unit of work."""
+
+    def classify(self, message: Message) -> str | None:
+        """The message type chosen from the original content, or None for the default."""
+
+    def process(self, message: Message) -> Message | None:
+        """Run every preprocessor; None means a preprocessor consumed the message.
+        Raises PreprocessorError naming the preprocessor that failed."""
+
+    def on_submit_error(self, message: Message, error: BaseException) -> None:
+        """Undo hook: the unit of work holding `message` is being rolled back."""
+
+
+class PlainChain:
+    """A chain of plain callables `message -> message | None`, in order."""
+
+    def __init__(self, steps: list[tuple[str, Callable[[Message], Message | None]]] | None = None) -> None:
+        self.steps = steps or []
+
+    def classify(self, message: Message) -> str | None:
+        return None
+
+    def process(self, message: Message) -> Message | None:
+        current: Message | None = message
+        for name, step in self.steps:
+            if current is None:
+                return None
+            try:
+                current = step(current)
+            except Exception as exc:
+                raise PreprocessorError(f"preprocessor {name!r} failed: {exc!r}", name) from exc
+        return current
+
+    def on_submit_error(self, message: Message, error: BaseException) -> None:
+        return None
+
+
+@dataclass
+class ListenerSpec:
+    """What one listener thread needs from the configuration."""
+
+    name: str  # e.g. "amq:/queue/orders#1"
+    source_name: str
+    queue: str
+    batch: int
+    wait: float
+    message_type: str
+    backout_threshold: int
+    backout_queue: str | None
+
+
+class UnitResults:
+    """Collects the per-message results of one unit of work from the collector's workers."""
+
+    def __init__(self, expected: int) -> None:
+        self._expected = expected
+        self._results: dict[str, MessageResult] = {}
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        if expected == 0:
+            self._done.set()
+
+    def __call__(self, message: Message, result: MessageResult) -> None:
+        with self._lock:
+            self._results[message.msg_id] = result
+            if len(self._results) >= self._expected:
+                self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def get(self, msg_id: str) -> MessageResult | None:
+        with self._lock:
+            return self._results.get(msg_id)
+
+
+@dataclass
+class ListenerState:
+    """What the control thread and the status page see of a listener thread."""
+
+    phase: str = "starting"  # starting | connecting | receiving | processing | stopped | failed
+    heartbeat: float = field(default_factory=time.monotonic)
+    last_message: float = 0.0  # monotonic time of the last message received (0: none yet)
+    connected_once: bool = False
+    last_error: str = ""
+    units: int = 0
+
+
+class ListenerThread(threading.Thread):
+    """Reads units of work from one source connection until stopped or the connection fails.
+
+    A lost connection ends the thread after the unit of work is given back; the control thread
+    restarts it with capped backoff. Errors are captured in `failure` for the supervisor.
+    """
+
+    def __init__(
+        self,
+        spec: ListenerSpec,
+        source: Source,
+        collector: BulkCollector,
+        chain_provider: Callable[[], Chain],
+        counters: Counters,
+        tracker: DeliveryTracker,
+    ) -> None:
+        super().__init__(name=f"listener-{spec.name}", daemon=True)
+        self.spec = spec
+        self.source = source
+        self.collector = collector
+        self.chain_provider = chain_provider
+        self.counters = counters
+        self.tracker = tracker
+        self.state = ListenerState()
+        self.failure: BaseException | None = None
+        self._stop_event = threading.Event()
+        self._labels = {"listener": spec.name.rsplit("#", 1)[0], "queue": spec.queue}
+
+    # -- supervision -----------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the thread to finish its unit of work and exit. Only sets an event."""
+        self._stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_event.is_set()
+
+    @property
+    def idle(self) -> bool:
+        """Connected, waiting for messages, holding no unit of work."""
+        return self.state.phase == "receiving"
+
+    def run(self) -> None:
+        try:
+            self._run()
+            self.state.phase = "stopped"
+        except BaseException as exc:  # captured for the supervisor, which logs and restarts
+            self.failure = exc
+            self.state.phase = "failed"
+            self.state.last_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.source.close()
+
+    def _run(self) -> None:
+        self.state.phase = "connecting"
+        self.source.connect()
+        self.state.connected_once = True
+        while not self._stop_event.is_set():
+            self.state.phase = "receiving"
+            self.state.heartbeat = time.monotonic()
+            batch = self._receive_batch()
+            if batch:
+                self.state.phase = "processing"
+                self._process(batch)
+                self.state.units += 1
+
+    def _receive_batch(self) -> list[Message]:
+        """Up to `batch` messages; waits at most `wait` once the first one has arrived, and
+        at most ~1 s for the first (so a stop request is seen promptly)."""
+        spec = self.spec
+        first = self.source.receive(timeout=min(1.0, max(spec.wait, 0.05)))
+        if first is None:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + spec.wait
+        while len(batch) < spec.batch and not self._stop_event.is_set():
+            remaining = deadline - time.monotonic()
+            message = self.source.receive(timeout=max(0.0, min(remaining, 1.0)))
+            if message is None:
+                if remaining <= 0:
+                    break
+                continue
+            batch.append(message)
+        now = time.monotonic()
+        self.state.last_message = now
+        self.state.heartbeat = now
+        self.counters.inc("messages_received", len(batch), **self._labels)
+        return batch
+
+    # -- one unit of work --------------------------------------------------------------------
+    def _process(self, batch: list[Message]) -> None:
+        spec = self.spec
+        chain = self.chain_provider()  # one snapshot for the whole unit of work
+        moves: list[BackoutMove] = []
+        submitted: list[Message] = []
+        consumed = 0
+        for message in batch:
+            if spec.backout_threshold and message.delivery_count > spec.backout_threshold:
+                moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
+                continue
+            try:
+                message.message_type = chain.classify(message) or spec.message_type
+                processed = chain.process(message)
+            except PreprocessorError as exc:
+                self._rollback_after_preprocessor_error(batch, chain, exc)
+                return
+            if processed is None:
+                consumed += 1
+                continue
+            submitted.append(processed)
+
+        results = UnitResults(len(submitted))
+        try:
+            for message in submitted:
+                self.collector.submit(message, results)
+        except UnknownMessageTypeError:
+            # A classify hook chose a type nobody configured: a configuration error, not a
+            # message error. Give everything back and let the supervisor stop the bridge.
+            self._await(results, submitted)
+            self.source.rollback()
+            raise
+        if submitted:
+            self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
+        self._await(results, submitted)
+        self._finish(batch, submitted, results, moves, consumed)
+
+    def _await(self, results: UnitResults, submitted: list[Message]) -> None:
+        """Wait for every submitted message's result. Rolling back while the collector still
+        holds a message would let it land *and* come back: so this waits, without limit, but
+        keeps the heartbeat fresh so the supervisor can tell waiting from hanging."""
+        held = [m for m in submitted if self.collector.is_bulk_mode_on(m.msg_id)]
+        if not held and results.wait(0):
+            return
+        while not results.wait(0.5):
+            self.state.heartbeat = time.monotonic()
+            if not any(self.collector.is_bulk_mode_on(m.msg_id) for m in submitted):
+                # Nothing of ours is held and not every result came back: they were submitted
+                # before a failure; any missing result counts as retryable below.
+                return
+
+    def _finish(
+        self,
+        batch: list[Message],
+        submitted: list[Message],
+        results: UnitResults,
+        moves: list[BackoutMove],
+        consumed: int,
+    ) -> None:
+        spec = self.spec
+        retry: list[tuple[Message, str]] = []
+        for message in submitted:
+            result = results.get(message.msg_id) or MessageResult.retryable(message.msg_id, "no result")
+            if result.outcome is Outcome.PERMANENT:
+                moves.append(BackoutMove(message, result.reason, spec.backout_queue))
+            elif result.outcome is Outcome.RETRYABLE:
+                self.tracker.failed(message.msg_id, result.reason)
+                if (
+                    self.source.supports_partial_commit
+                    and spec.backout_threshold
+                    and message.delivery_count >= spec.backout_threshold
+                ):
+                    moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
+                else:
+                    retry.append((message, result.reason))
+
+        returns = [m for m, _ in retry]
+        if returns and not self.source.supports_partial_commit:
+            landed = sum(1 for m in submitted if (r := results.get(m.msg_id)) is not None and r.ok)
+            if landed:
+                # MQ cannot commit part of a unit of work: what landed will land again.
+                self.counters.inc("messages_duplicated_risk", landed, **self._labels)
+                log.warning("%s: %d messages landed but their unit of work is backed out "
+                            "(another type's write failed); they will be delivered again",
+                            spec.name, landed)
+            self.source.rollback()
+            self.counters.inc("messages_backed_out", len(batch), **self._labels)
+            log.warning("%s: backed out %d messages: %s", spec.name, len(batch), retry[0][1])
+            return
+
+        self.source.commit(moves=moves, returns=returns)
+        returned_ids = {m.msg_id for m in returns}
+        self.tracker.forget([m.msg_id for m in batch if m.msg_id not in returned_ids])
+        now = time.monotonic()
+        for message in submitted:
+            if message.msg_id not in returned_ids:
+                self.counters.observe("put_to_commit_seconds", self._latency(message, now), **self._labels)
+        committed = len(batch) - len(returns) - len(moves)
+        self.counters.inc("messages_committed", committed, **self._labels)
+        if consumed:
+            self.counters.inc("messages_consumed_by_preprocessors", consumed, **self._labels)
+        if moves:
+            self.counters.inc("messages_moved_to_backout", len(moves), **self._labels)
+            for move in moves:
+                log.warning("%s: moved message %s to backout queue %s: %s", spec.name,
+                            move.message.msg_id, move.queue or "(source default)", move.reason)
+        if returns:
+            self.counters.inc("messages_backed_out", len(returns), **self._labels)
+            log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])
+
+    def _rollback_after_preprocessor_error(self, batch: list[Message], chain: Chain, exc: PreprocessorError) -> None:
+        log.warning("%s: %s; rolling back %d messages", self.spec.name, exc, len(batch))
+        self.counters.inc("preprocessor_errors", plugin=exc.plugin, **self._labels)
+        for message in batch:
+            self.tracker.failed(message.msg_id, str(exc))
+            try:
+                chain.on_submit_error(message, exc)
+            except Exception:
+                log.exception("%s: on_submit_error failed", self.spec.name)
+        self.source.rollback()
+        self.counters.inc("messages_backed_out", len(batch), **self._labels)
+
+    def _exhausted_reason(self, message: Message, reason: str | None = None) -> str:
+        last = reason or self.tracker.last_reason(message.msg_id) or "unknown"
+        return (f"delivered {message.delivery_count} times, backout threshold is "
+                f"{self.spec.backout_threshold}; last failure: {last}")
+
+    @staticmethod
+    def _latency(message: Message, now_monotonic: float) -> float:
+        if message.put_timestamp is None:
+            return now_monotonic - message.received_monotonic
+        age = (message.received_timestamp - message.put_timestamp).total_seconds()
+        return max(0.0, age) + (now_monotonic - message.received_monotonic)
+
+
+__all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "UnitResults"]

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up everything mqbridge needs on a Debian machine: Java, ActiveMQ (started, STOMP on
+# 127.0.0.1:61613), and a virtualenv in .venv with mqbridge installed in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/activemq/bin/activemq.jar ] || need_apt+=(activemq)
+python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${need_apt[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+
+scripts/activemq.sh start

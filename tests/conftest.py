@@ -1,0 +1,41 @@
+"""Fixtures shared by every test: the real ActiveMQ broker (started if it is not running)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+@pytest.fixture(scope="session")
+def activemq() -> Iterator[tuple[str, int]]:
+    """A running ActiveMQ with STOMP on 127.0.0.1:61613. Started by scripts/activemq.sh when
+    nothing listens there, and stopped again at the end if this fixture started it."""
+    started = False
+    if not _port_open("127.0.0.1", 61613):
+        subprocess.run([str(ROOT / "scripts" / "activemq.sh"), "start"], cwd=ROOT, check=True)
+        started = True
+    yield ("127.0.0.1", 61613)
+    if started:
+        subprocess.run([str(ROOT / "scripts" / "activemq.sh"), "stop"], cwd=ROOT, check=False)
+
+
+@pytest.fixture
+def amq(activemq: tuple[str, int]) -> Iterator[object]:
+    """A test client connected to the broker."""
+    from tests.amq import AmqClient
+
+    client = AmqClient(*activemq)
+    yield client
+    client.close()

@@ -1,0 +1,89 @@
+"""Helpers for end-to-end tests: build a bridge from TOML text, run it in a thread, read back
+what landed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bridge.control import Bridge
+from config import parse_config
+
+
+def make_config(tmp_path: Path, body: str, *, port: int = 61613) -> Any:
+    """A configuration with test-friendly defaults; `body` adds types, sources and listeners.
+    `{port}` and `{warehouse}` in body are filled in."""
+    text = f"""
+[bridge]
+name = "test"
+control_interval = "500ms"
+shutdown_timeout = "60s"
+plugin_dirs = []
+[monitoring]
+listen = ""
+[spark]
+master = "local[2]"
+warehouse = "{tmp_path / 'landing'}"
+[collector]
+memory = "64MB"
+max_bulks = 10
+workers = 2
+[sources.amq]
+kind = "stomp"
+host = "127.0.0.1"
+port = {port}
+heartbeat = "2s"
+connect_timeout = "3s"
+""" + body.replace("{port}", str(port)).replace("{warehouse}", str(tmp_path / "landing"))
+    path = tmp_path / "bridge.toml"
+    path.write_text(text)
+    return parse_config(text, str(path))
+
+
+class RunningBridge:
+    """A bridge running `run()` in a background thread."""
+
+    def __init__(self, bridge: Bridge, until_idle: float | None = None) -> None:
+        self.bridge = bridge
+        self.exit_code: int | None = None
+        bridge.start()
+        self.thread = threading.Thread(target=self._run, args=(until_idle,), name="test-bridge-run", daemon=True)
+        self.thread.start()
+
+    def _run(self, until_idle: float | None) -> None:
+        self.exit_code = self.bridge.run(until_idle=until_idle)
+
+    def wait(self, timeout: float = 180.0) -> int:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.bridge.stop()
+            self.thread.join(60)
+            raise TimeoutError("bridge did not finish in time")
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def stop(self) -> int:
+        self.bridge.stop()
+        return self.wait()
+
+
+def run_until_idle(bridge: Bridge, idle: float = 2.0, timeout: float = 180.0) -> int:
+    return RunningBridge(bridge, until_idle=idle).wait(timeout)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def read_table(spark: Any, path: Path) -> list[Any]:
+    if not path.exists():
+        return []
+    return spark.read.parquet(str(path)).collect()

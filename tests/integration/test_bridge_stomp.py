@@ -1,0 +1,173 @@
+"""End to end on the real parts: ActiveMQ (STOMP) → bridge → local Spark → commit/rollback."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bridge.control import Bridge
+from tests.amq import AmqClient, unique_queue
+from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+from tests.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+def listener(queue: str, type_: str, *, threads: int = 1, batch: int = 200, threshold: int = 3,
+             backout: str | None = None, wait: str = "200ms") -> str:
+    return f"""
+[[listeners]]
+source = "amq"
+queue = "{queue}"
+threads = {threads}
+batch = {batch}
+wait = "{wait}"
+message_type = "{type_}"
+backout_threshold = {threshold}
+backout_queue = "{backout or queue + '.backout'}"
+"""
+
+
+RAW_TYPE = """
+[types.{name}]
+bulk_size = "2MB"
+bulk_timeout = "2s"
+"""
+
+
+def test_two_types_over_two_queues_land_exactly_once(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given two queues with messages of two types, including non-UTF-8 bytes and a 1 MB body
+    q_orders, q_blobs = unique_queue("orders"), unique_queue("blobs")
+    orders = [json.dumps({"n": i}).encode() for i in range(1500)]
+    blobs = [bytes([i % 256, 0xFF, 0xFE, 0x00]) * (i % 50 + 1) for i in range(700)]
+    blobs.append(os.urandom(1024 * 1024))
+    amq.put_many(q_orders, orders, headers={"x-app": "shop", "correlation-id": "corr-1", "type": "Order"})
+    amq.put_many(q_blobs, blobs)
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + RAW_TYPE.format(name="blobs")
+                      + listener(q_orders, "orders", threads=2) + listener(q_blobs, "blobs"))
+
+    # When the bridge runs until idle
+    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+
+    # Then every message landed once, byte-identical, with its headers, and the queues are empty
+    landing = tmp_path / "landing"
+    order_rows = read_table(spark, landing / "orders")
+    blob_rows = read_table(spark, landing / "blobs")
+    assert sorted(bytes(r.body) for r in order_rows) == sorted(orders)
+    assert sorted(bytes(r.body) for r in blob_rows) == sorted(blobs)
+    for rows in (order_rows, blob_rows):
+        ids = [r.msg_id for r in rows]
+        assert len(ids) == len(set(ids)), "a message landed twice"
+    row = order_rows[0]
+    assert row.message_type == "orders" and row.source == "amq" and row.destination == q_orders
+    assert row.correlation_id == "corr-1"
+    assert row.headers["x-app"] == "shop" and row.headers["type"] == "Order"
+    assert row.put_timestamp is not None and row.delivery_count == 1 and row.redelivered is False
+    assert amq.depth(q_orders) == 0 and amq.depth(q_blobs) == 0
+
+
+def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given the orders table's path is a regular file, so every Spark write fails
+    q = unique_queue("sparkfail")
+    bodies = [f"m{i}".encode() for i in range(300)]
+    amq.put_many(q, bodies)
+    (tmp_path / "landing").mkdir()
+    blocker = tmp_path / "landing" / "orders"
+    blocker.write_text("not a directory")
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener(q, "orders", threshold=1000))
+    bridge = Bridge(cfg, spark=spark)
+    running = RunningBridge(bridge, until_idle=2.0)
+
+    # When writes have failed a few times, the messages are still on the source queue
+    wait_for(lambda: bridge.counters.total("messages_backed_out") >= 600, 120, "two rounds of backouts")
+    assert bridge.counters.total("messages_committed") == 0
+    # ... and once the fault is cleared they land
+    blocker.unlink()
+    assert running.wait() == 0
+
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    assert len({r.msg_id for r in rows}) == len(rows)
+    assert max(r.delivery_count for r in rows) >= 3
+    assert all(r.redelivered for r in rows)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+def test_message_failing_every_time_reaches_backout_queue_after_threshold(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given a type whose table can never be written, and a healthy one, on one queue each
+    q_bad, q_good = unique_queue("poison"), unique_queue("good")
+    amq.put(q_bad, b"poison \xff body", headers={"x-k": "v"})
+    amq.put_many(q_good, [f"g{i}".encode() for i in range(50)])
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "broken").write_text("blocks the table directory")
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="broken") + RAW_TYPE.format(name="good")
+                      + listener(q_bad, "broken", threshold=3) + listener(q_good, "good"))
+
+    # When the bridge runs until idle
+    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+
+    # Then the poison message is on the backout queue after exactly 3 deliveries, with the reason
+    moved = amq.drain(q_bad + ".backout")
+    assert len(moved) == 1
+    frame = moved[0]
+    assert frame.body == b"poison \xff body"
+    assert frame.headers["mqbridge-delivery-count"] == "3"
+    assert "backout threshold is 3" in frame.headers["mqbridge-reason"]
+    assert frame.headers["x-k"] == "v" and frame.headers["persistent"] == "true"
+    assert frame.headers["mqbridge-original-destination"] == q_bad
+    assert amq.depth(q_bad) == 0
+    assert len(read_table(spark, tmp_path / "landing" / "good")) == 50
+
+
+def test_malformed_json_goes_to_backout_queue_at_once(tmp_path: Path, spark, amq: AmqClient) -> None:
+    q = unique_queue("json")
+    good = [json.dumps({"order_id": f"o{i}", "amount": i * 1.5}).encode() for i in range(40)]
+    amq.put_many(q, good[:20] + [b"{broken json"] + good[20:])
+    cfg = make_config(tmp_path, """
+[types.orders]
+bulk_size = "2MB"
+bulk_timeout = "2s"
+format = "json"
+schema = "order_id STRING, amount DOUBLE"
+""" + listener(q, "orders", threshold=5))
+
+    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert sorted(r.order_id for r in rows) == sorted(f"o{i}" for i in range(40))
+    moved = amq.drain(q + ".backout")
+    assert [f.body for f in moved] == [b"{broken json"]
+    assert moved[0].headers["mqbridge-delivery-count"] == "1"  # permanent: no retries
+    assert "json" in moved[0].headers["mqbridge-reason"].lower()
+
+
+def test_cut_connection_is_restarted_by_the_control_thread_and_nothing_is_lost(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given the bridge reaches the broker through a proxy whose connections we can cut
+    proxy = TcpProxy(("127.0.0.1", 61613))
+    q = unique_queue("cut")
+    bodies = [f"c{i}".encode() for i in range(3000)]
+    amq.put_many(q, bodies)
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener(q, "orders", threads=2, batch=100),
+                      port=proxy.port)
+    bridge = Bridge(cfg, spark=spark)
+    try:
+        running = RunningBridge(bridge, until_idle=3.0)
+        wait_for(lambda: bridge.counters.total("messages_committed") > 0, 120, "first commit")
+        # When every connection is cut mid-stream
+        assert proxy.cut() >= 1
+        # Then the control thread restarts the listeners and everything lands
+        wait_for(lambda: bridge.counters.total("listener_restarts") >= 1, 30, "a listener restart")
+        assert running.wait() == 0
+    finally:
+        proxy.close()
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    landed = collections.Counter(bytes(r.body) for r in rows)
+    assert set(landed) == set(bodies), "a message was lost"
+    duplicates = sum(n - 1 for n in landed.values())
+    print(f"duplicates after a connection cut: {duplicates}")
+    assert amq.depth(q) == 0
+    assert bridge.counters.total("listener_threads_created") >= 3

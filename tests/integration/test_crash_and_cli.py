@@ -1,0 +1,137 @@
+"""The command line on the real parts: kill -9 mid-stream and restart; configuration errors."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.amq import AmqClient, unique_queue
+from tests.integration.bridge_helpers import read_table, wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, queue: str) -> Path:
+    path = tmp_path / "bridge.toml"
+    path.write_text(f"""
+[bridge]
+name = "crash"
+control_interval = "1s"
+plugin_dirs = []
+[monitoring]
+listen = ""
+[spark]
+master = "local[2]"
+warehouse = "landing"
+[types.orders]
+bulk_size = "256KB"
+bulk_timeout = "1s"
+[sources.amq]
+kind = "stomp"
+[[listeners]]
+source = "amq"
+queue = "{queue}"
+threads = 2
+batch = 200
+wait = "200ms"
+message_type = "orders"
+backout_queue = "{queue}.backout"
+""")
+    return path
+
+
+def mqbridge(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bridge", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def parquet_files(path: Path) -> int:
+    return len(list(path.rglob("*.parquet"))) if path.exists() else 0
+
+
+def test_kill_9_mid_stream_then_restart_loses_nothing(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given a stream of messages and a bridge process draining it
+    q = unique_queue("crash")
+    bodies = [f"k{i}".encode() * 20 for i in range(20000)]
+    amq.put_many(q, bodies)
+    config = write_config(tmp_path, q)
+    table = tmp_path / "landing" / "orders"
+    first = mqbridge("run", "--config", str(config))
+    try:
+        # When it is killed with SIGKILL after the first bulks landed
+        wait_for(lambda: parquet_files(table) >= 3 or first.poll() is not None, 180, "first bulks to land")
+        assert first.poll() is None, first.stdout.read() if first.stdout else ""
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL
+    assert amq.depth(q) > 0, "the test wants the kill to happen mid-stream"
+
+    # And restarted until idle
+    second = mqbridge("run", "--config", str(config), "--until-idle", "3s")
+    out, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, out
+
+    # Then every message landed; duplicates only from the redelivery window
+    landed = collections.Counter(bytes(r.body) for r in read_table(spark, table))
+    assert set(landed) == set(bodies), f"{len(set(bodies) - set(landed))} messages lost"
+    duplicates = sum(n - 1 for n in landed.values())
+    print(f"\nkill -9 test: {len(bodies)} messages, {duplicates} duplicates from the redelivery window")
+    assert amq.depth(q) == 0
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[collector]\nmemroy = '1MB'\n", "collector.memroy"),
+        ("[types.orders]\nbulk_size = '5XB'\n", "types.orders.bulk_size"),
+        ("[[listeners]]\nsource = 'nope'\nqueue = '/queue/x'\nmessage_type = 'orders'\n", "listeners[1].source"),
+        ("[sources.amq2]\nkind = 'stomp'\npassword = '${ENV:MQBRIDGE_TEST_UNSET_PW}'\n", "MQBRIDGE_TEST_UNSET_PW"),
+    ],
+)
+def test_check_config_names_the_key_path(tmp_path: Path, toml: str, expected: str) -> None:
+    path = write_config(tmp_path, "/queue/cfg")
+    path.write_text(path.read_text() + toml)
+    proc = mqbridge("check-config", str(path))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1, out
+    assert str(path.name) in lines[0] and expected in lines[0]
+
+
+def test_check_config_ok_and_version(tmp_path: Path) -> None:
+    proc = mqbridge("check-config", str(write_config(tmp_path, "/queue/ok")))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "OK" in out
+    proc = mqbridge("--version")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.startswith("mqbridge ")
+
+
+def test_sigterm_drains_and_exits_zero(tmp_path: Path, spark, amq: AmqClient) -> None:
+    q = unique_queue("term")
+    bodies = [f"t{i}".encode() for i in range(5000)]
+    amq.put_many(q, bodies)
+    config = write_config(tmp_path, q)
+    table = tmp_path / "landing" / "orders"
+    proc = mqbridge("run", "--config", str(config))
+    wait_for(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - start < 30
+    landed = collections.Counter(bytes(r.body) for r in read_table(spark, table))
+    assert all(n == 1 for n in landed.values()), "graceful shutdown must not duplicate"
+    left = {f.body for f in amq.drain(q)}
+    assert set(landed) | left == set(bodies) and not (set(landed) & left)
