@@ -2,4 +2,8 @@
 
 from __future__ import annotations
 
+from bridge.hookspecs import hookimpl
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "hookimpl"]

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config", help="configuration file (TOML)")
     tables = sub.add_parser("tables", help="show what has landed in each message type's table")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
+    plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     return parser
 
 
@@ -59,6 +61,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from config import load_config
 
     cfg = load_config(args.config)
+    from bridge.plugins import PluginHost
+
+    host = PluginHost.from_config(cfg)
+    host.start()  # ConfigError if a listener's preprocessor chain cannot be built
+    host.close()
+    for error in host.errors:
+        print(f"{args.config}: warning: plugin not loaded: {error}", file=sys.stderr)
     threads = sum(listener.threads for listener in cfg.listeners)
     print(f"{args.config}: OK ({len(cfg.sources)} sources, {len(cfg.types)} types, "
           f"{len(cfg.listeners)} listeners, {threads} listener threads)")
@@ -96,6 +105,23 @@ LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destina
                   "put_date")
 
 
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from bridge.plugins import PluginHost, report
+
+    setup_logging("CRITICAL")  # load errors are part of the listing
+    if args.config:
+        from config import load_config
+
+        host = PluginHost.from_config(load_config(args.config))
+    else:
+        host = PluginHost()
+    host.start(strict=False)
+    text, ok = report(host)
+    host.close()
+    print(text)
+    return 0 if ok else 1
+
+
 def install_signal_handlers(stop: threading.Event) -> None:
     """First SIGINT/SIGTERM: graceful shutdown. Second: exit at once (unacked messages return
     to the source when the connection drops)."""
@@ -123,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables}
+    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables, "plugins": cmd_plugins}
     try:
         return commands[args.command](args)
     except ConfigError as exc:

@@ -101,6 +101,8 @@ class Bridge:
         self.ready_hooks: list[Callable[[Bridge], None]] = []
         #: Called once when shutdown begins (STOPPING=1).
         self.stopping_hooks: list[Callable[[Bridge], None]] = []
+        #: Extra fields of `status()`: name -> callable returning a JSON-able value (plugins...).
+        self.status_hooks: dict[str, Callable[[], Any]] = {}
         self._ready = False
         self._errors = RateMeter()
         self._lock = threading.Lock()
@@ -331,6 +333,7 @@ class Bridge:
             "fatal": str(self.fatal) if self.fatal else "",
             "listeners": listeners,
             "collector": {k: v for k, v in vars(stats).items()},
+            **{name: provide() for name, provide in self.status_hooks.items()},
         }
 
     def stop(self) -> None:

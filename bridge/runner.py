@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from bridge import __version__
 from bridge.control import Bridge
+from bridge.plugins import build_bridge
 
 log = logging.getLogger("mqbridge")
 
@@ -20,7 +21,9 @@ def run_bridge(config: object, *, until_idle: float | None = None,
     `stop_event`, when given, is linked to the bridge's own stop event (a signal handler or a
     service control handler sets it). `configure` may add hooks before the bridge starts.
     """
-    bridge = Bridge(config)  # type: ignore[arg-type]
+    # Loads the plugins and builds every listener's preprocessor chain (ConfigError if one
+    # names an unknown preprocessor or gives bad options); reloads them every control tick.
+    bridge, plugins = build_bridge(config)
     if stop_event is not None:
         bridge.stop_event = stop_event
     if configure is not None:
@@ -28,5 +31,8 @@ def run_bridge(config: object, *, until_idle: float | None = None,
     cfg = bridge.config
     log.info("mqbridge %s starting: %s (%d listener threads)", __version__, getattr(cfg, "path", None),
              sum(listener.threads for listener in cfg.listeners))
-    bridge.start()
-    return bridge.run(until_idle=until_idle)
+    try:
+        bridge.start()
+        return bridge.run(until_idle=until_idle)
+    finally:
+        plugins.close()

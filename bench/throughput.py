@@ -1,0 +1,179 @@
+"""Benchmark: a minimal stomp.py consumer (the ceiling) against mqbridge end to end, on the same
+broker, in the same run.
+
+    .venv/bin/python bench/throughput.py [--messages 50000] [--size 1024]
+
+(a) puts N messages, drains them with client-individual acks (ack per message, no Spark);
+(b) puts N messages, runs the bridge (Spark warmed up first) until they are all committed;
+(c) latency: puts messages at a steady rate while the bridge runs, and reports the
+    put-to-commit latency percentiles the bridge measured.
+Prints the rates, their ratio, and p50/p99 latency. Needs ActiveMQ on 127.0.0.1:61613.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import stomp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bridge.control import Bridge  # noqa: E402
+from config import parse_config  # noqa: E402
+from tests.amq import AmqClient, unique_queue  # noqa: E402
+
+
+def put(queue_name: str, n: int, size: int) -> float:
+    body = os.urandom(size // 2).hex().encode()[:size]
+    start = time.perf_counter()
+    with AmqClient() as client:
+        client.put_many(queue_name, [body] * n)
+    return n / (time.perf_counter() - start)
+
+
+def ceiling(queue_name: str, n: int, prefetch: int) -> float:
+    """Minimal consumer: client-individual acks, one ACK frame per message."""
+    frames: queue.Queue = queue.Queue()
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame):  # type: ignore[no-untyped-def]
+            frames.put(frame)
+
+    conn = stomp.Connection12([("127.0.0.1", 61613)], auto_decode=False)
+    conn.set_listener("l", Listener())
+    conn.connect(wait=True)
+    start = time.perf_counter()
+    conn.subscribe(queue_name, id="bench", ack="client-individual",
+                   headers={"activemq.prefetchSize": str(prefetch)})
+    for _ in range(n):
+        frame = frames.get(timeout=60)
+        conn.ack(frame.headers["ack"])
+    elapsed = time.perf_counter() - start
+    conn.disconnect()
+    return n / elapsed
+
+
+def bridge_config(warehouse: Path, queue_name: str, args: argparse.Namespace) -> object:
+    text = f"""
+[bridge]
+control_interval = "1s"
+plugin_dirs = []
+[monitoring]
+listen = ""
+[spark]
+master = "local[2]"
+warehouse = "{warehouse}"
+[collector]
+memory = "256MB"
+workers = 2
+[types.bench]
+bulk_size = "{args.bulk_size}"
+bulk_timeout = "2s"
+[sources.amq]
+kind = "stomp"
+[[listeners]]
+source = "amq"
+queue = "{queue_name}"
+threads = {args.threads}
+batch = {args.batch}
+wait = "200ms"
+message_type = "bench"
+backout_queue = "{queue_name}.backout"
+"""
+    return parse_config(text, "<bench>")
+
+
+def run_bridge(cfg: object, spark: object, until: callable) -> tuple[Bridge, float, float]:  # type: ignore[valid-type]
+    bridge = Bridge(cfg, spark=spark)  # type: ignore[arg-type]
+    bridge.start()
+    runner = threading.Thread(target=bridge.run, name="bench-bridge", daemon=True)
+    start = time.perf_counter()
+    runner.start()
+    first = None
+    while not until(bridge):
+        if first is None and bridge.counters.total("messages_received") > 0:
+            first = time.perf_counter()
+        time.sleep(0.01)
+    end = time.perf_counter()
+    bridge.stop()
+    runner.join(120)
+    return bridge, (first or start), end
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--bulk-size", default="16MB")
+    parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    n = args.messages
+
+    from bridge.spark import create_spark_session
+
+    workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
+    try:
+        print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}")
+        q1 = unique_queue("bench-ceiling")
+        print(f"put rate:                     {put(q1, n, args.size):>9,.0f} msg/s")
+        ceiling_rate = ceiling(q1, n, prefetch=args.batch)
+        print(f"(a) stomp.py consumer:        {ceiling_rate:>9,.0f} msg/s  (client-individual acks)")
+
+        spark = create_spark_session(master="local[2]", app_name="mqbridge-bench")
+        q0 = unique_queue("bench-warmup")
+        put(q0, 2000, args.size)
+        run_bridge(bridge_config(workdir / "warm", q0, args), spark,
+                   lambda b: b.counters.total("messages_committed") >= 2000)
+
+        q2 = unique_queue("bench-bridge")
+        put(q2, n, args.size)
+        bridge, first, end = run_bridge(bridge_config(workdir / "landing", q2, args), spark,
+                                        lambda b: b.counters.total("messages_committed") >= n)
+        bridge_rate = n / (end - first)
+        stats = bridge.collector.stats()
+        print(f"(b) mqbridge end to end:      {bridge_rate:>9,.0f} msg/s  ({stats.executed_bulks} Spark writes, "
+              f"{stats.execute_seconds_total:.1f}s writing)")
+        print(f"ratio (b)/(a):                {bridge_rate / ceiling_rate:>9.2f}")
+
+        q3 = unique_queue("bench-latency")
+        total = int(args.latency_rate * args.latency_seconds)
+        producer_done = threading.Event()
+
+        def paced_producer() -> None:
+            body = b"x" * args.size
+            with AmqClient() as client:
+                start = time.perf_counter()
+                for i in range(total):
+                    delay = start + i / args.latency_rate - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    client.put(q3, body)
+            producer_done.set()
+
+        threading.Thread(target=paced_producer, daemon=True).start()
+        bridge, _, _ = run_bridge(bridge_config(workdir / "latency", q3, args), spark,
+                                  lambda b: b.counters.total("messages_committed") >= total)
+        hist = bridge.counters.histogram("put_to_commit_seconds")
+        assert hist is not None
+        p50, p99 = hist.quantile(0.5), hist.quantile(0.99)
+        print(f"(c) put-to-commit latency at {args.latency_rate} msg/s: p50 {p50 * 1000:,.0f} ms, "
+              f"p99 {p99 * 1000:,.0f} ms ({hist.count} messages)")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""The preprocessor chain of one listener entry, as the listener loop sees it (`listeners.base.Chain`).
+
+A `ChainSpec` is built once per listener entry and plugin generation (hot reload makes a new
+one). The host hands each unit of work a fresh `PreprocessorChain` over the spec current at
+that moment, so a unit of work runs on one generation from start to end even if a reload swaps
+in a new one meanwhile. The chain a preprocessor is running in is `current_chain()`.
+
+Preprocessors never see the message the source adapter holds: the adapter keeps that one for
+commits and backout moves, so the chain hands the first preprocessor a copy (with its own
+headers dict) and passes each result on to the next.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from bridge.errors import PreprocessorError
+from bridge.message import Message
+from bridge.plugin_registry import Preprocessor
+
+log = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[PreprocessorChain | None] = contextvars.ContextVar(
+    "mqbridge_current_chain", default=None)
+
+
+def current_chain() -> PreprocessorChain | None:
+    """The chain whose preprocessor or classify hook is running on this thread, else None.
+    Its `listener`, `generation` and `unit` say where and in which unit of work a message is
+    being handled."""
+    return _current.get()
+
+
+def copy_message(message: Message) -> Message:
+    """A copy a preprocessor may change freely (the headers dict is copied too)."""
+    return dataclasses.replace(message, headers=dict(message.headers))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One configured preprocessor of a chain."""
+
+    name: str  # the registered preprocessor name
+    plugin: str  # display name of the plugin that registered it
+    instance: Preprocessor
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """The steps of one listener entry in one plugin generation (shared by its units of work)."""
+
+    listener: str  # "source:queue"
+    steps: tuple[Step, ...] = ()
+    generation: int = 0
+    classify_hook: Any = None  # pluggy HookCaller of mqbridge_classify, or None
+    plugin_names: Mapping[str, str] = field(default_factory=dict)  # pluggy name -> display name
+
+
+class PreprocessorChain:
+    """One unit of work's snapshot of a listener's chain (implements `listeners.base.Chain`)."""
+
+    __slots__ = ("spec", "unit")
+
+    def __init__(self, spec: ChainSpec, unit: int = 0) -> None:
+        self.spec = spec
+        #: Sequence number of the unit of work, unique in the process and increasing in the
+        #: order units took their snapshot (so also across a generation swap).
+        self.unit = unit
+
+    @property
+    def listener(self) -> str:
+        return self.spec.listener
+
+    @property
+    def generation(self) -> int:
+        """The plugin generation this chain runs (1 at start-up, +1 per reload swapped in)."""
+        return self.spec.generation
+
+    @property
+    def names(self) -> list[str]:
+        return [step.name for step in self.spec.steps]
+
+    def __repr__(self) -> str:
+        return (f"<PreprocessorChain {self.listener} generation={self.generation} unit={self.unit} "
+                f"steps={self.names}>")
+
+    # -- the Chain protocol --------------------------------------------------------------------
+    def classify(self, message: Message) -> str | None:
+        """Ask each step's `classify` in chain order, then the `mqbridge_classify` hook; the
+        first answer wins. Runs on a copy of the original, unpreprocessed message."""
+        spec = self.spec
+        token = _current.set(self)
+        try:
+            for step in spec.steps:
+                classify = getattr(step.instance, "classify", None)
+                if classify is None:
+                    continue
+                try:
+                    answer = classify(copy_message(message))
+                except Exception as exc:
+                    raise PreprocessorError(
+                        f"preprocessor {step.name!r} (plugin {step.plugin}) failed to classify message "
+                        f"{message.msg_id}: {type(exc).__name__}: {exc}", step.name) from exc
+                if answer is not None:
+                    return _checked_type(answer, step.name)
+            hook = spec.classify_hook
+            if hook is None or not hook.get_hookimpls():
+                return None
+            try:
+                answer = hook(message=copy_message(message), listener=spec.listener)
+            except Exception as exc:
+                plugin = _blame(hook, exc.__traceback__, spec.plugin_names)
+                raise PreprocessorError(
+                    f"mqbridge_classify of plugin {plugin} failed on message {message.msg_id}: "
+                    f"{type(exc).__name__}: {exc}", plugin) from exc
+            return None if answer is None else _checked_type(answer, "mqbridge_classify")
+        finally:
+            _current.reset(token)
+
+    def process(self, message: Message) -> Message | None:
+        """Run every step in order on a copy of `message`; None if a step consumed it."""
+        current = copy_message(message)
+        token = _current.set(self)
+        try:
+            for step in self.spec.steps:
+                try:
+                    out = step.instance.process(current)
+                except Exception as exc:
+                    raise PreprocessorError(
+                        f"preprocessor {step.name!r} (plugin {step.plugin}) failed on message "
+                        f"{message.msg_id}: {type(exc).__name__}: {exc}", step.name) from exc
+                if out is None:
+                    return None
+                if not isinstance(out, Message):
+                    raise PreprocessorError(
+                        f"preprocessor {step.name!r} (plugin {step.plugin}) returned "
+                        f"{type(out).__name__}, not a Message or None", step.name)
+                if out.msg_id != message.msg_id:
+                    # The listener matches results and commits by message id.
+                    raise PreprocessorError(
+                        f"preprocessor {step.name!r} (plugin {step.plugin}) changed msg_id "
+                        f"{message.msg_id!r} to {out.msg_id!r}; it must stay the source's id", step.name)
+                current = out
+        finally:
+            _current.reset(token)
+        # A preprocessor may build a new Message: keep what the listener and adapter rely on.
+        current.token = message.token
+        if not current.message_type:
+            current.message_type = message.message_type
+        return current
+
+    def on_submit_error(self, message: Message, error: BaseException) -> None:
+        """Tell every step (that has `on_submit_error`) that the unit of work is rolled back.
+        One step failing does not keep the others from being told."""
+        token = _current.set(self)
+        try:
+            for step in self.spec.steps:
+                undo = getattr(step.instance, "on_submit_error", None)
+                if undo is None:
+                    continue
+                try:
+                    undo(copy_message(message), error)
+                except Exception:
+                    log.exception("%s: on_submit_error of preprocessor %r (plugin %s) failed for message %s",
+                                  self.listener, step.name, step.plugin, message.msg_id)
+        finally:
+            _current.reset(token)
+
+
+def _checked_type(answer: object, who: str) -> str:
+    if not isinstance(answer, str) or not answer:
+        raise PreprocessorError(f"{who} returned {answer!r} as message type; expected a type name", who)
+    return answer
+
+
+def _blame(hook: Any, tb: TracebackType | None, names: Mapping[str, str]) -> str:
+    """The display name of the plugin whose hookimpl raised (found in the traceback)."""
+    codes = {impl.function.__code__: impl.plugin_name for impl in hook.get_hookimpls()
+             if hasattr(impl.function, "__code__")}
+    while tb is not None:
+        plugin = codes.get(tb.tb_frame.f_code)
+        if plugin is not None:
+            return names.get(plugin, plugin)
+        tb = tb.tb_next
+    return "mqbridge_classify"

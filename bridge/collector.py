@@ -1,0 +1,454 @@
+"""The shared bulk collector: gathers messages into one active bulk per message type and
+hands full, old or requested bulks to the type's executor on a small pool of worker threads.
+
+Flush conditions (each counted in `CollectorStats.flushed` under its reason):
+
+- ``size``: the active bulk's bytes reached the type's `bulk_size`;
+- ``memory``: the bytes held by the collector (active + queued + executing) reached
+  `CollectorLimits.memory` — every active bulk is forwarded;
+- ``timeout``: the oldest message of an active bulk is `bulk_timeout` old (background timer);
+- ``count``: after a message was added, `max_bulks` or more bulks are active — the oldest goes;
+- ``requested`` / ``shutdown`` (or any reason given to `flush`): explicit requests.
+
+Forwarded bulks wait in a FIFO to-be-processed list. At most one bulk per message type
+executes at a time, because concurrent Spark appends to one table conflict; queued bulks of a
+type are merged into the one taken next (fewer, bigger writes). A message stays in the
+message-id list (`is_bulk_mode_on`) and its bytes stay counted until its result has been
+handed to every handler, so memory is the backpressure that slows listeners down.
+
+Threading: one lock and one condition guard all state; executors and result handlers are
+always called without the lock, on the worker threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bridge.errors import CollectorClosedError, UnknownMessageTypeError
+from bridge.message import Bulk, Message, MessageResult
+
+log = logging.getLogger(__name__)
+
+#: Receives the result of one message. Called on a collector worker thread: it must be quick
+#: (record the result, set an event) and must not call back into the collector's `close`.
+ResultHandler = Callable[[Message, MessageResult], None]
+
+# Longest single wait of a blocked submit; stop events and timeouts are checked this often.
+_WAIT_STEP = 0.1
+# Idle workers wake up this often even without a notification (belt and braces).
+_WORKER_WAIT = 1.0
+
+
+class Executor(Protocol):
+    """Writes a bulk (to Spark) and reports one result per message of the bulk."""
+
+    def execute(self, bulk: Bulk) -> list[MessageResult]: ...
+
+
+@dataclass(frozen=True)
+class TypeLimits:
+    """Per message type: `bulk_size` in bytes (flush condition 1), `bulk_timeout` in seconds
+    (flush condition 3)."""
+
+    bulk_size: int
+    bulk_timeout: float
+
+
+@dataclass(frozen=True)
+class CollectorLimits:
+    """Collector-wide: `memory` in bytes (flush condition 2 and backpressure), `max_bulks`
+    active bulks (flush condition 4), `workers` threads executing bulks."""
+
+    memory: int
+    max_bulks: int
+    workers: int
+
+
+@dataclass
+class CollectorStats:
+    """A snapshot of the collector's state and counters (for /metrics, /status, the log)."""
+
+    bytes: int = 0
+    messages: int = 0
+    active_bulks: int = 0
+    queued_bulks: int = 0
+    in_flight_bulks: int = 0
+    flushed: dict[str, int] = field(default_factory=dict)
+    executed_bulks: int = 0
+    executed_messages: int = 0
+    execute_seconds_total: float = 0.0
+    last_execute_seconds: float = 0.0
+    backpressure_waits: int = 0  # submits that had to wait for memory (once per submit)
+    coalesced_bulks: int = 0  # queued bulks merged into another bulk of their type
+    handler_errors: int = 0  # result handler calls that raised
+
+
+class BulkCollector:
+    """Collects messages into bulks per message type and executes them on a worker pool.
+
+    Create it, `register_executor` for every type, `start` it, `submit` messages; `close`
+    drains it. `clock` is the time base of bulk age (it must match
+    `Message.received_monotonic`, hence `time.monotonic`); tests pass a fake one.
+    """
+
+    def __init__(self, limits: CollectorLimits, types: Mapping[str, TypeLimits], *,
+                 clock: Callable[[], float] = time.monotonic, tick: float = 0.05) -> None:
+        if limits.memory <= 0 or limits.max_bulks < 1 or limits.workers < 1:
+            raise ValueError(f"collector limits must be positive: {limits}")
+        self.limits = limits
+        self.types: dict[str, TypeLimits] = dict(types)
+        self._clock = clock
+        self._tick = tick
+        self._lock = threading.Lock()
+        # Signalled whenever bulks are queued, a type finishes, memory is released or we close.
+        self._changed = threading.Condition(self._lock)
+        self._executors: dict[str, Executor] = {}
+        self._type_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
+        self._msg_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
+        self._active: dict[str, Bulk] = {}  # insertion order = age order (count flush)
+        self._queue: list[Bulk] = []  # the to-be-processed list, FIFO
+        self._executing: set[str] = set()  # types with a bulk on a worker right now
+        self._held: Counter[str] = Counter()  # the message-id list
+        self._stats = CollectorStats()
+        self._closed = False
+        self._stopping = False  # workers exit once set
+        self._timer_stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- registration ---------------------------------------------------------------------
+    def register_executor(self, message_type: str, executor: Executor) -> None:
+        """Use `executor` for bulks of `message_type` (a configured type); replaces any earlier one."""
+        self._check_type(message_type)
+        with self._lock:
+            previous = self._executors.get(message_type)
+            self._executors[message_type] = executor
+        if previous is not None and previous is not executor:
+            log.info("executor for message type %r replaced: %r -> %r", message_type, previous, executor)
+
+    def register_result_handler(self, handler: ResultHandler, *, message_type: str | None = None,
+                                msg_id: str | None = None) -> None:
+        """Call `handler` for results of every message of `message_type` (an observer), or for
+        the result of message `msg_id` (its producer; removed once that result is delivered).
+        Exactly one of the two must be given. Registering the same handler twice has no effect."""
+        self._check_handler_key(message_type, msg_id)
+        with self._lock:
+            handlers = self._handler_list_locked(message_type, msg_id)
+            if handler not in handlers:
+                handlers.append(handler)
+
+    def unregister_result_handler(self, handler: ResultHandler, *, message_type: str | None = None,
+                                  msg_id: str | None = None) -> None:
+        """Remove a handler registered with the same arguments; unknown handlers are ignored."""
+        self._check_handler_key(message_type, msg_id)
+        with self._lock:
+            handlers = self._handler_list_locked(message_type, msg_id)
+            if handler in handlers:
+                handlers.remove(handler)
+            if msg_id is not None and not handlers:
+                self._msg_handlers.pop(msg_id, None)
+
+    def _check_handler_key(self, message_type: str | None, msg_id: str | None) -> None:
+        if (message_type is None) == (msg_id is None):
+            raise ValueError("give exactly one of message_type or msg_id")
+        if message_type is not None:
+            self._check_type(message_type)
+
+    def _handler_list_locked(self, message_type: str | None, msg_id: str | None) -> list[ResultHandler]:
+        if message_type is not None:
+            return self._type_handlers[message_type]
+        assert msg_id is not None
+        return self._msg_handlers[msg_id]
+
+    def _check_type(self, message_type: str) -> None:
+        if message_type not in self.types:
+            raise UnknownMessageTypeError(
+                f"message type {message_type!r} is not configured (configured: {sorted(self.types)})")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the timeout thread and the worker pool."""
+        with self._lock:
+            if self._closed:
+                raise CollectorClosedError("the collector is closed")
+            if self._threads:
+                raise RuntimeError("the collector is already started")
+            self._threads.append(threading.Thread(target=self._timer_loop, name="collector-timer", daemon=True))
+            self._threads += [
+                threading.Thread(target=self._worker_loop, name=f"collector-worker-{n}", daemon=True)
+                for n in range(1, self.limits.workers + 1)
+            ]
+        for thread in self._threads:
+            thread.start()
+
+    def close(self, timeout: float) -> bool:
+        """Stop intake, flush every active bulk ("shutdown"), wait up to `timeout` seconds for
+        every result to be delivered, then stop the threads. True if everything was delivered.
+
+        A bulk still executing when the time is up keeps its worker thread (a daemon) busy;
+        its messages were not confirmed, so their sources will deliver them again.
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            if not self._closed:
+                self._closed = True
+                for bulk in list(self._active.values()):
+                    self._forward_locked(bulk, "shutdown")
+                self._changed.notify_all()
+            while self._stats.messages and (remaining := deadline - time.monotonic()) > 0:
+                self._changed.wait(min(remaining, _WAIT_STEP))
+            delivered = self._stats.messages == 0
+            undelivered = self._stats.messages
+            self._stopping = True
+            self._changed.notify_all()
+        self._timer_stop.set()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if not delivered:
+            log.error("collector closed with %d messages without a result", undelivered)
+        return delivered
+
+    # -- intake ----------------------------------------------------------------------------
+    def submit(self, message: Message, handler: ResultHandler | None = None, *,
+               timeout: float | None = None, stop: threading.Event | None = None) -> None:
+        """Add `message` to its type's active bulk; `handler` (if given) receives its result.
+
+        Blocks while the collector's memory is full (backpressure), until results release
+        memory. Raises UnknownMessageTypeError (nothing kept) for a type without executor,
+        CollectorClosedError when closed or when `stop` is set while blocked, TimeoutError when
+        `timeout` seconds pass while blocked.
+        """
+        mtype = message.message_type
+        size = message.size
+        with self._changed:
+            if self._closed:
+                raise CollectorClosedError("the collector is closed")
+            if mtype not in self._executors:
+                raise UnknownMessageTypeError(
+                    f"no executor for message type {mtype!r} (registered: {sorted(self._executors)})")
+            self._wait_for_memory_locked(size, timeout, stop)
+            if self._held[message.msg_id]:
+                log.warning("message %s submitted while already held; its handlers will see the "
+                            "first result only", message.msg_id)
+            if handler is not None and handler not in self._msg_handlers[message.msg_id]:
+                self._msg_handlers[message.msg_id].append(handler)
+            bulk = self._active.get(mtype)
+            if bulk is None:
+                bulk = self._active[mtype] = Bulk(mtype, created=self._clock())
+            bulk.add(message)
+            self._held[message.msg_id] += 1
+            self._stats.bytes += size
+            self._stats.messages += 1
+            self._apply_flush_conditions_locked(bulk)
+
+    def _wait_for_memory_locked(self, size: int, timeout: float | None,
+                                stop: threading.Event | None) -> None:
+        # An empty collector takes any message, even one larger than memory: otherwise that
+        # message could never progress.
+        if not self._stats.messages or self._stats.bytes + size <= self.limits.memory:
+            return
+        self._stats.backpressure_waits += 1
+        # Only results release memory; messages sitting in active bulks would wait for their
+        # timeout, so send them on now.
+        for bulk in list(self._active.values()):
+            self._forward_locked(bulk, "memory")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._stats.messages and self._stats.bytes + size > self.limits.memory:
+            if self._closed:
+                raise CollectorClosedError("the collector is closed")
+            if stop is not None and stop.is_set():
+                raise CollectorClosedError("stopping")
+            step = _WAIT_STEP
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"collector memory full for {timeout}s")
+                step = min(step, remaining)
+            self._changed.wait(step)
+
+    def _apply_flush_conditions_locked(self, bulk: Bulk) -> None:
+        if bulk.nbytes >= self.types[bulk.message_type].bulk_size:
+            self._forward_locked(bulk, "size")
+        if self._stats.bytes >= self.limits.memory:
+            for active in list(self._active.values()):
+                self._forward_locked(active, "memory")
+        if len(self._active) >= self.limits.max_bulks:
+            self._forward_locked(next(iter(self._active.values())), "count")
+
+    # -- flushing --------------------------------------------------------------------------
+    def flush(self, *, message_type: str | None = None, msg_ids: Iterable[str] | None = None,
+              reason: str = "requested") -> int:
+        """Forward the active bulks holding any of `msg_ids`, or the active bulk of
+        `message_type`, or (neither given) every active bulk. Returns how many were forwarded."""
+        if message_type is not None and msg_ids is not None:
+            raise ValueError("give message_type or msg_ids, not both")
+        wanted = None if msg_ids is None else set(msg_ids)
+        with self._changed:
+            bulks = list(self._active.values())
+            if message_type is not None:
+                bulks = [b for b in bulks if b.message_type == message_type]
+            elif wanted is not None:
+                bulks = [b for b in bulks if any(m.msg_id in wanted for m in b.messages)]
+            for bulk in bulks:
+                self._forward_locked(bulk, reason)
+            return len(bulks)
+
+    def _forward_locked(self, bulk: Bulk, reason: str) -> None:
+        """Move an active bulk to the to-be-processed list."""
+        del self._active[bulk.message_type]
+        bulk.flush_reason = reason
+        self._queue.append(bulk)
+        self._stats.flushed[reason] = self._stats.flushed.get(reason, 0) + 1
+        log.debug("bulk %s flushed (%s): %d messages, %d bytes", bulk.bulk_id, reason, len(bulk), bulk.nbytes)
+        self._changed.notify_all()
+
+    def _timer_loop(self) -> None:
+        while not self._timer_stop.wait(self._tick):
+            try:
+                with self._lock:
+                    now = self._clock()
+                    for bulk in list(self._active.values()):
+                        if now - bulk.oldest >= self.types[bulk.message_type].bulk_timeout:
+                            self._forward_locked(bulk, "timeout")
+            except Exception:  # the timer must survive anything (a broken fake clock...)
+                log.exception("collector timer failed; continuing")
+
+    # -- queries ---------------------------------------------------------------------------
+    def is_bulk_mode_on(self, msg_id: str) -> bool:
+        """True while the collector holds the message: submitted, result not yet delivered."""
+        with self._lock:
+            return self._held[msg_id] > 0
+
+    def stats(self) -> CollectorStats:
+        """A consistent snapshot of the counters and current sizes."""
+        with self._lock:
+            snapshot = dataclasses.replace(self._stats, flushed=dict(self._stats.flushed))
+            snapshot.active_bulks = len(self._active)
+            snapshot.queued_bulks = len(self._queue)
+            snapshot.in_flight_bulks = len(self._executing)
+            return snapshot
+
+    # -- execution -------------------------------------------------------------------------
+    def _worker_loop(self) -> None:
+        while True:
+            with self._changed:
+                bulk = self._take_locked()
+                while bulk is None and not self._stopping:
+                    self._changed.wait(_WORKER_WAIT)
+                    bulk = self._take_locked()
+                if bulk is None:
+                    return
+                executor = self._executors[bulk.message_type]
+            try:
+                self._run(bulk, executor)
+            except Exception:  # a worker must never die; _run already released what it could
+                log.exception("collector worker failed on bulk %s", bulk.bulk_id)
+
+    def _take_locked(self) -> Bulk | None:
+        """The first queued bulk of a type not executing now, with the later queued bulks of
+        its type merged in (one bulk per type at a time, so they would wait anyway)."""
+        if self._stopping:
+            return None
+        index = next((i for i, b in enumerate(self._queue) if b.message_type not in self._executing), None)
+        if index is None:
+            return None
+        bulk = self._queue.pop(index)
+        same = [b for b in self._queue if b.message_type == bulk.message_type]
+        if same:
+            self._queue = [b for b in self._queue if b.message_type != bulk.message_type]
+            for other in same:
+                for message in other.messages:
+                    bulk.add(message)
+            self._stats.coalesced_bulks += len(same)
+            log.debug("bulk %s absorbed queued bulks %s: %d messages, %d bytes", bulk.bulk_id,
+                     ", ".join(b.bulk_id for b in same), len(bulk), bulk.nbytes)
+        self._executing.add(bulk.message_type)
+        return bulk
+
+    def _run(self, bulk: Bulk, executor: Executor) -> None:
+        messages = list(bulk.messages)  # the executor may touch the bulk; fan out what we took
+        delivered = 0
+        try:
+            started = time.perf_counter()
+            try:
+                results = list(executor.execute(bulk))
+                error = None
+            except Exception as exc:
+                results, error = [], exc
+                log.error("executor for %r failed on bulk %s (%d messages); all retryable",
+                          bulk.message_type, bulk.bulk_id, len(messages), exc_info=exc)
+            elapsed = time.perf_counter() - started
+            with self._lock:
+                self._stats.executed_bulks += 1
+                self._stats.executed_messages += len(messages)
+                self._stats.execute_seconds_total += elapsed
+                self._stats.last_execute_seconds = elapsed
+            for message, result in _match_results(bulk, messages, results, error):
+                self._deliver(message, result)
+                delivered += 1
+        finally:
+            with self._changed:
+                # Anything not delivered (an internal error) is released without a result, so
+                # its listener stops waiting and backs it out instead of hanging.
+                for message in messages[delivered:]:
+                    self._release_locked(message)
+                self._executing.discard(bulk.message_type)
+                self._changed.notify_all()
+
+    def _deliver(self, message: Message, result: MessageResult) -> None:
+        """Hand one result to its producer handlers and the type's observers, then release it."""
+        with self._lock:
+            handlers = self._msg_handlers.pop(message.msg_id, [])
+            handlers += self._type_handlers.get(message.message_type, [])
+        for handler in handlers:
+            try:
+                handler(message, result)
+            except Exception:
+                with self._lock:
+                    self._stats.handler_errors += 1
+                log.exception("result handler %r failed for message %s", handler, message.msg_id)
+        with self._changed:
+            self._release_locked(message)
+            self._changed.notify_all()
+
+    def _release_locked(self, message: Message) -> None:
+        self._stats.bytes -= message.size
+        self._stats.messages -= 1
+        self._held[message.msg_id] -= 1
+        if self._held[message.msg_id] <= 0:
+            del self._held[message.msg_id]
+
+
+def _match_results(bulk: Bulk, messages: list[Message], results: list[MessageResult],
+                   error: Exception | None) -> list[tuple[Message, MessageResult]]:
+    """Pair each message with its result by msg_id; a message without one gets a retryable
+    result (the executor raised, or returned too few / unknown results)."""
+    by_id: dict[str, list[MessageResult]] = defaultdict(list)
+    for result in results:
+        by_id[result.msg_id].append(result)
+    if error is not None:
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = f"executor returned no result for this message ({len(results)} results for {len(messages)} messages)"
+    pairs = []
+    for message in messages:
+        found = by_id.get(message.msg_id)
+        if found:
+            result = found.pop(0)
+            if not result.bulk_id:  # executors may leave it to us
+                result = dataclasses.replace(result, bulk_id=bulk.bulk_id)
+        else:
+            result = MessageResult.retryable(message.msg_id, reason, bulk.bulk_id)
+        pairs.append((message, result))
+    extra = sum(len(rest) for rest in by_id.values())
+    if error is None and (extra or len(results) != len(messages)):
+        log.error("executor for %r returned %d results for %d messages of bulk %s (%d unknown); "
+                  "messages without a result are retryable", bulk.message_type, len(results),
+                  len(messages), bulk.bulk_id, extra)
+    return pairs

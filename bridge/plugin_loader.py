@@ -1,0 +1,302 @@
+"""Finding plugin code and loading it safely: built-in modules, installed packages (entry-point
+group `mqbridge`) and loose `.py` files in the `[bridge] plugin_dirs` folders.
+
+Drop-in files are checked like sshd's StrictModes before a byte of them runs: the file, its
+folder and every directory up to `/` must be owned by the service user or root and not be
+writable by group or others. The one exception is an *ancestor* directory with the sticky bit
+(`/tmp`): others may write there but cannot replace or rename what they do not own.
+
+Each drop-in file is executed from the exact bytes that were checked and fingerprinted, as a
+module with a unique name (`mqbridge_dropin_<stem>_<n>`), so a reloaded version never collides
+with, or is shadowed by, the one it replaces; the host deletes retired names from
+`sys.modules`. No bytecode is cached next to the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import itertools
+import logging
+import os
+import re
+import stat
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+from bridge.errors import PluginError
+
+log = logging.getLogger(__name__)
+
+#: The built-in plugins, registered exactly like a third-party one.
+BUILTIN_PLUGINS = ("preprocessors.envelope", "preprocessors.decode", "preprocessors.jsonpath")
+ENTRY_POINT_GROUP = "mqbridge"
+DROPIN_PREFIX = "mqbridge_dropin_"
+DISABLED_ENV = "MQBRIDGE_DISABLED_PLUGINS"
+
+BUILTIN, FOLDER, PACKAGE = "built-in", "folder", "package"
+
+_module_seq = itertools.count(1)
+_module_seq_lock = threading.Lock()
+
+
+class UnsafePluginPathError(PluginError):
+    """A plugin file or folder may be changed by someone other than the service user or root."""
+
+
+class PluginLoadError(PluginError):
+    """Running a plugin file failed; `path` and `line` point at the cause."""
+
+    def __init__(self, message: str, path: str | None, line: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """Why one plugin (or folder) could not be loaded, with the file and line when known."""
+
+    plugin: str
+    message: str
+    path: str | None = None
+    line: int | None = None
+
+    @property
+    def where(self) -> str:
+        if self.path is None:
+            return f"plugin {self.plugin}"
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"plugin": self.plugin, "path": self.path, "line": self.line, "error": self.message}
+
+
+@dataclass
+class Candidate:
+    """A plugin found on disk or in the installed packages, not yet executed."""
+
+    key: str  # unique pluggy name: "built-in:envelope", "folder:/abs/x.py", "package:name"
+    name: str  # the name MQBRIDGE_DISABLED_PLUGINS and the listing use
+    kind: str  # BUILTIN | FOLDER | PACKAGE
+    path: Path | None = None
+    version: str | None = None
+    mtime: float | None = None
+    data: bytes | None = None  # folder plugins: the checked contents
+    fingerprint: tuple[Any, ...] | None = None  # folder plugins: (sha256, mode, uid)
+    load: Callable[[], object] | None = None  # built-ins and packages
+
+
+@dataclass
+class LoadedPlugin:
+    """A plugin whose code ran: the module (or object) pluggy registers."""
+
+    key: str
+    name: str
+    kind: str
+    obj: object
+    path: Path | None = None
+    version: str | None = None
+    mtime: float | None = None
+    fingerprint: tuple[Any, ...] | None = None
+    module_name: str | None = None  # folder plugins: their unique sys.modules name
+    preprocessors: list[str] = field(default_factory=list)
+
+
+def disabled_from_env(environ: dict[str, str] | os._Environ[str] | None = None) -> frozenset[str]:
+    """Plugin names listed (comma-separated) in MQBRIDGE_DISABLED_PLUGINS."""
+    value = (os.environ if environ is None else environ).get(DISABLED_ENV, "")
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+# -- safety --------------------------------------------------------------------------------------
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def unsafe_reason(st: os.stat_result, service_uid: int, *, ancestor: bool) -> str | None:
+    """Why a file or directory with this stat is unsafe to trust, or None."""
+    if st.st_uid not in (0, service_uid):
+        return (f"is owned by {_owner(st.st_uid)}, not by the service user ({_owner(service_uid)}) "
+                "or root")
+    sticky_dir = ancestor and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_mode & stat.S_IWOTH and not sticky_dir:
+        return f"is world-writable (mode {mode:04o})"
+    if st.st_mode & stat.S_IWGRP and not sticky_dir:
+        return f"is group-writable (mode {mode:04o})"
+    return None
+
+
+def check_safe_path(path: Path, service_uid: int, *, target_stat: os.stat_result | None = None) -> None:
+    """Raise UnsafePluginPathError unless `path` and every directory above it (after resolving
+    symbolic links) is owned by `service_uid` or root and not group- or world-writable."""
+    if os.name == "nt":  # ownership and mode bits mean nothing there; folder ACLs apply
+        return
+    real = Path(os.path.realpath(path))
+    for index, component in enumerate([real, *real.parents]):
+        st = target_stat if index == 0 and target_stat is not None else os.stat(component)
+        reason = unsafe_reason(st, service_uid, ancestor=index > 0)
+        if reason is not None:
+            what = "" if component == real else f" (a directory above {path})"
+            raise UnsafePluginPathError(f"refusing to load plugins from {path}: {component}{what} {reason}")
+
+
+def default_service_uid() -> int:
+    return os.geteuid() if hasattr(os, "geteuid") else 0
+
+
+# -- discovery -----------------------------------------------------------------------------------
+def builtin_candidates(modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
+    return [Candidate(key=f"{BUILTIN}:{m}", name=m.rsplit(".", 1)[-1], kind=BUILTIN,
+                      load=functools.partial(importlib.import_module, m))
+            for m in modules]
+
+
+def package_candidates(entry_points: Iterable[Any], builtin_modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
+    """Installed plugins; entry points that name a built-in module are the built-ins themselves."""
+    builtins = set(builtin_modules)
+    found = []
+    for ep in entry_points:
+        if ep.value.split(":", 1)[0] in builtins:
+            continue
+        dist = getattr(ep, "dist", None)
+        found.append(Candidate(key=f"{PACKAGE}:{ep.name}", name=ep.name, kind=PACKAGE,
+                               version=getattr(dist, "version", None), load=ep.load))
+    return found
+
+
+def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
+    return list(importlib.metadata.entry_points(group=group))
+
+
+def _builtin_files(modules: Iterable[str]) -> set[str]:
+    """Real paths of the built-in modules, so a plugin_dirs entry pointing at the `preprocessors`
+    package does not load them a second time as drop-ins."""
+    files = set()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            files.add(os.path.realpath(spec.origin))
+    return files
+
+
+def folder_candidates(folders: Iterable[Path], service_uid: int,
+                      builtin_modules: Iterable[str] = BUILTIN_PLUGINS, *,
+                      missing_ok: bool = False) -> tuple[list[Candidate], list[LoadError]]:
+    """Every `*.py` file (not starting with `_` or `.`) of each folder, read and checked.
+    A folder that does not exist is an error unless `missing_ok` (the default folder)."""
+    candidates: list[Candidate] = []
+    errors: list[LoadError] = []
+    skip = _builtin_files(builtin_modules)
+    for folder in folders:
+        if missing_ok and not folder.exists():
+            continue
+        try:
+            if not folder.is_dir():
+                raise PluginError(f"plugin folder {folder} does not exist or is not a directory")
+            check_safe_path(folder, service_uid)
+            files = sorted(p for p in folder.iterdir()
+                           if p.suffix == ".py" and not p.name.startswith(("_", ".")))
+        except (PluginError, OSError) as exc:
+            errors.append(LoadError(f"folder {folder}", str(exc), str(folder)))
+            continue
+        for path in files:
+            if os.path.realpath(path) in skip:
+                continue
+            try:
+                candidates.append(read_candidate(path, service_uid))
+            except (PluginError, OSError) as exc:
+                errors.append(LoadError(path.stem, str(exc) if isinstance(exc, PluginError)
+                                        else f"{type(exc).__name__}: {exc}", str(path)))
+    return candidates, errors
+
+
+def read_candidate(path: Path, service_uid: int) -> Candidate:
+    """Read one drop-in file, checking the opened file itself (not a path that could be swapped
+    between the check and the read) and every directory above it."""
+    with open(path, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PluginError(f"{path} is not a regular file")
+        check_safe_path(path, service_uid, target_stat=st)
+        data = handle.read()
+    digest = hashlib.sha256(data).hexdigest()
+    return Candidate(key=f"{FOLDER}:{path.absolute()}", name=path.stem, kind=FOLDER, path=path,
+                     mtime=st.st_mtime, data=data, fingerprint=(digest, st.st_mode, st.st_uid))
+
+
+# -- loading -------------------------------------------------------------------------------------
+def load_candidate(candidate: Candidate) -> LoadedPlugin:
+    """Run the plugin's code. Raises PluginError with the file and line of the failure."""
+    if candidate.kind != FOLDER:
+        assert candidate.load is not None
+        try:
+            obj = candidate.load()
+        except Exception as exc:
+            raise PluginError(f"cannot import: {type(exc).__name__}: {exc}") from exc
+        path = getattr(obj, "__file__", None)
+        return LoadedPlugin(candidate.key, candidate.name, candidate.kind, obj,
+                            path=Path(path) if path else None,
+                            version=candidate.version or getattr(obj, "__version__", None))
+    assert candidate.path is not None and candidate.data is not None
+    module = _exec_file(candidate.path, candidate.data)
+    return LoadedPlugin(candidate.key, candidate.name, candidate.kind, module, path=candidate.path,
+                        version=getattr(module, "__version__", None), mtime=candidate.mtime,
+                        fingerprint=candidate.fingerprint, module_name=module.__name__)
+
+
+def _exec_file(path: Path, data: bytes) -> ModuleType:
+    stem = re.sub(r"\W", "_", path.stem)
+    with _module_seq_lock:
+        name = f"{DROPIN_PREFIX}{stem}_{next(_module_seq)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None:
+        raise PluginLoadError(f"cannot make a module of {path}", str(path), None)
+    module = importlib.util.module_from_spec(spec)
+    # In sys.modules while it runs: dataclasses, pydantic and typing look the module up by name.
+    sys.modules[name] = module
+    try:
+        exec(compile(data, str(path), "exec", dont_inherit=True), module.__dict__)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(name, None)
+        line = error_line(exc, str(path))
+        detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        raise PluginLoadError(f"{type(exc).__name__}: {detail}", str(path), line) from exc
+    return module
+
+
+def error_line(exc: BaseException, filename: str) -> int | None:
+    """The line of `filename` where `exc` was raised (the innermost frame in that file)."""
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        return exc.lineno
+    line = None
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def forget_modules(names: Iterable[str]) -> None:
+    """Delete retired drop-in modules from sys.modules."""
+    for name in names:
+        if name.startswith(DROPIN_PREFIX):
+            sys.modules.pop(name, None)

@@ -1,0 +1,46 @@
+"""mqbridge configuration (TOML contract v1): typed models, validated once at load.
+
+    cfg = load_config("bridge.toml")          # raises bridge.errors.ConfigError, one line
+    cfg.types["orders"].bulk_size             # bytes (int); durations are seconds (float)
+
+Relative paths in the file are kept as written; `cfg.resolve_path(p)` takes them from the file's
+directory (`cfg.base_dir`). Secrets are `pydantic.SecretStr`: call `.get_secret_value()`.
+"""
+
+from __future__ import annotations
+
+from config.base import KeyedError, parse_duration, parse_size
+from config.loader import key_path, load_config, parse_config
+from config.schema import (
+    BridgeConfig,
+    BridgeSection,
+    CollectorSection,
+    ListenerConfig,
+    LoggingSection,
+    MonitoringSection,
+    PreprocessorRef,
+    SparkSection,
+    TypeConfig,
+)
+from config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+
+__all__ = [
+    "BridgeConfig",
+    "BridgeSection",
+    "CollectorSection",
+    "KeyedError",
+    "ListenerConfig",
+    "LoggingSection",
+    "MonitoringSection",
+    "MqSourceConfig",
+    "PreprocessorRef",
+    "SourceConfig",
+    "SparkSection",
+    "StompSourceConfig",
+    "TypeConfig",
+    "key_path",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_size",
+]

@@ -1,0 +1,259 @@
+"""Typed configuration models (TOML contract v1); the sources are in `config.sources`.
+
+Every model forbids unknown keys. Durations are seconds (float), sizes are bytes (int). Relative
+paths are kept as written; `BridgeConfig.resolve_path` makes them relative to the file's directory.
+Cross-key rules that need the whole file (a listener's source and type exist...) live in
+`BridgeConfig`; they raise `KeyedError` so the loader can name the exact key of each problem.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+
+from config.base import Duration, KeyedError, Loc, Model, Size, check_table, parse_duration, parse_size
+from config.sources import SourceConfig
+
+_HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d{1,5})")
+
+
+class BridgeSection(Model):
+    """`[bridge]`: identity, supervision timing and local directories."""
+
+    name: str = Field(default="mqbridge", min_length=1, description="Bridge name, used in client ids and status")
+    control_interval: Duration = Field(default=parse_duration("5s"), gt=0, description="Control thread wake-up period")
+    shutdown_timeout: Duration = Field(default=parse_duration("30s"), gt=0, description="Graceful shutdown deadline")
+    plugin_dirs: list[Path] = Field(default_factory=lambda: [Path("preprocessors")],
+                                    description="Drop-in preprocessor directories (hot-reloaded)")
+    max_rss: Size | None = Field(default=None, gt=0, description="Resident memory guard in bytes; None: no guard")
+    state_dir: Path = Field(default=Path("state"), description="Directory of local state (in-doubt logs...)")
+
+
+class MonitoringSection(Model):
+    """`[monitoring]`: the HTTP endpoint serving /metrics and /status."""
+
+    listen: str = Field(default="127.0.0.1:9464", description='host:port ([::1]:9464 for IPv6); "" disables')
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        value = value.strip()
+        match = _HOSTPORT.fullmatch(value)
+        if value and (not match or int(match[2]) > 65535):
+            raise ValueError(f'{value!r} is not host:port (e.g. 127.0.0.1:9464, 0.0.0.0:9464, [::1]:9464; '
+                             'port 0-65535; "" disables)')
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        """False when `listen = ""`."""
+        return bool(self.listen)
+
+    @property
+    def host(self) -> str | None:
+        """The host to bind (IPv6 without brackets), or None when disabled."""
+        return self.listen.rsplit(":", 1)[0].strip("[]") if self.listen else None
+
+    @property
+    def port(self) -> int | None:
+        """The port to bind (0: any free port), or None when disabled."""
+        return int(self.listen.rsplit(":", 1)[1]) if self.listen else None
+
+
+class LoggingSection(Model):
+    """`[logging]`: level, format and optional rotating file."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level (any case)")
+    format: Literal["text", "json"] = Field(default="text", description="Line format: text or json")
+    file: Path | None = Field(default=None, description="Log file (rotated); None: standard error")
+    max_bytes: Size = Field(default=parse_size("50MB"), description="Rotate the log file at this size")
+    backup_count: int = Field(default=5, ge=0, description="Rotated log files to keep")
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class SparkSection(Model):
+    """`[spark]`: where Spark runs and where tables land."""
+
+    master: str = Field(default="local[*]", description="Spark master: local[*], spark://host:7077, yarn, k8s://...")
+    remote: str | None = Field(default=None, description="Spark Connect URL sc://host:15002 instead of a driver")
+    warehouse: Path = Field(default=Path("data/landing"), description="Root directory of landed tables")
+    app_name: str = Field(default="mqbridge", description="Spark application name")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (values as strings)")
+
+    @field_validator("remote")
+    @classmethod
+    def _check_remote(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sc://"):
+            raise ValueError("a Spark Connect URL starts with sc:// (e.g. sc://host:15002)")
+        return value
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _conf_as_strings(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):
+                out[key] = "true" if item else "false"  # Spark's spelling, not Python's
+            elif isinstance(item, (int, float, str)):
+                out[key] = str(item)
+            else:
+                raise KeyedError([((key,), "must be a string, number or boolean")])
+        return out
+
+
+class CollectorSection(Model):
+    """`[collector]`: memory and concurrency limits of the bulk collector."""
+
+    memory: Size = Field(default=parse_size("256MB"), gt=0, description="Collector memory; flush and backpressure")
+    max_bulks: int = Field(default=10, ge=1, description="Maximum number of active bulks")
+    workers: int = Field(default=2, ge=1, description="Threads forwarding bulks to executors")
+
+
+class TypeConfig(Model):
+    """`[types.<name>]`: one message type, its flush rules and its table."""
+
+    bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
+    bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
+    table: str = Field(default="", description="Directory under the warehouse; empty: the type's name")
+    format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
+    schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
+    _name: str = PrivateAttr("")
+
+    @field_validator("table")
+    @classmethod
+    def _check_table(cls, value: str) -> str:
+        if value:
+            check_table(value)
+        return value
+
+    @field_validator("schema_ddl")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
+    @model_validator(mode="after")
+    def _format_and_schema(self) -> TypeConfig:
+        if self.format == "json" and self.schema_ddl is None:
+            raise KeyedError([(("schema",), 'format = "json" needs a schema (Spark DDL, e.g. '
+                                             '"order_id STRING, amount DECIMAL(12,2)")')])
+        if self.format == "raw" and self.schema_ddl is not None:
+            raise KeyedError([(("schema",), 'a schema is only used with format = "json"')])
+        return self
+
+    @property
+    def table_name(self) -> str:
+        """The table directory: `table`, or the type's name when not set."""
+        return self.table or self._name
+
+
+class PreprocessorRef(Model):
+    """One step of a listener's chain. In TOML: `"name"` or `{name = "...", <option> = ...}`."""
+
+    name: str = Field(min_length=1, description="Registered preprocessor name")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of the preprocessor")
+
+
+def _preprocessors_from_toml(value: Any) -> Any:
+    """TOML items (a name, or a table whose keys other than `name` are options) as PreprocessorRefs."""
+    if not isinstance(value, list):
+        return value
+    out: list[Any] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            out.append({"name": item})
+        elif isinstance(item, dict):
+            options = {k: v for k, v in item.items() if k != "name"}
+            out.append({"name": item["name"], "options": options} if "name" in item else {"options": options})
+        elif isinstance(item, PreprocessorRef):
+            out.append(item)
+        else:
+            raise KeyedError([((index,), 'a preprocessor is a name or a table {name = "...", <options>}')])
+    return out
+
+
+class ListenerConfig(Model):
+    """`[[listeners]]`: listener threads on one queue of one source."""
+
+    source: str = Field(min_length=1, description="Name of a [sources.<name>] entry")
+    queue: str = Field(min_length=1, description="Queue (STOMP destination or MQ queue name)")
+    threads: int = Field(default=1, ge=1, le=64, description="Listener threads on this queue")
+    batch: int = Field(default=500, ge=1, le=100_000, description="Maximum messages per unit of work")
+    wait: Duration = Field(default=parse_duration("1s"), description="Maximum wait to fill a batch")
+    message_type: str = Field(min_length=1, description="Default message type (a [types.<name>] entry)")
+    preprocessors: Annotated[list[PreprocessorRef], BeforeValidator(_preprocessors_from_toml)] = Field(
+        default_factory=list, description="Ordered preprocessor chain")
+    backout_threshold: int = Field(default=3, ge=0, description="Deliveries before a message is backed out; 0 disables")
+    backout_queue: str | None = Field(default=None, description="Where poison messages go; MQ: None uses BOQNAME")
+    prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
+
+
+class BridgeConfig(Model):
+    """The whole configuration file. `path` and `base_dir` are set by the loader, not by TOML."""
+
+    bridge: BridgeSection = Field(default_factory=BridgeSection, description="Identity and supervision")
+    monitoring: MonitoringSection = Field(default_factory=MonitoringSection, description="HTTP endpoint")
+    logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging")
+    spark: SparkSection = Field(default_factory=SparkSection, description="Spark and the warehouse")
+    collector: CollectorSection = Field(default_factory=CollectorSection, description="Collector limits")
+    types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
+    sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
+    listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")
+    _path: Path | None = PrivateAttr(None)
+    _base_dir: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> BridgeConfig:
+        problems: list[tuple[Loc, str]] = []
+        for name, type_cfg in self.types.items():
+            type_cfg._name = name
+            if not type_cfg.table:
+                try:
+                    check_table(name)
+                except ValueError:
+                    problems.append((("types", name), "the type name cannot be a table directory; set table"))
+                else:
+                    type_cfg.table = name
+        seen: dict[tuple[str, str], int] = {}
+        for index, listener in enumerate(self.listeners):
+            where: Loc = ("listeners", index)
+            source = self.sources.get(listener.source)
+            if source is None:
+                problems.append(((*where, "source"), f"unknown source {listener.source!r} "
+                                                     f"(configured: {', '.join(self.sources)})"))
+            if listener.message_type not in self.types:
+                problems.append(((*where, "message_type"), f"unknown message type {listener.message_type!r} "
+                                                           f"(configured: {', '.join(self.types)})"))
+            if source is not None and source.kind == "stomp" and listener.backout_threshold > 0 \
+                    and not listener.backout_queue:
+                problems.append(((*where, "backout_queue"), "required for a stomp source when "
+                                                            "backout_threshold > 0 (or set backout_threshold = 0)"))
+            first = seen.setdefault((listener.source, listener.queue), index)
+            if first != index:
+                problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))
+        if problems:
+            raise KeyedError(problems)
+        return self
+
+    @property
+    def path(self) -> Path | None:
+        """The file this configuration was loaded from, or None for text without a file."""
+        return self._path
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative paths are relative to: the file's directory, else the cwd."""
+        return self._base_dir if self._base_dir is not None else Path.cwd()
+
+    def resolve_path(self, path: Path | str) -> Path:
+        """`path` made absolute: `~` expanded, relative paths taken from `base_dir`."""
+        path = Path(path).expanduser()
+        return path if path.is_absolute() else self.base_dir / path

@@ -1,0 +1,94 @@
+"""Source models: `[sources.<name>]` tables, told apart by their `kind` key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
+
+from config.base import Duration, KeyedError, Model, parse_duration
+
+
+class StompSourceConfig(Model):
+    """`[sources.<name>]` with kind = "stomp": a STOMP broker (ActiveMQ, RabbitMQ, Artemis)."""
+
+    kind: Literal["stomp"] = Field(default="stomp", description="Source kind")
+    host: str = Field(default="127.0.0.1", min_length=1, description="Broker host")
+    port: int = Field(default=61613, ge=1, le=65535, description="Broker STOMP port")
+    user: str | None = Field(default=None, description="Login")
+    password: SecretStr | None = Field(default=None, description="Passcode (use ${ENV:...} or ${FILE:...})")
+    broker: Literal["activemq", "rabbitmq", "artemis"] = Field(default="activemq", description="STOMP dialect")
+    vhost: str | None = Field(default=None, description="STOMP host header; default: host")
+    heartbeat: Duration = Field(default=parse_duration("10s"), description="Heart-beat period; 0 disables")
+    connect_timeout: Duration = Field(default=parse_duration("10s"), gt=0, description="Connect timeout")
+    ssl: bool = Field(default=False, description="Use TLS")
+    ssl_insecure: bool = Field(default=False, description="Allow TLS without ca_certs (no server verification)")
+    ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM)")
+    cert_file: Path | None = Field(default=None, description="Client certificate (PEM)")
+    key_file: Path | None = Field(default=None, description="Client private key (PEM)")
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> StompSourceConfig:
+        files = [k for k in ("ca_certs", "cert_file", "key_file") if getattr(self, k) is not None]
+        if files and not self.ssl:
+            raise KeyedError([(("ssl",), f"{', '.join(files)} set but ssl = false; set ssl = true")])
+        if self.ssl and self.ca_certs is None and not self.ssl_insecure:
+            raise KeyedError([(("ca_certs",), "ssl = true needs ca_certs: without it stomp.py does not verify "
+                                              "the broker's certificate (set ssl_insecure = true to accept that)")])
+        return self
+
+
+_CONN_NAME = re.compile(r"[^\s(),]+(\(\d{1,5}\))?")
+_RECONNECT = ("qmgr", "any", "disabled", "as_def")
+
+
+def _check_reconnect(value: Any) -> Any:
+    if isinstance(value, bool) or (isinstance(value, str) and value.lower() in _RECONNECT):
+        return value.lower() if isinstance(value, str) else value
+    raise ValueError('must be true, false, "qmgr", "any", "disabled" or "as_def"')
+
+
+def _check_convert(value: Any) -> Any:
+    if isinstance(value, bool) or (isinstance(value, int) and 1 <= value <= 65535):
+        return value
+    raise ValueError("must be true (convert to UTF-8, CCSID 1208), false, or a CCSID number 1-65535")
+
+
+class MqSourceConfig(Model):
+    """`[sources.<name>]` with kind = "mq": an IBM MQ queue manager over a client channel."""
+
+    kind: Literal["mq"] = Field(default="mq", description="Source kind")
+    queue_manager: str = Field(max_length=48, description="Queue manager name")
+    channel: str = Field(default="DEV.APP.SVRCONN", min_length=1, max_length=20, description="SVRCONN channel")
+    conn_name: str = Field(min_length=1, max_length=264, description='"host(1414)" or a comma list of them')
+    user: str | None = Field(default=None, description="MQCSP user id")
+    password: SecretStr | None = Field(default=None, description="MQCSP password (use ${ENV:...} or ${FILE:...})")
+    cipher_spec: str | None = Field(default=None, description="TLS CipherSpec of the channel, enables TLS")
+    key_repository: str | None = Field(default=None, description="Key repository stem (no .kdb)")
+    certificate_label: str | None = Field(default=None, description="Client certificate label")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password on a channel without TLS")
+    reconnect: Annotated[bool | Literal["qmgr", "any", "disabled", "as_def"], BeforeValidator(_check_reconnect)] = \
+        Field(default=True, description='Client auto-reconnect: true/"any", "qmgr", false/"disabled", "as_def"')
+    convert: Annotated[bool | int, BeforeValidator(_check_convert)] = Field(
+        default=False, description="MQGMO_CONVERT: true converts text to UTF-8, or a target CCSID")
+    wait_interval: Duration = Field(default=parse_duration("1s"), gt=0, description="Longest single MQGET wait")
+
+    @field_validator("conn_name")
+    @classmethod
+    def _check_conn_name(cls, value: str) -> str:
+        if not all(_CONN_NAME.fullmatch(part.strip()) for part in value.split(",")):
+            raise ValueError(f"{value!r} is not host(port) or a comma list of them (e.g. mqhost1(1414),mqhost2(1414))")
+        return value
+
+    @model_validator(mode="after")
+    def _check_password(self) -> MqSourceConfig:
+        if self.password is not None and not self.cipher_spec and not self.allow_plaintext_password:
+            raise KeyedError([(("password",), "set without cipher_spec: without TLS the MQCSP password travels "
+                                              "in clear; set cipher_spec and key_repository, or "
+                                              "allow_plaintext_password = true to accept the risk")])
+        return self
+
+
+SourceConfig = Annotated[StompSourceConfig | MqSourceConfig, Field(discriminator="kind")]

@@ -1,0 +1,443 @@
+"""IBM MQ source adapter, on IBM's `ibmmq` package or its predecessor `pymqi` (same API family).
+
+Unit of work = MQ syncpoint. Every MQGET uses MQGMO_SYNCPOINT, so a got message stays hidden
+from other consumers until MQCMIT deletes it or MQBACK returns it to its place with
+BackoutCount + 1. MQ can only commit or back out a unit of work whole
+(`supports_partial_commit = False`).
+
+Poison messages are handled like the IBM MQ JMS classes do: the queue's BOTHRESH and BOQNAME are
+inquired at connect (a listener's `backout_threshold` / `backout_queue` override them); a message
+got with BackoutCount >= threshold is put to the backout queue in the same unit of work and never
+handed to the listener; if that put fails it goes to the queue manager's dead-letter queue with an
+MQDLH; if that fails too the unit is backed out and `BackoutFailedError` stops the listener —
+a message is never dropped. Messages the listener moves (permanent failures) take the same route,
+with the reason in the `mqbridge_reason` message property.
+
+MQDISC commits an open unit of work, so `close` always backs out first, and the connection is
+made with `disconnect_on_exit=False` so that garbage collection never disconnects (a connection
+that simply goes away is backed out by the queue manager).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from bridge.errors import (
+    BackoutFailedError,
+    ConfigError,
+    InDoubtError,
+    SourceConnectionError,
+    SourceError,
+    SourceQuiescingError,
+)
+from bridge.message import Message, utcnow
+from listeners.mq_connect import (
+    DEFAULT_MAX_UNCOMMITTED,
+    check_config,
+    configured,
+    connect_options,
+    connect_qmgr,
+    inquire_settings,
+    open_input,
+    secret,
+)
+from listeners.mq_driver import (
+    MQRC_BACKED_OUT,
+    MQRC_NO_MSG_AVAILABLE,
+    MQRC_SYNCPOINT_LIMIT_REACHED,
+    MQRC_TRUNCATED_MSG_FAILED,
+    driver_errors,
+    is_connection_loss,
+    is_warning,
+    load_driver,
+    reason_of,
+    wrap,
+)
+from listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
+from listeners.mq_poison import BACKOUT, PoisonRoute
+from listeners.mq_unit import InDoubtLog, UnitSlot
+from listeners.source import BackoutMove
+
+if TYPE_CHECKING:
+    from config import ListenerConfig, MqSourceConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["InDoubtLog", "MqSource"]
+
+INITIAL_BUFFER = 64 * 1024
+MAX_BUFFER = 2 * 100 * 1024 * 1024  # MQ's largest message (100 MB), doubled for data conversion
+MQRC_BACKOUT_THRESHOLD_REACHED = 2362
+MQFB_APPL_FIRST = 65536
+
+
+class MqSource:
+    """One IBM MQ client connection consuming one queue under syncpoint (see the module docstring)."""
+
+    supports_partial_commit = False
+
+    def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
+                 listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
+                 in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge") -> None:
+        self.name = name
+        self.destination = destination
+        self.config = config
+        #: Errors after which reconnecting may help (a commit in doubt is a lost connection too).
+        self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError, InDoubtError)
+        self._driver = driver if driver is not None else load_driver()
+        self._cmqc = self._driver.CMQC
+        self._errors = driver_errors(self._driver)
+        self._batch = int(getattr(listener, "batch", 1) or 1)
+        self._threshold_override = configured(listener, "backout_threshold")
+        self._queue_override = configured(listener, "backout_queue")
+        self._password = secret(getattr(config, "password", None))
+        check_config(name, config, destination, self._password)
+        self._options = connect_options(self._cmqc, name, getattr(config, "reconnect", None))
+        self._route = PoisonRoute(self._driver, self._errors, queue=destination,
+                                  qmgr_name=str(config.queue_manager), appl_name=appl_name)
+        self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
+        # Inquired at connect; the listener's configuration overrides BOTHRESH/BOQNAME.
+        self.backout_threshold = 0
+        self.backout_queue = ""
+        self.dead_letter_queue = ""
+        self.max_uncommitted = DEFAULT_MAX_UNCOMMITTED
+        # Counters, for the status page and tests.
+        self.moved_to_backout = 0
+        self.moved_to_dead_letter = 0
+        self.in_doubt_units = 0
+        self.in_doubt_redelivered = 0
+        self._qmgr: Any = None
+        self._input: Any = None
+        self._handles: list[Any] = []
+        self._handles_unavailable = False
+        self._names_unavailable_logged = False
+        self._unit: list[UnitSlot] = []
+        self._uncommitted = 0  # gets and puts in the unit of work (MAXUMSGS counts both)
+        self._full = False
+        self._quiescing = False
+        self._buffer = INITIAL_BUFFER
+        self._idle = threading.Event()  # never set: an interruptible pause
+
+    @property
+    def _where(self) -> str:
+        return f"{self.config.queue_manager}/{self.destination}"
+
+    # -- connection ----------------------------------------------------------------------------
+    def connect(self) -> None:
+        if self._qmgr is not None:
+            self.close()
+        self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._password, self._options)
+        try:
+            self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
+                                                 self.destination)
+            settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
+                                        self._where, str(self.config.queue_manager))
+            self._apply(settings.backout_threshold, settings.backout_queue, settings.dead_letter_queue,
+                        settings.max_uncommitted)
+        except BaseException:
+            self.close()
+            raise
+        log.info("connected to %s via %s at %s (BOTHRESH %d, backout queue %s, dead-letter queue %s, MAXUMSGS %d)",
+                 self._where, self.config.channel, self.config.conn_name, self.backout_threshold,
+                 self.backout_queue or "-", self.dead_letter_queue or "-", self.max_uncommitted)
+
+    def _apply(self, threshold: int, backout_queue: str, dead_letter_queue: str, max_uncommitted: int) -> None:
+        override = self._threshold_override
+        self.backout_threshold = int(override) if override is not None else threshold
+        self.backout_queue = str(self._queue_override) if self._queue_override else backout_queue
+        self.dead_letter_queue = dead_letter_queue
+        self.max_uncommitted = max_uncommitted
+        if self._batch > max_uncommitted:
+            raise ConfigError(
+                f"listeners ({self.name}:{self.destination}).batch = {self._batch} is above queue manager "
+                f"{self.config.queue_manager}'s MaxUncommittedMsgs (MAXUMSGS) = {max_uncommitted}: lower "
+                "batch, or ALTER QMGR MAXUMSGS")
+        if 2 * self._batch > max_uncommitted:
+            log.warning("%s: batch %d with MAXUMSGS %d: a unit of work is capped at %d messages, because each "
+                        "message moved to a backout queue adds an uncommitted put", self._where, self._batch,
+                        max_uncommitted, max_uncommitted // 2)
+
+    def close(self) -> None:
+        qmgr, self._qmgr = self._qmgr, None
+        queue, self._input = self._input, None
+        handles, self._handles = self._handles, []
+        self._end_unit()
+        self._quiescing = False
+        if qmgr is None:
+            return
+        try:
+            qmgr.backout()  # before anything else: MQDISC would commit an open unit of work
+        except Exception as exc:
+            if not (isinstance(exc, self._errors) and is_connection_loss(exc)):
+                log.critical("MQBACK on %s failed (%s); NOT disconnecting, because MQDISC would commit the "
+                             "unit of work. The connection is abandoned; the queue manager backs the unit "
+                             "out when the connection ends.", self._where, exc)
+                return
+            log.debug("MQBACK on %s: connection already gone (%s)", self._where, exc)
+        for handle in handles:
+            _quietly(getattr(handle, "dlt", None))
+        if queue is not None:
+            _quietly(queue.close)
+        _quietly(qmgr.disconnect)
+
+    # -- unit of work ----------------------------------------------------------------------
+    def receive(self, timeout: float) -> Message | None:
+        self._require()
+        if self._quiescing:
+            return self._while_quiescing(timeout)
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            if not self._room_for_one_more():
+                self._idle.wait(max(0.0, deadline - time.monotonic()))
+                return None
+            try:
+                slot = self._get(deadline)
+            except SourceQuiescingError:
+                self._quiescing = True
+                log.warning("%s: queue manager is quiescing; finishing the unit of work, then stopping",
+                            self._where)
+                return self._while_quiescing(0.0)
+            if slot is None:
+                self._commit_if_only_moves()
+                return None
+            if self.backout_threshold > 0 and slot.backout_count >= self.backout_threshold:
+                reason = (f"BackoutCount {slot.backout_count} reached the backout threshold "
+                          f"{self.backout_threshold} of {self.destination}")
+                self._move(slot, reason, None, MQRC_BACKOUT_THRESHOLD_REACHED)
+                self._commit_if_only_moves()
+                continue
+            slot.handed = True
+            return self._to_message(slot)
+
+    def _while_quiescing(self, timeout: float) -> Message | None:
+        if any(s.handed for s in self._unit):
+            self._idle.wait(timeout)  # the listener is finishing its unit of work
+            return None
+        self._commit_if_only_moves()
+        raise SourceQuiescingError(f"queue manager {self.config.queue_manager} is quiescing: "
+                                   f"stopped consuming {self.destination}")
+
+    def _room_for_one_more(self) -> bool:
+        # Every message handed out may still be moved at commit (one more uncommitted put each).
+        handed = sum(1 for s in self._unit if s.handed)
+        return not self._full and self._uncommitted + handed + 2 <= self.max_uncommitted
+
+    def _get(self, deadline: float) -> UnitSlot | None:
+        c, d = self._cmqc, self._driver
+        convert = getattr(self.config, "convert", False)
+        cap = getattr(self.config, "wait_interval", None)
+        while True:
+            wait = max(0.0, deadline - time.monotonic())
+            if cap:
+                wait = min(wait, float(cap))
+            handle = self._handle(len(self._unit))
+            md = d.MD()  # a fresh MQMD: reused MsgId/CorrelId would match only the previous message
+            gmo = d.GMO(Version=c.MQGMO_VERSION_4)
+            gmo.Options = c.MQGMO_SYNCPOINT | c.MQGMO_WAIT | c.MQGMO_FAIL_IF_QUIESCING
+            gmo.WaitInterval = int(wait * 1000)
+            if handle is not None:
+                gmo.Options |= c.MQGMO_PROPERTIES_IN_HANDLE
+                gmo.MsgHandle = handle.msg_handle
+            if convert:
+                gmo.Options |= c.MQGMO_CONVERT
+                md.CodedCharSetId = 1208 if convert is True else int(convert)
+                md.Encoding = c.MQENC_NATIVE
+            warning = 0
+            try:
+                body = self._input.get(self._buffer, md, gmo)
+            except self._errors as exc:
+                reason = reason_of(exc)
+                if reason == MQRC_NO_MSG_AVAILABLE:
+                    return None
+                if reason == MQRC_TRUNCATED_MSG_FAILED:
+                    self._grow_buffer(exc, bool(convert))  # the message is still on the queue
+                    continue
+                if reason == MQRC_SYNCPOINT_LIMIT_REACHED and self._unit:
+                    self._full = True
+                    return None
+                if not is_warning(exc):
+                    raise wrap(exc, f"MQGET from {self._where}") from exc
+                # A warning (e.g. 2119 not converted) still got the message: it is in our unit.
+                body, warning = bytes(getattr(exc, "message", b"") or b""), reason or 0
+                log.warning("MQGET from %s: %s; the message is delivered as it was got", self._where, exc)
+            slot = UnitSlot(hex_id(md.MsgId), md, bytes(body), handle, int(md.BackoutCount), warning)
+            self._unit.append(slot)
+            self._uncommitted += 1
+            return slot
+
+    def _grow_buffer(self, exc: BaseException, convert: bool) -> None:
+        length = int(getattr(exc, "original_length", 0) or 0)
+        wanted = max(length * (2 if convert else 1), self._buffer * 2)
+        if self._buffer >= MAX_BUFFER:
+            raise SourceError(f"MQGET from {self._where}: a message of {length} bytes does not fit "
+                              f"{self._buffer} bytes") from exc
+        self._buffer = min(wanted, MAX_BUFFER)
+        log.info("MQGET from %s: message of %d bytes; buffer grown to %d bytes", self._where, length, self._buffer)
+
+    def _handle(self, index: int) -> Any:
+        """The message handle for the index-th message of the unit (a pool reused per unit)."""
+        if self._handles_unavailable:
+            return None
+        while len(self._handles) <= index:
+            try:
+                self._handles.append(self._driver.MessageHandle(self._qmgr))
+            except self._errors as exc:
+                if is_connection_loss(exc):
+                    raise wrap(exc, f"MQCRTMH on {self._where}") from exc
+                self._handles_unavailable = True
+                log.warning("%s: message handles are unavailable (%s): message properties stay in the "
+                            "body as an MQRFH2 header, as the queue's PROPCTL decides", self._where, exc)
+                return None
+        return self._handles[index]
+
+    def _to_message(self, slot: UnitSlot) -> Message:
+        md = slot.md
+        headers = md_headers(md)
+        if slot.handle is not None:
+            properties = self._call(lambda: read_properties(slot.handle, self._cmqc, self._errors),
+                                    "MQINQMP")
+            if properties is None:
+                if not self._names_unavailable_logged:
+                    self._names_unavailable_logged = True
+                    log.warning("%s: this driver does not return property names (pymqi 1.x); message "
+                                "properties are kept (and moved with a message) but not copied to headers; "
+                                "install ibmmq to get them", self._where)
+            else:
+                headers.update(properties)
+        if slot.warning:
+            headers["mqbridge_get_warning"] = str(slot.warning)
+        if slot.msg_id in self.in_doubt:
+            headers["mqbridge_in_doubt"] = "true"
+            self.in_doubt_redelivered += 1
+            log.info("%s: message %s was in a unit of work whose commit was in doubt; it came back",
+                     self._where, slot.msg_id)
+        return Message(
+            msg_id=slot.msg_id,
+            body=slot.body,
+            source=self.name,
+            destination=self.destination,
+            correlation_id=correlation_id(md.CorrelId),
+            put_timestamp=put_timestamp(md.PutDate, md.PutTime),
+            received_timestamp=utcnow(),
+            redelivered=slot.backout_count > 0,
+            delivery_count=slot.backout_count + 1,
+            headers=headers,
+            token=slot,
+        )
+
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+        if returns:
+            raise SourceError(f"{self._where}: IBM MQ commits or backs out a unit of work whole; "
+                              "returning some of its messages is not possible (supports_partial_commit is False)")
+        self._require()
+        by_id = {slot.msg_id: slot for slot in self._unit}
+        for move in moves:
+            slot = by_id.get(move.message.msg_id)
+            if slot is None:
+                raise SourceError(f"{self._where}: message {move.message.msg_id} is not in the unit of work")
+            if slot.moved:
+                continue
+            threshold = self.backout_threshold
+            code = MQRC_BACKOUT_THRESHOLD_REACHED if threshold and slot.backout_count >= threshold else MQFB_APPL_FIRST
+            self._move(slot, move.reason, move.queue, code)
+        self._commit_unit()
+
+    def rollback(self) -> None:
+        qmgr = self._require()
+        count = len(self._unit)
+        try:
+            qmgr.backout()
+        except self._errors as exc:
+            self._end_unit()
+            raise wrap(exc, f"MQBACK of {count} messages on {self._where}") from exc
+        self._end_unit()
+
+    # -- internals --------------------------------------------------------------------------
+    def _require(self) -> Any:
+        if self._qmgr is None:
+            raise SourceConnectionError(f"not connected to {self._where}")
+        return self._qmgr
+
+    def _call(self, call: Any, what: str) -> Any:
+        try:
+            return call()
+        except self._errors as exc:
+            raise wrap(exc, f"{what} on {self._where}") from exc
+
+    def _end_unit(self) -> None:
+        self._unit = []
+        self._uncommitted = 0
+        self._full = False
+
+    def _commit_if_only_moves(self) -> None:
+        """A unit holding only messages this source moved (nothing handed out) is finished at once."""
+        if self._unit and not any(s.handed for s in self._unit):
+            self._commit_unit()
+
+    def _commit_unit(self) -> None:
+        qmgr = self._require()
+        msg_ids = [slot.msg_id for slot in self._unit]
+        if not msg_ids and not self._uncommitted:
+            return
+        try:
+            qmgr.commit()
+        except self._errors as exc:
+            reason = reason_of(exc)
+            if is_warning(exc):
+                log.warning("MQCMIT on %s: %s", self._where, exc)
+            elif reason == MQRC_BACKED_OUT:
+                self._end_unit()
+                raise SourceConnectionError(f"MQCMIT on {self._where}: the queue manager backed out the unit "
+                                            f"of work of {len(msg_ids)} messages (2003); they will be delivered "
+                                            "again") from exc
+            elif is_connection_loss(exc):
+                self._end_unit()
+                self.in_doubt.record(msg_ids)
+                self.in_doubt_units += 1
+                log.error("MQCMIT on %s failed with %s: the commit of %d messages is IN DOUBT; they may be "
+                          "delivered again. Message ids: %s", self._where, reason, len(msg_ids), ", ".join(msg_ids))
+                raise InDoubtError(f"MQCMIT on {self._where} failed ({exc}): the commit of {len(msg_ids)} "
+                                   "messages is in doubt", msg_ids) from exc
+            else:
+                raise wrap(exc, f"MQCMIT on {self._where}") from exc
+        self._end_unit()
+
+    def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int) -> None:
+        """Put the message to its backout queue (else the dead-letter queue) in this unit of work;
+        if neither takes it, back the whole unit out and raise BackoutFailedError."""
+        where, problems = self._route.move(self._qmgr, slot, reason, backout_queue=queue or self.backout_queue,
+                                           dead_letter_queue=self.dead_letter_queue, dlh_reason=dlh_reason)
+        if where is not None:
+            self._uncommitted += 1
+            if where == BACKOUT:
+                self.moved_to_backout += 1
+                log.warning("%s: moved message %s to backout queue %s: %s", self._where, slot.msg_id,
+                            queue or self.backout_queue, reason)
+            else:
+                self.moved_to_dead_letter += 1
+                log.error("%s: moved message %s to dead-letter queue %s (%s): %s", self._where, slot.msg_id,
+                          self.dead_letter_queue, "; ".join(problems), reason)
+            return
+        try:
+            self._qmgr.backout()
+        except self._errors as exc:
+            log.error("MQBACK on %s after a failed move: %s", self._where, exc)
+        self._end_unit()
+        message = (f"cannot move message {slot.msg_id} from {self._where} to a backout or dead-letter queue "
+                   f"({'; '.join(problems)}); its unit of work is backed out and the listener stops")
+        log.critical("%s", message)
+        raise BackoutFailedError(message)
+
+
+def _quietly(call: Any) -> None:
+    if call is None:
+        return
+    try:
+        call()
+    except Exception as exc:  # closing never raises
+        log.debug("ignored while closing: %s", exc)

@@ -1,0 +1,165 @@
+"""Connecting to an IBM MQ queue manager as a client: checking the `[sources.X]` settings,
+building the MQCD/MQSCO/MQCNO, opening the input queue and inquiring the attributes that
+drive poison-message handling (BOTHRESH, BOQNAME, DEADQ, MAXUMSGS)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.errors import ConfigError
+from listeners.mq_driver import reason_of, wrap
+from listeners.mq_mapping import text
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_UNCOMMITTED = 10_000  # MAXUMSGS default, used when the queue manager cannot be inquired
+MQRC_NOT_AUTHORIZED = 2035
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """What the queue manager says about the consumed queue (before listener overrides)."""
+
+    backout_threshold: int  # BOTHRESH (0: no backout handling)
+    backout_queue: str  # BOQNAME ("" if blank or not inquirable)
+    dead_letter_queue: str  # the queue manager's DEADQ
+    max_uncommitted: int  # MAXUMSGS
+
+
+def configured(listener: Any, name: str) -> Any:
+    """A listener setting the user configured explicitly (a pydantic default does not count)."""
+    value = getattr(listener, name, None) if listener is not None else None
+    if value is None:
+        return None
+    fields_set = getattr(listener, "model_fields_set", None)
+    if fields_set is not None and name not in fields_set:
+        return None
+    return value
+
+
+def secret(value: Any) -> str | None:
+    """The plain text of a pydantic SecretStr (or a plain string)."""
+    if value is None:
+        return None
+    getter = getattr(value, "get_secret_value", None)
+    return str(getter() if getter else value)
+
+
+def check_config(source: str, cfg: Any, destination: str, password: str | None) -> None:
+    """Refuse settings the queue manager would reject, and a password that would travel
+    without TLS unless the user explicitly allows it."""
+    key = f"sources.{source}"
+    qm = getattr(cfg, "queue_manager", "") or ""
+    channel = getattr(cfg, "channel", "") or ""
+    conn_name = getattr(cfg, "conn_name", "") or ""
+    if len(qm) > 48:
+        raise ConfigError(f"{key}.queue_manager: {qm!r} is longer than 48 characters")
+    if not channel or len(channel) > 20:
+        raise ConfigError(f"{key}.channel: a client channel name of 1 to 20 characters is required")
+    if not conn_name or len(conn_name) > 264:
+        raise ConfigError(f"{key}.conn_name: 'host(port)' or a comma list of them (at most 264 characters) "
+                          "is required")
+    if not destination or len(destination.encode()) > 48:
+        raise ConfigError(f"listeners: queue {destination!r} must be 1 to 48 characters (an MQ queue name)")
+    if getattr(cfg, "user", None) and password is None:
+        raise ConfigError(f"{key}.password: a user is configured without a password")
+    if password and not getattr(cfg, "cipher_spec", None) and not getattr(cfg, "allow_plaintext_password", False):
+        raise ConfigError(
+            f"{key}.password is set but {key}.cipher_spec is not: without TLS the MQCSP password can travel "
+            "in clear. Set cipher_spec (e.g. \"ANY_TLS12_OR_HIGHER\") and key_repository, or set "
+            "allow_plaintext_password = true to accept the risk")
+
+
+def connect_options(cmqc: Any, source: str, reconnect: Any) -> int:
+    """MQCNO options: client binding plus the configured automatic-reconnect behaviour."""
+    choices = {None: cmqc.MQCNO_RECONNECT_AS_DEF, "as_def": cmqc.MQCNO_RECONNECT_AS_DEF,
+               "default": cmqc.MQCNO_RECONNECT_AS_DEF, True: cmqc.MQCNO_RECONNECT, "yes": cmqc.MQCNO_RECONNECT,
+               "any": cmqc.MQCNO_RECONNECT, "qmgr": cmqc.MQCNO_RECONNECT_Q_MGR,
+               False: cmqc.MQCNO_RECONNECT_DISABLED, "no": cmqc.MQCNO_RECONNECT_DISABLED,
+               "disabled": cmqc.MQCNO_RECONNECT_DISABLED}
+    key = reconnect.lower() if isinstance(reconnect, str) else reconnect
+    if key not in choices:
+        raise ConfigError(f"sources.{source}.reconnect: {reconnect!r} is not one of true, false, \"qmgr\", "
+                          "\"any\", \"disabled\", \"as_def\"")
+    return getattr(cmqc, "MQCNO_CLIENT_BINDING", 0) | choices[key]
+
+
+def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: Any, password: str | None,
+                 options: int) -> Any:
+    """A connected QueueManager that never disconnects from garbage collection (MQDISC commits)."""
+    channels = getattr(driver, "CMQXC", driver.CMQC)
+    cd = driver.CD()
+    cd.ChannelName = cfg.channel.encode()
+    cd.ConnectionName = cfg.conn_name.encode()
+    cd.ChannelType = getattr(channels, "MQCHT_CLNTCONN", 6)
+    cd.TransportType = getattr(channels, "MQXPT_TCP", 2)
+    sco = driver.SCO()
+    if getattr(cfg, "cipher_spec", None):
+        cd.SSLCipherSpec = cfg.cipher_spec.encode()
+    if getattr(cfg, "key_repository", None):
+        sco.KeyRepository = str(cfg.key_repository).encode()
+    label = getattr(cfg, "certificate_label", None)
+    if label:
+        if hasattr(sco, "CertificateLabel"):
+            sco.CertificateLabel = label.encode()
+        else:  # older structures: the label goes in the MQCD (version 11)
+            cd.CertificateLabel = label.encode()
+            cd.Version = max(cd.Version, 11)
+    kwargs: dict[str, Any] = {"cd": cd, "sco": sco, "opts": options}
+    if getattr(cfg, "user", None):
+        kwargs.update(user=cfg.user, password=password)
+    qmgr = driver.QueueManager(None, disconnect_on_exit=False)
+    what = f"MQCONNX to {cfg.queue_manager} via {cfg.channel} at {cfg.conn_name}"
+    try:
+        qmgr.connect_with_options(cfg.queue_manager, **kwargs)
+    except errors as exc:
+        if getattr(exc, "comp", None) != 1:  # a warning (MQCC_WARNING) still connects
+            raise wrap(exc, what, at_connect=True) from exc
+        log.warning("%s: %s", what, exc)
+    return qmgr
+
+
+def open_input(driver: Any, errors: tuple[type[BaseException], ...], qmgr: Any, where: str,
+               destination: str) -> tuple[Any, bool]:
+    """The queue opened for input (and inquire, when authorised): (queue, inquirable)."""
+    c = driver.CMQC
+    options = c.MQOO_INPUT_AS_Q_DEF | c.MQOO_FAIL_IF_QUIESCING
+    what = f"MQOPEN of {where} for input"
+    try:
+        return driver.Queue(qmgr, destination.encode(), options | c.MQOO_INQUIRE), True
+    except errors as exc:
+        if reason_of(exc) != MQRC_NOT_AUTHORIZED:
+            raise wrap(exc, what, at_connect=True) from exc
+    log.warning("%s: not authorised to inquire the queue; BOTHRESH/BOQNAME are not read (grant +inq, or set "
+                "the listener's backout_threshold and backout_queue)", what)
+    try:
+        return driver.Queue(qmgr, destination.encode(), options), False
+    except errors as exc:
+        raise wrap(exc, what, at_connect=True) from exc
+
+
+def inquire_settings(cmqc: Any, errors: tuple[type[BaseException], ...], qmgr: Any, queue: Any,
+                     inquirable: bool, where: str, qmgr_name: str) -> QueueSettings:
+    """BOTHRESH and BOQNAME of the queue, DEADQ and MAXUMSGS of the queue manager, inquired once."""
+    def ask(obj: Any, selector: int, what: str, default: Any) -> Any:
+        try:
+            return obj.inquire(selector)
+        except errors as exc:
+            if reason_of(exc) != MQRC_NOT_AUTHORIZED:
+                raise wrap(exc, f"MQINQ {what} of {where}") from exc
+            log.warning("not authorised to inquire %s of %s; using %r", what, where, default)
+            return default
+
+    threshold, boq = 0, ""
+    if inquirable:
+        threshold = int(ask(queue, cmqc.MQIA_BACKOUT_THRESHOLD, "BOTHRESH", 0))
+        boq = text(ask(queue, cmqc.MQCA_BACKOUT_REQ_Q_NAME, "BOQNAME", b""))
+    return QueueSettings(
+        backout_threshold=threshold,
+        backout_queue=boq,
+        dead_letter_queue=text(ask(qmgr, cmqc.MQCA_DEAD_LETTER_Q_NAME, f"DEADQ of {qmgr_name}", b"")),
+        max_uncommitted=int(ask(qmgr, cmqc.MQIA_MAX_UNCOMMITTED_MSGS, f"MAXUMSGS of {qmgr_name}",
+                                DEFAULT_MAX_UNCOMMITTED)),
+    )

@@ -1,0 +1,1 @@
+"""Test doubles that simulate what cannot run here (an IBM MQ queue manager)."""

@@ -1,0 +1,545 @@
+"""The state of a fake IBM MQ queue manager: queues, messages, connections, units of work.
+
+This is a simulation of MQ's documented behaviour, not a recorder of calls:
+
+- a get under syncpoint hides the message from every other connection until the unit of work
+  ends: commit deletes it, backout puts it back *in its original position* with
+  ``BackoutCount + 1``; a put under syncpoint is invisible until commit and vanishes on backout;
+- ``MQDISC`` with an open unit of work **commits** it (and is recorded as an event, because
+  for a consumer that is how messages get lost); a broken connection backs it out;
+- a get waits up to ``WaitInterval`` ms (on a condition variable) and fails with 2033;
+- ``MaxUncommittedMsgs`` gets and puts per unit of work, then 2024;
+- a message longer than the buffer fails with 2080 and stays on the queue;
+- warnings are raised as ``MQMIError`` too (2119 not converted: the message *is* got);
+- faults can be injected per verb (2009 breaks the connection and backs the unit out; a commit
+  fault may or may not have committed first), and the queue manager can quiesce (2161).
+
+`pymqi_fake` is the pymqi-shaped API over this state; tests use this module's helpers to put
+messages, look at queues and inject faults. Queue managers are found by name in `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from tests.fakes import mq_cmqc as CMQC
+from tests.fakes.mq_model import (
+    BYTE_FIELDS,
+    CHAR_FIELDS,
+    Connection,
+    Error,
+    FakeQueue,
+    Fault,
+    MQMIError,
+    PYIFError,
+    StoredMessage,
+    default_md,
+    fail,
+    infer_type,
+    pad_bytes,
+    pad_char,
+)
+
+__all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServer", "Fault", "MQMIError",
+           "PYIFError", "StoredMessage", "fail"]
+
+REGISTRY: dict[str, FakeQueueManagerServer] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+# Reasons after which the connection is gone (the unit of work is backed out by the QM).
+BREAKING_REASONS = frozenset({CMQC.MQRC_CONNECTION_BROKEN, CMQC.MQRC_Q_MGR_STOPPING, CMQC.MQRC_CONNECTION_STOPPING,
+                              CMQC.MQRC_HOST_NOT_AVAILABLE, CMQC.MQRC_Q_MGR_NOT_AVAILABLE})
+
+_CCSID_CODECS = {1208: "utf-8", 819: "latin-1", 1252: "cp1252", 437: "cp437", 850: "cp850", 37: "cp037",
+                 500: "cp500", 1200: "utf-16-be", 367: "ascii"}
+
+
+class FakeQueueManagerServer:
+    """A queue manager shared by every connection (and thread) that names it."""
+
+    def __init__(self, name: str | None = None, *, dead_letter_queue: str = "", max_uncommitted: int = 10000,
+                 ccsid: int = 1208, users: dict[str, str] | None = None, wildcard_names: bool = True,
+                 register: bool = True) -> None:
+        self.name = name or f"QM{uuid.uuid4().hex[:8].upper()}"
+        self.dead_letter_queue = dead_letter_queue
+        self.max_uncommitted = max_uncommitted
+        self.ccsid = ccsid
+        self.users = users  # None: no authentication; else user -> password
+        #: ibmmq 2 returns (value, name) for wildcard MQINQMP; pymqi 1.x only the value.
+        self.wildcard_names = wildcard_names
+        self.queues: dict[str, FakeQueue] = {}
+        self.faults: list[Fault] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.connections: list[Connection] = []
+        self.quiescing = False
+        self.down = False  # host not reachable: connects fail with 2538
+        self.cond = threading.Condition()
+        self._hconns = itertools.count(1000)
+        self._hobjs = itertools.count(1)
+        self._hmsgs = itertools.count(1)
+        self._seq = itertools.count(1)
+        self._msg_ids = itertools.count(1)
+        if dead_letter_queue:
+            self.define_queue(dead_letter_queue)
+        if register:
+            with _REGISTRY_LOCK:
+                REGISTRY[self.name] = self
+
+    # -- test side ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Forget this queue manager (connections to it fail from now on)."""
+        with _REGISTRY_LOCK:
+            REGISTRY.pop(self.name, None)
+        self.break_connections()
+
+    def define_queue(self, name: str, **attributes: Any) -> FakeQueue:
+        with self.cond:
+            queue = self.queues.get(name)
+            if queue is None:
+                queue = self.queues[name] = FakeQueue(name)
+            for key, value in attributes.items():
+                getattr(queue, key)  # unknown attribute: AttributeError
+                setattr(queue, key, value)
+            return queue
+
+    def queue(self, name: str) -> FakeQueue:
+        return self.queues[name]
+
+    def put(self, queue: str, body: bytes, *, msg_id: bytes | None = None, correl_id: bytes = b"",
+            backout_count: int = 0, properties: dict[str, Any] | None = None, format: bytes = CMQC.MQFMT_STRING,
+            ccsid: int = 1208, priority: int = 0, persistence: int = CMQC.MQPER_PERSISTENT,
+            expiry: int = CMQC.MQEI_UNLIMITED, put_appl_name: str = "amqsput", user: str = "app",
+            reply_to_q: str = "", reply_to_qmgr: str = "", put_time: datetime | None = None) -> bytes:
+        """Put a committed message as another application would (amqsput). Returns its MsgId."""
+        when = put_time or datetime.now(timezone.utc)
+        md = default_md()
+        md.update(Format=pad_char(format, 8), CodedCharSetId=ccsid, Priority=priority, Persistence=persistence,
+                  Expiry=expiry, BackoutCount=backout_count, CorrelId=pad_bytes(correl_id, 24),
+                  ReplyToQ=pad_char(reply_to_q, 48), ReplyToQMgr=pad_char(reply_to_qmgr or "", 48),
+                  UserIdentifier=pad_char(user, 12), PutApplName=pad_char(put_appl_name, 28),
+                  PutDate=when.strftime("%Y%m%d").encode(),
+                  PutTime=(when.strftime("%H%M%S") + f"{when.microsecond // 10000:02d}").encode(),
+                  PutApplType=CMQC.MQAT_DEFAULT)
+        with self.cond:
+            md["MsgId"] = pad_bytes(msg_id, 24) if msg_id else self._new_msg_id()
+            props = {name: (infer_type(value), value) for name, value in (properties or {}).items()}
+            self._queue_for(queue)._insert(StoredMessage(body, md, props, next(self._seq)))
+            self.cond.notify_all()
+            return md["MsgId"]
+
+    def put_many(self, queue: str, bodies: list[bytes], **kw: Any) -> list[bytes]:
+        return [self.put(queue, body, **kw) for body in bodies]
+
+    def inject(self, op: str, reason: int, *, after: int = 0, times: int = 1, queue: str | None = None,
+               applied: bool = False, comp: int = CMQC.MQCC_FAILED) -> Fault:
+        """Make the next `times` calls of `op` (after skipping `after` of them) fail with `reason`."""
+        fault = Fault(op, reason, comp, queue, after, times, applied)
+        with self.cond:
+            self.faults.append(fault)
+        return fault
+
+    def break_connections(self, reason: int = CMQC.MQRC_CONNECTION_BROKEN) -> int:
+        """Every live connection breaks now (network loss): units of work are backed out."""
+        with self.cond:
+            live = [c for c in self.connections if c.alive]
+            for conn in live:
+                self._break(conn, reason)
+            return len(live)
+
+    def quiesce(self) -> None:
+        """endmqm -c: calls with *_FAIL_IF_QUIESCING fail with 2161 from now on."""
+        with self.cond:
+            self.quiescing = True
+            self.cond.notify_all()
+
+    @property
+    def disconnects_with_open_uow(self) -> list[dict[str, Any]]:
+        """Every MQDISC that committed an open unit of work: for a consumer, lost messages."""
+        return [details for kind, details in self.events if kind == "disconnect_with_open_uow"]
+
+    def live_connections(self) -> list[Connection]:
+        with self.cond:
+            return [c for c in self.connections if c.alive]
+
+    def uncommitted(self) -> int:
+        with self.cond:
+            return sum(c.uow_size for c in self.connections if c.alive)
+
+    # -- MQI verbs (called by pymqi_fake) ------------------------------------------------------
+    def mqconnx(self, user: str | None, password: str | None, options: int, info: dict[str, Any]) -> Connection:
+        with self.cond:
+            self._maybe_fault(None, "connect", None)
+            if self.down:
+                raise fail(CMQC.MQRC_HOST_NOT_AVAILABLE)
+            if self.quiescing:
+                raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
+            if self.users is not None and (user is None or self.users.get(user) != password):
+                raise fail(CMQC.MQRC_NOT_AUTHORIZED)
+            share = bool(options & (CMQC.MQCNO_HANDLE_SHARE_BLOCK | CMQC.MQCNO_HANDLE_SHARE_NO_BLOCK))
+            conn = Connection(next(self._hconns), threading.get_ident(), share, dict(info, user=user))
+            self.connections.append(conn)
+            return conn
+
+    def mqdisc(self, conn: Connection, *, via: str = "MQDISC") -> None:
+        with self.cond:
+            if not conn.alive:
+                raise fail(conn.reason or CMQC.MQRC_CONNECTION_BROKEN)
+            self._check_thread(conn)
+            self._maybe_fault(conn, "disconnect", None)
+            if conn.uow_size:
+                # MQ's documented behaviour: a normal disconnect commits the unit of work.
+                self.events.append(("disconnect_with_open_uow", {
+                    "hconn": conn.hconn, "gets": len(conn.gets), "puts": len(conn.puts), "via": via,
+                    "msg_ids": [m.msg_id.hex() for _, m in conn.gets]}))
+                self._commit(conn)
+            conn.alive = False
+            conn.reason = CMQC.MQRC_HCONN_ERROR
+            conn.handles.clear()
+            self.cond.notify_all()
+
+    def mqopen(self, conn: Connection, name: str, options: int, object_type: int = 1) -> int:
+        with self.cond:
+            self._check(conn)
+            self._maybe_fault(conn, "open", name)
+            if object_type == 5:  # MQOT_Q_MGR
+                conn.objects[hobj := next(self._hobjs)] = (None, options)
+                return hobj
+            if options & CMQC.MQOO_FAIL_IF_QUIESCING and self.quiescing:
+                raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
+            queue = self.queues.get(name)
+            if queue is None:
+                raise fail(CMQC.MQRC_UNKNOWN_OBJECT_NAME)
+            wanted = {"get": options & (CMQC.MQOO_INPUT_AS_Q_DEF | CMQC.MQOO_INPUT_SHARED | CMQC.MQOO_INPUT_EXCLUSIVE),
+                      "put": options & CMQC.MQOO_OUTPUT, "inq": options & CMQC.MQOO_INQUIRE,
+                      "browse": options & CMQC.MQOO_BROWSE}
+            if any(wanted[k] for k in queue.denied if k in wanted):
+                raise fail(CMQC.MQRC_NOT_AUTHORIZED)
+            conn.objects[hobj := next(self._hobjs)] = (queue, options)
+            return hobj
+
+    def mqclose(self, conn: Connection, hobj: int) -> None:
+        with self.cond:
+            self._check(conn)
+            if conn.objects.pop(hobj, None) is None:
+                raise fail(CMQC.MQRC_HOBJ_ERROR)
+
+    def mqinq(self, conn: Connection, hobj: int, selector: int) -> Any:
+        with self.cond:
+            self._check(conn)
+            queue, options = self._object(conn, hobj)
+            self._maybe_fault(conn, "inquire", queue.name if queue else None)
+            if queue is None:
+                values = {CMQC.MQCA_DEAD_LETTER_Q_NAME: pad_char(self.dead_letter_queue, 48),
+                          CMQC.MQIA_MAX_UNCOMMITTED_MSGS: self.max_uncommitted,
+                          CMQC.MQCA_Q_MGR_NAME: pad_char(self.name, 48)}
+            else:
+                if not options & CMQC.MQOO_INQUIRE:
+                    raise fail(CMQC.MQRC_NOT_OPEN_FOR_INQUIRE)
+                values = {CMQC.MQIA_BACKOUT_THRESHOLD: queue.backout_threshold,
+                          CMQC.MQCA_BACKOUT_REQ_Q_NAME: pad_char(queue.backout_queue, 48),
+                          CMQC.MQIA_CURRENT_Q_DEPTH: queue.depth}
+            if selector not in values:
+                raise fail(2067)  # MQRC_SELECTOR_ERROR
+            return values[selector]
+
+    def mqget(self, conn: Connection, hobj: int, md: Any, gmo: Any, max_length: int | None) -> bytes:
+        with self.cond:
+            self._check(conn)
+            queue, options = self._object(conn, hobj)
+            if queue is None or not options & (CMQC.MQOO_INPUT_AS_Q_DEF | CMQC.MQOO_INPUT_SHARED
+                                               | CMQC.MQOO_INPUT_EXCLUSIVE):
+                raise fail(CMQC.MQRC_NOT_OPEN_FOR_INPUT)
+            self._maybe_fault(conn, "get", queue.name)
+            opts = gmo.Options
+            syncpoint = bool(opts & CMQC.MQGMO_SYNCPOINT)
+            if queue.get_inhibited:
+                raise fail(CMQC.MQRC_GET_INHIBITED)
+            if syncpoint and conn.uow_size >= self.max_uncommitted:
+                raise fail(CMQC.MQRC_SYNCPOINT_LIMIT_REACHED)
+            wait = opts & CMQC.MQGMO_WAIT
+            deadline = None if gmo.WaitInterval < 0 else time.monotonic() + gmo.WaitInterval / 1000
+            while True:
+                self._check(conn)
+                if opts & CMQC.MQGMO_FAIL_IF_QUIESCING and self.quiescing:
+                    raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
+                message = self._match(queue, md, gmo)
+                if message is not None:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not wait or (remaining is not None and remaining <= 0):
+                    raise fail(CMQC.MQRC_NO_MSG_AVAILABLE)
+                self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            return self._take(conn, queue, message, md, gmo, max_length, syncpoint)
+
+    def mqput(self, conn: Connection, hobj: int | None, name: str | None, md: Any, pmo: Any, data: bytes) -> None:
+        with self.cond:
+            self._check(conn)
+            if hobj is not None:
+                queue, options = self._object(conn, hobj)
+                if queue is None or not options & CMQC.MQOO_OUTPUT:
+                    raise fail(CMQC.MQRC_NOT_OPEN_FOR_OUTPUT)
+            else:  # MQPUT1
+                assert name is not None
+                queue = self.queues.get(name)
+                if queue is not None and "put" in queue.denied:
+                    raise fail(CMQC.MQRC_NOT_AUTHORIZED)
+            self._maybe_fault(conn, "put", queue.name if queue else name)
+            if queue is None:
+                raise fail(CMQC.MQRC_UNKNOWN_OBJECT_NAME)
+            syncpoint = bool(pmo.Options & CMQC.MQPMO_SYNCPOINT)
+            if pmo.Options & CMQC.MQPMO_FAIL_IF_QUIESCING and self.quiescing:
+                raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
+            if queue.put_inhibited:
+                raise fail(CMQC.MQRC_PUT_INHIBITED)
+            if len(data) > queue.max_msg_length:
+                raise fail(CMQC.MQRC_MSG_TOO_BIG_FOR_Q)
+            if queue.depth >= queue.max_depth:
+                raise fail(CMQC.MQRC_Q_FULL)
+            if syncpoint and conn.uow_size >= self.max_uncommitted:
+                raise fail(CMQC.MQRC_SYNCPOINT_LIMIT_REACHED)
+            stored = default_md()
+            for key in stored:
+                stored[key] = getattr(md, key)
+            if pmo.Options & CMQC.MQPMO_NEW_MSG_ID or stored["MsgId"].strip(b"\0") == b"":
+                stored["MsgId"] = self._new_msg_id()
+            if stored["Persistence"] == CMQC.MQPER_PERSISTENCE_AS_Q_DEF:
+                stored["Persistence"] = queue.default_persistence
+            if stored["Priority"] == CMQC.MQPRI_PRIORITY_AS_Q_DEF:
+                stored["Priority"] = 0
+            if not pmo.Options & CMQC.MQPMO_SET_ALL_CONTEXT:  # default context: the QM sets it
+                now = datetime.now(timezone.utc)
+                stored.update(UserIdentifier=pad_char(conn.info.get("user") or "mqbridge", 12),
+                              PutApplName=pad_char(conn.info.get("appl_name", "python"), 28),
+                              PutApplType=CMQC.MQAT_DEFAULT, PutDate=now.strftime("%Y%m%d").encode(),
+                              PutTime=(now.strftime("%H%M%S") + f"{now.microsecond // 10000:02d}").encode())
+            stored["BackoutCount"] = 0
+            for key, length in CHAR_FIELDS.items():
+                stored[key] = pad_char(stored[key], length)
+            for key, length in BYTE_FIELDS.items():
+                stored[key] = pad_bytes(stored[key], length)
+            props: dict[str, tuple[int, Any]] = {}
+            handle_id = getattr(pmo, "OriginalMsgHandle", 0)
+            if handle_id:
+                props = dict(self._handle(conn, handle_id)["props"])
+            message = StoredMessage(bytes(data), stored, props, next(self._seq))
+            if syncpoint:
+                message.pending_put_by = conn.hconn
+                conn.puts.append((queue, message))
+            queue._insert(message)
+            for key in ("MsgId", "PutDate", "PutTime", "UserIdentifier", "PutApplName", "Persistence"):
+                setattr(md, key, stored[key])
+            self.cond.notify_all()
+
+    def mqcmit(self, conn: Connection) -> None:
+        with self.cond:
+            self._check(conn)
+            fault = self._match_fault(conn, "commit", None)
+            if fault is not None:
+                if fault.applied:
+                    self._commit(conn)
+                self._raise_fault(conn, fault)
+            self._commit(conn)
+
+    def mqback(self, conn: Connection) -> None:
+        with self.cond:
+            self._check(conn)
+            self._maybe_fault(conn, "backout", None)
+            self._backout(conn)
+
+    # -- message handles and properties ------------------------------------------------------
+    def mqcrtmh(self, conn: Connection) -> int:
+        with self.cond:
+            self._check(conn)
+            self._maybe_fault(conn, "crtmh", None)
+            hmsg = next(self._hmsgs)
+            conn.handles[hmsg] = {"props": {}, "cursor": -1}
+            return hmsg
+
+    def mqdltmh(self, conn: Connection, hmsg: int) -> None:
+        with self.cond:
+            self._check(conn)
+            if conn.handles.pop(hmsg, None) is None:
+                raise fail(2460)  # MQRC_HMSG_ERROR
+
+    def mqsetmp(self, conn: Connection, hmsg: int, name: str, value: Any, property_type: int) -> None:
+        with self.cond:
+            self._check(conn)
+            if not name or "%" in name or " " in name:
+                raise fail(2442)  # MQRC_PROPERTY_NAME_ERROR
+            self._handle(conn, hmsg)["props"][name] = (property_type, value)
+
+    def mqinqmp(self, conn: Connection, hmsg: int, name: str, options: int, max_length: int) -> Any:
+        with self.cond:
+            self._check(conn)
+            handle = self._handle(conn, hmsg)
+            props: dict[str, tuple[int, Any]] = handle["props"]
+            names = list(props)
+            wildcard = name == "%" or name.endswith(".%")
+            if wildcard:
+                prefix = name[:-1]
+                candidates = [i for i, n in enumerate(names) if prefix == "" or n.startswith(prefix)]
+                if options & CMQC.MQIMPO_INQ_PROP_UNDER_CURSOR:
+                    index = handle["cursor"] if handle["cursor"] in candidates else None
+                elif options & CMQC.MQIMPO_INQ_NEXT:
+                    later = [i for i in candidates if i > handle["cursor"]]
+                    index = later[0] if later else None
+                else:
+                    index = candidates[0] if candidates else None
+            else:
+                index = names.index(name) if name in names else None
+            if index is None:
+                raise fail(CMQC.MQRC_PROPERTY_NOT_AVAILABLE)
+            handle["cursor"] = index
+            prop_name = names[index]
+            property_type, value = props[prop_name]
+            if isinstance(value, (bytes, str)):
+                length = len(value.encode() if isinstance(value, str) else value)
+                if length > max_length:
+                    raise fail(CMQC.MQRC_PROPERTY_VALUE_TOO_BIG, data_length=length)
+            if wildcard and self.wildcard_names:
+                return value, prop_name
+            return value
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check(self, conn: Connection) -> None:
+        if not conn.alive:
+            raise fail(conn.reason or CMQC.MQRC_CONNECTION_BROKEN)
+        self._check_thread(conn)
+
+    @staticmethod
+    def _check_thread(conn: Connection) -> None:
+        # Without MQCNO_HANDLE_SHARE_*, a connection handle belongs to the thread that made it.
+        if not conn.share_handles and threading.get_ident() != conn.thread:
+            raise fail(CMQC.MQRC_HCONN_ERROR)
+
+    @staticmethod
+    def _object(conn: Connection, hobj: int) -> tuple[FakeQueue | None, int]:
+        try:
+            return conn.objects[hobj]
+        except KeyError:
+            raise fail(CMQC.MQRC_HOBJ_ERROR) from None
+
+    @staticmethod
+    def _handle(conn: Connection, hmsg: int) -> dict[str, Any]:
+        try:
+            return conn.handles[hmsg]
+        except KeyError:
+            raise fail(2460) from None  # MQRC_HMSG_ERROR
+
+    def _queue_for(self, name: str) -> FakeQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise KeyError(f"fake queue manager {self.name} has no queue {name!r}; define_queue it first")
+        return queue
+
+    def _new_msg_id(self) -> bytes:
+        return pad_bytes(b"AMQ " + self.name.encode()[:12] + next(self._msg_ids).to_bytes(8, "big"), 24)
+
+    def _match_fault(self, conn: Connection | None, op: str, queue: str | None) -> Fault | None:
+        for fault in self.faults:
+            if fault.op != op or fault.fired >= fault.times or (fault.queue and fault.queue != queue):
+                continue
+            if fault.after > 0:
+                fault.after -= 1
+                continue
+            fault.fired += 1
+            return fault
+        return None
+
+    def _maybe_fault(self, conn: Connection | None, op: str, queue: str | None) -> None:
+        fault = self._match_fault(conn, op, queue)
+        if fault is not None:
+            self._raise_fault(conn, fault)
+
+    def _raise_fault(self, conn: Connection | None, fault: Fault) -> None:
+        if conn is not None and fault.reason in BREAKING_REASONS:
+            self._break(conn, fault.reason)
+        if fault.reason == CMQC.MQRC_BACKED_OUT and conn is not None:
+            self._backout(conn)
+        raise MQMIError(fault.comp, fault.reason)
+
+    def _break(self, conn: Connection, reason: int) -> None:
+        """The connection is gone: the queue manager backs its unit of work out."""
+        self._backout(conn)
+        conn.alive = False
+        conn.reason = reason
+        conn.handles.clear()
+        self.cond.notify_all()
+
+    def _commit(self, conn: Connection) -> None:
+        for queue, message in conn.gets:
+            queue.messages.remove(message)
+        for _queue, message in conn.puts:
+            message.pending_put_by = None
+        conn.gets, conn.puts = [], []
+        self.cond.notify_all()
+
+    def _backout(self, conn: Connection) -> None:
+        for _queue, message in conn.gets:
+            message.locked_by = None
+            message.md["BackoutCount"] += 1
+        for queue, message in conn.puts:
+            queue.messages.remove(message)
+        conn.gets, conn.puts = [], []
+        self.cond.notify_all()
+
+    @staticmethod
+    def _match(queue: FakeQueue, md: Any, gmo: Any) -> StoredMessage | None:
+        want_msg = gmo.MatchOptions & CMQC.MQMO_MATCH_MSG_ID and md.MsgId.strip(b"\0")
+        want_correl = gmo.MatchOptions & CMQC.MQMO_MATCH_CORREL_ID and md.CorrelId.strip(b"\0")
+        for message in queue.messages:
+            if not message.visible:
+                continue
+            if want_msg and message.md["MsgId"] != pad_bytes(md.MsgId, 24):
+                continue
+            if want_correl and message.md["CorrelId"] != pad_bytes(md.CorrelId, 24):
+                continue
+            return message
+        return None
+
+    def _take(self, conn: Connection, queue: FakeQueue, message: StoredMessage, md: Any, gmo: Any,
+              max_length: int | None, syncpoint: bool) -> bytes:
+        opts = gmo.Options
+        data, ccsid, warning = message.data, message.md["CodedCharSetId"], 0
+        if opts & CMQC.MQGMO_CONVERT and message.md["Format"] == CMQC.MQFMT_STRING:
+            target = md.CodedCharSetId or self.ccsid
+            if target != ccsid:
+                source_codec, target_codec = _CCSID_CODECS.get(ccsid), _CCSID_CODECS.get(target)
+                try:
+                    if source_codec is None or target_codec is None:
+                        raise LookupError(ccsid)
+                    data, ccsid = data.decode(source_codec).encode(target_codec), target
+                except (LookupError, UnicodeError):
+                    warning = CMQC.MQRC_NOT_CONVERTED
+        handle_id = gmo.MsgHandle if opts & CMQC.MQGMO_PROPERTIES_IN_HANDLE else 0
+        if handle_id:
+            handle = self._handle(conn, handle_id)
+        elif message.properties and not opts & CMQC.MQGMO_NO_PROPERTIES:
+            raise NotImplementedError("the fake does not build MQRFH2 headers: get with "
+                                      "MQGMO_PROPERTIES_IN_HANDLE and a message handle")
+        if max_length is not None and len(data) > max_length and not opts & CMQC.MQGMO_ACCEPT_TRUNCATED_MSG:
+            # The message stays on the queue; the caller learns its length and may get it again.
+            raise fail(CMQC.MQRC_TRUNCATED_MSG_FAILED, message=data[:max_length], original_length=len(message.data))
+        if max_length is not None and len(data) > max_length:
+            data, warning = data[:max_length], CMQC.MQRC_TRUNCATED_MSG_ACCEPTED
+        if syncpoint:
+            message.locked_by = conn.hconn
+            conn.gets.append((queue, message))
+        else:
+            queue.messages.remove(message)
+        for key, value in message.md.items():
+            setattr(md, key, value)
+        md.CodedCharSetId = ccsid
+        gmo.ResolvedQName = pad_char(queue.name, 48)
+        gmo.ReturnedLength = len(data)
+        if handle_id:
+            handle["props"] = dict(message.properties)
+            handle["cursor"] = -1
+        if warning:
+            raise MQMIError(CMQC.MQCC_WARNING, warning, message=data, original_length=len(message.data))
+        return data

@@ -1,0 +1,68 @@
+"""Helpers for tests of the IBM MQ source against the fake queue manager."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from config import ListenerConfig, MqSourceConfig
+from listeners.mq import MqSource
+from tests.fakes import pymqi_fake
+from tests.fakes.mq_server import FakeQueueManagerServer
+
+
+def source_config(server: FakeQueueManagerServer, *, validate: bool = True, **overrides: Any) -> MqSourceConfig:
+    """An `[sources.X]` block of kind "mq" for `server`. `validate=False` skips the model's own
+    checks, to show that the adapter refuses bad settings by itself too."""
+    fields: dict[str, Any] = {"queue_manager": server.name, "channel": "DEV.APP.SVRCONN",
+                              "conn_name": "mqhost(1414)", "reconnect": "as_def"}
+    fields.update(overrides)
+    if not validate:
+        return MqSourceConfig.model_construct(**{**_defaults(), **fields})
+    return MqSourceConfig(**fields)
+
+
+def _defaults() -> dict[str, Any]:
+    return {name: info.get_default(call_default_factory=True) for name, info in MqSourceConfig.model_fields.items()
+            if not info.is_required()}
+
+
+def listener_config(queue: str, **overrides: Any) -> ListenerConfig:
+    """A `[[listeners]]` entry; only the keys given count as configured (like TOML keys)."""
+    fields: dict[str, Any] = {"source": "qm", "queue": queue, "batch": 50, "wait": 0.2, "message_type": "orders"}
+    fields.update(overrides)
+    return ListenerConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+def make_source(server: FakeQueueManagerServer, queue: str, *, config: dict[str, Any] | None = None,
+                validate: bool = True, **listener: Any) -> MqSource:
+    return MqSource("qm", source_config(server, validate=validate, **(config or {})), queue,
+                    listener=listener_config(queue, **listener), driver=pymqi_fake)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:8].upper()}"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `predicate` until it holds, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def receive_n(source: MqSource, n: int, timeout: float = 5.0) -> list[Any]:
+    """Exactly `n` messages of one unit of work, failing if they do not come within `timeout`."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"received {len(got)} of {n} messages")
+        message = source.receive(0.2)
+        if message is not None:
+            got.append(message)
+    return got

@@ -1,0 +1,183 @@
+"""End to end with an IBM MQ source: fake queue manager → bridge → real local Spark.
+
+The bridge is built from TOML like any other (`[sources.qm] kind = "mq"`); only the driver
+module is the fake one, passed through `source_factory`.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.control import Bridge
+from listeners.mq import InDoubtLog, MqSource
+from tests.fakes import pymqi_fake
+from tests.fakes.mq_server import FakeQueueManagerServer
+from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+
+pytestmark = pytest.mark.integration
+C = pymqi_fake.CMQC
+
+
+@pytest.fixture
+def qm() -> Iterator[FakeQueueManagerServer]:
+    server = FakeQueueManagerServer(dead_letter_queue="SYSTEM.DEAD.LETTER.QUEUE")
+    yield server
+    assert server.disconnects_with_open_uow == [], "a disconnect committed an open unit of work"
+    assert server.live_connections() == [], "a listener left its connection open"
+    server.close()
+
+
+def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders") -> Any:
+    body = f"""
+[sources.qm]
+kind = "mq"
+queue_manager = "{qm.name}"
+channel = "DEV.APP.SVRCONN"
+conn_name = "mqhost(1414)"
+"""
+    for name in types.split():
+        body += f"""
+[types.{name}]
+bulk_size = "2MB"
+bulk_timeout = "1s"
+"""
+    return make_config(tmp_path, body + listeners)
+
+
+def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int = 100, extra: str = "") -> str:
+    return f"""
+[[listeners]]
+source = "qm"
+queue = "{queue}"
+threads = {threads}
+batch = {batch}
+wait = "200ms"
+message_type = "{type_}"
+{extra}
+"""
+
+
+def mq_bridge(cfg: Any, spark: Any, in_doubt: InDoubtLog | None = None) -> Bridge:
+    log = in_doubt or InDoubtLog()
+
+    def factory(listener_cfg: Any, thread_name: str, tracker: Any) -> MqSource:
+        return MqSource(listener_cfg.source, cfg.sources[listener_cfg.source], listener_cfg.queue,
+                        listener=listener_cfg, driver=pymqi_fake, in_doubt=log)
+
+    return Bridge(cfg, spark=spark, source_factory=factory)
+
+
+def test_every_message_lands_exactly_once_with_its_mqmd_and_properties(tmp_path: Path, spark, qm) -> None:
+    # Given 1,500 messages (binary bodies, properties, correlation ids) on a queue
+    qm.define_queue("ORDERS")
+    when = datetime(2024, 5, 17, 8, 30, 15, 250000, tzinfo=timezone.utc)
+    bodies = [f"order {i}".encode() + bytes([i % 256, 0xFF, 0x00]) for i in range(1500)]
+    ids = [qm.put("ORDERS", body, correl_id=f"c{i}".encode(), properties={"region": "eu", "seq": i},
+                  put_time=when, put_appl_name="shop.exe") for i, body in enumerate(bodies)]
+    cfg = mq_config(tmp_path, qm, listener("ORDERS", threads=2))
+
+    # When the bridge runs until idle
+    assert run_until_idle(mq_bridge(cfg, spark)) == 0
+
+    # Then each message landed once, byte-exact, keyed by its MsgId, with its MQMD and properties
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    assert sorted(r.msg_id for r in rows) == sorted(i.hex() for i in ids)
+    row = next(r for r in rows if bytes(r.body) == bodies[7])
+    assert row.correlation_id == b"c7".ljust(24, b"\0").hex()
+    assert row.put_timestamp.astimezone(timezone.utc) == when  # naive local time from collect()
+    assert row.headers["MQMD.PutApplName"] == "shop.exe" and row.headers["region"] == "eu"
+    assert row.headers["seq"] == "7"
+    assert row.source == "qm" and row.destination == "ORDERS" and row.message_type == "orders"
+    assert row.delivery_count == 1 and row.redelivered is False
+    assert qm.queue("ORDERS").depth == 0
+
+
+def test_spark_failure_backs_every_message_out_and_they_land_once_the_fault_clears(tmp_path: Path, spark, qm) -> None:
+    # Given the orders table's path is a regular file, so every Spark write fails
+    qm.define_queue("ORDERS")
+    bodies = [f"m{i}".encode() for i in range(300)]
+    qm.put_many("ORDERS", bodies)
+    (tmp_path / "landing").mkdir()
+    blocker = tmp_path / "landing" / "orders"
+    blocker.write_text("not a directory")
+    # (one unit holds them all: a backed-out message returns to the head of the queue, so smaller
+    # units would get the same first messages again and again)
+    cfg = mq_config(tmp_path, qm, listener("ORDERS", batch=500, extra="backout_threshold = 1000"))
+    bridge = mq_bridge(cfg, spark)
+    running = RunningBridge(bridge, until_idle=2.0)
+
+    # When the writes have failed twice over
+    wait_for(lambda: bridge.counters.total("messages_backed_out") >= 600, 120, "two rounds of backouts")
+
+    # Then nothing was removed from the queue and every message came back with BackoutCount + 1
+    assert bridge.counters.total("messages_committed") == 0
+    assert qm.queue("ORDERS").depth == 300
+    assert all(m.backout_count >= 2 for m in qm.queue("ORDERS").messages)
+
+    # ... and once the fault is cleared every message lands, once
+    blocker.unlink()
+    assert running.wait() == 0
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    assert all(r.redelivered and r.delivery_count >= 3 for r in rows)
+    assert qm.queue("ORDERS").depth == 0
+
+
+def test_a_message_that_always_fails_moves_to_boqname_at_bothresh(tmp_path: Path, spark, qm) -> None:
+    # Given a queue with BOTHRESH 3 / BOQNAME whose type can never be written, and a healthy queue
+    qm.define_queue("BROKEN.IN", backout_threshold=3, backout_queue="BROKEN.BOQ")
+    qm.define_queue("BROKEN.BOQ")
+    qm.define_queue("GOOD.IN")
+    poison_id = qm.put("BROKEN.IN", b"poison \xff body", properties={"app": "shop"})
+    qm.put_many("GOOD.IN", [f"g{i}".encode() for i in range(50)])
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "broken").write_text("blocks the table directory")
+    cfg = mq_config(tmp_path, qm, listener("BROKEN.IN", "broken") + listener("GOOD.IN", "good"), types="broken good")
+
+    # When the bridge runs until idle
+    assert run_until_idle(mq_bridge(cfg, spark)) == 0
+
+    # Then the poison message is on BOQNAME after 3 failed deliveries, with its properties and reason
+    [moved] = qm.queue("BROKEN.BOQ").visible()
+    assert moved.data == b"poison \xff body" and moved.msg_id == poison_id
+    assert moved.prop("app") == "shop" and moved.prop("mqbridge_original_queue") == "BROKEN.IN"
+    assert "threshold" in moved.prop("mqbridge_reason") and "3" in moved.prop("mqbridge_reason")
+    assert moved.prop("mqbridge_delivery_count") == "4"  # got a 4th time with BackoutCount 3, and moved
+    assert qm.queue("BROKEN.IN").depth == 0
+    assert len(read_table(spark, tmp_path / "landing" / "good")) == 50
+
+
+def test_a_broken_connection_mid_batch_is_reconnected_and_nothing_is_lost(tmp_path: Path, spark, qm) -> None:
+    # Given 2009 on an MQGET in the middle of the second unit of work, and on one MQCMIT later
+    qm.define_queue("ORDERS")
+    bodies = [f"c{i}".encode() for i in range(800)]
+    qm.put_many("ORDERS", bodies)
+    qm.inject("get", C.MQRC_CONNECTION_BROKEN, after=150)
+    qm.inject("commit", C.MQRC_CONNECTION_BROKEN, after=3)
+    in_doubt = InDoubtLog()
+    cfg = mq_config(tmp_path, qm, listener("ORDERS", batch=100))
+    bridge = mq_bridge(cfg, spark, in_doubt)
+
+    # When the bridge runs until idle
+    assert run_until_idle(bridge) == 0
+
+    # Then the control thread reconnected, every message landed, and only the in-doubt unit's
+    # messages landed twice — their second copies flagged as such
+    assert bridge.counters.total("listener_restarts") >= 2
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    landed = collections.Counter(bytes(r.body) for r in rows)
+    assert set(landed) == set(bodies), "a message was lost"
+    twice = {r.msg_id for r in rows if landed[bytes(r.body)] > 1}
+    assert in_doubt.units == 1 and len(twice) == in_doubt.messages
+    assert all(twice_id in in_doubt for twice_id in twice)
+    assert all(landed[b] <= 2 for b in bodies)
+    flagged = [r for r in rows if r.headers.get("mqbridge_in_doubt") == "true"]
+    assert {r.msg_id for r in flagged} == twice
+    assert qm.queue("ORDERS").depth == 0

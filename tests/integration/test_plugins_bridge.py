@@ -1,0 +1,372 @@
+"""Preprocessor plugins on the real parts: ActiveMQ (STOMP) → bridge with a plugin host → local
+Spark. Hot reload mid-stream, a broken version over a working one, consuming and raising
+preprocessors, classification into several tables, the envelope, result observers."""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.errors import ConfigError
+from bridge.plugins import PluginHost, build_bridge
+from config import parse_config
+from preprocessors.envelope import parse_envelope
+from tests.amq import AmqClient, unique_queue
+from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+
+pytestmark = pytest.mark.integration
+
+STAMP = '''
+from bridge import hookimpl
+from bridge.chain import current_chain
+
+VERSION = "{version}"
+
+
+class Stamp:
+    def process(self, message):
+        chain = current_chain()
+        message.headers["plugin_version"] = VERSION
+        message.headers["unit"] = str(chain.unit)
+        message.headers["generation"] = str(chain.generation)
+        return message
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("stamp", lambda options: Stamp())
+'''
+
+DROP = '''
+from bridge import hookimpl
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("drop", lambda options: (lambda m: None if m.body.startswith(b"drop") else m))
+'''
+
+EXPLODE = '''
+from pathlib import Path
+
+from bridge import hookimpl
+from bridge.plugin_registry import PreprocessorOptions
+
+
+class Options(PreprocessorOptions):
+    log: Path
+
+
+class Explode:
+    def __init__(self, options):
+        self.log = options.log
+
+    def process(self, message):
+        if message.body == b"bad":
+            raise ValueError("cannot take this one")
+        return message
+
+    def on_submit_error(self, message, error):
+        with open(self.log, "a") as f:
+            f.write(f"{message.msg_id} {message.body.decode()} {type(error).__name__}\\n")
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("explode", Explode, options=Options)
+'''
+
+ROUTER = '''
+from bridge import hookimpl
+
+LOG = {log!r}
+
+
+@hookimpl
+def mqbridge_classify(message, listener):
+    return "memos" if message.body.startswith(b"<memo") else None
+
+
+@hookimpl
+def mqbridge_result(message, result):
+    with open(LOG, "a") as f:
+        f.write(f"{{message.msg_id}} {{message.message_type}} {{result.outcome.value}} {{result.bulk_id}}\\n")
+'''
+
+
+def types(*names: str) -> str:
+    return "".join(f'\n[types.{n}]\nbulk_size = "2MB"\nbulk_timeout = "1s"\n' for n in names)
+
+
+def listener(queue: str, type_: str, preprocessors: str, *, threads: int = 1, batch: int = 20,
+             threshold: int = 3) -> str:
+    return f"""
+[[listeners]]
+source = "amq"
+queue = "{queue}"
+threads = {threads}
+batch = {batch}
+wait = "100ms"
+message_type = "{type_}"
+backout_threshold = {threshold}
+backout_queue = "{queue}.backout"
+preprocessors = {preprocessors}
+"""
+
+
+def plugin_config(tmp_path: Path, body: str) -> Any:
+    """make_config with `plugin_dirs = ["plugins"]` (relative to the configuration file)."""
+    make_config(tmp_path, body)
+    path = tmp_path / "bridge.toml"
+    text = path.read_text().replace("plugin_dirs = []", 'plugin_dirs = ["plugins"]', 1)
+    text = text.replace('control_interval = "500ms"', 'control_interval = "300ms"', 1)
+    path.write_text(text)
+    return parse_config(text, str(path))
+
+
+def write_plugin(tmp_path: Path, name: str, code: str, mode: int = 0o644) -> Path:
+    folder = tmp_path / "plugins"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.py"
+    tmp = folder / f".{name}.tmp"  # write then rename: the bridge never reads a half-written file
+    tmp.write_text(textwrap.dedent(code))
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+    return path
+
+
+def rows_of(spark: Any, tmp_path: Path, table: str) -> list[Any]:
+    return read_table(spark, tmp_path / "landing" / table)
+
+
+class Producer(threading.Thread):
+    """Puts a steady stream of numbered messages until stopped."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(name="test-producer", daemon=True)
+        self.queue = queue
+        self.sent: list[bytes] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        with AmqClient() as client:
+            while not self.stop_event.is_set():
+                bodies = [f"s{len(self.sent) + i:05d}".encode() for i in range(5)]
+                client.put_many(self.queue, bodies)
+                self.sent.extend(bodies)
+                self.stop_event.wait(0.1)
+
+    def stop(self) -> list[bytes]:
+        self.stop_event.set()
+        self.join(30)
+        return self.sent
+
+
+def test_plugin_changed_mid_stream_each_unit_of_work_runs_one_version(tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given a bridge stamping a stream of messages with plugin v1, two listener threads
+    q = unique_queue("reload")
+    write_plugin(tmp_path, "stamp", STAMP.format(version="v1"))
+    cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["stamp"]', threads=2, batch=10))
+    bridge, host = build_bridge(cfg, spark=spark)
+    producer = Producer(q)
+    producer.start()
+    running = RunningBridge(bridge)
+    try:
+        committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
+        wait_for(lambda: committed() >= 30, 120, "v1 messages committed")
+
+        # When the plugin file is replaced by v2 while messages keep coming
+        write_plugin(tmp_path, "stamp", STAMP.format(version="v2"))
+        wait_for(lambda: host.generation == 2, 30, "the new plugin generation")
+        at_swap = committed()
+        wait_for(lambda: committed() >= at_swap + 30, 120, "v2 messages committed")
+        sent = producer.stop()
+        wait_for(lambda: committed() >= len(sent), 120, "every message committed")
+    finally:
+        producer.stop()
+        running.stop()
+        host.close()
+
+    # Then every message landed once
+    rows = rows_of(spark, tmp_path, "orders")
+    assert sorted(bytes(r.body) for r in rows) == sorted(sent)
+    assert len({r.msg_id for r in rows}) == len(rows)
+    # And no unit of work mixed versions; units that took their snapshot before the swap ran v1,
+    # every later one v2 (unit numbers are handed out in snapshot order, under the swap lock)
+    units: dict[int, set[str]] = collections.defaultdict(set)
+    for r in rows:
+        units[int(r.headers["unit"])].add(r.headers["plugin_version"])
+        assert r.headers["generation"] == {"v1": "1", "v2": "2"}[r.headers["plugin_version"]]
+    assert all(len(v) == 1 for v in units.values()), "a unit of work mixed plugin versions"
+    v1 = [u for u, v in units.items() if v == {"v1"}]
+    v2 = [u for u, v in units.items() if v == {"v2"}]
+    assert v1 and v2 and max(v1) < min(v2)
+    assert amq.depth(q) == 0
+    assert bridge.status()["plugins"]["generation"] == 2
+
+
+def test_syntax_error_over_a_working_plugin_keeps_the_old_version_until_fixed(tmp_path: Path, spark,
+                                                                            amq: AmqClient) -> None:
+    q = unique_queue("broken")
+    write_plugin(tmp_path, "stamp", STAMP.format(version="v1"))
+    cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["stamp"]'))
+    bridge, host = build_bridge(cfg, spark=spark)
+    running = RunningBridge(bridge)
+    committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
+    try:
+        amq.put_many(q, [f"a{i}".encode() for i in range(10)])
+        wait_for(lambda: committed() >= 10, 120, "first messages")
+
+        # When a syntax error is written over the working plugin
+        path = write_plugin(tmp_path, "stamp", STAMP.format(version="v2") + "\ndef half_written(:\n")
+        wait_for(lambda: bridge.status()["plugins"]["errors"], 30, "the error in the status")
+        error = bridge.status()["plugins"]["errors"][0]
+        assert error["path"] == str(path) and error["line"] == STAMP.count("\n") + 2
+        assert "SyntaxError" in error["error"]
+        # Then the old version keeps processing
+        amq.put_many(q, [f"b{i}".encode() for i in range(10)])
+        wait_for(lambda: committed() >= 20, 120, "messages during the error")
+        assert host.generation == 1 and bridge.status()["plugins"]["errors"]
+
+        # When the file is fixed, the fix is picked up and the error clears
+        write_plugin(tmp_path, "stamp", STAMP.format(version="v3"))
+        wait_for(lambda: host.generation == 2, 30, "the fixed version")
+        assert bridge.status()["plugins"]["errors"] == []
+        amq.put_many(q, [f"c{i}".encode() for i in range(10)])
+        wait_for(lambda: committed() >= 30, 120, "messages after the fix")
+    finally:
+        running.stop()
+        host.close()
+
+    versions = {bytes(r.body).decode(): r.headers["plugin_version"] for r in rows_of(spark, tmp_path, "orders")}
+    assert len(versions) == 30
+    assert {v for b, v in versions.items() if b[0] in "ab"} == {"v1"}
+    assert {v for b, v in versions.items() if b[0] == "c"} == {"v3"}
+    assert bridge.counters.total("plugin_load_errors") == 1
+
+
+def test_consuming_preprocessor_removes_messages_that_never_land(tmp_path: Path, spark, amq: AmqClient) -> None:
+    q = unique_queue("consume")
+    write_plugin(tmp_path, "drop", DROP)
+    keep = [f"keep{i}".encode() for i in range(15)]
+    drop = [f"drop{i}".encode() for i in range(15)]
+    amq.put_many(q, [b for pair in zip(keep, drop, strict=True) for b in pair])
+    cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["drop"]'))
+    bridge, host = build_bridge(cfg, spark=spark)
+    assert run_until_idle(bridge) == 0
+    host.close()
+
+    assert sorted(bytes(r.body) for r in rows_of(spark, tmp_path, "orders")) == sorted(keep)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert bridge.counters.total("messages_consumed_by_preprocessors") == 15
+
+
+def test_raising_preprocessor_rolls_back_calls_on_submit_error_and_backs_out(tmp_path: Path, spark,
+                                                                            amq: AmqClient) -> None:
+    # Given a preprocessor that raises on one message (batch 1: a unit of work per message)
+    q = unique_queue("raise")
+    log = tmp_path / "undo.log"
+    write_plugin(tmp_path, "explode", EXPLODE)
+    amq.put_many(q, [b"good1", b"bad", b"good2"])
+    cfg = plugin_config(tmp_path, types("orders") + listener(
+        q, "orders", f'[{{name = "explode", log = "{log}"}}]', batch=1, threshold=2))
+    bridge, host = build_bridge(cfg, spark=spark)
+
+    # When the bridge runs until idle
+    assert run_until_idle(bridge) == 0
+    host.close()
+
+    # Then the good messages land, the bad one was rolled back twice (on_submit_error each time)
+    # and moved to the backout queue on its third delivery, and the listener never died
+    assert sorted(bytes(r.body) for r in rows_of(spark, tmp_path, "orders")) == [b"good1", b"good2"]
+    undone = log.read_text().splitlines()
+    assert len(undone) == 2 and all(line.endswith(" bad PreprocessorError") for line in undone)
+    moved = amq.drain(q + ".backout")
+    assert [f.body for f in moved] == [b"bad"]
+    assert "preprocessor 'explode'" in moved[0].headers["mqbridge-reason"]
+    assert "cannot take this one" in moved[0].headers["mqbridge-reason"]
+    assert amq.depth(q) == 0
+    assert bridge.counters.total("preprocessor_errors", plugin="explode") == 2
+    assert bridge.counters.total("listener_restarts") == 0
+
+
+def test_classify_routes_one_queue_into_several_tables_and_observers_see_results(tmp_path: Path, spark,
+                                                                              amq: AmqClient) -> None:
+    # Given one queue with orders and invoices (JSON, routed by the built-in jsonpath), memos (XML,
+    # routed by a drop-in mqbridge_classify hook) and anything else; the body is enveloped after
+    # classification, which always sees the original content
+    q = unique_queue("route")
+    results = tmp_path / "results.log"
+    write_plugin(tmp_path, "router", ROUTER.format(log=str(results)))
+    orders = [f'{{"kind": "order", "n": {i}}}'.encode() for i in range(8)]
+    invoices = [f'{{"kind": "invoice", "n": {i}}}'.encode() for i in range(6)]
+    memos = [f"<memo n='{i}'/>".encode() for i in range(4)]
+    others = [b"plain text", b'{"kind": "receipt"}']
+    amq.put_many(q, orders + invoices + memos + others)
+    chain = ('[{name = "jsonpath", path = "$.kind", types = {order = "orders", invoice = "invoices"}}, '
+             '"envelope"]')
+    cfg = plugin_config(tmp_path, types("orders", "invoices", "memos", "other") + listener(q, "other", chain))
+    bridge, host = build_bridge(cfg, spark=spark)
+
+    assert run_until_idle(bridge) == 0
+    host.close()
+
+    landed = {}
+    for table, expected in (("orders", orders), ("invoices", invoices), ("memos", memos), ("other", others)):
+        rows = rows_of(spark, tmp_path, table)
+        assert sorted(parse_envelope(bytes(r.body)).body for r in rows) == sorted(expected), table
+        assert {r.message_type for r in rows} == {table}
+        landed.update({r.msg_id: (table, r.bulk_id) for r in rows})
+    # And the result observer saw every message, with its type and bulk
+    seen = {}
+    for line in results.read_text().splitlines():
+        msg_id, type_, outcome, bulk_id = line.split(" ")
+        assert outcome == "success"
+        seen[msg_id] = (type_, bulk_id)
+    assert seen == landed
+
+
+@pytest.mark.parametrize("fmt", ["xml", "json"])
+def test_envelope_lands_parseable_with_every_field_and_exact_bodies(tmp_path: Path, spark, amq: AmqClient,
+                                                                    fmt: str) -> None:
+    q = unique_queue(f"env{fmt}")
+    bodies = [b"<order id='1'>caf\xc3\xa9</order>", b"line\r\nbreak", os.urandom(300), b"\x00\xff\xfe", b""]
+    amq.put_many(q, bodies, headers={"correlation-id": "corr-7", "reply-to": "/queue/replies",
+                                     "ReplyToQMgr": "QM2", "put-application": "shop", "user-id": "alice"})
+    chain = '["envelope"]' if fmt == "xml" else '[{name = "envelope", format = "json"}]'
+    cfg = plugin_config(tmp_path, types("docs") + listener(q, "docs", chain, threads=2, batch=2))
+    bridge, host = build_bridge(cfg, spark=spark)
+    assert run_until_idle(bridge) == 0
+    host.close()
+
+    rows = rows_of(spark, tmp_path, "docs")
+    envelopes = [parse_envelope(bytes(r.body)) for r in rows]
+    assert sorted(e.body for e in envelopes) == sorted(bodies)
+    for row, envelope in zip(rows, envelopes, strict=True):
+        header = envelope.header
+        assert envelope.format == fmt and row.headers["mqbridge-envelope"] == fmt
+        assert header["messageId"] == row.msg_id and header["correlationId"] == "corr-7"
+        assert header["source"] == "amq" and header["queue"] == q
+        assert (header["replyToQueue"], header["replyToQueueManager"]) == ("/queue/replies", "QM2")
+        assert (header["putApplication"], header["userId"]) == ("shop", "alice")
+        put = row.put_timestamp
+        assert header["putDate"] == put.strftime("%Y-%m-%d") and header["putTime"][:8] == put.strftime("%H:%M:%S")
+        assert header["receivedTime"] and header["server"] == socket.gethostname()
+        assert header["listenerThread"].startswith(f"listener-amq:{q}#")
+    assert amq.depth(q) == 0
+
+
+def test_unsafe_plugin_file_named_by_a_listener_stops_the_start(tmp_path: Path) -> None:
+    path = write_plugin(tmp_path, "stamp", STAMP.format(version="v1"), mode=0o666)
+    cfg = plugin_config(tmp_path, types("orders") + listener("/queue/never", "orders", '["stamp"]'))
+    with pytest.raises(ConfigError) as info:
+        PluginHost.from_config(cfg).start()
+    assert f"refusing to load plugins from {path}: {path} is world-writable (mode 0666)" in str(info.value)
+    assert "listeners[0] (amq:/queue/never): unknown preprocessor 'stamp'" in str(info.value)

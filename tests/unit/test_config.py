@@ -1,0 +1,387 @@
+"""Unit tests of the configuration package: parsing, defaults, substitution and error messages."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import ConfigError
+from config import (
+    BridgeConfig,
+    MqSourceConfig,
+    PreprocessorRef,
+    StompSourceConfig,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_size,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_ENV = {"AMQ_USER": "bridge", "AMQ_PASSWORD": "amq-secret-1", "MQ_PASSWORD": "mq-secret-2"}
+
+TYPES = """
+[types.orders]
+bulk_size = "5MB"
+"""
+SOURCE = """
+[sources.amq]
+kind = "stomp"
+"""
+LISTENER = """
+[[listeners]]
+source = "amq"
+queue = "/queue/orders"
+message_type = "orders"
+backout_queue = "/queue/orders.backout"
+"""
+MINIMAL = TYPES + SOURCE + LISTENER
+
+
+def parse(text: str, env: dict[str, str] | None = None) -> BridgeConfig:
+    return parse_config(text, "demo.toml", env=env or {})
+
+
+def error(text: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text, env)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# -- whole files ------------------------------------------------------------------------------
+def test_example_file_loads_with_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in EXAMPLE_ENV.items():
+        monkeypatch.setenv(name, value)
+    cfg = load_config(ROOT / "config" / "example.toml")
+    assert cfg.path == ROOT / "config" / "example.toml" and cfg.base_dir == ROOT / "config"
+    assert set(cfg.types) == {"orders", "invoices"} and set(cfg.sources) == {"amq", "qm1"}
+    assert cfg.types["orders"].schema_ddl and cfg.types["invoices"].table == "invoices"
+    amq, qm1 = cfg.sources["amq"], cfg.sources["qm1"]
+    assert isinstance(amq, StompSourceConfig) and isinstance(qm1, MqSourceConfig)
+    assert amq.user == "bridge" and amq.password is not None and amq.password.get_secret_value() == "amq-secret-1"
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.sql.parquet.compression.codec": "zstd"}
+    assert cfg.bridge.max_rss == 2 << 30
+
+
+def test_demo_file_loads() -> None:
+    cfg = load_config(ROOT / "config" / "demo.toml")
+    assert cfg.bridge.name == "demo" and not cfg.monitoring.enabled
+    assert cfg.resolve_path(cfg.spark.warehouse) == ROOT / "config" / "../data/demo/landing"
+
+
+def test_defaults() -> None:
+    cfg = parse(MINIMAL)
+    assert (cfg.bridge.name, cfg.bridge.control_interval, cfg.bridge.shutdown_timeout) == ("mqbridge", 5.0, 30.0)
+    assert cfg.bridge.plugin_dirs == [Path("preprocessors")] and cfg.bridge.state_dir == Path("state")
+    assert cfg.bridge.max_rss is None
+    assert (cfg.monitoring.host, cfg.monitoring.port) == ("127.0.0.1", 9464)
+    assert (cfg.logging.level, cfg.logging.format, cfg.logging.file) == ("INFO", "text", None)
+    assert (cfg.logging.max_bytes, cfg.logging.backup_count) == (50 << 20, 5)
+    assert (cfg.spark.master, cfg.spark.remote, cfg.spark.app_name) == ("local[*]", None, "mqbridge")
+    assert cfg.spark.warehouse == Path("data/landing") and cfg.spark.conf == {}
+    assert (cfg.collector.memory, cfg.collector.max_bulks, cfg.collector.workers) == (256 << 20, 10, 2)
+    orders = cfg.types["orders"]
+    assert (orders.bulk_size, orders.bulk_timeout, orders.format, orders.schema_ddl) == (5 << 20, 60.0, "raw", None)
+    amq = cfg.sources["amq"]
+    assert isinstance(amq, StompSourceConfig)
+    assert (amq.host, amq.port, amq.broker, amq.heartbeat, amq.connect_timeout) == ("127.0.0.1", 61613, "activemq",
+                                                                                     10.0, 10.0)
+    assert (amq.ssl, amq.ssl_insecure, amq.ca_certs, amq.user, amq.password) == (False, False, None, None, None)
+    listener = cfg.listeners[0]
+    assert (listener.threads, listener.batch, listener.wait, listener.preprocessors) == (1, 500, 1.0, [])
+    assert (listener.backout_threshold, listener.prefetch) == (3, None)
+    # Given text without a file name, relative paths are taken from the current directory
+    cfg = parse_config(MINIMAL)
+    assert cfg.path is None and cfg.base_dir == Path.cwd()
+
+
+def test_mq_source_defaults_and_listener_fields_set_only_when_written() -> None:
+    cfg = parse(TYPES + """
+[sources.qm1]
+kind = "mq"
+queue_manager = "QM1"
+conn_name = "mqhost(1414),mqhost2(1414)"
+[[listeners]]
+source = "qm1"
+queue = "ORDERS.IN"
+message_type = "orders"
+""")
+    qm1 = cfg.sources["qm1"]
+    assert isinstance(qm1, MqSourceConfig)
+    assert (qm1.channel, qm1.reconnect, qm1.convert, qm1.wait_interval) == ("DEV.APP.SVRCONN", True, False, 1.0)
+    # the MQ adapter uses the queue's BOTHRESH/BOQNAME unless the user wrote these keys
+    assert cfg.listeners[0].backout_queue is None
+    assert not {"backout_threshold", "backout_queue"} & cfg.listeners[0].model_fields_set
+
+
+# -- units ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, seconds", [
+    ("500ms", 0.5), ("5s", 5.0), ("2m", 120.0), ("1h", 3600.0), ("1.5s", 1.5), ("10 S", 10.0), ("250MS", 0.25),
+    ("7", 7.0), (3, 3.0), (0.25, 0.25), ("0", 0.0),
+])
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("5x", "'5x' is not a duration (use e.g. 500ms, 5s, 2m, 1h)"), ("-5s", "'-5s' is negative"),
+    (-1, "-1 is negative"), ("", "is not a duration"), ("s", "is not a duration"), ("1d", "is not a duration"),
+    (True, "a duration is a string"), (float("nan"), "is not a duration"),
+])
+def test_parse_duration_rejects(text: object, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_duration(text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text, size", [
+    ("100B", 100), ("512KB", 512 * 1024), ("5MB", 5 << 20), ("1GB", 1 << 30), ("1tb", 1 << 40), ("5mb", 5 << 20),
+    ("4 MiB", 4 << 20), ("0.5KB", 512), ("1024", 1024), (4096, 4096), (0, 0),
+])
+def test_parse_size(text: str | int, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("5XB", "'5XB' is not a size (use e.g. 512KB, 5MB, 1GB)"), ("-1MB", "is negative"), (-5, "is negative"),
+    ("MB", "is not a size"), (1.5, "a size is a string"), (False, "a size is a string"),
+])
+def test_parse_size_rejects(text: object, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_size(text)  # type: ignore[arg-type]
+
+
+# -- error messages ---------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    (MINIMAL + "batch = 0\n", "demo.toml: listeners[0].batch: Input should be greater than or equal to 1"),
+    (MINIMAL.replace('"5MB"', '"5XB"'),
+     "demo.toml: types.orders.bulk_size: '5XB' is not a size (use e.g. 512KB, 5MB, 1GB)"),
+    (MINIMAL + LISTENER.replace('"amq"', '"amq2"'), "demo.toml: listeners[1].source: unknown source 'amq2' "
+                                                      "(configured: amq)"),
+    (MINIMAL.replace('"orders"\n', '"order"\n'), "demo.toml: listeners[0].message_type: unknown message type "
+                                                  "'order' (configured: orders)"),
+    ("[collector]\nmemroy = 1\n" + MINIMAL, "demo.toml: collector.memroy: unknown key"),
+    (MINIMAL.replace("[types.orders]", "[types.orders]\nshema = 'x'"), "demo.toml: types.orders.shema: unknown key"),
+    (MINIMAL + LISTENER, "demo.toml: listeners[1]: same source and queue as listeners[0]; raise its threads instead"),
+    (TYPES + SOURCE, "demo.toml: listeners: required key is missing"),
+    (MINIMAL.replace('queue = "/queue/orders"\n', ""), "demo.toml: listeners[0].queue: required key is missing"),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "kafka"'), "demo.toml: sources.amq.kind: 'kafka' is not a source kind"),
+    (MINIMAL.replace('kind = "stomp"', 'host = "h"'), "demo.toml: sources.amq.kind: required key is missing"),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nport = 0'),
+     "demo.toml: sources.amq.port: Input should be greater than or equal to 1"),
+    (MINIMAL.replace('backout_queue = "/queue/orders.backout"', ""),
+     "demo.toml: listeners[0].backout_queue: required for a stomp source when backout_threshold > 0"),
+    (MINIMAL + "threads = 65\n", "demo.toml: listeners[0].threads: Input should be less than or equal to 64"),
+    (MINIMAL + "wait = 'soon'\n", "demo.toml: listeners[0].wait: 'soon' is not a duration"),
+    ("[logging]\nlevel = 'loud'\n" + MINIMAL, "demo.toml: logging.level: Input should be 'DEBUG', 'INFO'"),
+    ("[spark]\nremote = 'http://x'\n" + MINIMAL, "demo.toml: spark.remote: a Spark Connect URL starts with sc://"),
+    ("[spark.conf]\n'spark.x' = [1]\n" + MINIMAL, 'demo.toml: spark.conf."spark.x": must be a string, number'),
+    ("[collector]\nworkers = 0\n" + MINIMAL, "demo.toml: collector.workers: Input should be greater than or equal"),
+    (MINIMAL.replace('"5MB"', '"5MB"\nbulk_timeout = "0s"'), "demo.toml: types.orders.bulk_timeout: Input should "
+                                                            "be greater than 0"),
+])
+def test_error_names_file_and_key(text: str, expected: str) -> None:
+    assert error(text).startswith(expected)
+
+
+def test_several_errors_are_joined_on_one_line_and_counted() -> None:
+    text = ("[collector]\nmemroy = 1\nworkers = 0\nmax_bulks = 0\n[bridge]\nname = ''\nfoo = 1\n" + MINIMAL)
+    message = error(text)
+    assert message.count("demo.toml") == 1 and message.count("; ") == 2 and message.endswith(" (+2 more)")
+
+
+def test_toml_syntax_error_gives_line_and_column() -> None:
+    assert error("[bridge]\nname = 'x'\nplugin_dirs = [\n") == \
+        "demo.toml: line 4 column 1: Invalid value (at end of document)"
+    assert re.fullmatch(r"demo\.toml: line 1 column 8: .+", error("name = = 1"))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: no such file$"):
+        load_config(path)
+
+
+# -- substitution -----------------------------------------------------------------------------
+def test_env_and_file_substitution_anywhere_in_strings(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "pw").write_text("file-secret\n\n")
+    (tmp_path / "user").write_text("alice\n")
+    text = MINIMAL.replace('kind = "stomp"', f'''kind = "stomp"
+host = "${{ENV:HOST_PREFIX}}-${{ENV:HOST_SUFFIX}}.example.org"
+user = "${{FILE:{tmp_path / 'user'}}}"
+password = "${{FILE:secrets/pw}}"''') + '[spark.conf]\n"spark.a" = "${env:KEEP_FOR_SPARK}"\n'
+    cfg = parse_config(text, str(tmp_path / "bridge.toml"), env={"HOST_PREFIX": "mq", "HOST_SUFFIX": "01"})
+    amq = cfg.sources["amq"]
+    assert isinstance(amq, StompSourceConfig)
+    assert amq.host == "mq-01.example.org" and amq.user == "alice"
+    # one trailing newline is stripped, not more; a relative FILE path is taken from the file's directory
+    assert amq.password is not None and amq.password.get_secret_value() == "file-secret\n"
+    assert cfg.spark.conf == {"spark.a": "${env:KEEP_FOR_SPARK}"}  # lower case: Spark's own syntax
+    assert cfg.path == tmp_path / "bridge.toml" and cfg.base_dir == tmp_path
+
+
+def test_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MQBRIDGE_TEST_NAME", "from-env")
+    cfg = parse_config("[bridge]\nname = '${ENV:MQBRIDGE_TEST_NAME}'\n" + MINIMAL)
+    assert cfg.bridge.name == "from-env"
+
+
+def test_unset_variable_and_unreadable_file_are_errors(tmp_path: Path) -> None:
+    text = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:AMQ_PASSWORD}"')
+    assert error(text) == "demo.toml: sources.amq.password: environment variable AMQ_PASSWORD is not set"
+    missing = tmp_path / "nope"
+    message = error(MINIMAL.replace('kind = "stomp"', f'kind = "stomp"\nuser = "${{FILE:{missing}}}"'))
+    assert message.startswith(f"demo.toml: sources.amq.user: cannot read {missing}")
+
+
+# -- secrets ----------------------------------------------------------------------------------
+def test_secrets_are_not_in_errors_nor_repr() -> None:
+    env = {"PW": "hunter2-top-secret"}
+    stomp = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"')
+    cfg = parse(stomp, env)
+    assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg)
+    mq = TYPES + SOURCE + """
+[sources.qm1]
+kind = "mq"
+queue_manager = "QM1"
+conn_name = "h(1414)"
+user = "app"
+password = "${ENV:PW}"
+port = "hunter2-top-secret"
+""" + LISTENER
+    with pytest.raises(ConfigError) as info:
+        parse(mq, env)
+    assert "hunter2" not in str(info.value) and "sources.qm1.port: unknown key" in str(info.value)
+    # the ValidationError (whose text shows inputs) is not chained to the ConfigError
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    message = error(mq.replace('port = "hunter2-top-secret"\n', ""), env)
+    assert "hunter2" not in message
+    assert message.startswith("demo.toml: sources.qm1.password: set without cipher_spec: without TLS the MQCSP "
+                              "password travels in clear")
+    message = error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = 123456789'))
+    assert message == "demo.toml: sources.amq.password: Input should be a valid string"
+
+
+def test_mq_password_is_accepted_with_tls_or_explicit_consent() -> None:
+    base = TYPES + 'kind = "mq"\nqueue_manager = "QM1"\nconn_name = "h(1414)"\npassword = "pw"\n'
+    for extra in ('cipher_spec = "ANY_TLS12_OR_HIGHER"', "allow_plaintext_password = true"):
+        cfg = parse(base.replace('kind = "mq"', '[sources.amq]\nkind = "mq"') + extra + "\n" + LISTENER)
+        assert isinstance(cfg.sources["amq"], MqSourceConfig)
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("false", False), ('"qmgr"', "qmgr"), ('"ANY"', "any")])
+def test_mq_reconnect_values(value: str, expected: object) -> None:
+    text = TYPES + f'[sources.qm]\nkind = "mq"\nqueue_manager = "Q"\nconn_name = "h(1)"\nreconnect = {value}\n'
+    cfg = parse(text + LISTENER.replace('"amq"', '"qm"'))
+    assert cfg.sources["qm"].reconnect == expected  # type: ignore[union-attr]
+    bad = text.replace(f"reconnect = {value}", 'reconnect = "sometimes"')
+    assert error(bad + LISTENER.replace('"amq"', '"qm"')).startswith("demo.toml: sources.qm.reconnect: must be true, false")
+
+
+def test_mq_convert_and_conn_name() -> None:
+    text = TYPES + '[sources.qm]\nkind = "mq"\nqueue_manager = "Q"\nconn_name = "a(1414), b(1415)"\nconvert = 1208\n'
+    listener = LISTENER.replace('"amq"', '"qm"')
+    qm = parse(text + listener).sources["qm"]
+    assert isinstance(qm, MqSourceConfig) and qm.convert == 1208 and qm.convert is not True
+    assert error(text.replace("1208", '"yes"') + listener).startswith("demo.toml: sources.qm.convert: must be true")
+    assert error(text.replace("a(1414), b(1415)", "a(1414) b") + listener).startswith(
+        "demo.toml: sources.qm.conn_name: 'a(1414) b' is not host(port)")
+
+
+def test_stomp_ssl_needs_ca_certs_unless_insecure() -> None:
+    ssl = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nssl = true')
+    assert error(ssl).startswith("demo.toml: sources.amq.ca_certs: ssl = true needs ca_certs")
+    insecure = parse(ssl.replace("ssl = true", "ssl = true\nssl_insecure = true")).sources["amq"]
+    assert isinstance(insecure, StompSourceConfig) and insecure.ssl and insecure.ca_certs is None
+    verified = parse(ssl.replace("ssl = true", "ssl = true\nca_certs = 'ca.pem'")).sources["amq"]
+    assert isinstance(verified, StompSourceConfig) and verified.ca_certs == Path("ca.pem")
+    no_ssl = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nca_certs = "ca.pem"')
+    assert error(no_ssl).startswith("demo.toml: sources.amq.ssl: ca_certs set but ssl = false")
+
+
+# -- listeners, types, sections ---------------------------------------------------------------
+def test_preprocessors_mix_names_and_tables() -> None:
+    cfg = parse(MINIMAL + 'preprocessors = ["envelope", {name = "decode", charset = "latin-1", strict = true}]\n')
+    assert cfg.listeners[0].preprocessors == [
+        PreprocessorRef(name="envelope"),
+        PreprocessorRef(name="decode", options={"charset": "latin-1", "strict": True}),
+    ]
+    assert error(MINIMAL + "preprocessors = [{format = 'xml'}]\n") == \
+        "demo.toml: listeners[0].preprocessors[0].name: required key is missing"
+    assert error(MINIMAL + "preprocessors = ['a', 3]\n").startswith("demo.toml: listeners[0].preprocessors[1]: a "
+                                                                    "preprocessor is a name or a table")
+
+
+def test_stomp_backout_queue_not_needed_when_threshold_is_zero() -> None:
+    text = MINIMAL.replace('backout_queue = "/queue/orders.backout"', "backout_threshold = 0")
+    assert parse(text).listeners[0].backout_threshold == 0
+
+
+@pytest.mark.parametrize("listen, host, port", [
+    ("127.0.0.1:9464", "127.0.0.1", 9464), ("0.0.0.0:0", "0.0.0.0", 0), ("[::1]:9464", "::1", 9464),
+    ("metrics.local:65535", "metrics.local", 65535), ("", None, None),
+])
+def test_monitoring_listen(listen: str, host: str | None, port: int | None) -> None:
+    monitoring = parse(f"[monitoring]\nlisten = '{listen}'\n" + MINIMAL).monitoring
+    assert (monitoring.host, monitoring.port, monitoring.enabled) == (host, port, bool(listen))
+
+
+@pytest.mark.parametrize("listen", ["9464", "host", ":9464", "host:65536", "::1:9464", "host:port", "a b:1"])
+def test_monitoring_listen_rejects(listen: str) -> None:
+    message = error(f"[monitoring]\nlisten = '{listen}'\n" + MINIMAL)
+    assert message.startswith(f"demo.toml: monitoring.listen: {listen!r} is not host:port")
+
+
+def test_table_defaults_to_the_type_name_and_must_be_safe() -> None:
+    cfg = parse(MINIMAL + "[types.invoices]\ntable = 'finance/invoices'\n")
+    assert cfg.types["orders"].table == "orders" and cfg.types["orders"].table_name == "orders"
+    assert cfg.types["invoices"].table_name == "finance/invoices"
+    for table in ("../x", "/abs", "a/../b", "a//b", "a\\\\b", "x=1"):
+        assert error(MINIMAL + f"[types.invoices]\ntable = '{table}'\n").startswith(
+            "demo.toml: types.invoices.table: ") and "is not a safe table directory" in error(
+            MINIMAL + f"[types.invoices]\ntable = '{table}'\n")
+    assert error(MINIMAL + "[types.'../up']\n") == \
+        'demo.toml: types."../up": the type name cannot be a table directory; set table'
+
+
+def test_json_format_needs_a_schema_and_raw_takes_none() -> None:
+    json_type = MINIMAL.replace('bulk_size = "5MB"', 'bulk_size = "5MB"\nformat = "json"')
+    assert error(json_type).startswith('demo.toml: types.orders.schema: format = "json" needs a schema')
+    cfg = parse(json_type.replace('format = "json"', 'format = "json"\nschema = "id STRING"'))
+    assert cfg.types["orders"].schema_ddl == "id STRING"
+    assert error(MINIMAL.replace('bulk_size = "5MB"', 'schema = "id STRING"')) == \
+        'demo.toml: types.orders.schema: a schema is only used with format = "json"'
+
+
+def test_sections_convert_case_sizes_and_scalars() -> None:
+    cfg = parse("""
+[bridge]
+max_rss = "1GB"
+control_interval = 2
+[logging]
+level = "debug"
+max_bytes = 1000
+[spark]
+remote = "sc://spark:15002"
+[spark.conf]
+"spark.int" = 4
+"spark.bool" = true
+"spark.float" = 0.5
+""" + MINIMAL)
+    assert (cfg.bridge.max_rss, cfg.bridge.control_interval) == (1 << 30, 2.0)
+    assert (cfg.logging.level, cfg.logging.max_bytes) == ("DEBUG", 1000)
+    assert cfg.spark.conf == {"spark.int": "4", "spark.bool": "true", "spark.float": "0.5"}
+
+
+def test_resolve_path_uses_the_file_directory(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.toml"
+    path.write_text("[spark]\nwarehouse = 'landing'\n" + MINIMAL)
+    cfg = load_config(path)
+    assert cfg.resolve_path(cfg.spark.warehouse) == tmp_path / "landing"
+    assert cfg.resolve_path("/abs/dir") == Path("/abs/dir")
+    assert cfg.resolve_path("~/x") == Path(os.path.expanduser("~/x"))
