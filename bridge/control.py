@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.collector import BulkCollector, CollectorLimits, TypeLimits
 from bridge.counters import Counters, RateMeter
-from bridge.errors import BridgeError, ConfigError, UnknownMessageTypeError
+from bridge.errors import (
+    BackoutFailedError,
+    BridgeError,
+    ConfigError,
+    SourceQuiescingError,
+    UnknownMessageTypeError,
+)
 from listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
 from listeners.source import DeliveryTracker, Source
 
@@ -32,6 +38,8 @@ BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 30.0
 # A listener that ran this long since its last (re)start is healthy again: reset its backoff.
 HEALTHY_AFTER = 60.0
+# A quiescing queue manager is being stopped for maintenance: try again after this long.
+QUIESCE_RETRY = 60.0
 # Errors that must stop the bridge rather than be retried.
 FATAL_ERRORS: tuple[type[BaseException], ...] = (ConfigError, UnknownMessageTypeError)
 
@@ -53,6 +61,7 @@ class Slot:
     next_start: float = 0.0
     last_error: str = ""
     reported_stuck: bool = False
+    halted: bool = False  # a listener that must not be restarted (see _reap)
 
 
 @dataclass
@@ -91,6 +100,7 @@ class Bridge:
              for name, t in config.types.items()},
         )
         self.trackers: dict[tuple[str, str], DeliveryTracker] = {}
+        self._in_doubt: dict[tuple[str, str], Any] = {}
         self.slots: list[Slot] = []
         self.stop_event = threading.Event()
         self.fatal: BaseException | None = None
@@ -137,7 +147,11 @@ class Bridge:
         if source_cfg.kind == "mq":
             from listeners.mq import MqSource
 
-            return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg)
+            from listeners.mq import InDoubtLog
+
+            in_doubt = self._in_doubt.setdefault((cfg.source, cfg.queue), InDoubtLog())
+            return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg, in_doubt=in_doubt,
+                            appl_name=self.config.bridge.name)
         raise ConfigError(f"sources.{cfg.source}.kind: unsupported source kind {source_cfg.kind!r}")
 
     def start(self) -> None:
@@ -158,9 +172,13 @@ class Bridge:
     def _spawn(self, slot: Slot) -> None:
         cfg = slot.config
         tracker = self.trackers[(cfg.source, cfg.queue)]
+        # An MQ source applies BOTHRESH/BOQNAME (or the configured override) itself, at get time,
+        # like the IBM MQ JMS classes; the loop's own threshold would cut a larger BOTHRESH.
+        kind = self.config.sources[cfg.source].kind
+        threshold = 0 if kind == "mq" else cfg.backout_threshold
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
-                            backout_threshold=cfg.backout_threshold, backout_queue=cfg.backout_queue)
+                            backout_threshold=threshold, backout_queue=cfg.backout_queue)
         source = self._source_factory(cfg, f"{slot.index}", tracker)
         thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, tracker)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
@@ -181,7 +199,7 @@ class Bridge:
                 self._reap(slot, now)
                 if self.fatal is not None:
                     return
-            if self.stop_event.is_set() or now < slot.next_start:
+            if slot.halted or self.stop_event.is_set() or now < slot.next_start:
                 continue
             try:
                 self._spawn(slot)
@@ -204,6 +222,18 @@ class Bridge:
             return
         if isinstance(failure, FATAL_ERRORS):
             self._fail(failure)
+            return
+        if isinstance(failure, BackoutFailedError):
+            # Restarting would hit the same poison message again and again: halt this slot.
+            slot.halted = True
+            slot.last_error = f"halted: {failure}"
+            self.counters.inc("listener_errors", listener=f"{slot.config.source}:{slot.config.queue}")
+            log.critical("%s: halted, a poison message can be moved nowhere: %s", slot.name, failure)
+            return
+        if isinstance(failure, SourceQuiescingError):
+            log.warning("%s: queue manager is quiescing; retrying in %.0fs", slot.name, QUIESCE_RETRY)
+            slot.last_error = f"{type(failure).__name__}: {failure}"
+            slot.next_start = now + QUIESCE_RETRY
             return
         if isinstance(failure, thread.source.recoverable_errors):
             log.critical("%s: connection lost: %s", slot.name, failure)

@@ -29,6 +29,9 @@ from listeners.source import BackoutMove, DeliveryTracker, Source
 
 log = logging.getLogger(__name__)
 
+# Seconds to wait after backing out a whole unit of work before reading again.
+ROLLBACK_PAUSE = 0.5
+
 
 class Chain(Protocol):
     """An ordered preprocessor chain, fixed for one unit of work."""
@@ -214,6 +217,7 @@ class ListenerThread(threading.Thread):
         chain = self.chain_provider()  # one snapshot for the whole unit of work
         moves: list[BackoutMove] = []
         submitted: list[Message] = []
+        failed: list[tuple[Message, str]] = []  # preprocessor failures, given back on their own
         consumed = 0
         for message in batch:
             if spec.backout_threshold and message.delivery_count > spec.backout_threshold:
@@ -223,8 +227,14 @@ class ListenerThread(threading.Thread):
                 message.message_type = chain.classify(message) or spec.message_type
                 processed = chain.process(message)
             except PreprocessorError as exc:
-                self._rollback_after_preprocessor_error(batch, chain, exc)
-                return
+                if not self.source.supports_partial_commit:
+                    self._rollback_after_preprocessor_error(batch, chain, exc)
+                    return
+                # Only the message the preprocessor failed on goes back (and counts towards
+                # its backout threshold); the rest of the unit of work carries on.
+                self._preprocessor_failed(message, chain, exc)
+                failed.append((message, str(exc)))
+                continue
             if processed is None:
                 consumed += 1
                 continue
@@ -243,7 +253,7 @@ class ListenerThread(threading.Thread):
         if submitted:
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
-        self._finish(batch, submitted, results, moves, consumed)
+        self._finish(batch, submitted, results, moves, consumed, failed)
 
     def _await(self, results: UnitResults, submitted: list[Message]) -> None:
         """Wait for every submitted message's result. Rolling back while the collector still
@@ -266,9 +276,15 @@ class ListenerThread(threading.Thread):
         results: UnitResults,
         moves: list[BackoutMove],
         consumed: int,
+        failed: list[tuple[Message, str]] | None = None,
     ) -> None:
         spec = self.spec
         retry: list[tuple[Message, str]] = []
+        for message, reason in failed or ():
+            if spec.backout_threshold and message.delivery_count >= spec.backout_threshold:
+                moves.append(BackoutMove(message, self._exhausted_reason(message, reason), spec.backout_queue))
+            else:
+                retry.append((message, reason))
         for message in submitted:
             result = results.get(message.msg_id) or MessageResult.retryable(message.msg_id, "no result")
             if result.outcome is Outcome.PERMANENT:
@@ -296,6 +312,7 @@ class ListenerThread(threading.Thread):
             self.source.rollback()
             self.counters.inc("messages_backed_out", len(batch), **self._labels)
             log.warning("%s: backed out %d messages: %s", spec.name, len(batch), retry[0][1])
+            self._pause_after_rollback()
             return
 
         self.source.commit(moves=moves, returns=returns)
@@ -318,9 +335,18 @@ class ListenerThread(threading.Thread):
             self.counters.inc("messages_backed_out", len(returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])
 
+    def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
+        log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
+        self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
+        self.tracker.failed(message.msg_id, str(exc))
+        try:
+            chain.on_submit_error(message, exc)
+        except Exception:
+            log.exception("%s: on_submit_error failed", self.spec.name)
+
     def _rollback_after_preprocessor_error(self, batch: list[Message], chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: %s; rolling back %d messages", self.spec.name, exc, len(batch))
-        self.counters.inc("preprocessor_errors", plugin=exc.plugin, **self._labels)
+        self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
         for message in batch:
             self.tracker.failed(message.msg_id, str(exc))
             try:
@@ -329,6 +355,12 @@ class ListenerThread(threading.Thread):
                 log.exception("%s: on_submit_error failed", self.spec.name)
         self.source.rollback()
         self.counters.inc("messages_backed_out", len(batch), **self._labels)
+        self._pause_after_rollback()
+
+    def _pause_after_rollback(self) -> None:
+        """A unit of work that failed as a whole would otherwise be retried in a tight loop,
+        burning the messages' backout counts in milliseconds."""
+        self._stop_event.wait(ROLLBACK_PAUSE)
 
     def _exhausted_reason(self, message: Message, reason: str | None = None) -> str:
         last = reason or self.tracker.last_reason(message.msg_id) or "unknown"
