@@ -129,7 +129,7 @@ def main() -> None:
         print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}")
         q1 = unique_queue("bench-ceiling")
         print(f"put rate:                     {put(q1, n, args.size):>9,.0f} msg/s")
-        ceiling_rate = ceiling(q1, n, prefetch=args.batch)
+        ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000))
         print(f"(a) stomp.py consumer:        {ceiling_rate:>9,.0f} msg/s  (client-individual acks)")
 
         spark = create_spark_session(master="local[2]", app_name="mqbridge-bench")
