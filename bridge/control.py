@@ -145,9 +145,7 @@ class Bridge:
             return StompSource(cfg.source, source_cfg, cfg.queue, prefetch=cfg.prefetch or cfg.batch,
                                tracker=tracker, client_name=f"{self.config.bridge.name}-{thread_name}")
         if source_cfg.kind == "mq":
-            from listeners.mq import MqSource
-
-            from listeners.mq import InDoubtLog
+            from listeners.mq import InDoubtLog, MqSource
 
             in_doubt = self._in_doubt.setdefault((cfg.source, cfg.queue), InDoubtLog())
             return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg, in_doubt=in_doubt,

@@ -102,7 +102,7 @@ class Counters:
             for key, hist in self._histograms.get(name, {}).items():
                 if want <= set(key):
                     found = True
-                    merged.counts = [a + b for a, b in zip(merged.counts, hist.counts)]
+                    merged.counts = [a + b for a, b in zip(merged.counts, hist.counts, strict=True)]
                     merged.total += hist.total
                     merged.count += hist.count
                     merged.recent.extend(hist.recent)

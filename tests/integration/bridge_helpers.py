@@ -87,3 +87,21 @@ def read_table(spark: Any, path: Path) -> list[Any]:
     if not path.exists():
         return []
     return spark.read.parquet(str(path)).collect()
+
+
+def listener_toml(queue: str, type_: str, *, source: str = "amq", threads: int = 1, batch: int = 200,
+                  wait: str = "200ms", threshold: int | None = 3, backout: str | None = "",
+                  preprocessors: str | None = None, extra: str = "") -> str:
+    """One `[[listeners]]` table. `backout=""` means `<queue>.backout`; None leaves it out (and
+    `threshold=None` leaves the threshold out), so an MQ source uses the queue's BOTHRESH/BOQNAME."""
+    lines = [f'source = "{source}"', f'queue = "{queue}"', f"threads = {threads}", f"batch = {batch}",
+             f'wait = "{wait}"', f'message_type = "{type_}"']
+    if threshold is not None:
+        lines.append(f"backout_threshold = {threshold}")
+    if backout is not None:
+        lines.append(f'backout_queue = "{backout or queue + ".backout"}"')
+    if preprocessors is not None:
+        lines.append(f"preprocessors = {preprocessors}")
+    if extra:
+        lines.append(extra)
+    return "\n[[listeners]]\n" + "\n".join(lines) + "\n"

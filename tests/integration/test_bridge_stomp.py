@@ -11,25 +11,21 @@ import pytest
 
 from bridge.control import Bridge
 from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+from tests.integration.bridge_helpers import (
+    RunningBridge,
+    listener_toml,
+    make_config,
+    read_table,
+    run_until_idle,
+    wait_for,
+)
 from tests.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
 
-def listener(queue: str, type_: str, *, threads: int = 1, batch: int = 200, threshold: int = 3,
-             backout: str | None = None, wait: str = "200ms") -> str:
-    return f"""
-[[listeners]]
-source = "amq"
-queue = "{queue}"
-threads = {threads}
-batch = {batch}
-wait = "{wait}"
-message_type = "{type_}"
-backout_threshold = {threshold}
-backout_queue = "{backout or queue + '.backout'}"
-"""
+def listener(queue: str, type_: str, *, threads: int = 1, batch: int = 200, threshold: int = 3) -> str:
+    return listener_toml(queue, type_, threads=threads, batch=batch, threshold=threshold)
 
 
 RAW_TYPE = """

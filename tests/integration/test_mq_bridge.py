@@ -18,7 +18,14 @@ from bridge.control import Bridge
 from listeners.mq import InDoubtLog, MqSource
 from tests.fakes import pymqi_fake
 from tests.fakes.mq_server import FakeQueueManagerServer
-from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+from tests.integration.bridge_helpers import (
+    RunningBridge,
+    listener_toml,
+    make_config,
+    read_table,
+    run_until_idle,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 C = pymqi_fake.CMQC
@@ -51,16 +58,8 @@ bulk_timeout = "1s"
 
 
 def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int = 100, extra: str = "") -> str:
-    return f"""
-[[listeners]]
-source = "qm"
-queue = "{queue}"
-threads = {threads}
-batch = {batch}
-wait = "200ms"
-message_type = "{type_}"
-{extra}
-"""
+    return listener_toml(queue, type_, source="qm", threads=threads, batch=batch, threshold=None,
+                         backout=None, extra=extra)
 
 
 def mq_bridge(cfg: Any, spark: Any, in_doubt: InDoubtLog | None = None) -> Bridge:

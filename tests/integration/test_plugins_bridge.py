@@ -19,7 +19,14 @@ from bridge.plugins import PluginHost, build_bridge
 from config import parse_config
 from preprocessors.envelope import parse_envelope
 from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import RunningBridge, make_config, read_table, run_until_idle, wait_for
+from tests.integration.bridge_helpers import (
+    RunningBridge,
+    listener_toml,
+    make_config,
+    read_table,
+    run_until_idle,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -107,18 +114,8 @@ def types(*names: str) -> str:
 
 def listener(queue: str, type_: str, preprocessors: str, *, threads: int = 1, batch: int = 20,
              threshold: int = 3) -> str:
-    return f"""
-[[listeners]]
-source = "amq"
-queue = "{queue}"
-threads = {threads}
-batch = {batch}
-wait = "100ms"
-message_type = "{type_}"
-backout_threshold = {threshold}
-backout_queue = "{queue}.backout"
-preprocessors = {preprocessors}
-"""
+    return listener_toml(queue, type_, threads=threads, batch=batch, wait="100ms", threshold=threshold,
+                         preprocessors=preprocessors)
 
 
 def plugin_config(tmp_path: Path, body: str) -> Any:

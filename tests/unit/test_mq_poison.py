@@ -3,8 +3,6 @@ commits, quiescing — never a lost or silently committed message."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from bridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
@@ -12,29 +10,10 @@ from listeners.mq import InDoubtLog, MqSource
 from listeners.mq_mapping import unpack_dlh
 from listeners.source import BackoutMove
 from tests.fakes import pymqi_fake
-from tests.fakes.mq_server import FakeQueueManagerServer
 from tests.fakes.mq_testing import make_source, receive_n
+from tests.unit.conftest import DLQ
 
 C = pymqi_fake.CMQC
-DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
-
-
-@pytest.fixture
-def qm() -> Iterator[FakeQueueManagerServer]:
-    server = FakeQueueManagerServer(dead_letter_queue=DLQ)
-    server.define_queue("ORDERS", backout_threshold=3, backout_queue="ORDERS.BACKOUT")
-    server.define_queue("ORDERS.BACKOUT")
-    yield server
-    assert server.disconnects_with_open_uow == [], "a disconnect committed an open unit of work"
-    server.close()
-
-
-@pytest.fixture
-def source(qm: FakeQueueManagerServer) -> Iterator[MqSource]:
-    src = make_source(qm, "ORDERS")
-    src.connect()
-    yield src
-    src.close()
 
 
 def test_a_message_at_the_backout_threshold_goes_to_boqname_atomically_and_is_not_handed_out(qm, source) -> None:

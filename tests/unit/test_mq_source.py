@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import importlib.util
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
@@ -15,28 +14,9 @@ from bridge.errors import ConfigError, SourceConnectionError, SourceError
 from listeners import mq_driver
 from listeners.mq import MqSource
 from tests.fakes import pymqi_fake
-from tests.fakes.mq_server import FakeQueueManagerServer
 from tests.fakes.mq_testing import make_source, receive_n, source_config
 
 C = pymqi_fake.CMQC
-
-
-@pytest.fixture
-def qm() -> Iterator[FakeQueueManagerServer]:
-    server = FakeQueueManagerServer(dead_letter_queue="SYSTEM.DEAD.LETTER.QUEUE")
-    server.define_queue("ORDERS", backout_threshold=3, backout_queue="ORDERS.BACKOUT")
-    server.define_queue("ORDERS.BACKOUT")
-    yield server
-    assert server.disconnects_with_open_uow == [], "a disconnect committed an open unit of work"
-    server.close()
-
-
-@pytest.fixture
-def source(qm: FakeQueueManagerServer) -> Iterator[MqSource]:
-    src = make_source(qm, "ORDERS")
-    src.connect()
-    yield src
-    src.close()
 
 
 # -- configuration and connection --------------------------------------------------------------
