@@ -32,15 +32,15 @@ from config import parse_config  # noqa: E402
 from tests.amq import AmqClient, unique_queue  # noqa: E402
 
 
-def put(queue_name: str, n: int, size: int) -> float:
+def put(queue_name: str, n: int, size: int, port: int) -> float:
     body = os.urandom(size // 2).hex().encode()[:size]
     start = time.perf_counter()
-    with AmqClient() as client:
+    with AmqClient(port=port) as client:
         client.put_many(queue_name, [body] * n)
     return n / (time.perf_counter() - start)
 
 
-def ceiling(queue_name: str, n: int, prefetch: int) -> float:
+def ceiling(queue_name: str, n: int, prefetch: int, port: int) -> float:
     """Minimal consumer: client-individual acks, one ACK frame per message."""
     frames: queue.Queue = queue.Queue()
 
@@ -48,7 +48,7 @@ def ceiling(queue_name: str, n: int, prefetch: int) -> float:
         def on_message(self, frame):  # type: ignore[no-untyped-def]
             frames.put(frame)
 
-    conn = stomp.Connection12([("127.0.0.1", 61613)], auto_decode=False)
+    conn = stomp.Connection12([("127.0.0.1", port)], auto_decode=False)
     conn.set_listener("l", Listener())
     conn.connect(wait=True)
     start = time.perf_counter()
@@ -80,6 +80,7 @@ bulk_size = "{args.bulk_size}"
 bulk_timeout = "2s"
 [sources.amq]
 kind = "stomp"
+port = {args.port}
 [[listeners]]
 source = "amq"
 queue = "{queue_name}"
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--bulk-size", default="16MB")
+    parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -128,18 +130,18 @@ def main() -> None:
     try:
         print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}")
         q1 = unique_queue("bench-ceiling")
-        print(f"put rate:                     {put(q1, n, args.size):>9,.0f} msg/s")
-        ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000))
+        print(f"put rate:                     {put(q1, n, args.size, args.port):>9,.0f} msg/s")
+        ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000), port=args.port)
         print(f"(a) stomp.py consumer:        {ceiling_rate:>9,.0f} msg/s  (client-individual acks)")
 
         spark = create_spark_session(master="local[2]", app_name="mqbridge-bench")
         q0 = unique_queue("bench-warmup")
-        put(q0, 2000, args.size)
+        put(q0, 2000, args.size, args.port)
         run_bridge(bridge_config(workdir / "warm", q0, args), spark,
                    lambda b: b.counters.total("messages_committed") >= 2000)
 
         q2 = unique_queue("bench-bridge")
-        put(q2, n, args.size)
+        put(q2, n, args.size, args.port)
         bridge, first, end = run_bridge(bridge_config(workdir / "landing", q2, args), spark,
                                         lambda b: b.counters.total("messages_committed") >= n)
         bridge_rate = n / (end - first)
@@ -154,7 +156,7 @@ def main() -> None:
 
         def paced_producer() -> None:
             body = b"x" * args.size
-            with AmqClient() as client:
+            with AmqClient(port=args.port) as client:
                 start = time.perf_counter()
                 for i in range(total):
                     delay = start + i / args.latency_rate - time.perf_counter()

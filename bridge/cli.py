@@ -13,6 +13,7 @@ from types import FrameType
 
 from bridge import __version__
 from bridge.errors import BridgeError, ConfigError
+from bridge.logsetup import setup_from_config, setup_logging
 
 log = logging.getLogger("mqbridge")
 
@@ -43,18 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
+    status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
+                                           "exit 0 healthy, 1 unhealthy, 3 unreachable")
+    status.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
+                                                    "http://127.0.0.1:9464)")
+    status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] listen to ask")
+    status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
+    from service.cli import add_parser as add_service_parser
+
+    add_service_parser(sub)
     return parser
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-8s %(threadName)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # py4j logs every gateway call at INFO/DEBUG; the bridge's own log is what operators read.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("stomp.py").setLevel(logging.WARNING)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -122,9 +121,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
+def install_signal_handlers(stop: threading.Event, reload: threading.Event | None = None) -> None:
     """First SIGINT/SIGTERM: graceful shutdown. Second: exit at once (unacked messages return
-    to the source when the connection drops)."""
+    to the source when the connection drops). SIGHUP: sets `reload` (the control thread reloads
+    plugins and the configuration file)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set():
@@ -133,6 +133,25 @@ def install_signal_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    if reload is not None and hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: reload.set())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bridge.status_cli import DEFAULT_URL, EXIT_UNREACHABLE, Unreachable, run_status, url_from_config
+
+    url = args.url
+    if url is None and args.config:
+        from config import load_config
+
+        try:
+            url = url_from_config(load_config(args.config))
+        except Unreachable as exc:
+            print(f"mqbridge status: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+    code, text = run_status(url or DEFAULT_URL, args.timeout)
+    print(text, file=sys.stdout if code != EXIT_UNREACHABLE else sys.stderr)
+    return code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -140,16 +159,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from config import load_config
 
     cfg = load_config(args.config)
-    setup_logging(args.log_level or cfg.logging.level)
-    stop = threading.Event()
-    install_signal_handlers(stop)
-    return run_bridge(cfg, until_idle=args.until_idle, stop_event=stop)
+    setup_from_config(cfg, args.log_level)
+    stop, reload = threading.Event(), threading.Event()
+    install_signal_handlers(stop, reload)
+    return run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload)
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    from service.cli import cmd_service as run_service_command
+
+    return run_service_command(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables, "plugins": cmd_plugins}
+    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables, "plugins": cmd_plugins,
+                "status": cmd_status, "service": cmd_service}
     try:
         return commands[args.command](args)
     except ConfigError as exc:

@@ -26,6 +26,7 @@ from bridge.errors import (
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
+from bridge.guard import MemoryGuard
 from listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
 from listeners.source import DeliveryTracker, Source
 
@@ -111,13 +112,26 @@ class Bridge:
         self.ready_hooks: list[Callable[[Bridge], None]] = []
         #: Called once when shutdown begins (STOPPING=1).
         self.stopping_hooks: list[Callable[[Bridge], None]] = []
+        #: Called on every control-loop wake-up (at most 0.25 s apart); must be quick (watchdog).
+        self.wake_hooks: list[Callable[[Bridge], None]] = []
+        #: Set (e.g. by a SIGHUP handler) to have the control thread call `reload_hooks` now.
+        self.reload_event = threading.Event()
+        self.reload_hooks: list[Callable[[Bridge], None]] = []
         #: Extra fields of `status()`: name -> callable returning a JSON-able value (plugins...).
         self.status_hooks: dict[str, Callable[[], Any]] = {}
+        #: Pauses listener intake while the process is above `[bridge] max_rss`.
+        self.guard = MemoryGuard(config.bridge.max_rss, self.counters)
+        self.status_hooks["guard"] = self.guard.status
         self._ready = False
         self._errors = RateMeter()
         self._lock = threading.Lock()
 
     # -- building --------------------------------------------------------------------------
+    @property
+    def spark_session(self) -> Any:
+        """The SparkSession if one was given or started, else None (never starts one)."""
+        return self._spark
+
     @property
     def spark(self) -> Any:
         if self._spark is None:
@@ -178,7 +192,8 @@ class Bridge:
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue)
         source = self._source_factory(cfg, f"{slot.index}", tracker)
-        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, tracker)
+        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, tracker,
+                                gate=self.guard.gate)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
@@ -303,6 +318,10 @@ class Bridge:
         idle_since: float | None = None
         while not self.stop_event.wait(tick):
             self.reconcile()
+            if self.reload_event.is_set():
+                self.reload_event.clear()
+                self._call_hooks(self.reload_hooks)
+            self.guard.check()
             now = time.monotonic()
             if not self._ready and self.slots and all(
                     s.thread is not None and s.thread.state.connected_once for s in self.slots):
@@ -312,6 +331,7 @@ class Bridge:
                 next_summary = now + interval
                 log.info("%s", self.summary())
                 self._call_hooks(self.tick_hooks)
+            self._call_hooks(self.wake_hooks)
             if until_idle is not None:
                 if self.idle() and now - self.last_activity() >= until_idle:
                     if idle_since is None:

@@ -24,6 +24,7 @@ from typing import Protocol
 from bridge.collector import BulkCollector
 from bridge.counters import Counters
 from bridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
+from bridge.guard import IntakeGate
 from bridge.message import Message, MessageResult, Outcome
 from listeners.source import BackoutMove, DeliveryTracker, Source
 
@@ -114,7 +115,7 @@ class UnitResults:
 class ListenerState:
     """What the control thread and the status page see of a listener thread."""
 
-    phase: str = "starting"  # starting | connecting | receiving | processing | stopped | failed
+    phase: str = "starting"  # starting | connecting | receiving | processing | paused | stopped | failed
     heartbeat: float = field(default_factory=time.monotonic)
     last_message: float = 0.0  # monotonic time of the last message received (0: none yet)
     connected_once: bool = False
@@ -137,8 +138,10 @@ class ListenerThread(threading.Thread):
         chain_provider: Callable[[], Chain],
         counters: Counters,
         tracker: DeliveryTracker,
+        gate: IntakeGate | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
+        self.gate = gate  # closed by the memory guard: wait before the next batch
         self.spec = spec
         self.source = source
         self.collector = collector
@@ -180,6 +183,8 @@ class ListenerThread(threading.Thread):
         self.source.connect()
         self.state.connected_once = True
         while not self._stop_event.is_set():
+            if not self._wait_for_gate():
+                break
             self.state.phase = "receiving"
             self.state.heartbeat = time.monotonic()
             batch = self._receive_batch()
@@ -187,6 +192,18 @@ class ListenerThread(threading.Thread):
                 self.state.phase = "processing"
                 self._process(batch)
                 self.state.units += 1
+
+    def _wait_for_gate(self) -> bool:
+        """Wait while the memory guard holds intake, in short steps (stop stays prompt, the
+        heartbeat fresh). False if a stop was requested meanwhile."""
+        if self.gate is None or self.gate.is_open:
+            return True
+        self.state.phase = "paused"
+        while not self.gate.wait(min(1.0, max(self.spec.wait, 0.05))):
+            self.state.heartbeat = time.monotonic()
+            if self._stop_event.is_set():
+                return False
+        return not self._stop_event.is_set()
 
     def _receive_batch(self) -> list[Message]:
         """Up to `batch` messages; waits at most `wait` once the first one has arrived, and

@@ -8,6 +8,8 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need_apt+=(activemq)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+# systemd-analyze verifies the rendered service unit in the tests (not started as init)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

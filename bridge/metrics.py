@@ -1,0 +1,181 @@
+"""Prometheus rendering of the bridge's numbers, computed at scrape time.
+
+`BridgeMetrics` is a prometheus_client custom collector. On every scrape it renders a snapshot
+of `bridge.counters.Counters` (counters get `_total`, histograms cumulative `le` buckets), the
+bulk collector's `stats()`, the health view and the process figures from psutil. Every name
+starts with `mqbridge_`. Nothing is registered in prometheus_client's global registry: each
+monitoring server has its own, so several bridges in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bridge.counters import Counters, Labels
+
+PREFIX = "mqbridge_"
+
+# Help texts of the names used with Counters.inc/set/observe; an unknown name still renders.
+HELP = {
+    "listener_threads_created": "Listener threads started, first starts and restarts",
+    "listener_threads_configured": "Listener threads in the configuration",
+    "listener_threads_actual": "Listener threads alive at the last control tick",
+    "listener_errors": "Listener thread failures (lost connection, unexpected error, halt)",
+    "listener_restarts": "Listener thread restarts scheduled by the control thread",
+    "listener_stuck": "Listener threads reported without heartbeat",
+    "errors_per_second": "Listener errors per second over the last control interval",
+    "messages_received": "Messages received from the source",
+    "messages_committed": "Messages removed from the source after landing (commit)",
+    "messages_backed_out": "Messages given back to the source queue (rollback)",
+    "messages_moved_to_backout": "Messages moved to the backout queue",
+    "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
+    "messages_duplicated_risk": "Landed messages whose unit of work was backed out (will land again)",
+    "preprocessor_errors": "Preprocessor failures",
+    "put_to_commit_seconds": "Latency from the message's put time to its commit",
+    "plugin_reloads": "Plugin generations swapped in by hot reload",
+    "plugin_reload_failures": "Plugin reloads rejected (the previous generation keeps running)",
+    "plugin_load_errors": "Plugin files that failed to load",
+    "plugin_errors": "Plugins currently not loaded because of an error",
+    "plugin_generation": "Current plugin generation number",
+    "plugin_observer_errors": "mqbridge_result hook calls that raised",
+    "memory_guard_paused": "1 while the memory guard holds listener intake, else 0",
+    "memory_guard_pauses": "Times the memory guard paused intake",
+    "memory_guard_max_rss_bytes": "The memory guard's limit ([bridge] max_rss)",
+}
+
+# CollectorStats field -> (metric name, help). Counters (monotonic) and gauges (current value).
+COLLECTOR_COUNTERS = {
+    "executed_bulks": ("bulks_written", "Bulks handed to an executor (Spark writes)"),
+    "executed_messages": ("bulk_rows", "Messages in bulks handed to an executor"),
+    "execute_seconds_total": ("spark_write_seconds", "Time spent in executors (Spark writes)"),
+    "backpressure_waits": ("collector_backpressure_waits", "Submits that waited for collector memory"),
+    "coalesced_bulks": ("bulks_coalesced", "Queued bulks merged into another bulk of their type"),
+    "handler_errors": ("result_handler_errors", "Result handler calls that raised"),
+}
+COLLECTOR_GAUGES = {
+    "bytes": ("collector_bytes", "Bytes held by the collector"),
+    "messages": ("collector_messages", "Messages held by the collector"),
+    "active_bulks": ("collector_active_bulks", "Active (filling) bulks"),
+    "queued_bulks": ("collector_queued_bulks", "Flushed bulks waiting for a worker"),
+    "in_flight_bulks": ("collector_in_flight_bulks", "Bulks being written now"),
+    "last_execute_seconds": ("spark_last_write_seconds", "Duration of the last executor call"),
+}
+# Always rendered, so a dashboard sees 0 rather than no series.
+FLUSH_REASONS = ("size", "memory", "timeout", "count", "shutdown", "requested")
+
+
+def _series_labels(series: Mapping[Labels, Any]) -> list[str]:
+    """The union of label names over a metric's series (a missing label renders as "")."""
+    return sorted({name for key in series for name, _ in key})
+
+
+def _values(names: list[str], key: Labels) -> list[str]:
+    given = dict(key)
+    return [given.get(name, "") for name in names]
+
+
+def counter_families(counters: Counters) -> Iterator[Metric]:
+    """Every counter, gauge and histogram of `counters`, as Prometheus metric families."""
+    snap = counters.snapshot()
+    for name, series in sorted(snap["counters"].items()):
+        labels = _series_labels(series)
+        counter = CounterMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)
+        for key, value in series.items():
+            counter.add_metric(_values(labels, key), float(value))  # type: ignore[arg-type]
+        yield counter
+    for name, series in sorted(snap["gauges"].items()):
+        labels = _series_labels(series)
+        gauge = GaugeMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)
+        for key, value in series.items():
+            gauge.add_metric(_values(labels, key), float(value))  # type: ignore[arg-type]
+        yield gauge
+    for name, series in sorted(snap["histograms"].items()):
+        labels = _series_labels(series)
+        histogram = HistogramMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)
+        for key, value in series.items():
+            bounds, counts, total, _count = cast("tuple[list[float], list[int], float, int]", value)
+            cumulative, buckets = 0, []
+            for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+            histogram.add_metric(_values(labels, key), buckets, sum_value=total)
+        yield histogram
+
+
+def collector_families(stats: Any) -> Iterator[Metric]:
+    """The bulk collector's `CollectorStats` as counters and gauges."""
+    flushed = CounterMetricFamily(PREFIX + "bulks_flushed", "Bulks flushed, by flush reason", labels=["reason"])
+    reasons = dict.fromkeys(FLUSH_REASONS, 0) | dict(stats.flushed)
+    for reason, count in sorted(reasons.items()):
+        flushed.add_metric([reason], count)
+    yield flushed
+    for field, (name, help_text) in COLLECTOR_COUNTERS.items():
+        yield CounterMetricFamily(PREFIX + name, help_text, value=float(getattr(stats, field, 0)))
+    for field, (name, help_text) in COLLECTOR_GAUGES.items():
+        yield GaugeMetricFamily(PREFIX + name, help_text, value=float(getattr(stats, field, 0)))
+
+
+def process_info() -> dict[str, Any]:
+    """This process's CPU, memory, threads, open files and connections (psutil)."""
+    import psutil
+
+    proc = psutil.Process()
+    with proc.oneshot():
+        cpu = proc.cpu_times()
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "cpu_seconds": round(cpu.user + cpu.system, 3),
+            "cpu_percent": proc.cpu_percent(None),  # since the previous call (first: 0.0)
+            "rss_bytes": proc.memory_info().rss,
+            "threads": proc.num_threads(),
+            "uptime_seconds": round(time.time() - proc.create_time(), 1),
+        }
+    try:
+        info["open_files"] = len(proc.open_files())
+        info["connections"] = len(proc.net_connections(kind="inet"))
+    except (psutil.AccessDenied, OSError):  # some platforms restrict these
+        info.setdefault("open_files", None)
+        info["connections"] = None
+    return info
+
+
+def process_families(info: Mapping[str, Any]) -> Iterator[Metric]:
+    """`process_info()` as metrics (a figure the platform refused is left out)."""
+    yield CounterMetricFamily(PREFIX + "process_cpu_seconds", "User and system CPU time of the bridge process",
+                              value=info["cpu_seconds"])
+    for key, name, help_text in (
+        ("rss_bytes", "process_resident_memory_bytes", "Resident set size of the bridge process"),
+        ("threads", "process_threads", "Threads of the bridge process"),
+        ("open_files", "process_open_files", "Regular files open in the bridge process"),
+        ("connections", "process_connections", "Internet connections of the bridge process"),
+    ):
+        if info.get(key) is not None:
+            yield GaugeMetricFamily(PREFIX + name, help_text, value=float(info[key]))
+
+
+class BridgeMetrics(Collector):
+    """Renders a bridge's counters, collector stats, health and process at scrape time."""
+
+    def __init__(self, counters: Counters, collector_stats: Callable[[], Any] | None = None,
+                 health: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        self.counters = counters
+        self.collector_stats = collector_stats
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        yield from counter_families(self.counters)
+        if self.collector_stats is not None:
+            yield from collector_families(self.collector_stats())
+        if self.health is not None:
+            view = self.health()
+            yield GaugeMetricFamily(PREFIX + "healthy", "1 while /healthz answers 200", value=float(view["healthy"]))
+            if view.get("spark_reachable") is not None:
+                yield GaugeMetricFamily(PREFIX + "spark_reachable", "1 while Spark answers the health probe",
+                                        value=float(view["spark_reachable"]))
+        yield from process_families(process_info())

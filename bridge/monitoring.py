@@ -1,0 +1,190 @@
+"""The monitoring endpoint (`[monitoring] listen`): /metrics, /status and /healthz over HTTP.
+
+    /metrics   Prometheus text (bridge.metrics.BridgeMetrics, rendered at scrape time)
+    /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
+    /healthz   200 "ok" while every listener thread is connected and Spark is reachable,
+               else 503 with one problem per line
+
+The server binds exactly the configured address (127.0.0.1:9464 by default, never all
+interfaces unless configured); port 0 picks a free port, readable from `port` afterwards.
+`run_bridge` starts it after the bridge has started and stops it on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from bridge.counters import RateMeter
+from bridge.errors import BridgeError
+from bridge.health import SparkProbe, health_problems
+from bridge.metrics import BridgeMetrics, process_info
+
+if TYPE_CHECKING:
+    from bridge.control import Bridge
+
+log = logging.getLogger(__name__)
+
+# Per-listener message counts shown in /status, by counter name.
+LISTENER_COUNTS = ("messages_received", "messages_committed", "messages_backed_out", "messages_moved_to_backout")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a slow scraper never delays shutdown
+    monitor: MonitoringServer
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (socket.getfqdn), which can hang on a
+        # machine with broken DNS; the name is only used in CGI variables.
+        self.socket.bind(self.server_address)
+        self.server_address = self.socket.getsockname()
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
+        monitor = self.server.monitor
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        try:
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(monitor.registry))
+            elif path == "/status":
+                self._send(200, "application/json", json.dumps(monitor.status(), default=str).encode())
+            elif path == "/healthz":
+                problems = monitor.problems()
+                body = "ok\n" if not problems else "".join(f"{p}\n" for p in problems)
+                self._send(503 if problems else 200, "text/plain; charset=utf-8", body.encode())
+            else:
+                self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics, /status or /healthz\n")
+        except Exception as exc:
+            log.exception("monitoring: %s failed", path)
+            self._send(500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode())
+
+    def _send(self, code: int, content_type: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("monitoring: %s %s", self.address_string(), format % args)
+
+
+class ListenerRates:
+    """Committed messages per second of each listener over the last control interval."""
+
+    def __init__(self) -> None:
+        self._meters: dict[str, RateMeter] = {}
+        self.rates: dict[str, float] = {}
+
+    def update(self, bridge: Bridge) -> None:
+        """A control tick hook."""
+        for cfg in bridge.config.listeners:
+            label = f"{cfg.source}:{cfg.queue}"
+            meter = self._meters.setdefault(label, RateMeter())
+            self.rates[label] = round(meter.rate(bridge.counters.total("messages_committed", listener=label)), 2)
+
+
+class MonitoringServer:
+    """The HTTP endpoint of one bridge. `start()` binds and serves from a named thread."""
+
+    def __init__(self, bridge: Bridge, host: str, port: int) -> None:
+        self.bridge = bridge
+        self.host = host
+        self.requested_port = port
+        self.probe = SparkProbe(lambda: bridge.spark_session, max_age=bridge.config.bridge.control_interval)
+        self.rates = ListenerRates()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BridgeMetrics(bridge.counters, bridge.collector.stats, self._health_view))
+        bridge.status_hooks["spark"] = self.probe.status
+        bridge.status_hooks["process"] = process_info
+        bridge.tick_hooks.append(self.rates.update)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_bridge(cls, bridge: Bridge) -> MonitoringServer | None:
+        """The server `[monitoring] listen` asks for, or None when it is disabled ("")."""
+        section = bridge.config.monitoring
+        if not section.enabled:
+            return None
+        assert section.host is not None and section.port is not None
+        return cls(bridge, section.host, section.port)
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when 0 was configured)."""
+        return self._server.server_port if self._server is not None else self.requested_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def bind(self) -> None:
+        """Bind the configured address (before the bridge starts, so a taken port fails fast).
+        Raises BridgeError naming the address when it cannot be bound."""
+        if self._server is not None:
+            return
+        try:
+            family, _, _, _, address = socket.getaddrinfo(self.host, self.requested_port,
+                                                          type=socket.SOCK_STREAM)[0]
+            server_class = type("_BoundServer", (_Server,), {"address_family": family})
+            self._server = server_class(address, _Handler)
+        except OSError as exc:
+            raise BridgeError(f"monitoring: cannot listen on {self.url} ([monitoring] listen): {exc}") from exc
+        self._server.monitor = self
+
+    def start(self) -> None:
+        """Serve from the thread "monitoring-http" (binding first if `bind` was not called)."""
+        self.bind()
+        assert self._server is not None
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="monitoring-http", daemon=True)
+        self._thread.start()
+        log.info("monitoring: serving /metrics, /status and /healthz on %s", self.url)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is None:
+            return
+        if self._thread is not None:  # shutdown() would wait forever for a loop never started
+            self._server.shutdown()  # returns once serve_forever has left its loop
+            self._thread.join(5)
+            self._thread = None
+        self._server.server_close()
+        self._server = None
+        log.info("monitoring: stopped")
+
+    # -- documents -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        doc = self.bridge.status()
+        counters = self.bridge.counters
+        for entry in doc["listeners"]:
+            label = f"{entry['source']}:{entry['queue']}"
+            entry["listener_committed_per_second"] = self.rates.rates.get(label)
+            entry["listener_messages"] = {name: counters.total(name, listener=label) for name in LISTENER_COUNTS}
+        doc["spark"]["master"] = self.bridge.config.spark.remote or self.bridge.config.spark.master
+        problems = health_problems(doc)
+        doc["health"] = {"healthy": not problems, "problems": problems}
+        return doc
+
+    def problems(self) -> list[str]:
+        """What /healthz reports; empty when healthy."""
+        status = self.bridge.status()
+        return health_problems(status)
+
+    def _health_view(self) -> dict[str, Any]:
+        status = self.bridge.status()
+        return {"healthy": not health_problems(status), "spark_reachable": status["spark"]["reachable"]}

@@ -1,0 +1,114 @@
+"""Reload on request (SIGHUP, a Windows parameter-change control): plugins now, then the
+configuration file.
+
+The request only sets `Bridge.reload_event`; the control thread calls `ConfigReloader.reload`
+on its next wake-up (at most 0.25 s later), so nothing runs inside a signal handler.
+
+The configuration file is read and validated again. Keys in `APPLIED` take effect at once; every
+other changed key is listed in one warning as needing a restart (names only, never values: they
+may be secrets). A file that no longer loads is reported and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from bridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bridge.control import Bridge
+    from bridge.plugins import PluginHost
+
+log = logging.getLogger(__name__)
+
+
+def _apply_level(old: Any, new: Any) -> None:
+    logging.getLogger().setLevel(getattr(logging, new.logging.level))
+
+
+#: Key paths that can change while running, and how to apply them.
+APPLIED: dict[str, Callable[[Any, Any], None]] = {"logging.level": _apply_level}
+
+
+def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key.path, leaf value) pairs of a dumped configuration; list items as `key[i]`."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from flatten(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from flatten(item, f"{prefix}[{index}]")
+        if not value:
+            yield prefix, []
+    else:
+        yield prefix, value
+
+
+def _dump(config: Any) -> dict[str, Any]:
+    # Secret fields dump as "**********" whatever their value, so a changed password would be
+    # missed; compare their plain values instead (they never leave this function).
+    data: dict[str, Any] = dict(flatten(config.model_dump(mode="json", by_alias=True)))
+    for name, source in getattr(config, "sources", {}).items():
+        password = getattr(source, "password", None)
+        if password is not None and hasattr(password, "get_secret_value"):
+            data[f"sources.{name}.password"] = password.get_secret_value()
+    return data
+
+
+def changed_keys(old: Any, new: Any) -> list[str]:
+    """Key paths whose values differ between two configurations (added and removed included)."""
+    before, after = _dump(old), _dump(new)
+    return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
+
+class ConfigReloader:
+    """The bridge's reload hook: plugins first, then the configuration file (see the module docstring)."""
+
+    def __init__(self, plugins: PluginHost | None, load: Callable[[str], Any] | None = None) -> None:
+        self.plugins = plugins
+        self._load = load
+        self.pending_restart: list[str] = []  # changed keys that wait for a restart
+
+    def attach(self, bridge: Bridge) -> None:
+        bridge.reload_hooks.append(self.reload)
+
+    def reload(self, bridge: Bridge) -> None:
+        """Reload plugins and re-read the configuration file of `bridge` (control thread)."""
+        log.info("reload requested")
+        if self.plugins is not None and not self.plugins.check_for_changes():
+            log.info("plugins: no change")
+        path = getattr(bridge.config, "path", None)
+        if path is None:
+            log.warning("reload: the configuration was not read from a file; only plugins were reloaded")
+            return
+        load = self._load
+        if load is None:
+            from config import load_config
+
+            load = load_config
+        try:
+            new = load(str(path))
+        except ConfigError as exc:
+            log.error("reload: configuration not reloaded, the running one stays in force: %s", exc)
+            return
+        self.apply(bridge, new)
+
+    def apply(self, bridge: Bridge, new: Any) -> None:
+        """Apply the changes of `new` that are safe while running; report the others."""
+        old = bridge.config
+        changed = changed_keys(old, new)
+        applied = [key for key in changed if key in APPLIED]
+        for key in applied:
+            APPLIED[key](old, new)
+            section, _, name = key.partition(".")
+            setattr(getattr(old, section), name, getattr(getattr(new, section), name))
+        if applied:
+            log.warning("reload: applied %s", ", ".join(applied))
+        self.pending_restart = [key for key in changed if key not in APPLIED]
+        if self.pending_restart:
+            log.warning("reload: changed keys that need a restart to take effect (still running with the "
+                        "old values): %s", ", ".join(self.pending_restart))
+        elif not applied:
+            log.info("reload: configuration unchanged")

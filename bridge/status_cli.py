@@ -1,0 +1,128 @@
+"""`mqbridge status`: ask a running bridge's monitoring endpoint how it is doing.
+
+Fetches /status and /healthz and prints a table. Exit codes: 0 healthy, 1 unhealthy,
+3 unreachable (nothing answers, or not a bridge).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:9464"
+EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREACHABLE = 0, 1, 3
+# A wildcard listen address is reached through the loopback address of its family.
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+class Unreachable(Exception):
+    """The endpoint did not answer, or answered something that is not a bridge's status."""
+
+
+def url_from_config(config: Any) -> str:
+    """The endpoint URL of a configuration's `[monitoring] listen`. Raises Unreachable when the
+    configuration disables monitoring or lets the port be chosen at run time."""
+    section = config.monitoring
+    where = config.path or "the configuration"
+    if not section.enabled:
+        raise Unreachable(f'monitoring is disabled in {where} ([monitoring] listen = ""); give --url')
+    if section.port == 0:
+        raise Unreachable(f"{where} listens on port 0 (any free port); give --url")
+    host = _WILDCARDS.get(section.host, section.host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{section.port}"
+
+
+def _get(url: str, timeout: float) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 -- an http(s) URL the user gave
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:  # 503 from /healthz is an answer, not a failure
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise Unreachable(f"no bridge answers at {url}: {reason}") from exc
+
+
+def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
+    """(status document, /healthz code, /healthz body) of the bridge at `url`."""
+    base = url.rstrip("/")
+    code, body = _get(base + "/status", timeout)
+    try:
+        status = json.loads(body)
+    except ValueError:
+        status = None
+    if code != 200 or not isinstance(status, dict) or "listeners" not in status:
+        raise Unreachable(f"{base}/status answered HTTP {code} without a bridge status; is this an mqbridge endpoint?")
+    health_code, health_body = _get(base + "/healthz", timeout)
+    return status, health_code, health_body.decode("utf-8", "replace")
+
+
+def _mb(value: Any) -> str:
+    return f"{value / 2**20:.1f} MB" if isinstance(value, (int, float)) else "-"
+
+
+def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) -> str:
+    """The readable report."""
+    out = [f"mqbridge {status.get('name', '?')} at {url}: {'HEALTHY' if healthy else 'UNHEALTHY'}"]
+    if not healthy:
+        out += [f"  ! {line}" for line in health_text.splitlines() if line.strip()]
+    out.append("")
+    out.append(f"{'LISTENER THREAD':<40} {'STATE':<11} {'UNITS':>6} {'MSG/S':>8} {'COMMITTED':>10} "
+               f"{'RESTARTS':>8}  LAST ERROR")
+    for entry in status.get("listeners", []):
+        state = entry.get("phase", "?") if entry.get("alive") else f"down:{entry.get('phase', '?')}"
+        rate = entry.get("listener_committed_per_second")
+        committed = (entry.get("listener_messages") or {}).get("messages_committed")
+        out.append(f"{entry.get('name', '?'):<40} {state:<11} {entry.get('units', 0):>6} "
+                   f"{'-' if rate is None else f'{rate:.1f}':>8} "
+                   f"{'-' if committed is None else f'{committed:.0f}':>10} {entry.get('restarts', 0):>8}  "
+                   f"{entry.get('last_error') or '-'}")
+    out.append("(MSG/S and COMMITTED are per queue, shared by its threads)")
+    c = status.get("collector", {})
+    flushed = ", ".join(f"{k}={v}" for k, v in sorted((c.get("flushed") or {}).items())) or "none"
+    out.append("")
+    out.append(f"collector  {c.get('messages', 0)} messages, {_mb(c.get('bytes'))}, {c.get('active_bulks', 0)} active "
+               f"/ {c.get('queued_bulks', 0)} queued / {c.get('in_flight_bulks', 0)} writing bulks; "
+               f"flushed: {flushed}")
+    spark = status.get("spark") or {}
+    state = {True: "reachable", False: f"NOT reachable: {spark.get('error')}", None: "not checked"}[spark.get("reachable")]
+    out.append(f"spark      {state} ({spark.get('master', '?')}); {c.get('executed_bulks', 0)} bulk writes, "
+               f"{c.get('execute_seconds_total', 0):.1f}s in total")
+    plugins = status.get("plugins")
+    if plugins:
+        names = ", ".join(p.get("name", "?") for p in plugins.get("plugins", [])) or "none"
+        errors = len(plugins.get("errors", []))
+        out.append(f"plugins    generation {plugins.get('generation')}: {names}; {errors} load errors"
+                   + (f"; reload rejected: {plugins['reload_error']}" if plugins.get("reload_error") else ""))
+    guard = status.get("guard") or {}
+    if guard.get("enabled"):
+        since = guard.get("paused_since")
+        paused = (f"PAUSED intake for {time.time() - since:.0f}s" if guard.get("paused") and since
+                  else "intake running")
+        out.append(f"memory     rss {_mb(guard.get('rss'))} / max_rss {_mb(guard.get('max_rss'))}: {paused} "
+                   f"({guard.get('pauses', 0)} pauses)")
+    else:
+        out.append("memory     guard off (no [bridge] max_rss)")
+    proc = status.get("process") or {}
+    if proc:
+        out.append(f"process    pid {proc.get('pid')}, rss {_mb(proc.get('rss_bytes'))}, cpu {proc.get('cpu_seconds')}s, "
+                   f"{proc.get('threads')} threads, {proc.get('open_files')} open files, "
+                   f"{proc.get('connections')} connections, up {proc.get('uptime_seconds')}s")
+    return "\n".join(out)
+
+
+def run_status(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """(exit code, text to print) for `mqbridge status`."""
+    try:
+        status, code, body = fetch(url, timeout)
+    except Unreachable as exc:
+        return EXIT_UNREACHABLE, f"mqbridge status: {exc}"
+    # /status and /healthz are two moments: healthy only if both say so, with both's problems.
+    problems = list((status.get("health") or {}).get("problems", []))
+    if code != 200:
+        problems += [line for line in body.splitlines() if line.strip() and line not in problems]
+    healthy = code == 200 and not problems
+    return (EXIT_HEALTHY if healthy else EXIT_UNHEALTHY), render(url, status, healthy, "\n".join(problems))

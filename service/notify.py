@@ -1,0 +1,160 @@
+"""systemd's service notification protocol (sd_notify), without a dependency.
+
+`Notifier` sends `KEY=VALUE` lines as one datagram to the AF_UNIX socket named by `$NOTIFY_SOCKET`
+(a leading "@" is Linux's abstract namespace); it does nothing when the variable is unset, so the
+bridge can always call it. `attach_notifier` wires it into a bridge:
+
+- `READY=1` once every listener thread has connected (the bridge's ready hooks),
+- `STATUS=<one line>` every control interval (tick hooks),
+- `WATCHDOG=1` while every configured listener thread is alive and not stuck, at least every
+  `$WATCHDOG_USEC / 3` (checked on every control-loop wake-up, not only on ticks, so a long
+  `control_interval` cannot starve the watchdog),
+- `STOPPING=1` when shutdown begins (stopping hooks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bridge.control import Bridge
+
+log = logging.getLogger(__name__)
+
+#: The control thread wakes at least this often (Bridge.run); watchdog pings ride on it.
+CONTROL_WAKEUP = 0.25
+
+
+class Notifier:
+    """Sends sd_notify messages to `socket_path`; a no-op when it is None."""
+
+    def __init__(self, socket_path: str | None, watchdog_usec: int | None = None) -> None:
+        self.socket_path = socket_path or None
+        self.watchdog_usec = watchdog_usec if watchdog_usec and watchdog_usec > 0 else None
+        self._failed = False
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> Notifier:
+        """The notifier systemd asked for through `$NOTIFY_SOCKET`, `$WATCHDOG_USEC` and
+        `$WATCHDOG_PID` (a watchdog meant for another process is ignored, as sd_watchdog_enabled does)."""
+        env = os.environ if env is None else env
+        usec: int | None = None
+        pid = env.get("WATCHDOG_PID", "")
+        if not pid or pid == str(os.getpid()):
+            try:
+                usec = int(env.get("WATCHDOG_USEC", ""))
+            except ValueError:
+                usec = None
+        return cls(env.get("NOTIFY_SOCKET"), usec)
+
+    @property
+    def enabled(self) -> bool:
+        """True when systemd listens for notifications."""
+        return self.socket_path is not None
+
+    @property
+    def watchdog_interval(self) -> float | None:
+        """Seconds between WATCHDOG=1 pings (a third of the timeout), or None without a watchdog."""
+        return self.watchdog_usec / 3e6 if self.watchdog_usec else None
+
+    def notify(self, **fields: str | int) -> bool:
+        """Send `KEY=VALUE` lines, e.g. `notify(READY=1, STATUS="ok")`. Returns False if nothing
+        was sent. A failure is logged once and never raised: systemd's absence must not stop the bridge."""
+        if self.socket_path is None:
+            return False
+        text = "\n".join(f"{key}={_one_line(str(value))}" for key, value in fields.items())
+        address = self.socket_path
+        if address.startswith("@"):
+            address = "\0" + address[1:]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.sendto(text.encode("utf-8"), address)
+        except OSError as exc:
+            if not self._failed:
+                log.warning("sd_notify to %s failed (reported once): %s", self.socket_path, exc)
+            self._failed = True
+            return False
+        return True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def listeners_healthy(bridge: Bridge) -> bool:
+    """Every configured listener thread is alive and has not been reported stuck."""
+    return bool(bridge.slots) and all(
+        slot.thread is not None and slot.thread.is_alive() and not slot.reported_stuck for slot in bridge.slots)
+
+
+def status_line(bridge: Bridge) -> str:
+    """A short one-line status for `systemctl status`."""
+    c = bridge.counters
+    alive = sum(1 for s in bridge.slots if s.thread is not None and s.thread.is_alive())
+    return (f"listeners {alive}/{len(bridge.slots)} | received={c.total('messages_received'):.0f} "
+            f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
+            f"backout_queue={c.total('messages_moved_to_backout'):.0f}")
+
+
+class BridgeNotifier:
+    """The bridge's hooks that speak to systemd through a `Notifier` (see the module docstring)."""
+
+    def __init__(self, notifier: Notifier, clock: Any = time.monotonic) -> None:
+        self.notifier = notifier
+        self._clock = clock
+        self._ready = False
+        self._last_ping: float | None = None
+
+    def attach(self, bridge: Bridge) -> None:
+        """Register the hooks; nothing is registered when systemd is not listening."""
+        if not self.notifier.enabled:
+            return
+        bridge.ready_hooks.append(self.on_ready)
+        bridge.tick_hooks.append(self.on_tick)
+        bridge.stopping_hooks.append(self.on_stopping)
+        if self.notifier.watchdog_interval is not None:
+            bridge.wake_hooks.append(self.on_wake)
+
+    def on_ready(self, bridge: Bridge) -> None:
+        self._ready = True
+        self.notifier.notify(READY=1, STATUS=status_line(bridge))
+        self.on_wake(bridge)
+
+    def on_tick(self, bridge: Bridge) -> None:
+        self.notifier.notify(STATUS=status_line(bridge))
+
+    def on_wake(self, bridge: Bridge) -> None:
+        """WATCHDOG=1 when due and healthy. systemd arms the watchdog at READY=1: no ping before."""
+        interval = self.notifier.watchdog_interval
+        if interval is None or not self._ready or bridge.stop_event.is_set():
+            return
+        now = self._clock()
+        if self._last_ping is not None and now - self._last_ping < interval:
+            return
+        if listeners_healthy(bridge):
+            self._last_ping = now
+            self.notifier.notify(WATCHDOG=1)
+
+    def on_stopping(self, bridge: Bridge) -> None:
+        timeout = bridge.config.bridge.shutdown_timeout
+        self.notifier.notify(STOPPING=1, STATUS=f"draining (up to {timeout:.0f}s): {status_line(bridge)}")
+
+
+def attach_notifier(bridge: Bridge, env: Mapping[str, str] | None = None) -> BridgeNotifier:
+    """Speak sd_notify for `bridge` if `$NOTIFY_SOCKET` is set (a no-op otherwise)."""
+    hooks = BridgeNotifier(Notifier.from_environment(env))
+    hooks.attach(bridge)
+    interval = hooks.notifier.watchdog_interval
+    if interval is not None and interval / 2 < CONTROL_WAKEUP:  # a ping may come one wake-up late
+        log.warning("sd_notify: WatchdogSec=%.2fs is too short for the control thread, which wakes every "
+                    "%.2fs; use at least 2s", 3 * interval, CONTROL_WAKEUP)
+    if hooks.notifier.enabled:
+        log.info("sd_notify: %s%s", hooks.notifier.socket_path,
+                 f", watchdog every {hooks.notifier.watchdog_interval:.1f}s"
+                 if hooks.notifier.watchdog_interval else "")
+    return hooks
