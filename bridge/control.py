@@ -99,6 +99,7 @@ class Bridge:
                             workers=config.collector.workers),
             {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout)
              for name, t in config.types.items()},
+            counters=self.counters,
         )
         self.trackers: dict[tuple[str, str], DeliveryTracker] = {}
         self._in_doubt: dict[tuple[str, str], Any] = {}

@@ -38,6 +38,7 @@ HELP = {
     "messages_duplicated_risk": "Landed messages whose unit of work was backed out (will land again)",
     "preprocessor_errors": "Preprocessor failures",
     "put_to_commit_seconds": "Latency from the message's put time to its commit",
+    "bulk_write_seconds": "Duration of one bulk's executor call (Spark write), by message type",
     "plugin_reloads": "Plugin generations swapped in by hot reload",
     "plugin_reload_failures": "Plugin reloads rejected (the previous generation keeps running)",
     "plugin_load_errors": "Plugin files that failed to load",
@@ -53,6 +54,7 @@ HELP = {
 COLLECTOR_COUNTERS = {
     "executed_bulks": ("bulks_written", "Bulks handed to an executor (Spark writes)"),
     "executed_messages": ("bulk_rows", "Messages in bulks handed to an executor"),
+    "executed_bytes": ("bulk_bytes", "Bytes of the messages in bulks handed to an executor"),
     "execute_seconds_total": ("spark_write_seconds", "Time spent in executors (Spark writes)"),
     "backpressure_waits": ("collector_backpressure_waits", "Submits that waited for collector memory"),
     "coalesced_bulks": ("bulks_coalesced", "Queued bulks merged into another bulk of their type"),
