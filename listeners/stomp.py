@@ -1,8 +1,8 @@
 """STOMP source adapter (ActiveMQ, RabbitMQ, Artemis) on stomp.py.
 
 Unit of work: messages are received with `client-individual` acks and left unacknowledged.
-Commit puts the backout moves (SEND, persistent) and acks the moved originals in one STOMP
-transaction, acks every other removed message with a plain ACK, and waits for a receipt. Messages to give back are never acked;
+Commit opens a STOMP transaction, puts the backout moves (SEND, persistent) and acks every
+removed message inside it, and commits with a receipt. Messages to give back are never acked;
 the subscription is then replaced, which makes the broker redeliver every unacked message of
 it. NACK is not used: on ActiveMQ it is a poison ack that sends the message to the DLQ.
 """
@@ -13,7 +13,6 @@ import logging
 import queue
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -206,66 +205,38 @@ class StompSource:
         )
 
     def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
-        """Remove the unit's messages, moving `moves` to their backout queues and giving
-        `returns` back.
-
-        Only a move needs a transaction (its SEND and the original's ACK must happen together);
-        ActiveMQ spends several times more CPU on a transacted ACK than on a plain one, and more
-        per ACK the larger the transaction. So the moves go in one small transaction and every
-        other removal is a plain client-individual ACK, with a receipt on the last frame: frames
-        of one connection are handled in order, so that receipt confirms them all. A connection
-        lost half-way leaves the unacknowledged rest to be redelivered (they landed: duplicates,
-        never a loss)."""
         unit, self._unit = self._unit, []
         if not unit:
             return
         returned = {m.msg_id for m in returns}
         moving = {m.message.msg_id: m for m in moves}
-        removed = [m for m in unit if m.msg_id not in returned]
-        plain = [m for m in removed if m.msg_id not in moving]
-        moved = [m for m in removed if m.msg_id in moving]
-        # One receipt for the move transaction's COMMIT, one on the last plain ACK.
-        receipts = {f"rc-{uuid.uuid4().hex}": threading.Event() for _ in range(bool(moved) + bool(plain))}
-        self._frames.receipts.update(receipts)
-        pending = iter(receipts)
+        tx = f"tx-{uuid.uuid4().hex}"
+        receipt = f"rc-{tx}"
+        done = self._frames.receipts[receipt] = threading.Event()
+        acked = [m.msg_id for m in unit if m.msg_id not in returned]
         try:
-            if moved:
-                tx = f"tx-{uuid.uuid4().hex}"
+            if acked:
                 self._guard(lambda: self._conn.begin(transaction=tx), "begin")
-                for message in moved:
-                    # The original as received, not what the preprocessors made of it.
-                    self._send_backout(message, moving[message.msg_id], tx)
+                for message in unit:
+                    if message.msg_id in returned:
+                        continue
+                    move = moving.get(message.msg_id)
+                    if move is not None:
+                        # The original as received, not what the preprocessors made of it.
+                        self._send_backout(message, move, tx)
                     self._guard(lambda m=message: self._conn.ack(m.token, transaction=tx), "ack")
-                tx_receipt = next(pending)
-                self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": tx_receipt}), "commit")
-            if plain:
-                last = next(pending)
-                for message in plain[:-1]:
-                    self._guard(lambda m=message: self._conn.ack(m.token), "ack")
-                self._guard(lambda: self._conn.ack(plain[-1].token, receipt=last), "ack")
-            if not self._await_receipts(list(receipts.values())):
-                raise InDoubtError(f"no receipt for the removal of {len(removed)} messages from "
-                                       f"{self.destination}; they may be delivered again",
-                                       [m.msg_id for m in removed])
+                self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
+                if not done.wait(RECEIPT_TIMEOUT) or self._frames.disconnected.is_set() and not done.is_set():
+                    raise InDoubtError(f"no receipt for the commit of {len(acked)} messages on "
+                                       f"{self.destination}; they may be delivered again", acked)
             if returned:
                 self._resubscribe()
         except SourceConnectionError:
-            # Unacknowledged messages (and an uncommitted move) come back with the connection.
+            # The transaction dies with the connection: nothing was acked, all comes back.
             self._unit = []
             raise
         finally:
-            for receipt in receipts:
-                self._frames.receipts.pop(receipt, None)
-
-    def _await_receipts(self, events: list[threading.Event]) -> bool:
-        """True once every receipt came; False after RECEIPT_TIMEOUT or a lost connection."""
-        deadline = time.monotonic() + RECEIPT_TIMEOUT
-        while not all(event.is_set() for event in events):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._frames.disconnected.is_set():
-                return False
-            next(e for e in events if not e.is_set()).wait(min(remaining, 0.5))
-        return True
+            self._frames.receipts.pop(receipt, None)
 
     def _send_backout(self, message: Message, move: BackoutMove, tx: str) -> None:
         queue_name = move.queue

@@ -37,7 +37,7 @@ write_conf() {
              maxPageSize: a queue dispatches no more unacknowledged messages than it has paged in
              (default 200, which caps a bridge's units of work at a few hundred messages in all);
              it must cover the listeners' threads x batch. -->
-        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="20000"/>
+        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="5000"/>
       </policyEntries></policyMap>
     </destinationPolicy>
     <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>
@@ -70,7 +70,7 @@ start() {
     if running; then wait_port; return; fi
     [ -f "$HOME_DIR/bin/activemq.jar" ] || install
     write_conf
-    nohup java -Xmx768m -Dactivemq.home="$HOME_DIR" -Dactivemq.base="$BASE" \
+    nohup java -Xmx2g -Dactivemq.home="$HOME_DIR" -Dactivemq.base="$BASE" \
         -Dactivemq.conf="$BASE/conf" -Dactivemq.data="$BASE/data" \
         -Dlog4j2.configurationFile="$BASE/conf/log4j2.properties" \
         -jar "$HOME_DIR/bin/activemq.jar" start "xbean:file:$BASE/conf/activemq.xml" \

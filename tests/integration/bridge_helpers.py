@@ -35,7 +35,7 @@ workers = 2
 kind = "stomp"
 host = "127.0.0.1"
 port = {port}
-heartbeat = "2s"
+heartbeat = "10s"
 connect_timeout = "3s"
 """ + body.replace("{port}", str(port)).replace("{warehouse}", str(tmp_path / "landing"))
     path = tmp_path / "bridge.toml"
