@@ -24,12 +24,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _apply_level(old: Any, new: Any) -> None:
+def _apply_level(_bridge: Bridge, new: Any) -> None:
     logging.getLogger().setLevel(getattr(logging, new.logging.level))
 
 
-#: Key paths that can change while running, and how to apply them.
-APPLIED: dict[str, Callable[[Any, Any], None]] = {"logging.level": _apply_level}
+def _apply_max_rss(bridge: Bridge, new: Any) -> None:
+    bridge.guard.set_limit(new.bridge.max_rss)
+
+
+#: Key paths that can change while running, and how to apply them to the running bridge.
+APPLIED: dict[str, Callable[[Bridge, Any], None]] = {"logging.level": _apply_level,
+                                                     "bridge.max_rss": _apply_max_rss}
 
 
 def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -101,7 +106,7 @@ class ConfigReloader:
         changed = changed_keys(old, new)
         applied = [key for key in changed if key in APPLIED]
         for key in applied:
-            APPLIED[key](old, new)
+            APPLIED[key](bridge, new)
             section, _, name = key.partition(".")
             setattr(getattr(old, section), name, getattr(getattr(new, section), name))
         if applied:

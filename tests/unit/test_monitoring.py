@@ -23,19 +23,9 @@ from bridge.metrics import BridgeMetrics
 from bridge.monitoring import MonitoringServer
 from bridge.status_cli import run_status, url_from_config
 from config import parse_config
+from tests.configs import orders_config
 
-CONFIG = """
-[monitoring]
-listen = "{listen}"
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_threshold = 0
-"""
+CONFIG = orders_config('[monitoring]\nlisten = "{listen}"', "backout_threshold = 0")
 
 
 def scrape(collector: BridgeMetrics) -> dict[str, Any]:

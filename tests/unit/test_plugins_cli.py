@@ -7,24 +7,11 @@ from pathlib import Path
 import pytest
 
 from bridge.cli import main
+from tests.configs import orders_config
 from tests.unit.test_plugins import STAMP, write_plugin
 
-CONFIG = """
-[bridge]
-name = "plugins"
-plugin_dirs = ["plugins"]
-[monitoring]
-listen = ""
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-preprocessors = [{chain}]
-"""
+CONFIG = orders_config('[bridge]\nname = "plugins"\nplugin_dirs = ["plugins"]\n[monitoring]\nlisten = ""',
+                      "preprocessors = [{chain}]")
 
 
 def config(tmp_path: Path, chain: str) -> Path:

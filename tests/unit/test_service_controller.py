@@ -20,19 +20,9 @@ from service.controller import (
     ServiceController,
     describe_exit,
 )
+from tests.configs import orders_config
 
-CONFIG = """
-[bridge]
-shutdown_timeout = "{timeout}"
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
+CONFIG = orders_config('[bridge]\nshutdown_timeout = "{timeout}"')
 
 
 def loader(timeout: str = "30s") -> Any:

@@ -15,6 +15,7 @@ from config import parse_config
 BASE = """
 [bridge]
 control_interval = "5s"
+{max_rss}
 [logging]
 level = "{level}"
 [collector]
@@ -31,8 +32,9 @@ backout_queue = "/queue/orders.backout"
 """
 
 
-def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one") -> Any:
-    return parse_config(BASE.format(level=level, workers=workers, password=password))
+def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one", max_rss: str = "") -> Any:
+    line = f'max_rss = "{max_rss}"' if max_rss else ""
+    return parse_config(BASE.format(level=level, workers=workers, password=password, max_rss=line))
 
 
 @pytest.fixture
@@ -65,10 +67,26 @@ def test_apply_sets_the_level_and_reports_restart_keys(root_level: None, caplog:
 
 def test_a_broken_file_changes_nothing(tmp_path: Any, root_level: None, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "bridge.toml"
-    path.write_text(BASE.format(level="INFO", workers=2, password="x"))
+    path.write_text(BASE.format(level="INFO", workers=2, password="x", max_rss=""))
     running = parse_config(path.read_text(), str(path))
     path.write_text(path.read_text() + "\n[collector]\nmemroy = 1\n")
     bridge = SimpleNamespace(config=running)
     with caplog.at_level(logging.INFO, logger="bridge.reload"):
         ConfigReloader(None).reload(bridge)
     assert "configuration not reloaded" in caplog.text and bridge.config is running
+
+
+def test_apply_changes_the_memory_guard_limit(caplog: pytest.LogCaptureFixture) -> None:
+    # Given a bridge whose memory guard has no limit
+    from bridge.counters import Counters
+    from bridge.guard import MemoryGuard
+
+    counters = Counters()
+    bridge = SimpleNamespace(config=config(), guard=MemoryGuard(None, counters))
+    # When the reloaded file sets max_rss
+    with caplog.at_level(logging.INFO, logger="bridge.reload"):
+        ConfigReloader(None).apply(bridge, config(max_rss="1GB"))
+    # Then the running guard uses it, and nothing asks for a restart
+    assert bridge.guard.max_rss == 1024 ** 3
+    assert counters.gauge("memory_guard_max_rss_bytes") == 1024 ** 3
+    assert "restart" not in caplog.text and "applied bridge.max_rss" in caplog.text

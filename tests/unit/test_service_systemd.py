@@ -13,6 +13,7 @@ import pytest
 from bridge.cli import main
 from config import load_config
 from service.systemd import UnitSpec, quote, render_unit, unit_name
+from tests.configs import orders_config
 
 CONFIG = """
 [bridge]
@@ -25,15 +26,8 @@ plugin_dirs = []
 file = "{log}"
 [spark]
 warehouse = "{warehouse}"
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
 """
+CONFIG = orders_config(CONFIG)
 
 
 def write_config(folder: Path, *, name: str = "orders", state: str = "state", log: str = "log/bridge.log",
