@@ -282,10 +282,14 @@ class Bridge:
 
     # -- running ---------------------------------------------------------------------------
     def idle(self) -> bool:
-        """Every listener thread is connected, waiting, holding nothing; the collector is empty."""
+        """Every listener thread is connected, waiting, holding nothing; the collector is empty.
+        A halted listener (see `_reap`) will not read again, so it does not count against idleness;
+        `run` reports it in its exit code."""
         if not self.slots:
             return True
         for slot in self.slots:
+            if slot.halted:
+                continue
             thread = slot.thread
             if thread is None or not thread.is_alive() or not thread.idle:
                 return False
@@ -347,7 +351,10 @@ class Bridge:
         log.info("%s", self.summary())
         if self.fatal is not None:
             return 2
-        return 0 if ok else 1
+        halted = [s for s in self.slots if s.halted]
+        for slot in halted:
+            log.error("%s stopped reading: %s; its messages are still on the queue", slot.name, slot.last_error)
+        return 0 if ok and not halted else 1
 
     def _call_hooks(self, hooks: list[Callable[[Bridge], None]]) -> None:
         for hook in list(hooks):

@@ -180,3 +180,28 @@ def test_a_broken_connection_mid_batch_is_reconnected_and_nothing_is_lost(tmp_pa
     flagged = [r for r in rows if r.headers.get("mqbridge_in_doubt") == "true"]
     assert {r.msg_id for r in flagged} == twice
     assert qm.queue("ORDERS").depth == 0
+
+
+def test_until_idle_ends_with_an_error_when_a_listener_halted(tmp_path: Path, spark, qm) -> None:
+    # Given a poison message whose backout queue and dead-letter queue both refuse it, beside a
+    # healthy queue
+    qm.define_queue("BROKEN.IN", backout_threshold=1, backout_queue="BROKEN.BOQ")
+    qm.define_queue("BROKEN.BOQ").put_inhibited = True
+    qm.define_queue("SYSTEM.DEAD.LETTER.QUEUE").put_inhibited = True
+    qm.define_queue("GOOD.IN")
+    qm.put("BROKEN.IN", b"poison")
+    qm.put_many("GOOD.IN", [f"g{i}".encode() for i in range(20)])
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "broken").write_text("blocks the table directory")
+    cfg = mq_config(tmp_path, qm, listener("BROKEN.IN", "broken") + listener("GOOD.IN", "good"), types="broken good")
+    bridge = mq_bridge(cfg, spark)
+
+    # When the bridge runs until idle
+    code = run_until_idle(bridge, timeout=120)
+
+    # Then it stops (the halted listener does not keep it waiting forever) with a non-zero exit,
+    # the poison message is still on its queue, and the healthy queue was drained
+    assert code == 1
+    assert [s.name for s in bridge.slots if s.halted] == ["qm:BROKEN.IN#1"]
+    assert qm.queue("BROKEN.IN").depth == 1
+    assert len(read_table(spark, tmp_path / "landing" / "good")) == 20
