@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import stomp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -60,6 +61,33 @@ def ceiling(queue_name: str, n: int, prefetch: int, port: int) -> float:
     elapsed = time.perf_counter() - start
     conn.disconnect()
     return n / elapsed
+
+
+def broker_process(port: int) -> psutil.Process | None:
+    """The process listening on the broker's STOMP port (None if it cannot be seen)."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return psutil.Process(conn.pid)
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
+def cpu_seconds(broker: psutil.Process | None) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the broker, this process, and its children (the
+    Spark JVM): where a 2-core machine's time goes during a run."""
+    me = psutil.Process()
+
+    def used(proc: psutil.Process) -> float:
+        try:
+            times = proc.cpu_times()
+            return times.user + times.system
+        except psutil.Error:
+            return 0.0
+
+    return {"broker": used(broker) if broker is not None else float("nan"), "bridge (python)": used(me),
+            "spark jvm": sum(used(child) for child in me.children(recursive=True))}
 
 
 def bridge_config(warehouse: Path, queue_name: str, args: argparse.Namespace) -> object:
@@ -142,13 +170,19 @@ def main() -> None:
 
         q2 = unique_queue("bench-bridge")
         put(q2, n, args.size, args.port)
+        broker = broker_process(args.port)
+        cpu_before, wall_before = cpu_seconds(broker), time.perf_counter()
         bridge, first, end = run_bridge(bridge_config(workdir / "landing", q2, args), spark,
                                         lambda b: b.counters.total("messages_committed") >= n)
+        cpu_after, wall = cpu_seconds(broker), time.perf_counter() - wall_before
         bridge_rate = n / (end - first)
         stats = bridge.collector.stats()
         print(f"(b) mqbridge end to end:      {bridge_rate:>9,.0f} msg/s  ({stats.executed_bulks} Spark writes, "
               f"{stats.execute_seconds_total:.1f}s writing)")
         print(f"ratio (b)/(a):                {bridge_rate / ceiling_rate:>9.2f}")
+        used = {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+        print(f"    CPU seconds during (b), {wall:.1f}s wall on {psutil.cpu_count()} cores: "
+              + ", ".join(f"{name} {value:.1f}" for name, value in used.items()))
 
         q3 = unique_queue("bench-latency")
         total = int(args.latency_rate * args.latency_seconds)
