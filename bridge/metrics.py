@@ -85,18 +85,15 @@ def _values(names: list[str], key: Labels) -> list[str]:
 def counter_families(counters: Counters) -> Iterator[Metric]:
     """Every counter, gauge and histogram of `counters`, as Prometheus metric families."""
     snap = counters.snapshot()
-    for name, series in sorted(snap["counters"].items()):
-        labels = _series_labels(series)
-        counter = CounterMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)
-        for key, value in series.items():
-            counter.add_metric(_values(labels, key), float(value))  # type: ignore[arg-type]
-        yield counter
-    for name, series in sorted(snap["gauges"].items()):
-        labels = _series_labels(series)
-        gauge = GaugeMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)
-        for key, value in series.items():
-            gauge.add_metric(_values(labels, key), float(value))  # type: ignore[arg-type]
-        yield gauge
+    simple: tuple[tuple[str, type[CounterMetricFamily] | type[GaugeMetricFamily]], ...] = (
+        ("counters", CounterMetricFamily), ("gauges", GaugeMetricFamily))
+    for kind, family_type in simple:
+        for name, series in sorted(snap[kind].items()):
+            labels = _series_labels(series)
+            family = family_type(PREFIX + name, HELP.get(name, name), labels=labels)
+            for key, value in series.items():
+                family.add_metric(_values(labels, key), float(value))  # type: ignore[arg-type]
+            yield family
     for name, series in sorted(snap["histograms"].items()):
         labels = _series_labels(series)
         histogram = HistogramMetricFamily(PREFIX + name, HELP.get(name, name), labels=labels)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -39,3 +40,18 @@ def amq(activemq: tuple[str, int]) -> Iterator[object]:
     client = AmqClient(*activemq)
     yield client
     client.close()
+
+
+@pytest.fixture
+def restore_root_logger() -> Iterator[None]:
+    """Put the root logger's handlers and level back after a test that configures logging."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        if handler not in handlers:
+            handler.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)

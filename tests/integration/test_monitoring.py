@@ -255,22 +255,8 @@ def test_memory_guard_pauses_intake_and_resumes_when_the_limit_is_raised(
     assert samples[("mqbridge_memory_guard_pauses_total", ())] == 1
 
 
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        if handler not in handlers:
-            handler.close()
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-
-
 def test_source_password_never_appears_in_the_log(tmp_path: Path, spark: Any, amq: AmqClient,
-                                                   restore_logging: None) -> None:
+                                                   restore_root_logger: None) -> None:
     # Given a source with a user and password and DEBUG logging in JSON to a file
     secret = "Pa55-never-log-me-7f3a"
     q = unique_queue("secret")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,17 +32,8 @@ backout_threshold = 0
 
 
 @pytest.fixture(autouse=True)
-def restore_root_logger() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-        if handler not in handlers:
-            handler.close()
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
+def _logging_restored(restore_root_logger: None) -> None:
+    """Every test here configures logging (fixture in tests/conftest.py)."""
 
 
 def _record(msg: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:
