@@ -64,6 +64,11 @@ class Slot:
     reported_stuck: bool = False
     halted: bool = False  # a listener that must not be restarted (see _reap)
 
+    @property
+    def alive(self) -> bool:
+        """A listener thread fills this slot and is running."""
+        return self.thread is not None and self.thread.is_alive()
+
 
 @dataclass
 class BridgeStatus:
@@ -222,7 +227,7 @@ class Bridge:
                 return
             except BridgeError as exc:
                 self._note_error(slot, now, exc)
-        alive = sum(1 for s in self.slots if s.thread is not None and s.thread.is_alive())
+        alive = sum(1 for s in self.slots if s.alive)
         self.counters.set("listener_threads_actual", alive)
 
     def _reap(self, slot: Slot, now: float) -> None:
@@ -299,13 +304,16 @@ class Bridge:
         times = [s.thread.state.last_message for s in self.slots if s.thread is not None]
         return max(times, default=0.0)
 
+    def measure_rates(self) -> None:
+        """Once per control interval: the seed's "errors per second" since the last call."""
+        self.counters.set("errors_per_second", self._errors.rate(self.counters.total("listener_errors")))
+
     def summary(self) -> str:
+        """One line of counters for the log and systemd's STATUS (no side effects)."""
         c = self.counters
         stats = self.collector.stats()
-        errors = c.total("listener_errors")
-        rate = self._errors.rate(errors)
-        c.set("errors_per_second", rate)
-        alive = sum(1 for s in self.slots if s.thread is not None and s.thread.is_alive())
+        rate = c.gauge("errors_per_second") or 0.0
+        alive = sum(1 for s in self.slots if s.alive)
         flushed = ",".join(f"{k}={v}" for k, v in sorted(stats.flushed.items())) or "-"
         return (f"threads {alive}/{len(self.slots)} created={c.total('listener_threads_created'):.0f} "
                 f"errors/s={rate:.2f} | received={c.total('messages_received'):.0f} "
@@ -334,6 +342,7 @@ class Bridge:
                 self._call_hooks(self.ready_hooks)
             if now >= next_summary:
                 next_summary = now + interval
+                self.measure_rates()
                 log.info("%s", self.summary())
                 self._call_hooks(self.tick_hooks)
             self._call_hooks(self.wake_hooks)
@@ -374,7 +383,7 @@ class Bridge:
                 "name": slot.name,
                 "source": slot.config.source,
                 "queue": slot.config.queue,
-                "alive": bool(thread is not None and thread.is_alive()),
+                "alive": slot.alive,
                 "phase": state.phase if state else "restarting",
                 "units": state.units if state else 0,
                 "seconds_since_heartbeat": round(now - state.heartbeat, 1) if state else None,

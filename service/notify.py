@@ -89,16 +89,7 @@ def _one_line(text: str) -> str:
 def listeners_healthy(bridge: Bridge) -> bool:
     """Every configured listener thread is alive and has not been reported stuck."""
     return bool(bridge.slots) and all(
-        slot.thread is not None and slot.thread.is_alive() and not slot.reported_stuck for slot in bridge.slots)
-
-
-def status_line(bridge: Bridge) -> str:
-    """A short one-line status for `systemctl status`."""
-    c = bridge.counters
-    alive = sum(1 for s in bridge.slots if s.thread is not None and s.thread.is_alive())
-    return (f"listeners {alive}/{len(bridge.slots)} | received={c.total('messages_received'):.0f} "
-            f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
-            f"backout_queue={c.total('messages_moved_to_backout'):.0f}")
+        slot.alive and not slot.reported_stuck for slot in bridge.slots)
 
 
 class BridgeNotifier:
@@ -122,11 +113,11 @@ class BridgeNotifier:
 
     def on_ready(self, bridge: Bridge) -> None:
         self._ready = True
-        self.notifier.notify(READY=1, STATUS=status_line(bridge))
+        self.notifier.notify(READY=1, STATUS=bridge.summary())
         self.on_wake(bridge)
 
     def on_tick(self, bridge: Bridge) -> None:
-        self.notifier.notify(STATUS=status_line(bridge))
+        self.notifier.notify(STATUS=bridge.summary())
 
     def on_wake(self, bridge: Bridge) -> None:
         """WATCHDOG=1 when due and healthy. systemd arms the watchdog at READY=1: no ping before."""
@@ -142,7 +133,7 @@ class BridgeNotifier:
 
     def on_stopping(self, bridge: Bridge) -> None:
         timeout = bridge.config.bridge.shutdown_timeout
-        self.notifier.notify(STOPPING=1, STATUS=f"draining (up to {timeout:.0f}s): {status_line(bridge)}")
+        self.notifier.notify(STOPPING=1, STATUS=f"draining (up to {timeout:.0f}s): {bridge.summary()}")
 
 
 def attach_notifier(bridge: Bridge, env: Mapping[str, str] | None = None) -> BridgeNotifier:

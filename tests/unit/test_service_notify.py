@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bridge.control import Slot
 from bridge.counters import Counters
 from service.notify import BridgeNotifier, Notifier
 
@@ -69,9 +70,10 @@ class Clock:
 
 
 def fake_bridge(threads: list[threading.Thread]) -> Any:
-    """What the notifier reads of a bridge: slots with threads, counters, the stop event."""
-    slots = [SimpleNamespace(thread=t, reported_stuck=False) for t in threads]
+    """What the notifier reads of a bridge: slots with threads, its summary line, the stop event."""
+    slots = [Slot(config=None, index=i, name=f"q#{i}", thread=t) for i, t in enumerate(threads, 1)]  # type: ignore[arg-type]
     return SimpleNamespace(slots=slots, counters=Counters(), stop_event=threading.Event(),
+                           summary=lambda: f"threads {len(slots)}/{len(slots)} committed=0",
                            config=SimpleNamespace(bridge=SimpleNamespace(shutdown_timeout=30.0)))
 
 
@@ -97,8 +99,7 @@ def test_watchdog_pings_only_when_due_and_every_listener_is_alive(notify_socket:
         hooks.on_wake(bridge)  # before READY=1 systemd has not armed the watchdog
         assert messages() == []
         hooks.on_ready(bridge)
-        assert messages() == ["READY=1\nSTATUS=listeners 1/1 | received=0 committed=0 backed_out=0 backout_queue=0",
-                              "WATCHDOG=1"]
+        assert messages() == ["READY=1\nSTATUS=threads 1/1 committed=0", "WATCHDOG=1"]
         clock.now += 0.5
         hooks.on_wake(bridge)  # not due yet (every 1 s)
         assert messages() == []
