@@ -4,7 +4,8 @@ broker, in the same run.
     .venv/bin/python bench/throughput.py [--messages 50000] [--size 1024]
 
 (a) puts N messages, drains them with client-individual acks (ack per message, no Spark);
-(b) puts N messages, runs the bridge (Spark warmed up first) until they are all committed;
+(b) bridges `--warmup` messages first (the Spark JVM compiles its write path: a long-running
+    bridge's steady state), then puts N messages and runs the bridge until they are all committed;
 (c) latency: puts messages at a steady rate while the bridge runs, and reports the
     put-to-commit latency percentiles the bridge measured.
 Prints the rates, their ratio, and p50/p99 latency. Needs ActiveMQ on 127.0.0.1:61613.
@@ -145,6 +146,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=6)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--bulk-size", default="16MB")
+    parser.add_argument("--warmup", type=int, default=20_000,
+                        help="messages bridged before (b), so the Spark JVM's JIT has compiled the write path "
+                             "(a long-running bridge's steady state); 0 measures a cold JVM")
     parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
@@ -164,9 +168,9 @@ def main() -> None:
 
         spark = create_spark_session(master="local[2]", app_name="mqbridge-bench")
         q0 = unique_queue("bench-warmup")
-        put(q0, 2000, args.size, args.port)
+        put(q0, args.warmup, args.size, args.port)
         run_bridge(bridge_config(workdir / "warm", q0, args), spark,
-                   lambda b: b.counters.total("messages_committed") >= 2000)
+                   lambda b: b.counters.total("messages_committed") >= args.warmup)
 
         q2 = unique_queue("bench-bridge")
         put(q2, n, args.size, args.port)

@@ -22,6 +22,10 @@ class StompSourceConfig(Model):
     broker: Literal["activemq", "rabbitmq", "artemis"] = Field(default="activemq", description="STOMP dialect")
     vhost: str | None = Field(default=None, description="STOMP host header; default: host")
     heartbeat: Duration = Field(default=parse_duration("10s"), description="Heart-beat period; 0 disables")
+    ack_mode: Literal["cumulative", "individual"] = Field(
+        default="cumulative",
+        description="cumulative: one ACK per unit of work (STOMP ack=client); "
+                    "individual: one ACK per message (ack=client-individual)")
     connect_timeout: Duration = Field(default=parse_duration("10s"), gt=0, description="Connect timeout")
     ssl: bool = Field(default=False, description="Use TLS")
     ssl_insecure: bool = Field(default=False, description="Allow TLS without ca_certs (no server verification)")

@@ -1,10 +1,23 @@
 """STOMP source adapter (ActiveMQ, RabbitMQ, Artemis) on stomp.py.
 
-Unit of work: messages are received with `client-individual` acks and left unacknowledged.
-Commit opens a STOMP transaction, puts the backout moves (SEND, persistent) and acks every
-removed message inside it, and commits with a receipt. Messages to give back are never acked;
-the subscription is then replaced, which makes the broker redeliver every unacked message of
-it. NACK is not used: on ActiveMQ it is a poison ack that sends the message to the DLQ.
+Unit of work: messages are received and left unacknowledged. Commit opens a STOMP transaction,
+puts the backout moves (SEND, persistent) in it, acknowledges the removed messages and commits
+with a receipt. NACK is never used: on ActiveMQ it is a poison ack that sends the message to the
+DLQ. A unit of work given back whole is never acknowledged; the subscription is replaced instead,
+which makes the broker redeliver every unacked message of it.
+
+Two acknowledgement modes (`ack_mode`):
+
+* ``cumulative`` (default, STOMP ``ack: client``): one ACK of the unit's last message
+  acknowledges the whole unit, since a unit is always the oldest unacknowledged messages of its
+  subscription. One ACK instead of one per message is what makes the broker fast. To give back
+  only *some* messages of a unit, the transaction sends each of them to the source queue again as
+  a copy that carries its identity (`mqbridge-requeue-*` headers: original message id, deliveries
+  so far, put time, last failure), and acknowledges the whole unit: atomically, so nothing is lost
+  and nothing that landed comes back. `receive` turns such a copy back into the original message.
+  A returned message thus goes to the back of the queue.
+* ``individual`` (``ack: client-individual``): one ACK per removed message; messages to give back
+  are simply not acknowledged and the subscription is replaced.
 """
 
 from __future__ import annotations
@@ -32,6 +45,15 @@ _COLUMN_HEADERS = {"message-id", "destination", "timestamp", "ack", "subscriptio
                    "redelivered", "correlation-id"}
 # Headers not copied to a backout message: the broker sets them anew on SEND.
 _NOT_COPIED = _COLUMN_HEADERS | {"expires", "persistent", "transaction", "receipt", "x-delivery-count"}
+# A copy given back to the source queue keeps persistence, expiry and priority.
+_NOT_REQUEUED = _COLUMN_HEADERS | {"transaction", "receipt", "x-delivery-count"}
+# Headers by which a copy put back by cumulative-ack commit carries the original's identity.
+REQUEUE_ID = "mqbridge-requeue-id"
+REQUEUE_COUNT = "mqbridge-requeue-delivery-count"
+REQUEUE_TIMESTAMP = "mqbridge-requeue-timestamp"
+REQUEUE_REASON = "mqbridge-requeue-reason"
+_REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON}
+_ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
 RECEIPT_TIMEOUT = 15.0
 
 
@@ -90,6 +112,7 @@ class StompSource:
         self._frames = _Frames()
         self._subscription = ""
         self._unit: list[Message] = []
+        self.cumulative = config.ack_mode == "cumulative"
 
     # -- connection ----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -133,7 +156,8 @@ class StompSource:
         elif self.config.broker == "artemis":
             headers = {"consumer-window-size": "-1"}
         self._guard(lambda: self._conn.subscribe(self.destination, id=self._subscription,
-                                                 ack="client-individual", headers=headers),
+                                                 ack=_ACK_HEADER[self.config.ack_mode],
+                                                 headers=headers),
                     "subscribe")
 
     def _resubscribe(self) -> None:
@@ -182,13 +206,19 @@ class StompSource:
 
     def _to_message(self, frame: Any) -> Message:
         h = frame.headers
-        msg_id = h["message-id"]
+        requeued = REQUEUE_ID in h
+        msg_id = h[REQUEUE_ID] if requeued else h["message-id"]
         count = self.tracker.delivered(msg_id)
         if "x-delivery-count" in h:  # RabbitMQ quorum queues count for us (0 on first delivery)
             count = max(count, int(h["x-delivery-count"]) + 1)
+        if requeued:  # a copy given back by an earlier commit: the count survives restarts
+            count = max(count, _int(h.get(REQUEUE_COUNT)) + 1)
+            if h.get(REQUEUE_REASON) and self.tracker.last_reason(msg_id) is None:
+                self.tracker.failed(msg_id, h[REQUEUE_REASON])
+        stamp = h.get(REQUEUE_TIMESTAMP if requeued else "timestamp", "")
         put = None
-        if h.get("timestamp", "").isdigit() and int(h["timestamp"]) > 0:
-            put = datetime.fromtimestamp(int(h["timestamp"]) / 1000, tz=timezone.utc)
+        if stamp.isdigit() and int(stamp) > 0:
+            put = datetime.fromtimestamp(int(stamp) / 1000, tz=timezone.utc)
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()
         return Message(
             msg_id=msg_id,
@@ -198,9 +228,9 @@ class StompSource:
             correlation_id=h.get("correlation-id"),
             put_timestamp=put,
             received_timestamp=utcnow(),
-            redelivered=h.get("redelivered") == "true",
+            redelivered=requeued or h.get("redelivered") == "true",
             delivery_count=count,
-            headers={k: v for k, v in h.items() if k not in _COLUMN_HEADERS},
+            headers={k: v for k, v in h.items() if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS},
             token=h.get("ack", msg_id),
         )
 
@@ -210,26 +240,34 @@ class StompSource:
             return
         returned = {m.msg_id for m in returns}
         moving = {m.message.msg_id: m for m in moves}
+        acked = [m.msg_id for m in unit if m.msg_id not in returned]
+        if not acked:  # everything goes back: nothing to remove
+            self._unit = unit
+            self.rollback()
+            return
         tx = f"tx-{uuid.uuid4().hex}"
         receipt = f"rc-{tx}"
         done = self._frames.receipts[receipt] = threading.Event()
-        acked = [m.msg_id for m in unit if m.msg_id not in returned]
         try:
-            if acked:
-                self._guard(lambda: self._conn.begin(transaction=tx), "begin")
-                for message in unit:
-                    if message.msg_id in returned:
-                        continue
-                    move = moving.get(message.msg_id)
-                    if move is not None:
-                        # The original as received, not what the preprocessors made of it.
-                        self._send_backout(message, move, tx)
+            self._guard(lambda: self._conn.begin(transaction=tx), "begin")
+            # The original as received, not what the preprocessors made of it.
+            for message in unit:
+                if message.msg_id in returned:
+                    if self.cumulative:
+                        self._send_requeue(message, tx)
+                    continue
+                move = moving.get(message.msg_id)
+                if move is not None:
+                    self._send_backout(message, move, tx)
+                if not self.cumulative:
                     self._guard(lambda m=message: self._conn.ack(m.token, transaction=tx), "ack")
-                self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
-                if not done.wait(RECEIPT_TIMEOUT) or self._frames.disconnected.is_set() and not done.is_set():
-                    raise InDoubtError(f"no receipt for the commit of {len(acked)} messages on "
-                                       f"{self.destination}; they may be delivered again", acked)
-            if returned:
+            if self.cumulative:  # acknowledges every message of the unit, the last one included
+                self._guard(lambda: self._conn.ack(unit[-1].token, transaction=tx), "ack")
+            self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
+            if not done.wait(RECEIPT_TIMEOUT) or self._frames.disconnected.is_set() and not done.is_set():
+                raise InDoubtError(f"no receipt for the commit of {len(acked)} messages on "
+                                   f"{self.destination}; they may be delivered again", acked)
+            if returned and not self.cumulative:
                 self._resubscribe()
         except SourceConnectionError:
             # The transaction dies with the connection: nothing was acked, all comes back.
@@ -237,6 +275,22 @@ class StompSource:
             raise
         finally:
             self._frames.receipts.pop(receipt, None)
+
+    def _send_requeue(self, message: Message, tx: str) -> None:
+        """Put `message` back on the source queue as a copy that keeps its identity."""
+        headers = {k: v for k, v in message.headers.items() if k not in _NOT_REQUEUED}
+        headers.update({
+            "transaction": tx,
+            REQUEUE_ID: message.msg_id,
+            REQUEUE_COUNT: str(message.delivery_count),
+            REQUEUE_REASON: _one_line(self.tracker.last_reason(message.msg_id) or ""),
+        })
+        if message.correlation_id:
+            headers["correlation-id"] = message.correlation_id
+        if message.put_timestamp is not None:
+            headers[REQUEUE_TIMESTAMP] = str(int(message.put_timestamp.timestamp() * 1000))
+        self._guard(lambda: self._conn.send(self.destination, message.body, headers=headers),
+                    "send back to the source queue")
 
     def _send_backout(self, message: Message, move: BackoutMove, tx: str) -> None:
         queue_name = move.queue
@@ -267,6 +321,10 @@ class StompSource:
 
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _int(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
 
 
 def _one_line(text: str, limit: int = 1000) -> str:

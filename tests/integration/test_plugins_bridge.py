@@ -294,6 +294,38 @@ def test_raising_preprocessor_rolls_back_calls_on_submit_error_and_backs_out(tmp
     assert bridge.counters.total("listener_restarts") == 0
 
 
+def test_a_poison_message_inside_a_unit_is_returned_alone_and_its_neighbours_land_once(
+        tmp_path: Path, spark, amq: AmqClient) -> None:
+    # Given a preprocessor that raises on one message in the middle of units of 20, with
+    # cumulative acks (the default): only a copy of that message goes back, in the commit
+    q = unique_queue("raise-in-unit")
+    write_plugin(tmp_path, "explode", EXPLODE)
+    goods = [f"good{i}".encode() for i in range(40)]
+    amq.put_many(q, goods[:15] + [b"bad"] + goods[15:], headers={"x-k": "v"})
+    cfg = plugin_config(tmp_path, types("orders") + listener(
+        q, "orders", f'[{{name = "explode", log = "{tmp_path / "undo.log"}"}}]', batch=20, threshold=3))
+    bridge, host = build_bridge(cfg, spark=spark)
+
+    # When the bridge runs until idle
+    assert run_until_idle(bridge) == 0
+    host.close()
+
+    # Then every good message landed exactly once, and the bad one reached the backout queue
+    # after exactly 3 deliveries, keeping its identity through the copies that carried it back
+    rows = rows_of(spark, tmp_path, "orders")
+    assert sorted(bytes(r.body) for r in rows) == sorted(goods)
+    assert len({r.msg_id for r in rows}) == len(rows) == 40
+    moved = amq.drain(q + ".backout")
+    assert [f.body for f in moved] == [b"bad"]
+    assert moved[0].headers["mqbridge-delivery-count"] == "3"
+    assert "backout threshold is 3" in moved[0].headers["mqbridge-reason"]
+    assert moved[0].headers["x-k"] == "v"
+    assert not any(k.startswith("mqbridge-requeue") for k in moved[0].headers)
+    assert amq.depth(q) == 0
+    assert bridge.counters.total("preprocessor_errors", plugin="explode") == 3
+    assert bridge.counters.total("messages_committed") == 40
+
+
 def test_classify_routes_one_queue_into_several_tables_and_observers_see_results(tmp_path: Path, spark,
                                                                               amq: AmqClient) -> None:
     # Given one queue with orders and invoices (JSON, routed by the built-in jsonpath), memos (XML,

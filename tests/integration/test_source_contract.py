@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from bridge.errors import InDoubtError, SourceConnectionError
+from bridge.errors import InDoubtError, SourceConnectionError, SourceError
 from bridge.message import Message
 from config import StompSourceConfig
 from listeners.source import BackoutMove, DeliveryTracker, Source
@@ -77,11 +77,12 @@ class MqHarness:
 
 
 class StompHarness:
-    def __init__(self, amq: Any, broker: tuple[str, int]) -> None:
+    def __init__(self, amq: Any, broker: tuple[str, int], ack_mode: str) -> None:
         from tests.tcpproxy import TcpProxy
 
         self.amq = amq
         self.broker = broker
+        self.ack_mode = ack_mode
         self.proxy = TcpProxy(broker)
         self.sources: list[Source] = []
         self.queues: list[str] = []
@@ -109,7 +110,8 @@ class StompHarness:
         from listeners.stomp import StompSource
 
         port = self.proxy.port if cuttable else self.broker[1]
-        cfg = StompSourceConfig(host=self.broker[0], port=port, heartbeat=2.0, connect_timeout=3.0)
+        cfg = StompSourceConfig(host=self.broker[0], port=port, heartbeat=2.0, connect_timeout=3.0,
+                                ack_mode=self.ack_mode)  # type: ignore[arg-type]
         src = StompSource("amq", cfg, queue, prefetch=10, tracker=DeliveryTracker(), client_name="contract")
         self.sources.append(src)
         return src
@@ -129,13 +131,14 @@ class StompHarness:
             self.amq.drain(self.backout_queue(queue), quiet=0.2)
 
 
-@pytest.fixture(params=["mq-fake", "stomp-activemq"])
+@pytest.fixture(params=["mq-fake", "stomp-activemq-cumulative", "stomp-activemq-individual"])
 def broker(request: pytest.FixtureRequest) -> Iterator[Harness]:
     harness: Any
     if request.param == "mq-fake":
         harness = MqHarness()
     else:
-        harness = StompHarness(request.getfixturevalue("amq"), request.getfixturevalue("activemq"))
+        harness = StompHarness(request.getfixturevalue("amq"), request.getfixturevalue("activemq"),
+                               request.param.rsplit("-", 1)[1])
     yield harness
     harness.close()
 
@@ -238,3 +241,55 @@ def test_after_a_lost_connection_a_reconnect_gets_the_held_messages_again(broker
     source.commit()
     source.close()
     assert broker.bodies(queue) == []
+
+
+def test_a_partial_commit_removes_the_rest_and_returns_the_given_messages_unchanged(broker: Harness) -> None:
+    queue = broker.new_queue()
+    broker.put(queue, [b"a", b"keep \xff", b"c", b"d"])
+    source = broker.source(queue)
+    source.connect()
+    first = {m.body: m for m in receive(source, 4)}
+    back = first[b"keep \xff"]
+    if not source.supports_partial_commit:
+        with pytest.raises(SourceError, match="whole"):
+            source.commit(returns=[back])
+        source.rollback()
+        source.close()
+        assert sorted(broker.bodies(queue)) == sorted(first)
+        return
+    source.commit(moves=[BackoutMove(first[b"c"], "bad", broker.backout_queue(queue))], returns=[back])
+    [again] = receive(source, 1)
+    # The same message as far as the bridge and the landed row can tell, on its second delivery
+    assert (again.msg_id, again.body, again.put_timestamp) == (back.msg_id, back.body, back.put_timestamp)
+    assert again.headers == back.headers and again.correlation_id == back.correlation_id
+    assert again.redelivered and again.delivery_count == 2
+    assert source.receive(0.3) is None
+    source.commit()
+    source.close()
+    assert broker.bodies(queue) == []
+    assert broker.moved(queue) == [(b"c", "bad")]
+
+
+def test_stomp_a_message_given_back_by_cumulative_commit_keeps_its_count_across_restarts(
+        amq: Any, activemq: tuple[str, int]) -> None:
+    # ActiveMQ counts nothing over STOMP and the bridge's own count lives in memory: the copy a
+    # cumulative-ack commit puts back must carry the count, or a restart would reset it.
+    harness = StompHarness(amq, activemq, "cumulative")
+    try:
+        queue = harness.new_queue()
+        harness.put(queue, [b"ok", b"back"])
+        source = harness.source(queue)
+        source.connect()
+        got = {m.body: m for m in receive(source, 2)}
+        source.tracker.failed(got[b"back"].msg_id, "Spark write failed: disk full")  # type: ignore[attr-defined]
+        source.commit(returns=[got[b"back"]])
+        source.close()
+        restarted = harness.source(queue)  # a new process: a new, empty delivery tracker
+        restarted.connect()
+        [again] = receive(restarted, 1)
+        assert again.msg_id == got[b"back"].msg_id and again.delivery_count == 2
+        assert restarted.tracker.last_reason(again.msg_id) == "Spark write failed: disk full"  # type: ignore[attr-defined]
+        assert not any(k.startswith("mqbridge-requeue") for k in again.headers)
+        restarted.commit()
+    finally:
+        harness.close()

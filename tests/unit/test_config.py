@@ -92,6 +92,7 @@ def test_defaults() -> None:
     assert (amq.host, amq.port, amq.broker, amq.heartbeat, amq.connect_timeout) == ("127.0.0.1", 61613, "activemq",
                                                                                      10.0, 10.0)
     assert (amq.ssl, amq.ssl_insecure, amq.ca_certs, amq.user, amq.password) == (False, False, None, None, None)
+    assert amq.ack_mode == "cumulative"
     listener = cfg.listeners[0]
     assert (listener.threads, listener.batch, listener.wait, listener.preprocessors) == (1, 500, 1.0, [])
     assert (listener.backout_threshold, listener.prefetch) == (3, None)
@@ -175,6 +176,8 @@ def test_parse_size_rejects(text: object, problem: str) -> None:
      "demo.toml: sources.amq.port: Input should be greater than or equal to 1"),
     (MINIMAL.replace('backout_queue = "/queue/orders.backout"', ""),
      "demo.toml: listeners[0].backout_queue: required for a stomp source when backout_threshold > 0"),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nack_mode = "auto"'),
+     "demo.toml: sources.amq.ack_mode: Input should be 'cumulative' or 'individual'"),
     (MINIMAL + "threads = 65\n", "demo.toml: listeners[0].threads: Input should be less than or equal to 64"),
     (MINIMAL + "wait = 'soon'\n", "demo.toml: listeners[0].wait: 'soon' is not a duration"),
     ("[logging]\nlevel = 'loud'\n" + MINIMAL, "demo.toml: logging.level: Input should be 'DEBUG', 'INFO'"),
