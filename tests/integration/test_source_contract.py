@@ -293,3 +293,32 @@ def test_stomp_a_message_given_back_by_cumulative_commit_keeps_its_count_across_
         restarted.commit()
     finally:
         harness.close()
+
+
+def test_a_partial_commit_that_dies_gives_everything_back_once(broker: Harness) -> None:
+    queue = broker.new_queue()
+    broker.put(queue, [b"landed", b"back"])
+    source = broker.source(queue, cuttable=True)
+    source.connect()
+    got = {m.body: m for m in receive(source, 2)}
+    conn = getattr(source, "_conn", None)
+    if conn is not None:  # STOMP: lose the connection inside the transaction, after its SENDs
+        ack = conn.ack
+        # (the pause lets the SENDs reach the broker before the cut)
+        conn.ack = lambda *a, **k: (time.sleep(0.3), broker.cut(source), ack(*a, **k))
+    else:
+        broker.cut(source)
+    if source.supports_partial_commit:
+        with pytest.raises((SourceConnectionError, InDoubtError)):
+            source.commit(returns=[got[b"back"]])
+    source.close()
+    # Neither a removal nor a copy given back happened: each message comes again, once
+    fresh = broker.source(queue)
+    fresh.connect()
+    again = receive(fresh, 2)
+    assert sorted(m.body for m in again) == [b"back", b"landed"]
+    assert {m.msg_id for m in again} == {m.msg_id for m in got.values()}
+    assert fresh.receive(0.5) is None
+    fresh.commit()
+    fresh.close()
+    assert broker.bodies(queue) == []
