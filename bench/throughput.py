@@ -148,7 +148,7 @@ def run_bridge(cfg: object, spark: object, until: callable) -> tuple[Bridge, flo
     while not until(bridge):
         if first is None and bridge.counters.total("messages_received") > 0:
             first = time.perf_counter()
-        time.sleep(0.01)
+        time.sleep(0.02)
     end = time.perf_counter()
     bridge.stop()
     runner.join(120)

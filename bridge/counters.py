@@ -11,7 +11,7 @@ import bisect
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 Labels = tuple[tuple[str, str], ...]
@@ -75,13 +75,21 @@ class Counters:
 
     def observe(self, name: str, value: float, **labels: object) -> None:
         """Record one sample in a histogram."""
+        self.observe_many(name, (value,), **labels)
+
+    def observe_many(self, name: str, values: Iterable[float], **labels: object) -> None:
+        """Record samples in a histogram (one lock round for a whole unit of work)."""
+        values = list(values)
+        if not values:
+            return
         key = _labels(labels)
         with self._lock:
             series = self._histograms.setdefault(name, {})
             hist = series.get(key)
             if hist is None:
                 hist = series[key] = Histogram()
-            hist.observe(value)
+            for value in values:
+                hist.observe(value)
 
     def total(self, name: str, **labels: object) -> float:
         """Sum of a counter over every series whose labels include the given ones."""

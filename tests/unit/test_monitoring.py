@@ -72,6 +72,19 @@ def test_counters_render_with_prefix_total_labels_and_cumulative_buckets() -> No
     assert samples[("mqbridge_put_to_commit_seconds_sum", a)] == pytest.approx(1000.36)
 
 
+def test_observe_many_records_every_sample_once_and_nothing_for_none() -> None:
+    c = Counters()
+    c.observe_many("lat", [], queue="/queue/a")
+    assert c.histogram("lat") is None  # no empty series
+    c.observe_many("lat", [0.07, 0.3, 2.0], queue="/queue/a")
+    c.observe("lat", 0.3, queue="/queue/b")
+    both, one = c.histogram("lat"), c.histogram("lat", queue="/queue/a")
+    assert both is not None and one is not None
+    assert (both.count, one.count, one.total) == (4, 3, pytest.approx(2.37))
+    assert one.counts[1] == 1 and one.counts[3] == 1 and one.counts[5] == 1  # 0.1, 0.5, 2.5 buckets
+    assert both.quantile(0.5) == 0.3
+
+
 def test_series_with_different_label_sets_share_one_family() -> None:
     c = Counters()
     c.inc("plugin_load_errors", plugin="redact")
