@@ -4,7 +4,7 @@ broker, in the same run.
     .venv/bin/python bench/throughput.py [--messages 50000] [--size 1024]
 
 (a) puts N messages, drains them with client-individual acks (ack per message, no Spark);
-(b) warms up first, as a bridge that has run for a while is (`--warmup-writes` small Spark writes,
+(b) warms up first, as a bridge that has run for a while is (`--warmup-writes` Spark writes of 200 rows,
     over which the JVM compiles Spark's driver code and the fixed cost of a write falls about 4x;
     then `--warmup` messages through the bridge), then puts N messages and runs the bridge until
     they are all committed;
@@ -126,15 +126,19 @@ backout_queue = "{queue_name}.backout"
     return parse_config(text, "<bench>")
 
 
-def warm_spark(spark: object, table_dir: Path, writes: int) -> None:
-    """Append `writes` bulks of 10 rows. The JVM's JIT compiles Spark's driver code (analysis,
+def warm_spark(spark: object, table_dir: Path, writes: int, size: int) -> None:
+    """Append `writes` bulks of 200 rows. The JVM's JIT compiles Spark's driver code (analysis,
     planning, commit) over the first ~150 writes: the fixed CPU cost of one write falls from about
-    0.45 to 0.10 CPU-s. A bridge that has run for a while is past that point."""
+    0.45 to 0.10 CPU-s. The rows (30,000 with the default) make the per-row code hot too. A bridge
+    that has run for a while is past that point."""
     executor = SparkExecutor(spark, table_dir, "warmup", "warmup")  # type: ignore[arg-type]
+    body = os.urandom(size // 2).hex().encode()[:size]
+    headers = {"expires": "0", "priority": "4", "persistent": "true"}
     for n in range(writes):
         bulk = Bulk("warmup")
-        for i in range(10):
-            bulk.add(Message(msg_id=f"warm-{n}-{i}", body=b"x" * 100, source="bench", destination="/queue/warmup"))
+        for i in range(200):
+            bulk.add(Message(msg_id=f"warm-{n}-{i}", body=body, source="bench", destination="/queue/warmup",
+                             headers=dict(headers)))
         executor.execute(bulk)
 
 
@@ -163,7 +167,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--bulk-size", default="16MB")
     parser.add_argument("--warmup-writes", type=int, default=150,
-                        help="small Spark writes before (b), after which the JVM's JIT has compiled Spark's "
+                        help="Spark writes of 200 rows before (b), after which the JVM's JIT has compiled Spark's "
                              "driver code (a long-running bridge's steady state); 0 measures a cold JVM")
     parser.add_argument("--warmup", type=int, default=20_000, help="messages bridged before (b)")
     parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
@@ -184,7 +188,7 @@ def main() -> None:
         print(f"(a) stomp.py consumer:        {ceiling_rate:>9,.0f} msg/s  (client-individual acks)")
 
         spark = create_spark_session(master="local[2]", app_name="mqbridge-bench")
-        warm_spark(spark, workdir / "warm-spark", args.warmup_writes)
+        warm_spark(spark, workdir / "warm-spark", args.warmup_writes, args.size)
         q0 = unique_queue("bench-warmup")
         put(q0, args.warmup, args.size, args.port)
         run_bridge(bridge_config(workdir / "warm", q0, args), spark,

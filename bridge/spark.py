@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -75,6 +76,8 @@ WRITE_OPTIONS: dict[str, str] = {
     "parquet.enable.dictionary#msg_id": "false",
     "parquet.enable.dictionary#body": "false",
 }
+#: Bytes of message bodies per written Parquet file (and Spark task) of one bulk, at most.
+FILE_BYTES = 128 << 20
 _CORRUPT = "_mqbridge_corrupt_record"
 _INVALID = "body is not valid JSON for schema"
 
@@ -277,6 +280,9 @@ class SparkExecutor:
             df, observation = self._parse(df, self.schema)
             parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
             df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
+        # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
+        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
+        df = df.coalesce(max(1, math.ceil(sum(len(messages[i].body) for i in keep) / FILE_BYTES)))
         existed = self._path.exists()
         df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode("append").parquet(str(self._path))
         # The rows are in the table from here on: nothing below may fail in a way that would

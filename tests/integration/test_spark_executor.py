@@ -114,6 +114,23 @@ def test_appends_accumulate_across_bulks(spark: Any, tmp_path: Path) -> None:
     assert executor.rows_written == 15 and executor.writes == 2
 
 
+def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: Any, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def files(executor: SparkExecutor) -> list[Path]:
+        return sorted(executor.path.glob("put_date=*/*.parquet"))
+
+    small = SparkExecutor(spark, tmp_path, "orders", "small")
+    assert all(r.ok for r in small.execute(bulk(*(message(f"s{i}", b"x" * 100) for i in range(300)))))
+    assert len(files(small)) == 1  # one date, one file (not one per core)
+
+    # Given files of at most 10 KB of bodies: 30 KB of bodies are spread over 3 files
+    monkeypatch.setattr("bridge.spark.FILE_BYTES", 10_000)
+    big = SparkExecutor(spark, tmp_path, "orders", "big")
+    assert all(r.ok for r in big.execute(bulk(*(message(f"b{i}", b"x" * 100) for i in range(300)))))
+    assert len(read(spark, big.path)) == 300
+    assert 2 <= len(files(big)) <= 3  # coalesce never adds partitions: at most the default parallelism
+
+
 def test_empty_bulk_writes_nothing(spark: Any, tmp_path: Path) -> None:
     executor = SparkExecutor(spark, tmp_path, "orders", "orders")
     assert executor.execute(bulk()) == []
