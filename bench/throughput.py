@@ -114,6 +114,7 @@ bulk_timeout = "2s"
 [sources.amq]
 kind = "stomp"
 port = {args.port}
+ack_mode = "{args.ack_mode}"
 [[listeners]]
 source = "amq"
 queue = "{queue_name}"
@@ -170,6 +171,8 @@ def main() -> None:
                         help="Spark writes of 200 rows before (b), after which the JVM's JIT has compiled Spark's "
                              "driver code (a long-running bridge's steady state); 0 measures a cold JVM")
     parser.add_argument("--warmup", type=int, default=20_000, help="messages bridged before (b)")
+    parser.add_argument("--ack-mode", default="cumulative", choices=("cumulative", "individual"),
+                        help="the bridge's STOMP ack_mode")
     parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
@@ -181,7 +184,8 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:
-        print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}")
+        print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}, "
+              f"{args.ack_mode} acks")
         q1 = unique_queue("bench-ceiling")
         print(f"put rate:                     {put(q1, n, args.size, args.port):>9,.0f} msg/s")
         ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000), port=args.port)
