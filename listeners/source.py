@@ -32,7 +32,8 @@ class Source(Protocol):
     destination: str
     #: Errors after which dropping the connection and reconnecting may help.
     recoverable_errors: tuple[type[BaseException], ...]
-    #: True if commit can remove some messages and return others (STOMP acks are per message);
+    #: True if commit can remove some messages and return others (STOMP: per-message acks, or
+    #: copies put back in the commit's transaction);
     #: False if a unit of work can only be committed or backed out whole (IBM MQ syncpoint).
     supports_partial_commit: bool
 
