@@ -32,6 +32,18 @@ def activemq() -> Iterator[tuple[str, int]]:
         subprocess.run([str(ROOT / "scripts" / "activemq.sh"), "stop"], cwd=ROOT, check=False)
 
 
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[tuple[str, int]]:
+    """A running RabbitMQ with STOMP on 127.0.0.1:61623 (scripts/rabbitmq.sh), like `activemq`."""
+    started = False
+    if not _port_open("127.0.0.1", 61623):
+        subprocess.run([str(ROOT / "scripts" / "rabbitmq.sh"), "start"], cwd=ROOT, check=True)
+        started = True
+    yield ("127.0.0.1", 61623)
+    if started:
+        subprocess.run([str(ROOT / "scripts" / "rabbitmq.sh"), "stop"], cwd=ROOT, check=False)
+
+
 @pytest.fixture
 def amq(activemq: tuple[str, int]) -> Iterator[object]:
     """A test client connected to the broker."""
