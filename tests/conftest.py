@@ -19,29 +19,28 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def _broker(script: str, port: int) -> Iterator[tuple[str, int]]:
+    """A broker with STOMP on 127.0.0.1:`port`, started by scripts/`script` when nothing listens
+    there, and stopped again at the end if it was started here."""
+    started = False
+    if not _port_open("127.0.0.1", port):
+        subprocess.run([str(ROOT / "scripts" / script), "start"], cwd=ROOT, check=True)
+        started = True
+    yield ("127.0.0.1", port)
+    if started:
+        subprocess.run([str(ROOT / "scripts" / script), "stop"], cwd=ROOT, check=False)
+
+
 @pytest.fixture(scope="session")
 def activemq() -> Iterator[tuple[str, int]]:
-    """A running ActiveMQ with STOMP on 127.0.0.1:61613. Started by scripts/activemq.sh when
-    nothing listens there, and stopped again at the end if this fixture started it."""
-    started = False
-    if not _port_open("127.0.0.1", 61613):
-        subprocess.run([str(ROOT / "scripts" / "activemq.sh"), "start"], cwd=ROOT, check=True)
-        started = True
-    yield ("127.0.0.1", 61613)
-    if started:
-        subprocess.run([str(ROOT / "scripts" / "activemq.sh"), "stop"], cwd=ROOT, check=False)
+    """A running ActiveMQ with STOMP on 127.0.0.1:61613 (scripts/activemq.sh)."""
+    yield from _broker("activemq.sh", 61613)
 
 
 @pytest.fixture(scope="session")
 def rabbitmq() -> Iterator[tuple[str, int]]:
-    """A running RabbitMQ with STOMP on 127.0.0.1:61623 (scripts/rabbitmq.sh), like `activemq`."""
-    started = False
-    if not _port_open("127.0.0.1", 61623):
-        subprocess.run([str(ROOT / "scripts" / "rabbitmq.sh"), "start"], cwd=ROOT, check=True)
-        started = True
-    yield ("127.0.0.1", 61623)
-    if started:
-        subprocess.run([str(ROOT / "scripts" / "rabbitmq.sh"), "stop"], cwd=ROOT, check=False)
+    """A running RabbitMQ with STOMP on 127.0.0.1:61623 (scripts/rabbitmq.sh)."""
+    yield from _broker("rabbitmq.sh", 61623)
 
 
 @pytest.fixture

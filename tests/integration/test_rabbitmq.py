@@ -5,18 +5,18 @@ returned messages (individual)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import stomp
+from pydantic import SecretStr
 
-from bridge.message import Message
 from config import StompSourceConfig
 from listeners.source import BackoutMove, DeliveryTracker
 from listeners.stomp import StompSource
+from tests.integration.test_source_contract import receive_up_to
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def rabbit(request: pytest.FixtureRequest, rabbitmq: tuple[str, int]) -> Iterato
                 producer.send(self.queue, body, headers={"persistent": "true", "x-k": "v"})
 
         def source(self, queue: str | None = None) -> StompSource:
-            cfg = StompSourceConfig(host=host, port=port, broker="rabbitmq", user="guest", password="guest",
+            cfg = StompSourceConfig(host=host, port=port, broker="rabbitmq", user="guest", password=SecretStr("guest"),
                                     vhost="/", heartbeat=2.0, ack_mode=request.param)
             src = StompSource("rabbit", cfg, queue or self.queue, prefetch=10, tracker=DeliveryTracker())
             src.connect()
@@ -49,39 +49,29 @@ def rabbit(request: pytest.FixtureRequest, rabbitmq: tuple[str, int]) -> Iterato
     producer.disconnect()
 
 
-def receive(source: StompSource, n: int, timeout: float = 10.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        message = source.receive(0.2)
-        if message is not None:
-            got.append(message)
-    return got
-
-
 def test_rollback_gives_the_unit_back_at_once_on_the_same_connection(rabbit: Any) -> None:
     rabbit.put([b"a", b"b", b"c"])
     source = rabbit.source()
-    first = receive(source, 3)
+    first = receive_up_to(source, 3)
     assert sorted(m.body for m in first) == [b"a", b"b", b"c"]
     source.rollback()
-    again = receive(source, 3, timeout=5)
+    again = receive_up_to(source, 3, timeout=5)
     assert sorted(m.body for m in again) == [b"a", b"b", b"c"]
     assert all(m.redelivered for m in again)
     source.commit()
-    assert receive(rabbit.source(), 1, timeout=1.5) == []
+    assert receive_up_to(rabbit.source(), 1, timeout=1.5) == []
 
 
 def test_a_partial_commit_returns_only_the_given_message_and_moves_the_poison(rabbit: Any) -> None:
     rabbit.put([b"a", b"back", b"poison", b"d"])
     source = rabbit.source()
-    got = {m.body: m for m in receive(source, 4)}
+    got = {m.body: m for m in receive_up_to(source, 4)}
     source.commit(moves=[BackoutMove(got[b"poison"], "bad body", rabbit.queue + ".backout")],
                   returns=[got[b"back"]])
-    [again] = receive(source, 1, timeout=5)
+    [again] = receive_up_to(source, 1, timeout=5)
     assert again.body == b"back" and again.redelivered and again.headers["x-k"] == "v"
-    assert receive(source, 1, timeout=1.0) == []
+    assert receive_up_to(source, 1, timeout=1.0) == []
     source.commit()
-    assert receive(rabbit.source(), 1, timeout=1.5) == []
-    moved = receive(rabbit.source(rabbit.queue + ".backout"), 1, timeout=5)
+    assert receive_up_to(rabbit.source(), 1, timeout=1.5) == []
+    moved = receive_up_to(rabbit.source(rabbit.queue + ".backout"), 1, timeout=5)
     assert [(m.body, m.headers["mqbridge-reason"]) for m in moved] == [(b"poison", "bad body")]
