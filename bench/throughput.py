@@ -31,8 +31,8 @@ import stomp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.spark_write import make_bulk  # noqa: E402
 from bridge.control import Bridge  # noqa: E402
-from bridge.message import Bulk, Message  # noqa: E402
 from bridge.spark import SparkExecutor  # noqa: E402
 from config import parse_config  # noqa: E402
 from tests.amq import AmqClient, unique_queue  # noqa: E402
@@ -133,14 +133,8 @@ def warm_spark(spark: object, table_dir: Path, writes: int, size: int) -> None:
     0.45 to 0.10 CPU-s. The rows (30,000 with the default) make the per-row code hot too. A bridge
     that has run for a while is past that point."""
     executor = SparkExecutor(spark, table_dir, "warmup", "warmup")  # type: ignore[arg-type]
-    body = os.urandom(size // 2).hex().encode()[:size]
-    headers = {"expires": "0", "priority": "4", "persistent": "true"}
-    for n in range(writes):
-        bulk = Bulk("warmup")
-        for i in range(200):
-            bulk.add(Message(msg_id=f"warm-{n}-{i}", body=body, source="bench", destination="/queue/warmup",
-                             headers=dict(headers)))
-        executor.execute(bulk)
+    for _ in range(writes):
+        executor.execute(make_bulk(200, "raw", size))
 
 
 def run_bridge(cfg: object, spark: object, until: callable) -> tuple[Bridge, float, float]:  # type: ignore[valid-type]

@@ -11,24 +11,11 @@ import pytest
 
 from bridge.logsetup import JsonFormatter, RedactSecrets, config_secrets, setup_from_config, setup_logging
 from config import parse_config
+from tests.configs import orders_config
 
-CONFIG = """
-[logging]
-level = "debug"
-format = "json"
-file = "logs/bridge.log"
-max_bytes = "1KB"
-backup_count = 2
-[types.orders]
-[sources.amq]
-kind = "stomp"
-password = "${ENV:AMQ_PASSWORD}"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_threshold = 0
-"""
+CONFIG = orders_config(
+    '[logging]\nlevel = "debug"\nformat = "json"\nfile = "logs/bridge.log"\nmax_bytes = "1KB"\nbackup_count = 2',
+    "backout_threshold = 0", 'password = "${ENV:AMQ_PASSWORD}"')
 
 
 @pytest.fixture(autouse=True)

@@ -11,25 +11,10 @@ import pytest
 
 from bridge.reload import ConfigReloader, changed_keys
 from config import parse_config
+from tests.configs import orders_config
 
-BASE = """
-[bridge]
-control_interval = "5s"
-{max_rss}
-[logging]
-level = "{level}"
-[collector]
-workers = {workers}
-[types.orders]
-[sources.amq]
-kind = "stomp"
-password = "{password}"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
+BASE = orders_config('[bridge]\ncontrol_interval = "5s"\n{max_rss}\n[logging]\nlevel = "{level}"\n'
+                     '[collector]\nworkers = {workers}', source='password = "{password}"')
 
 
 def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one", max_rss: str = "") -> Any:
