@@ -32,10 +32,10 @@ import stomp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.spark_write import make_bulk  # noqa: E402
-from bridge.control import Bridge  # noqa: E402
-from bridge.spark import SparkExecutor  # noqa: E402
-from config import parse_config  # noqa: E402
-from tests.amq import AmqClient, unique_queue  # noqa: E402
+from mqbridge.config import parse_config  # noqa: E402
+from mqbridge.control import Bridge  # noqa: E402
+from mqbridge.spark import SparkExecutor  # noqa: E402
+from tests.support.amq import AmqClient, unique_queue  # noqa: E402
 
 
 def put(queue_name: str, n: int, size: int, port: int) -> float:
@@ -174,7 +174,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
 
-    from bridge.spark import create_spark_session
+    from mqbridge.spark import create_spark_session
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:

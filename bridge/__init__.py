@@ -1,9 +1,19 @@
-"""mqbridge core: message model, bulk collector, Spark executor, control thread, counters."""
+"""mqbridge: move messages from IBM MQ and STOMP brokers into Spark tables.
+
+This module is the public API for plugin authors::
+
+    from mqbridge import hookimpl, Message
+"""
 
 from __future__ import annotations
 
-from bridge.hookspecs import hookimpl
+from importlib.metadata import PackageNotFoundError, version
 
-__version__ = "0.1.0"
+from mqbridge.hookspecs import hookimpl
+
+try:
+    __version__ = version("mqbridge")
+except PackageNotFoundError:  # running from a checkout that was never installed
+    __version__ = "0.0.0"
 
 __all__ = ["__version__", "hookimpl"]

@@ -1,7 +1,7 @@
-"""`python -m bridge` is the `mqbridge` command."""
+"""`python -m mqbridge` is the `mqbridge` command."""
 
 import sys
 
-from bridge.cli import main
+from mqbridge.cli import main
 
 sys.exit(main())

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from bridge.errors import PreprocessorError
-from bridge.message import Message
-from bridge.plugin_registry import Preprocessor
+from mqbridge.errors import PreprocessorError
+from mqbridge.message import Message
+from mqbridge.plugin_registry import Preprocessor
 
 log = logging.getLogger(__name__)
 

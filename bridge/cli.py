@@ -11,15 +11,15 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from bridge import __version__
-from bridge.errors import BridgeError, ConfigError
-from bridge.logsetup import setup_from_config, setup_logging
+from mqbridge import __version__
+from mqbridge.errors import BridgeError, ConfigError
+from mqbridge.logsetup import setup_from_config, setup_logging
 
 log = logging.getLogger("mqbridge")
 
 
 def _duration(text: str) -> float:
-    from config import parse_duration
+    from mqbridge.config import parse_duration
 
     try:
         return parse_duration(text)
@@ -50,17 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "http://127.0.0.1:9464)")
     status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] listen to ask")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
-    from service.cli import add_parser as add_service_parser
+    from mqbridge.service.cli import add_parser as add_service_parser
 
     add_service_parser(sub)
     return parser
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from config import load_config
+    from mqbridge.config import load_config
 
     cfg = load_config(args.config)
-    from bridge.plugins import PluginHost
+    from mqbridge.plugins import PluginHost
 
     host = PluginHost.from_config(cfg)
     host.start()  # ConfigError if a listener's preprocessor chain cannot be built
@@ -74,9 +74,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from bridge.control import resolve_path
-    from bridge.spark import create_spark_session
-    from config import load_config
+    from mqbridge.config import load_config
+    from mqbridge.control import resolve_path
+    from mqbridge.spark import create_spark_session
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
@@ -105,11 +105,11 @@ LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destina
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from bridge.plugins import PluginHost, report
+    from mqbridge.plugins import PluginHost, report
 
     setup_logging("CRITICAL")  # load errors are part of the listing
     if args.config:
-        from config import load_config
+        from mqbridge.config import load_config
 
         host = PluginHost.from_config(load_config(args.config))
     else:
@@ -138,11 +138,11 @@ def install_signal_handlers(stop: threading.Event, reload: threading.Event | Non
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from bridge.status_cli import DEFAULT_URL, EXIT_UNREACHABLE, Unreachable, run_status, url_from_config
+    from mqbridge.status_cli import DEFAULT_URL, EXIT_UNREACHABLE, Unreachable, run_status, url_from_config
 
     url = args.url
     if url is None and args.config:
-        from config import load_config
+        from mqbridge.config import load_config
 
         try:
             url = url_from_config(load_config(args.config))
@@ -155,8 +155,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bridge.runner import run_bridge
-    from config import load_config
+    from mqbridge.config import load_config
+    from mqbridge.runner import run_bridge
 
     cfg = load_config(args.config)
     setup_from_config(cfg, args.log_level)
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_service(args: argparse.Namespace) -> int:
-    from service.cli import cmd_service as run_service_command
+    from mqbridge.service.cli import cmd_service as run_service_command
 
     return run_service_command(args)
 

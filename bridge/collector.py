@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bridge.counters import Counters
-from bridge.errors import CollectorClosedError, UnknownMessageTypeError
-from bridge.message import Bulk, Message, MessageResult
+from mqbridge.counters import Counters
+from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
+from mqbridge.message import Bulk, Message, MessageResult
 
 log = logging.getLogger(__name__)
 

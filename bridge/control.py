@@ -17,21 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.collector import BulkCollector, CollectorLimits, TypeLimits
-from bridge.counters import Counters, RateMeter
-from bridge.errors import (
+from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.counters import Counters, RateMeter
+from mqbridge.errors import (
     BackoutFailedError,
     BridgeError,
     ConfigError,
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
-from bridge.guard import MemoryGuard
-from listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
-from listeners.source import DeliveryTracker, Source
+from mqbridge.guard import MemoryGuard
+from mqbridge.listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
+from mqbridge.listeners.source import DeliveryTracker, Source
 
 if TYPE_CHECKING:
-    from config import BridgeConfig, ListenerConfig
+    from mqbridge.config import BridgeConfig, ListenerConfig
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class Bridge:
     @property
     def spark(self) -> Any:
         if self._spark is None:
-            from bridge.spark import create_spark_session
+            from mqbridge.spark import create_spark_session
 
             s = self.config.spark
             self._spark = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
@@ -149,7 +149,7 @@ class Bridge:
         return self._spark
 
     def _build_executors(self) -> dict[str, Any]:
-        from bridge.spark import SparkExecutor
+        from mqbridge.spark import SparkExecutor
 
         warehouse = resolve_path(self.config, self.config.spark.warehouse)
         return {
@@ -160,12 +160,12 @@ class Bridge:
     def _default_source(self, cfg: ListenerConfig, thread_name: str, tracker: DeliveryTracker) -> Source:
         source_cfg = self.config.sources[cfg.source]
         if source_cfg.kind == "stomp":
-            from listeners.stomp import StompSource
+            from mqbridge.listeners.stomp import StompSource
 
             return StompSource(cfg.source, source_cfg, cfg.queue, prefetch=cfg.prefetch or cfg.batch,
                                tracker=tracker, client_name=f"{self.config.bridge.name}-{thread_name}")
         if source_cfg.kind == "mq":
-            from listeners.mq import InDoubtLog, MqSource
+            from mqbridge.listeners.mq import InDoubtLog, MqSource
 
             in_doubt = self._in_doubt.setdefault((cfg.source, cfg.queue), InDoubtLog())
             return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg, in_doubt=in_doubt,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bridge.counters import Counters
+from mqbridge.counters import Counters
 
 log = logging.getLogger(__name__)
 

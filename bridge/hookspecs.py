@@ -4,7 +4,7 @@ A plugin is a module (a built-in in `preprocessors/`, a loose `.py` file in a `[
 plugin_dirs` folder, or an installed package registered under the `mqbridge` entry-point group)
 whose functions are marked with `bridge.hookimpl`:
 
-    from bridge import hookimpl
+    from mqbridge import hookimpl
 
     @hookimpl
     def mqbridge_register_preprocessors(registry):
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from bridge.message import Message, MessageResult
-    from bridge.plugin_registry import PreprocessorRegistry
+    from mqbridge.message import Message, MessageResult
+    from mqbridge.plugin_registry import PreprocessorRegistry
 
 PROJECT = "mqbridge"
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bridge.counters import Counters, Labels
+from mqbridge.counters import Counters, Labels
 
 PREFIX = "mqbridge_"
 

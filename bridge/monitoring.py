@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from bridge.counters import RateMeter
-from bridge.errors import BridgeError
-from bridge.health import SparkProbe, health_problems
-from bridge.metrics import BridgeMetrics, process_info
+from mqbridge.counters import RateMeter
+from mqbridge.errors import BridgeError
+from mqbridge.health import SparkProbe, health_problems
+from mqbridge.metrics import BridgeMetrics, process_info
 
 if TYPE_CHECKING:
-    from bridge.control import Bridge
+    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 

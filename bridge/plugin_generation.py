@@ -17,10 +17,10 @@ from typing import Any
 
 import pluggy
 
-from bridge import hookspecs
-from bridge.chain import ChainSpec, Step
-from bridge.errors import PluginError
-from bridge.plugin_loader import (
+from mqbridge import hookspecs
+from mqbridge.chain import ChainSpec, Step
+from mqbridge.errors import PluginError
+from mqbridge.plugin_loader import (
     FOLDER,
     Candidate,
     LoadedPlugin,
@@ -30,7 +30,7 @@ from bridge.plugin_loader import (
     forget_modules,
     load_candidate,
 )
-from bridge.plugin_registry import PreprocessorRegistry
+from mqbridge.plugin_registry import PreprocessorRegistry
 
 KEEPING = "keeping the previous version"
 

@@ -32,12 +32,12 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from bridge.errors import PluginError
+from mqbridge.errors import PluginError
 
 log = logging.getLogger(__name__)
 
 #: The built-in plugins, registered exactly like a third-party one.
-BUILTIN_PLUGINS = ("preprocessors.envelope", "preprocessors.decode", "preprocessors.jsonpath")
+BUILTIN_PLUGINS = ("mqbridge.preprocessors.envelope", "mqbridge.preprocessors.decode", "mqbridge.preprocessors.jsonpath")
 ENTRY_POINT_GROUP = "mqbridge"
 DROPIN_PREFIX = "mqbridge_dropin_"
 DISABLED_ENV = "MQBRIDGE_DISABLED_PLUGINS"

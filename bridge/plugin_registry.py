@@ -14,8 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bridge.errors import PluginError
-from bridge.message import Message
+from mqbridge.errors import PluginError
+from mqbridge.message import Message
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 

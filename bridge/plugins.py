@@ -25,18 +25,18 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.chain import PreprocessorChain
-from bridge.counters import Counters
-from bridge.errors import ConfigError, PluginError
-from bridge.message import Message, MessageResult
-from bridge.plugin_generation import (
+from mqbridge.chain import PreprocessorChain
+from mqbridge.counters import Counters
+from mqbridge.errors import ConfigError, PluginError
+from mqbridge.message import Message, MessageResult
+from mqbridge.plugin_generation import (
     KEEPING,
     ChainRequest,
     Generation,
     GenerationBuilder,
     requests_from_config,
 )
-from bridge.plugin_loader import (
+from mqbridge.plugin_loader import (
     BUILTIN_PLUGINS,
     Candidate,
     LoadError,
@@ -50,7 +50,7 @@ from bridge.plugin_loader import (
 )
 
 if TYPE_CHECKING:
-    from bridge.control import Bridge
+    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class PluginHost:
 
     @classmethod
     def from_config(cls, config: Any, **kwargs: Any) -> PluginHost:
-        from bridge.control import resolve_path
+        from mqbridge.control import resolve_path
 
         explicit = "plugin_dirs" in getattr(config.bridge, "model_fields_set", {"plugin_dirs"})
         kwargs.setdefault("missing_dirs_ok", not explicit)
@@ -308,7 +308,7 @@ def build_bridge(config: Any, **bridge_kwargs: Any) -> tuple[Bridge, PluginHost]
     """A Bridge whose listeners run the preprocessor chains of `config`, with the plugin host
     attached (reload on every control tick, result observers, status). Raises ConfigError if a
     chain cannot be built."""
-    from bridge.control import Bridge
+    from mqbridge.control import Bridge
 
     counters = bridge_kwargs.pop("counters", None) or Counters()
     host = PluginHost.from_config(config, counters=counters)

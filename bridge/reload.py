@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from bridge.errors import ConfigError
+from mqbridge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from bridge.control import Bridge
-    from bridge.plugins import PluginHost
+    from mqbridge.control import Bridge
+    from mqbridge.plugins import PluginHost
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ConfigReloader:
             return
         load = self._load
         if load is None:
-            from config import load_config
+            from mqbridge.config import load_config
 
             load = load_config
         try:

@@ -6,10 +6,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from bridge import __version__
-from bridge.control import Bridge
-from bridge.monitoring import MonitoringServer
-from bridge.plugins import build_bridge
+from mqbridge import __version__
+from mqbridge.control import Bridge
+from mqbridge.monitoring import MonitoringServer
+from mqbridge.plugins import build_bridge
 
 log = logging.getLogger("mqbridge")
 
@@ -25,8 +25,8 @@ def run_bridge(config: object, *, until_idle: float | None = None,
     configuration file). `configure` may add hooks before the bridge starts. With `$NOTIFY_SOCKET`
     set (systemd), the bridge reports READY, STATUS, WATCHDOG and STOPPING.
     """
-    from bridge.reload import ConfigReloader
-    from service.notify import attach_notifier
+    from mqbridge.reload import ConfigReloader
+    from mqbridge.service.notify import attach_notifier
 
     # Loads the plugins and builds every listener's preprocessor chain (ConfigError if one
     # names an unknown preprocessor or gives bad options); reloads them every control tick.

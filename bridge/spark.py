@@ -33,8 +33,8 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from bridge.errors import ConfigError, SparkUnavailableError
-from bridge.message import Bulk, Message, MessageResult
+from mqbridge.errors import ConfigError, SparkUnavailableError
+from mqbridge.message import Bulk, Message, MessageResult
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ directory (`cfg.base_dir`). Secrets are `pydantic.SecretStr`: call `.get_secret_
 
 from __future__ import annotations
 
-from config.base import KeyedError, parse_duration, parse_size
-from config.loader import key_path, load_config, parse_config
-from config.schema import (
+from mqbridge.config.base import KeyedError, parse_duration, parse_size
+from mqbridge.config.loader import key_path, load_config, parse_config
+from mqbridge.config.schema import (
     BridgeConfig,
     BridgeSection,
     CollectorSection,
@@ -22,7 +22,7 @@ from config.schema import (
     SparkSection,
     TypeConfig,
 )
-from config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 
 __all__ = [
     "BridgeConfig",

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.errors import ConfigError
-from config.base import KeyedError, Loc
-from config.schema import BridgeConfig
+from mqbridge.config.base import KeyedError, Loc
+from mqbridge.config.schema import BridgeConfig
+from mqbridge.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,8 +14,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
-from config.base import Duration, KeyedError, Loc, Model, Size, check_table, parse_duration, parse_size
-from config.sources import SourceConfig
+from mqbridge.config.base import (
+    Duration,
+    KeyedError,
+    Loc,
+    Model,
+    Size,
+    check_table,
+    parse_duration,
+    parse_size,
+)
+from mqbridge.config.sources import SourceConfig
 
 _HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d{1,5})")
 

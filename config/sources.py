@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from config.base import Duration, KeyedError, Model, parse_duration
+from mqbridge.config.base import Duration, KeyedError, Model, parse_duration
 
 
 class StompSourceConfig(Model):

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bridge.collector import BulkCollector
-from bridge.counters import Counters
-from bridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
-from bridge.guard import IntakeGate
-from bridge.message import Message, MessageResult, Outcome
-from listeners.source import BackoutMove, DeliveryTracker, Source
+from mqbridge.collector import BulkCollector
+from mqbridge.counters import Counters
+from mqbridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
+from mqbridge.guard import IntakeGate
+from mqbridge.listeners.source import BackoutMove, DeliveryTracker, Source
+from mqbridge.message import Message, MessageResult, Outcome
 
 log = logging.getLogger(__name__)
 

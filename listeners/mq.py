@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from bridge.errors import (
+from mqbridge.errors import (
     BackoutFailedError,
     ConfigError,
     InDoubtError,
@@ -35,8 +35,7 @@ from bridge.errors import (
     SourceError,
     SourceQuiescingError,
 )
-from bridge.message import Message, utcnow
-from listeners.mq_connect import (
+from mqbridge.listeners.mq_connect import (
     DEFAULT_MAX_UNCOMMITTED,
     check_config,
     configured,
@@ -46,7 +45,7 @@ from listeners.mq_connect import (
     open_input,
     secret,
 )
-from listeners.mq_driver import (
+from mqbridge.listeners.mq_driver import (
     MQRC_BACKED_OUT,
     MQRC_NO_MSG_AVAILABLE,
     MQRC_SYNCPOINT_LIMIT_REACHED,
@@ -58,13 +57,14 @@ from listeners.mq_driver import (
     reason_of,
     wrap,
 )
-from listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
-from listeners.mq_poison import BACKOUT, PoisonRoute
-from listeners.mq_unit import InDoubtLog, UnitSlot
-from listeners.source import BackoutMove
+from mqbridge.listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
+from mqbridge.listeners.mq_poison import BACKOUT, PoisonRoute
+from mqbridge.listeners.mq_unit import InDoubtLog, UnitSlot
+from mqbridge.listeners.source import BackoutMove
+from mqbridge.message import Message, utcnow
 
 if TYPE_CHECKING:
-    from config import ListenerConfig, MqSourceConfig
+    from mqbridge.config import ListenerConfig, MqSourceConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.errors import ConfigError
-from listeners.mq_driver import reason_of, wrap
-from listeners.mq_mapping import text
+from mqbridge.errors import ConfigError
+from mqbridge.listeners.mq_driver import reason_of, wrap
+from mqbridge.listeners.mq_mapping import text
 
 log = logging.getLogger(__name__)
 

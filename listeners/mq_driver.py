@@ -10,7 +10,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from bridge.errors import ConfigError, SourceConnectionError, SourceError, SourceQuiescingError
+from mqbridge.errors import ConfigError, SourceConnectionError, SourceError, SourceQuiescingError
 
 #: Driver modules tried in order: IBM's maintained package first, then its predecessor.
 DRIVER_MODULES = ("ibmmq", "pymqi")

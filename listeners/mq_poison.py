@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bridge.message import utcnow
-from listeners.mq_driver import is_connection_loss, is_warning, wrap
-from listeners.mq_mapping import moved_md, pack_dlh, put_timestamp, text
-from listeners.mq_unit import UnitSlot
+from mqbridge.listeners.mq_driver import is_connection_loss, is_warning, wrap
+from mqbridge.listeners.mq_mapping import moved_md, pack_dlh, put_timestamp, text
+from mqbridge.listeners.mq_unit import UnitSlot
+from mqbridge.message import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from bridge.message import Message
+from mqbridge.message import Message
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from bridge.errors import InDoubtError, SourceConnectionError, SourceError
-from bridge.message import Message, utcnow
-from listeners.source import BackoutMove, DeliveryTracker
+from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError
+from mqbridge.listeners.source import BackoutMove, DeliveryTracker
+from mqbridge.message import Message, utcnow
 
 if TYPE_CHECKING:
-    from config import StompSourceConfig
+    from mqbridge.config import StompSourceConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,9 @@ class StompSource:
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge") -> None:
-        import stomp  # optional driver, imported where used
         import stomp.exception
+
+        import stomp  # optional driver, imported where used
 
         self.name = name
         self.destination = destination

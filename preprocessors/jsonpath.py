@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import field_validator
 
-from bridge import hookimpl
-from bridge.chain import copy_message
-from bridge.message import Message
-from bridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
+from mqbridge import hookimpl
+from mqbridge.chain import copy_message
+from mqbridge.message import Message
+from mqbridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
 
 __version__ = "1"
 

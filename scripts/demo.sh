@@ -10,7 +10,7 @@ echo "== emptying the demo queues and tables"
 rm -rf data/demo
 $PY - <<'PY'
 import sys; sys.path.insert(0, ".")
-from tests.amq import AmqClient
+from tests.support.amq import AmqClient
 with AmqClient() as c:
     for q in ("/queue/demo.orders", "/queue/demo.invoices", "/queue/demo.orders.backout", "/queue/demo.invoices.backout"):
         c.drain(q, quiet=0.3)
@@ -28,7 +28,7 @@ echo "== what landed (read back through Spark)"
 echo "== what is left on the queues"
 $PY - <<'PY'
 import sys; sys.path.insert(0, ".")
-from tests.amq import AmqClient
+from tests.support.amq import AmqClient
 with AmqClient() as c:
     for q in ("/queue/demo.orders", "/queue/demo.invoices", "/queue/demo.orders.backout"):
         frames = c.browse(q)

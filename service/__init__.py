@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from service.controller import ServiceController
-from service.notify import Notifier, attach_notifier
-from service.systemd import UnitSpec, render_unit
+from mqbridge.service.controller import ServiceController
+from mqbridge.service.notify import Notifier, attach_notifier
+from mqbridge.service.systemd import UnitSpec, render_unit
 
 __all__ = ["Notifier", "ServiceController", "UnitSpec", "attach_notifier", "render_unit"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bridge.errors import BridgeError
+from mqbridge.errors import BridgeError
 
 DEFAULT_CONFIG = (Path(os.environ.get("PROGRAMDATA", "C:/ProgramData")) / "mqbridge" / "mqbridge.toml"
                   if sys.platform == "win32" else Path("/etc/mqbridge/mqbridge.toml"))
@@ -57,22 +57,28 @@ def cmd_service(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Path]:
-    from config import load_config
+    from mqbridge.config import load_config
 
     path = Path(os.path.abspath(args.config))
     return load_config(path), path
 
 
 def _systemd_unit_name(args: argparse.Namespace) -> str:
-    from service.systemd import unit_name
+    from mqbridge.service.systemd import unit_name
 
     config, _path = _load(args)
     return unit_name(config.bridge.name)
 
 
 def _install_systemd(args: argparse.Namespace) -> int:
-    from config import parse_duration
-    from service.systemd import DEFAULT_UNIT_DIR, DEFAULT_USER, UnitSpec, prepare_directories, render_unit
+    from mqbridge.config import parse_duration
+    from mqbridge.service.systemd import (
+        DEFAULT_UNIT_DIR,
+        DEFAULT_USER,
+        UnitSpec,
+        prepare_directories,
+        render_unit,
+    )
 
     config, path = _load(args)
     user = args.user or DEFAULT_USER
@@ -104,7 +110,7 @@ def _install_systemd(args: argparse.Namespace) -> int:
 
 
 def _remove_systemd(args: argparse.Namespace) -> int:
-    from service.systemd import DEFAULT_UNIT_DIR
+    from mqbridge.service.systemd import DEFAULT_UNIT_DIR
 
     name = _systemd_unit_name(args)
     target = (Path(args.unit_dir) if args.unit_dir else DEFAULT_UNIT_DIR) / name
@@ -125,7 +131,7 @@ def _remove_systemd(args: argparse.Namespace) -> int:
 
 def _windows(args: argparse.Namespace) -> int:  # pragma: no cover - Windows only
     try:
-        from service import windows
+        from mqbridge.service import windows
     except ImportError as exc:
         raise ServiceError(f"pywin32 is missing ({exc}): pip install \"mqbridge[windows]\"") from None
     config, path = _load(args)
@@ -138,7 +144,7 @@ def _windows(args: argparse.Namespace) -> int:  # pragma: no cover - Windows onl
     elif args.action == "start":
         print(f"started {windows.start(name)}")
     else:
-        from service.controller import STOP_MARGIN
+        from mqbridge.service.controller import STOP_MARGIN
 
         print(f"stopped {windows.stop(name, config.bridge.shutdown_timeout + STOP_MARGIN)}")
     return 0

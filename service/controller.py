@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.errors import ConfigError
+from mqbridge.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ServiceController:
     def _work(self, config: Any) -> None:
         run = self._run
         if run is None:
-            from bridge.runner import run_bridge
+            from mqbridge.runner import run_bridge
 
             run = run_bridge
         try:
@@ -95,7 +95,7 @@ class ServiceController:
         """Run the bridge until it ends or a stop request has been drained; return its exit code."""
         load = self._load
         if load is None:
-            from config import load_config
+            from mqbridge.config import load_config
 
             load = load_config
         try:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bridge.control import Bridge
+    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mqbridge
+
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
 DEFAULT_USER = "mqbridge"
 #: Added to `shutdown_timeout` for `TimeoutStopSec`: Spark's and the JVM's own shutdown.
@@ -114,9 +116,7 @@ class UnitSpec:
         if config.logging.file is not None:
             writable.append(config.resolve_path(config.logging.file).parent)
         command = command or default_command()
-        import bridge
-
-        readable = [config_file, Path(command[0]), Path(bridge.__file__).resolve().parent.parent,
+        readable = [config_file, Path(command[0]), Path(mqbridge.__file__).resolve().parent.parent,
                     *(config.resolve_path(p) for p in config.bridge.plugin_dirs)]
         if watchdog is None:
             watchdog = max(MIN_WATCHDOG, 4 * config.bridge.control_interval)

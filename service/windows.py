@@ -24,7 +24,13 @@ import servicemanager
 import win32service
 import win32serviceutil
 
-from service.controller import RUNNING, STOP_PENDING, EventLogHandler, ServiceController, describe_exit
+from mqbridge.service.controller import (
+    RUNNING,
+    STOP_PENDING,
+    EventLogHandler,
+    ServiceController,
+    describe_exit,
+)
 
 # STOPPED is not reported from here: pythonservice.exe reports it when SvcRun returns.
 _STATES = {RUNNING: win32service.SERVICE_RUNNING, STOP_PENDING: win32service.SERVICE_STOP_PENDING}
@@ -76,7 +82,7 @@ class MqbridgeService(win32serviceutil.ServiceFramework):
 
 
 def _configure_logging(config: Any) -> None:
-    from bridge.logsetup import setup_from_config
+    from mqbridge.logsetup import setup_from_config
 
     setup_from_config(config)
 

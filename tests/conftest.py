@@ -46,7 +46,7 @@ def rabbitmq() -> Iterator[tuple[str, int]]:
 @pytest.fixture
 def amq(activemq: tuple[str, int]) -> Iterator[object]:
     """A test client connected to the broker."""
-    from tests.amq import AmqClient
+    from tests.support.amq import AmqClient
 
     client = AmqClient(*activemq)
     yield client

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import logging
 
-from bridge import hookimpl
-from bridge.message import Message
-from bridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
+from mqbridge import hookimpl
+from mqbridge.message import Message
+from mqbridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
 
 __version__ = "1.0"
 

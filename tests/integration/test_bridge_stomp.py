@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.control import Bridge
-from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import (
+from mqbridge.control import Bridge
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import (
     RunningBridge,
     listener_toml,
     make_config,
@@ -19,7 +19,7 @@ from tests.integration.bridge_helpers import (
     run_until_idle,
     wait_for,
 )
-from tests.tcpproxy import TcpProxy
+from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import read_table, wait_for
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import read_table, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,17 +18,17 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.cli import main
-from bridge.control import Bridge
-from bridge.logsetup import setup_from_config
-from bridge.monitoring import MonitoringServer
-from bridge.plugins import build_bridge
-from bridge.runner import run_bridge
-from config import parse_config
-from config.schema import MonitoringSection
-from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import RunningBridge, listener_toml, make_config, wait_for
-from tests.tcpproxy import TcpProxy
+from mqbridge.cli import main
+from mqbridge.config import parse_config
+from mqbridge.config.schema import MonitoringSection
+from mqbridge.control import Bridge
+from mqbridge.logsetup import setup_from_config
+from mqbridge.monitoring import MonitoringServer
+from mqbridge.plugins import build_bridge
+from mqbridge.runner import run_bridge
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import RunningBridge, listener_toml, make_config, wait_for
+from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

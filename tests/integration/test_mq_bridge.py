@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 
-from bridge.control import Bridge
-from listeners.mq import InDoubtLog, MqSource
-from tests.fakes import pymqi_fake
-from tests.fakes.mq_server import FakeQueueManagerServer
-from tests.integration.bridge_helpers import (
+from mqbridge.control import Bridge
+from mqbridge.listeners.mq import InDoubtLog, MqSource
+from tests.support.bridge import (
     RunningBridge,
     listener_toml,
     make_config,
@@ -26,6 +24,8 @@ from tests.integration.bridge_helpers import (
     run_until_idle,
     wait_for,
 )
+from tests.support.fakes import pymqi_fake
+from tests.support.fakes.mq_server import FakeQueueManagerServer
 
 pytestmark = pytest.mark.integration
 C = pymqi_fake.CMQC

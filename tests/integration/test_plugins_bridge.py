@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from bridge.errors import ConfigError
-from bridge.plugins import PluginHost, build_bridge
-from config import parse_config
-from preprocessors.envelope import parse_envelope
-from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import (
+from mqbridge.config import parse_config
+from mqbridge.errors import ConfigError
+from mqbridge.plugins import PluginHost, build_bridge
+from mqbridge.preprocessors.envelope import parse_envelope
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import (
     RunningBridge,
     listener_toml,
     make_config,
@@ -31,8 +31,8 @@ from tests.integration.bridge_helpers import (
 pytestmark = pytest.mark.integration
 
 STAMP = '''
-from bridge import hookimpl
-from bridge.chain import current_chain
+from mqbridge import hookimpl
+from mqbridge.chain import current_chain
 
 VERSION = "{version}"
 
@@ -52,7 +52,7 @@ def mqbridge_register_preprocessors(registry):
 '''
 
 DROP = '''
-from bridge import hookimpl
+from mqbridge import hookimpl
 
 
 @hookimpl
@@ -63,8 +63,8 @@ def mqbridge_register_preprocessors(registry):
 EXPLODE = '''
 from pathlib import Path
 
-from bridge import hookimpl
-from bridge.plugin_registry import PreprocessorOptions
+from mqbridge import hookimpl
+from mqbridge.plugin_registry import PreprocessorOptions
 
 
 class Options(PreprocessorOptions):
@@ -91,7 +91,7 @@ def mqbridge_register_preprocessors(registry):
 '''
 
 ROUTER = '''
-from bridge import hookimpl
+from mqbridge import hookimpl
 
 LOG = {log!r}
 

@@ -13,10 +13,10 @@ import pytest
 import stomp
 from pydantic import SecretStr
 
-from config import StompSourceConfig
-from listeners.source import BackoutMove, DeliveryTracker
-from listeners.stomp import StompSource
-from tests.integration.test_source_contract import receive_up_to
+from mqbridge.config import StompSourceConfig
+from mqbridge.listeners.source import BackoutMove, DeliveryTracker
+from mqbridge.listeners.stomp import StompSource
+from tests.support.sources import receive_up_to
 
 pytestmark = pytest.mark.integration
 

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from service.controller import RUNNING, STOP_PENDING, STOPPED, ServiceController
-from tests.amq import AmqClient, unique_queue
-from tests.integration.bridge_helpers import listener_toml, make_config, read_table, wait_for
+from mqbridge.service.controller import RUNNING, STOP_PENDING, STOPPED, ServiceController
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import listener_toml, make_config, read_table, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 TAG = '''
-from bridge import hookimpl
+from mqbridge import hookimpl
 
 VERSION = "{version}"
 

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import pytest
 
-from bridge.errors import InDoubtError, SourceConnectionError, SourceError
-from bridge.message import Message
-from config import StompSourceConfig
-from listeners.source import BackoutMove, DeliveryTracker, Source
-from tests.fakes.mq_server import FakeQueueManagerServer
-from tests.fakes.mq_testing import make_source, unique, wait_until
+from mqbridge.config import StompSourceConfig
+from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError
+from mqbridge.listeners.source import BackoutMove, DeliveryTracker, Source
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes.mq_testing import make_source, unique, wait_until
+from tests.support.sources import receive
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ class MqHarness:
 
 class StompHarness:
     def __init__(self, amq: Any, broker: tuple[str, int], ack_mode: str) -> None:
-        from tests.tcpproxy import TcpProxy
+        from tests.support.tcpproxy import TcpProxy
 
         self.amq = amq
         self.broker = broker
@@ -88,7 +88,7 @@ class StompHarness:
         self.queues: list[str] = []
 
     def new_queue(self) -> str:
-        from tests.amq import unique_queue
+        from tests.support.amq import unique_queue
 
         queue = unique_queue("contract")
         self.queues.append(queue)
@@ -107,7 +107,7 @@ class StompHarness:
         return [(bytes(f.body), f.headers.get("mqbridge-reason", "")) for f in self.amq.browse(self.backout_queue(queue))]
 
     def source(self, queue: str, *, cuttable: bool = False) -> Source:
-        from listeners.stomp import StompSource
+        from mqbridge.listeners.stomp import StompSource
 
         port = self.proxy.port if cuttable else self.broker[1]
         cfg = StompSourceConfig(host=self.broker[0], port=port, heartbeat=2.0, connect_timeout=3.0,
@@ -141,23 +141,6 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Harness]:
                                request.param.rsplit("-", 1)[1])
     yield harness
     harness.close()
-
-
-def receive_up_to(source: Source, n: int, timeout: float = 10.0) -> list[Message]:
-    """At most `n` messages, whatever came within `timeout` seconds."""
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        message = source.receive(0.2)
-        if message is not None:
-            got.append(message)
-    return got
-
-
-def receive(source: Source, n: int, timeout: float = 10.0) -> list[Message]:
-    got = receive_up_to(source, n, timeout)
-    assert len(got) == n, f"received {len(got)} of {n} messages"
-    return got
 
 
 def test_connects_and_an_empty_queue_gives_nothing(broker: Harness) -> None:

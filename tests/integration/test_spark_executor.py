@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bridge.errors import ConfigError
-from bridge.message import Bulk, Message, Outcome
-from bridge.spark import LANDED_COLUMNS, SparkExecutor
+from mqbridge.errors import ConfigError
+from mqbridge.message import Bulk, Message, Outcome
+from mqbridge.spark import LANDED_COLUMNS, SparkExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: An
     assert len(files(small)) == 1  # one date, one file (not one per core)
 
     # Given files of at most 10 KB of bodies: 30 KB of bodies are spread over 3 files
-    monkeypatch.setattr("bridge.spark.FILE_BYTES", 10_000)
+    monkeypatch.setattr("mqbridge.spark.FILE_BYTES", 10_000)
     big = SparkExecutor(spark, tmp_path, "orders", "big")
     assert all(r.ok for r in big.execute(bulk(*(message(f"b{i}", b"x" * 100) for i in range(300)))))
     assert len(read(spark, big.path)) == 300

@@ -8,11 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from listeners.mq import MqSource
-from tests.fakes.mq_server import FakeQueueManagerServer
-from tests.fakes.mq_testing import make_source
-
-DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
+from mqbridge.listeners.mq import MqSource
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes.mq_testing import DLQ, make_source
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bridge.collector import BulkCollector, CollectorLimits, TypeLimits
-from bridge.errors import CollectorClosedError, UnknownMessageTypeError
-from bridge.message import Bulk, Message, MessageResult, Outcome
+from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
+from mqbridge.message import Bulk, Message, MessageResult, Outcome
 
 DEADLINE = 3.0
 
@@ -269,7 +269,7 @@ def test_executor_for_an_unconfigured_type_is_refused(make: Factory) -> None:
 def test_registering_an_executor_again_replaces_it(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
     collector, ex = make(("a",))
     replacement = RecordingExecutor()
-    with caplog.at_level(logging.INFO, logger="bridge.collector"):
+    with caplog.at_level(logging.INFO, logger="mqbridge.collector"):
         collector.register_executor("a", replacement)
     assert "replaced" in caplog.text
     collector.submit(msg("a1"))
@@ -359,7 +359,7 @@ def test_executor_exception_makes_every_result_retryable(make: Factory, caplog: 
     executor = RecordingExecutor(explode)
     collector, _ = make(("a",), executors={"a": executor})
     results = Results()
-    with caplog.at_level(logging.ERROR, logger="bridge.collector"):
+    with caplog.at_level(logging.ERROR, logger="mqbridge.collector"):
         for i in range(3):
             collector.submit(msg(f"m{i}"), results)
         collector.flush()
@@ -454,7 +454,7 @@ def test_queued_bulks_of_a_type_are_coalesced(make: Factory, caplog: pytest.LogC
         collector.submit(msg(msg_id), results)
         collector.flush()
     assert collector.stats().queued_bulks == 2
-    with caplog.at_level(logging.DEBUG, logger="bridge.collector"):
+    with caplog.at_level(logging.DEBUG, logger="mqbridge.collector"):
         executor.gate.set()
         wait_until(lambda: results.count() == 3)
     # They were written as one bulk, under the first one's id
@@ -605,7 +605,7 @@ def test_a_raising_handler_does_not_break_the_others(make: Factory, caplog: pyte
     producer, observer = Results(), Results()
     collector.register_result_handler(broken, message_type="a")
     collector.register_result_handler(observer, message_type="a")
-    with caplog.at_level(logging.ERROR, logger="bridge.collector"):
+    with caplog.at_level(logging.ERROR, logger="mqbridge.collector"):
         collector.submit(msg("m1"), producer)
         collector.submit(msg("m2"), producer)
         collector.flush()

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.errors import ConfigError
-from config import (
+from mqbridge.config import (
     BridgeConfig,
     MqSourceConfig,
     PreprocessorRef,
@@ -19,6 +18,7 @@ from config import (
     parse_duration,
     parse_size,
 )
+from mqbridge.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_ENV = {"AMQ_USER": "bridge", "AMQ_PASSWORD": "amq-secret-1", "MQ_PASSWORD": "mq-secret-2"}

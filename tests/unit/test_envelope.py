@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from bridge.message import Message
-from preprocessors.envelope import FIELDS, EnvelopeOptions, EnvelopePreprocessor, parse_envelope
+from mqbridge.message import Message
+from mqbridge.preprocessors.envelope import FIELDS, EnvelopeOptions, EnvelopePreprocessor, parse_envelope
 
 PUT = datetime(2024, 5, 1, 10, 11, 12, 345000, tzinfo=timezone.utc)
 RECEIVED = datetime(2024, 5, 1, 10, 11, 13, 500000, tzinfo=timezone.utc)

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from bridge.counters import Counters
-from bridge.guard import RESUME_RATIO, IntakeGate, MemoryGuard
+from mqbridge.counters import Counters
+from mqbridge.guard import RESUME_RATIO, IntakeGate, MemoryGuard
 
 MB = 2**20
 
@@ -25,7 +25,7 @@ def test_pauses_above_the_limit_and_resumes_only_below_the_hysteresis_threshold(
     # Given a guard at 100 MB
     counters, rss = Counters(), FakeRss(50 * MB)
     guard = MemoryGuard(100 * MB, counters, rss=rss)
-    caplog.set_level(logging.INFO, logger="bridge.guard")
+    caplog.set_level(logging.INFO, logger="mqbridge.guard")
     guard.check()
     assert not guard.paused and counters.gauge("memory_guard_paused") == 0
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.logsetup import JsonFormatter, RedactSecrets, config_secrets, setup_from_config, setup_logging
-from config import parse_config
-from tests.configs import orders_config
+from mqbridge.config import parse_config
+from mqbridge.logsetup import JsonFormatter, RedactSecrets, config_secrets, setup_from_config, setup_logging
+from tests.support.configs import orders_config
 
 CONFIG = orders_config(
     '[logging]\nlevel = "debug"\nformat = "json"\nfile = "logs/bridge.log"\nmax_bytes = "1KB"\nbackup_count = 2',
@@ -25,7 +25,7 @@ def _logging_restored(restore_root_logger: None) -> None:
 
 def _record(msg: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:
     exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
-    record = logging.LogRecord("bridge.test", logging.ERROR, __file__, 1, msg, args, exc_info)
+    record = logging.LogRecord("mqbridge.test", logging.ERROR, __file__, 1, msg, args, exc_info)
     record.threadName = "listener-amq:/queue/x#1"
     return record
 
@@ -38,7 +38,7 @@ def test_json_line_has_time_level_logger_thread_message_and_exc_info() -> None:
     entry = json.loads(line)
     assert "\n" not in line
     assert set(entry) == {"time", "level", "logger", "thread", "message", "exc_info"}
-    assert entry["level"] == "ERROR" and entry["logger"] == "bridge.test"
+    assert entry["level"] == "ERROR" and entry["logger"] == "mqbridge.test"
     assert entry["thread"] == "listener-amq:/queue/x#1" and entry["message"] == "unit 7 failed"
     assert entry["time"].endswith("+00:00") and "ValueError: boom" in entry["exc_info"]
     assert "exc_info" not in json.loads(JsonFormatter().format(_record("fine")))
@@ -63,7 +63,7 @@ def test_config_sets_level_json_rotating_file_and_redaction(tmp_path: Path) -> N
     handler = setup_from_config(cfg, force=True)
     assert isinstance(handler, logging.handlers.RotatingFileHandler)
     assert logging.getLogger().level == logging.DEBUG
-    log = logging.getLogger("bridge.test")
+    log = logging.getLogger("mqbridge.test")
     for i in range(40):
         log.info("line %d with the password pw-from-env-42 in it", i)
     handler.flush()
@@ -77,10 +77,10 @@ def test_config_sets_level_json_rotating_file_and_redaction(tmp_path: Path) -> N
 
 def test_level_override_and_text_format_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     setup_logging("warning", force=True)
-    logging.getLogger("bridge.test").info("hidden")
-    logging.getLogger("bridge.test").warning("shown")
+    logging.getLogger("mqbridge.test").info("hidden")
+    logging.getLogger("mqbridge.test").warning("shown")
     err = capsys.readouterr().err
-    assert "hidden" not in err and "WARNING" in err and "bridge.test: shown" in err
+    assert "hidden" not in err and "WARNING" in err and "mqbridge.test: shown" in err
     assert logging.getLogger("py4j").level == logging.WARNING
 
 

@@ -15,15 +15,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.collector import CollectorStats
-from bridge.control import Bridge
-from bridge.counters import Counters
-from bridge.health import SparkProbe, health_problems
-from bridge.metrics import BridgeMetrics
-from bridge.monitoring import MonitoringServer
-from bridge.status_cli import run_status, url_from_config
-from config import parse_config
-from tests.configs import orders_config
+from mqbridge.collector import CollectorStats
+from mqbridge.config import parse_config
+from mqbridge.control import Bridge
+from mqbridge.counters import Counters
+from mqbridge.health import SparkProbe, health_problems
+from mqbridge.metrics import BridgeMetrics
+from mqbridge.monitoring import MonitoringServer
+from mqbridge.status_cli import run_status, url_from_config
+from tests.support.configs import orders_config
 
 CONFIG = orders_config('[monitoring]\nlisten = "{listen}"', "backout_threshold = 0")
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes import pymqi_fake as mq
-from tests.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes import pymqi_fake as mq
+from tests.support.fakes.mq_server import FakeQueueManagerServer
 
 C = mq.CMQC
 

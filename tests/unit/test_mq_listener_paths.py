@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bridge.collector import BulkCollector, CollectorLimits, TypeLimits
-from bridge.counters import Counters
-from bridge.errors import (
+from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.counters import Counters
+from mqbridge.errors import (
     BackoutFailedError,
     InDoubtError,
     PreprocessorError,
@@ -24,13 +24,13 @@ from bridge.errors import (
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
-from bridge.message import Bulk, Message, MessageResult
-from listeners.base import ListenerSpec, ListenerThread, PlainChain
-from listeners.mq import MqSource
-from listeners.source import DeliveryTracker
-from tests.fakes import pymqi_fake
-from tests.fakes.mq_server import FakeQueueManagerServer
-from tests.fakes.mq_testing import make_source, wait_until
+from mqbridge.listeners.base import ListenerSpec, ListenerThread, PlainChain
+from mqbridge.listeners.mq import MqSource
+from mqbridge.listeners.source import DeliveryTracker
+from mqbridge.message import Bulk, Message, MessageResult
+from tests.support.fakes import pymqi_fake
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes.mq_testing import make_source, wait_until
 
 C = pymqi_fake.CMQC
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
-from listeners.mq import InDoubtLog, MqSource
-from listeners.mq_mapping import unpack_dlh
-from listeners.source import BackoutMove
-from tests.fakes import pymqi_fake
-from tests.fakes.mq_testing import make_source, receive_n
-from tests.unit.conftest import DLQ
+from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
+from mqbridge.listeners.mq import InDoubtLog, MqSource
+from mqbridge.listeners.mq_mapping import unpack_dlh
+from mqbridge.listeners.source import BackoutMove
+from tests.support.fakes import pymqi_fake
+from tests.support.fakes.mq_testing import DLQ, make_source, receive_n
 
 C = pymqi_fake.CMQC
 

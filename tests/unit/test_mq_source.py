@@ -10,11 +10,11 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from bridge.errors import ConfigError, SourceConnectionError, SourceError
-from listeners import mq_driver
-from listeners.mq import MqSource
-from tests.fakes import pymqi_fake
-from tests.fakes.mq_testing import make_source, receive_n, source_config
+from mqbridge.errors import ConfigError, SourceConnectionError, SourceError
+from mqbridge.listeners import mq_driver
+from mqbridge.listeners.mq import MqSource
+from tests.support.fakes import pymqi_fake
+from tests.support.fakes.mq_testing import make_source, receive_n, source_config
 
 C = pymqi_fake.CMQC
 
@@ -28,7 +28,7 @@ def test_missing_driver_is_a_config_error_that_says_what_to_install() -> None:
 
 
 def test_the_first_importable_driver_is_used_and_without_one_the_source_refuses_to_start(qm) -> None:
-    assert mq_driver.load_driver(("mqbridge_no_such_driver", "tests.fakes.pymqi_fake")) is pymqi_fake
+    assert mq_driver.load_driver(("mqbridge_no_such_driver", "tests.support.fakes.pymqi_fake")) is pymqi_fake
     if all(importlib.util.find_spec(name) is None for name in mq_driver.DRIVER_MODULES):
         # No IBM MQ client here: the default path (what Bridge._default_source does) must refuse.
         with pytest.raises(ConfigError, match="mqbridge\\[ibmmq\\]"):

@@ -12,16 +12,17 @@ from typing import Any
 
 import pytest
 
-from bridge import hookimpl
-from bridge.errors import ConfigError
-from bridge.message import Message
-from bridge.plugin_loader import DROPIN_PREFIX, check_safe_path, disabled_from_env
-from bridge.plugins import ChainRequest, PluginHost, requests_from_config
+import mqbridge.preprocessors
+from mqbridge import hookimpl
+from mqbridge.errors import ConfigError
+from mqbridge.message import Message
+from mqbridge.plugin_loader import DROPIN_PREFIX, check_safe_path, disabled_from_env
+from mqbridge.plugins import ChainRequest, PluginHost, requests_from_config
 
 STAMP = '''
-from bridge import hookimpl
-from bridge.chain import current_chain
-from bridge.plugin_registry import PreprocessorOptions
+from mqbridge import hookimpl
+from mqbridge.chain import current_chain
+from mqbridge.plugin_registry import PreprocessorOptions
 
 __version__ = "{version}"
 
@@ -107,7 +108,7 @@ def test_builtins_folder_files_and_packages_are_loaded_the_same_way(tmp_path: Pa
 
 
 def test_entry_points_naming_a_builtin_module_are_not_loaded_twice(tmp_path: Path) -> None:
-    entry = SimpleNamespace(name="envelope", value="preprocessors.envelope", dist=None,
+    entry = SimpleNamespace(name="envelope", value="mqbridge.preprocessors.envelope", dist=None,
                             load=lambda: pytest.fail("must not load"))
     host = make_host(None, request("envelope"), entry_points=lambda: [entry])
     host.start()
@@ -115,9 +116,7 @@ def test_entry_points_naming_a_builtin_module_are_not_loaded_twice(tmp_path: Pat
 
 
 def test_the_builtin_package_folder_as_plugin_dir_does_not_duplicate_builtins() -> None:
-    import preprocessors
-
-    host = make_host(Path(preprocessors.__file__).parent, request("envelope", "decode"))
+    host = make_host(Path(mqbridge.preprocessors.__file__).parent, request("envelope", "decode"))
     host.start()
     assert host.errors == []
     assert sorted(r["name"] for r in host.describe()) == ["decode", "envelope", "jsonpath"]

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from bridge.errors import ConfigError, PreprocessorError
-from bridge.message import Message
-from bridge.plugins import PluginHost
-from preprocessors.jsonpath import parse_path
+from mqbridge.errors import ConfigError, PreprocessorError
+from mqbridge.message import Message
+from mqbridge.plugins import PluginHost
+from mqbridge.preprocessors.jsonpath import parse_path
 from tests.unit.test_plugins import make_host, message, request
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from bridge.chain import ChainSpec, PreprocessorChain, Step, current_chain
-from bridge.errors import PreprocessorError
-from bridge.message import Message
+from mqbridge.chain import ChainSpec, PreprocessorChain, Step, current_chain
+from mqbridge.errors import PreprocessorError
+from mqbridge.message import Message
 from tests.unit.test_plugins import make_host, message, request, write_plugin
 
 
@@ -127,7 +127,7 @@ def test_the_running_chain_is_visible_to_preprocessors_and_only_while_running() 
 
 def test_classify_hook_errors_blame_the_plugin_that_raised(tmp_path: Path) -> None:
     write_plugin(tmp_path, "router", """
-        from bridge import hookimpl
+        from mqbridge import hookimpl
 
         @hookimpl
         def mqbridge_classify(message, listener):

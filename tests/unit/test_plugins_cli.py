@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cli import main
-from tests.configs import orders_config
+from mqbridge.cli import main
+from tests.support.configs import orders_config
 from tests.unit.test_plugins import STAMP, write_plugin
 
 CONFIG = orders_config('[bridge]\nname = "plugins"\nplugin_dirs = ["plugins"]\n[monitoring]\nlisten = ""',
@@ -56,8 +56,8 @@ def test_check_config_rejects_an_unknown_preprocessor(tmp_path: Path, capsys: py
 
 
 def test_the_default_plugin_folder_may_be_missing_a_configured_one_may_not(tmp_path: Path) -> None:
-    from bridge.plugins import PluginHost
-    from config import parse_config
+    from mqbridge.config import parse_config
+    from mqbridge.plugins import PluginHost
 
     text = CONFIG.format(chain='"envelope"')
     host = PluginHost.from_config(parse_config(text.replace('plugin_dirs = ["plugins"]\n', ""),

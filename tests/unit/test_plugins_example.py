@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.errors import PreprocessorError
-from bridge.plugins import PluginHost
+from mqbridge.errors import PreprocessorError
+from mqbridge.plugins import PluginHost
 from tests.unit.test_plugins import make_host, message, request
 
 ROOT = Path(__file__).resolve().parents[2]

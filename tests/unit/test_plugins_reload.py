@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.counters import Counters
-from bridge.plugins import PluginHost
+from mqbridge.counters import Counters
+from mqbridge.plugins import PluginHost
 from tests.unit.test_plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
 
 

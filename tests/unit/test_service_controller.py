@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from config import parse_config
-from service.controller import (
+from mqbridge.config import parse_config
+from mqbridge.service.controller import (
     EXIT_CONFIG,
     EXIT_NOT_DRAINED,
     RUNNING,
@@ -20,7 +20,7 @@ from service.controller import (
     ServiceController,
     describe_exit,
 )
-from tests.configs import orders_config
+from tests.support.configs import orders_config
 
 CONFIG = orders_config('[bridge]\nshutdown_timeout = "{timeout}"')
 
@@ -89,7 +89,7 @@ def test_drain_past_its_deadline_stops_anyway_with_not_drained() -> None:
                                    progress_every=0.2)
     controller.request_stop()
     # shutdown_timeout 1 s plus the margin: patch the margin down for the test's sake
-    import service.controller as module
+    import mqbridge.service.controller as module
 
     margin, module.STOP_MARGIN = module.STOP_MARGIN, 0.5
     try:
@@ -103,7 +103,7 @@ def test_drain_past_its_deadline_stops_anyway_with_not_drained() -> None:
 
 def test_exit_statuses() -> None:
     def config_error(path: str) -> Any:
-        from bridge.errors import ConfigError
+        from mqbridge.errors import ConfigError
 
         raise ConfigError(f"{path}: collector.memroy: unknown key")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bridge.control import Slot
-from bridge.counters import Counters
-from service.notify import BridgeNotifier, Notifier
+from mqbridge.control import Slot
+from mqbridge.counters import Counters
+from mqbridge.service.notify import BridgeNotifier, Notifier
 
 
 @pytest.fixture

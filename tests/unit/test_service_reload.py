@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from bridge.reload import ConfigReloader, changed_keys
-from config import parse_config
-from tests.configs import orders_config
+from mqbridge.config import parse_config
+from mqbridge.reload import ConfigReloader, changed_keys
+from tests.support.configs import orders_config
 
 BASE = orders_config('[bridge]\ncontrol_interval = "5s"\n{max_rss}\n[logging]\nlevel = "{level}"\n'
                      '[collector]\nworkers = {workers}', source='password = "{password}"')
@@ -39,7 +39,7 @@ def test_changed_keys_name_paths_including_secrets_without_values() -> None:
 def test_apply_sets_the_level_and_reports_restart_keys(root_level: None, caplog: pytest.LogCaptureFixture) -> None:
     bridge = SimpleNamespace(config=config())
     logging.getLogger().setLevel(logging.INFO)
-    with caplog.at_level(logging.INFO, logger="bridge.reload"):
+    with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
         ConfigReloader(None).apply(bridge, config(level="DEBUG", workers=3, password="s3cret-two"))
     assert logging.getLogger().level == logging.DEBUG
     assert bridge.config.logging.level == "DEBUG"
@@ -56,20 +56,20 @@ def test_a_broken_file_changes_nothing(tmp_path: Any, root_level: None, caplog: 
     running = parse_config(path.read_text(), str(path))
     path.write_text(path.read_text() + "\n[collector]\nmemroy = 1\n")
     bridge = SimpleNamespace(config=running)
-    with caplog.at_level(logging.INFO, logger="bridge.reload"):
+    with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
         ConfigReloader(None).reload(bridge)
     assert "configuration not reloaded" in caplog.text and bridge.config is running
 
 
 def test_apply_changes_the_memory_guard_limit(caplog: pytest.LogCaptureFixture) -> None:
     # Given a bridge whose memory guard has no limit
-    from bridge.counters import Counters
-    from bridge.guard import MemoryGuard
+    from mqbridge.counters import Counters
+    from mqbridge.guard import MemoryGuard
 
     counters = Counters()
     bridge = SimpleNamespace(config=config(), guard=MemoryGuard(None, counters))
     # When the reloaded file sets max_rss
-    with caplog.at_level(logging.INFO, logger="bridge.reload"):
+    with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
         ConfigReloader(None).apply(bridge, config(max_rss="1GB"))
     # Then the running guard uses it, and nothing asks for a restart
     assert bridge.guard.max_rss == 1024 ** 3

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cli import main
-from config import load_config
-from service.systemd import UnitSpec, quote, render_unit, unit_name
-from tests.configs import orders_config
+from mqbridge.cli import main
+from mqbridge.config import load_config
+from mqbridge.service.systemd import UnitSpec, quote, render_unit, unit_name
+from tests.support.configs import orders_config
 
 CONFIG = """
 [bridge]

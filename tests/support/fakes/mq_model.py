@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes import mq_cmqc as CMQC
+from tests.support.fakes import mq_cmqc as CMQC
 
 # MQMD character fields and their lengths: blank-padded (char) or NUL-padded (byte) as MQ returns them.
 CHAR_FIELDS = {"Format": 8, "ReplyToQ": 48, "ReplyToQMgr": 48, "UserIdentifier": 12, "PutApplName": 28,

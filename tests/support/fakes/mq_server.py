@@ -27,8 +27,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from tests.fakes import mq_cmqc as CMQC
-from tests.fakes.mq_model import (
+from tests.support.fakes import mq_cmqc as CMQC
+from tests.support.fakes.mq_model import (
     BYTE_FIELDS,
     CHAR_FIELDS,
     Connection,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.control import Bridge
-from config import parse_config
+from mqbridge.config import parse_config
+from mqbridge.control import Bridge
 
 
 def make_config(tmp_path: Path, body: str, *, port: int = 61613) -> Any:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, ClassVar
 
-from tests.fakes import mq_cmqc as CMQC
-from tests.fakes.mq_server import (
+from tests.support.fakes import mq_cmqc as CMQC
+from tests.support.fakes.mq_server import (
     REGISTRY,
     Connection,
     Error,

@@ -7,10 +7,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from config import ListenerConfig, MqSourceConfig
-from listeners.mq import MqSource
-from tests.fakes import pymqi_fake
-from tests.fakes.mq_server import FakeQueueManagerServer
+from mqbridge.config import ListenerConfig, MqSourceConfig
+from mqbridge.listeners.mq import MqSource
+from tests.support.fakes import pymqi_fake
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+
+DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 
 def source_config(server: FakeQueueManagerServer, *, validate: bool = True, **overrides: Any) -> MqSourceConfig:
