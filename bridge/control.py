@@ -14,21 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
-from mqbridge.errors import (
-    BackoutFailedError,
-    BridgeError,
-    ConfigError,
-    SourceQuiescingError,
-    UnknownMessageTypeError,
-)
+from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
 from mqbridge.guard import MemoryGuard
-from mqbridge.listeners.base import Chain, ListenerSpec, ListenerThread, PlainChain
-from mqbridge.listeners.source import DeliveryTracker, Source
+from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
+from mqbridge.source import QueueShared, Source, SourceContext, open_source
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, ListenerConfig
@@ -39,12 +35,34 @@ BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 30.0
 # A listener that ran this long since its last (re)start is healthy again: reset its backoff.
 HEALTHY_AFTER = 60.0
-# A quiescing queue manager is being stopped for maintenance: try again after this long.
-QUIESCE_RETRY = 60.0
-# Errors that must stop the bridge rather than be retried.
-FATAL_ERRORS: tuple[type[BaseException], ...] = (ConfigError, UnknownMessageTypeError)
 
-SourceFactory = Callable[["ListenerConfig", str, DeliveryTracker], Source]
+
+class Decision(Enum):
+    """What the supervisor does about a listener thread that ended with an error."""
+
+    STOP_BRIDGE = "stop the bridge"  # FatalError: retrying cannot help
+    HALT = "halt the listener"  # HaltListener: never restart it (an operator must act)
+    RETRY_LATER = "retry later"  # RetryLater: restart after its retry_after, no backoff growth
+    RESTART = "restart with backoff"  # anything else
+
+
+#: The decision for each decision base class of mqbridge.errors; found along the error's MRO.
+DECISIONS: dict[type[BaseException], Decision] = {
+    FatalError: Decision.STOP_BRIDGE,
+    HaltListener: Decision.HALT,
+    RetryLater: Decision.RETRY_LATER,
+}
+
+
+def decide(failure: BaseException) -> Decision:
+    """The supervisor's decision about a listener thread that raised `failure`."""
+    for cls in type(failure).__mro__:
+        decision = DECISIONS.get(cls)
+        if decision is not None:
+            return decision
+    return Decision.RESTART
+
+SourceFactory = Callable[[SourceContext], Source]
 ChainFactory = Callable[["ListenerConfig"], Callable[[], Chain]]
 
 
@@ -96,7 +114,7 @@ class Bridge:
         self.config = config
         self.counters = counters or Counters()
         self._spark = spark
-        self._source_factory = source_factory or self._default_source
+        self._source_factory = source_factory or open_source
         self._chain_factory = chain_factory or (lambda _cfg: PlainChain)
         self._executors = executors
         self.collector = BulkCollector(
@@ -106,8 +124,7 @@ class Bridge:
              for name, t in config.types.items()},
             counters=self.counters,
         )
-        self.trackers: dict[tuple[str, str], DeliveryTracker] = {}
-        self._in_doubt: dict[tuple[str, str], Any] = {}
+        self.shared: dict[tuple[str, str], QueueShared] = {}  # per (source, queue), across restarts
         self.slots: list[Slot] = []
         self.stop_event = threading.Event()
         self.fatal: BaseException | None = None
@@ -157,21 +174,6 @@ class Bridge:
             for name, t in self.config.types.items()
         }
 
-    def _default_source(self, cfg: ListenerConfig, thread_name: str, tracker: DeliveryTracker) -> Source:
-        source_cfg = self.config.sources[cfg.source]
-        if source_cfg.kind == "stomp":
-            from mqbridge.listeners.stomp import StompSource
-
-            return StompSource(cfg.source, source_cfg, cfg.queue, prefetch=cfg.prefetch or cfg.batch,
-                               tracker=tracker, client_name=f"{self.config.bridge.name}-{thread_name}")
-        if source_cfg.kind == "mq":
-            from mqbridge.listeners.mq import InDoubtLog, MqSource
-
-            in_doubt = self._in_doubt.setdefault((cfg.source, cfg.queue), InDoubtLog())
-            return MqSource(cfg.source, source_cfg, cfg.queue, listener=cfg, in_doubt=in_doubt,
-                            appl_name=self.config.bridge.name)
-        raise ConfigError(f"sources.{cfg.source}.kind: unsupported source kind {source_cfg.kind!r}")
-
     def start(self) -> None:
         """Start Spark, the collector and every listener thread."""
         executors = self._executors if self._executors is not None else self._build_executors()
@@ -182,23 +184,27 @@ class Bridge:
             for index in range(1, cfg.threads + 1):
                 name = f"{cfg.source}:{cfg.queue}#{index}"
                 self.slots.append(Slot(cfg, index, name))
-            self.trackers.setdefault((cfg.source, cfg.queue), DeliveryTracker())
+            self.shared.setdefault((cfg.source, cfg.queue), QueueShared())
         self.counters.set("listener_threads_configured", len(self.slots))
         self.reconcile()
 
     # -- supervision -----------------------------------------------------------------------
     def _spawn(self, slot: Slot) -> None:
         cfg = slot.config
-        tracker = self.trackers[(cfg.source, cfg.queue)]
-        # An MQ source applies BOTHRESH/BOQNAME (or the configured override) itself, at get time,
-        # like the IBM MQ JMS classes; the loop's own threshold would cut a larger BOTHRESH.
-        kind = self.config.sources[cfg.source].kind
-        threshold = 0 if kind == "mq" else cfg.backout_threshold
+        shared = self.shared[(cfg.source, cfg.queue)]
+        source = self._source_factory(SourceContext(
+            source_name=cfg.source, source=self.config.sources[cfg.source], listener=cfg,
+            bridge_name=self.config.bridge.name, thread_index=slot.index, shared=shared))
+        if source.applies_backout_threshold:
+            threshold = 0  # the adapter moves them itself (see Source.applies_backout_threshold)
+        elif cfg.backout_threshold is None:
+            threshold = DEFAULT_BACKOUT_THRESHOLD
+        else:
+            threshold = cfg.backout_threshold
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue)
-        source = self._source_factory(cfg, f"{slot.index}", tracker)
-        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, tracker,
+        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, shared.tracker,
                                 gate=self.guard.gate)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
@@ -222,7 +228,7 @@ class Bridge:
                 continue
             try:
                 self._spawn(slot)
-            except FATAL_ERRORS as exc:
+            except FatalError as exc:
                 self._fail(exc)
                 return
             except BridgeError as exc:
@@ -239,20 +245,22 @@ class Bridge:
             if not self.stop_event.is_set():
                 self._note_error(slot, now, RuntimeError("listener thread ended"))
             return
-        if isinstance(failure, FATAL_ERRORS):
+        decision = decide(failure)
+        if decision is Decision.STOP_BRIDGE:
             self._fail(failure)
             return
-        if isinstance(failure, BackoutFailedError):
+        if decision is Decision.HALT:
             # Restarting would hit the same poison message again and again: halt this slot.
             slot.halted = True
             slot.last_error = f"halted: {failure}"
             self.counters.inc("listener_errors", listener=f"{slot.config.source}:{slot.config.queue}")
-            log.critical("%s: halted, a poison message can be moved nowhere: %s", slot.name, failure)
+            log.critical("%s: halted: %s", slot.name, failure)
             return
-        if isinstance(failure, SourceQuiescingError):
-            log.warning("%s: queue manager is quiescing; retrying in %.0fs", slot.name, QUIESCE_RETRY)
+        if decision is Decision.RETRY_LATER:
+            delay = failure.retry_after if isinstance(failure, RetryLater) else HEALTHY_AFTER
+            log.warning("%s: %s; retrying in %.0fs", slot.name, failure, delay)
             slot.last_error = f"{type(failure).__name__}: {failure}"
-            slot.next_start = now + QUIESCE_RETRY
+            slot.next_start = now + delay
             return
         if isinstance(failure, thread.source.recoverable_errors):
             log.critical("%s: connection lost: %s", slot.name, failure)

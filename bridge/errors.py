@@ -2,16 +2,37 @@
 
 Driver exceptions (stomp.py, pymqi, py4j/pyspark) are wrapped once, at the adapter edge, into
 these types; nothing above that edge catches a driver's own exceptions.
+
+Three base classes are *decisions* for the supervisor (`mqbridge.control`), which looks up what a
+failed listener thread raised: `FatalError` stops the bridge, `HaltListener` stops that listener for
+good, `RetryLater` restarts it after `retry_after` seconds; anything else restarts it with capped
+exponential backoff.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class BridgeError(Exception):
     """Base class of every error mqbridge raises on purpose."""
 
 
-class ConfigError(BridgeError):
+class FatalError(BridgeError):
+    """Retrying cannot help (a configuration error): the supervisor stops the whole bridge."""
+
+
+class HaltListener(BridgeError):
+    """This listener must not run again until an operator acts; the rest of the bridge goes on."""
+
+
+class RetryLater(BridgeError):
+    """Restart the listener after `retry_after` seconds, without counting it as a failure."""
+
+    retry_after: ClassVar[float] = 60.0
+
+
+class ConfigError(FatalError):
     """The configuration is invalid. The message names the file and the key path."""
 
 
@@ -34,15 +55,18 @@ class InDoubtError(SourceError):
         self.msg_ids = msg_ids
 
 
-class SourceQuiescingError(SourceError):
-    """The queue manager is quiescing: finish the unit of work, start no new one, stop."""
+class SourceQuiescingError(SourceError, RetryLater):
+    """The queue manager is quiescing (being stopped for maintenance): finish the unit of work,
+    start no new one, stop, and try again a minute later."""
+
+    retry_after: ClassVar[float] = 60.0
 
 
-class BackoutFailedError(SourceError):
+class BackoutFailedError(SourceError, HaltListener):
     """A poison message could not be moved anywhere; the listener must stop, never drop it."""
 
 
-class UnknownMessageTypeError(BridgeError):
+class UnknownMessageTypeError(FatalError):
     """A message was handed to the collector for a type that has no executor registered."""
 
 

@@ -164,6 +164,10 @@ class TypeConfig(Model):
         return self.table or self._name
 
 
+#: Deliveries before a message is moved aside, where neither the listener nor the queue says.
+DEFAULT_BACKOUT_THRESHOLD = 3
+
+
 class PreprocessorRef(Model):
     """One step of a listener's chain. In TOML: `"name"` or `{name = "...", <option> = ...}`."""
 
@@ -200,7 +204,9 @@ class ListenerConfig(Model):
     message_type: str = Field(min_length=1, description="Default message type (a [types.<name>] entry)")
     preprocessors: Annotated[list[PreprocessorRef], BeforeValidator(_preprocessors_from_toml)] = Field(
         default_factory=list, description="Ordered preprocessor chain")
-    backout_threshold: int = Field(default=3, ge=0, description="Deliveries before a message is backed out; 0 disables")
+    backout_threshold: int | None = Field(
+        default=None, ge=0, description="Deliveries before a message is moved to the backout queue; 0 disables; "
+                                        f"unset: {DEFAULT_BACKOUT_THRESHOLD} (IBM MQ: the queue's BOTHRESH)")
     backout_queue: str | None = Field(default=None, description="Where poison messages go; MQ: None uses BOQNAME")
     prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
 
@@ -241,7 +247,7 @@ class BridgeConfig(Model):
             if listener.message_type not in self.types:
                 problems.append(((*where, "message_type"), f"unknown message type {listener.message_type!r} "
                                                            f"(configured: {', '.join(self.types)})"))
-            if source is not None and source.kind == "stomp" and listener.backout_threshold > 0 \
+            if source is not None and source.kind == "stomp" and listener.backout_threshold != 0 \
                     and not listener.backout_queue:
                 problems.append(((*where, "backout_queue"), "required for a stomp source when "
                                                             "backout_threshold > 0 (or set backout_threshold = 0)"))

@@ -25,8 +25,9 @@ import threading
 import time
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import (
     BackoutFailedError,
     ConfigError,
@@ -38,7 +39,6 @@ from mqbridge.errors import (
 from mqbridge.listeners.mq_connect import (
     DEFAULT_MAX_UNCOMMITTED,
     check_config,
-    configured,
     connect_options,
     connect_qmgr,
     inquire_settings,
@@ -59,16 +59,13 @@ from mqbridge.listeners.mq_driver import (
 )
 from mqbridge.listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
 from mqbridge.listeners.mq_poison import BACKOUT, PoisonRoute
-from mqbridge.listeners.mq_unit import InDoubtLog, UnitSlot
-from mqbridge.listeners.source import BackoutMove
+from mqbridge.listeners.mq_unit import UnitSlot
 from mqbridge.message import Message, utcnow
-
-if TYPE_CHECKING:
-    from mqbridge.config import ListenerConfig, MqSourceConfig
+from mqbridge.source import BackoutMove, InDoubtLog, SourceContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InDoubtLog", "MqSource"]
+__all__ = ["MqSource"]
 
 INITIAL_BUFFER = 64 * 1024
 MAX_BUFFER = 2 * 100 * 1024 * 1024  # MQ's largest message (100 MB), doubled for data conversion
@@ -80,6 +77,15 @@ class MqSource:
     """One IBM MQ client connection consuming one queue under syncpoint (see the module docstring)."""
 
     supports_partial_commit = False
+    applies_backout_threshold = True  # BOTHRESH/BOQNAME (or the listener's override), at get time
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> MqSource:
+        """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
+        source = context.source
+        assert isinstance(source, MqSourceConfig)
+        return cls(context.source_name, source, context.listener.queue, listener=context.listener,
+                   in_doubt=context.shared.in_doubt, appl_name=context.bridge_name)
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
@@ -93,8 +99,9 @@ class MqSource:
         self._cmqc = self._driver.CMQC
         self._errors = driver_errors(self._driver)
         self._batch = int(getattr(listener, "batch", 1) or 1)
-        self._threshold_override = configured(listener, "backout_threshold")
-        self._queue_override = configured(listener, "backout_queue")
+        # Explicit listener overrides of the queue's BOTHRESH/BOQNAME (None: not configured).
+        self._threshold_override = listener.backout_threshold if listener is not None else None
+        self._queue_override = listener.backout_queue if listener is not None else None
         self._password = secret(getattr(config, "password", None))
         check_config(name, config, destination, self._password)
         self._options = connect_options(self._cmqc, name, getattr(config, "reconnect", None))

@@ -28,17 +28,6 @@ class QueueSettings:
     max_uncommitted: int  # MAXUMSGS
 
 
-def configured(listener: Any, name: str) -> Any:
-    """A listener setting the user configured explicitly (a pydantic default does not count)."""
-    value = getattr(listener, name, None) if listener is not None else None
-    if value is None:
-        return None
-    fields_set = getattr(listener, "model_fields_set", None)
-    if fields_set is not None and name not in fields_set:
-        return None
-    return value
-
-
 def secret(value: Any) -> str | None:
     """The plain text of a pydantic SecretStr (or a plain string)."""
     if value is None:

@@ -2,9 +2,11 @@
 
 Unit of work: messages are received and left unacknowledged. Commit opens a STOMP transaction,
 puts the backout moves (SEND, persistent) in it, acknowledges the removed messages and commits
-with a receipt. NACK is never used: on ActiveMQ it is a poison ack that sends the message to the
-DLQ. A unit of work given back whole is never acknowledged; the subscription is replaced instead,
-which makes the broker redeliver every unacked message of it.
+with a receipt. How a unit (or part of it) is given back depends on the broker: on ActiveMQ NACK is
+a poison ack that sends the message to the DLQ, so NACK is never sent there; the subscription is
+replaced instead, which makes the broker redeliver every unacknowledged message of it. RabbitMQ keeps
+a removed subscription's unacknowledged messages until the connection closes, so there messages are
+given back with NACK, which requeues them at once (`broker = "rabbitmq"`).
 
 Two acknowledgement modes (`ack_mode`):
 
@@ -29,14 +31,12 @@ import threading
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mqbridge.config import StompSourceConfig
 from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError
-from mqbridge.listeners.source import BackoutMove, DeliveryTracker
 from mqbridge.message import Message, utcnow
-
-if TYPE_CHECKING:
-    from mqbridge.config import StompSourceConfig
+from mqbridge.source import BackoutMove, DeliveryTracker, SourceContext
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,15 @@ class StompSource:
     """One STOMP connection and subscription to one queue (see the module docstring)."""
 
     supports_partial_commit = True
+    applies_backout_threshold = False  # the broker counts nothing over STOMP: the listener loop does
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> StompSource:
+        """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
+        source, listener = context.source, context.listener
+        assert isinstance(source, StompSourceConfig)
+        return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
+                   tracker=context.shared.tracker, client_name=context.client_name)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge") -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from mqbridge.control import Bridge
-from mqbridge.listeners.mq import InDoubtLog, MqSource
+from mqbridge.listeners.mq import MqSource
+from mqbridge.source import InDoubtLog, SourceContext
 from tests.support.bridge import (
     RunningBridge,
     listener_toml,
@@ -65,7 +66,8 @@ def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int 
 def mq_bridge(cfg: Any, spark: Any, in_doubt: InDoubtLog | None = None) -> Bridge:
     log = in_doubt or InDoubtLog()
 
-    def factory(listener_cfg: Any, thread_name: str, tracker: Any) -> MqSource:
+    def factory(context: SourceContext) -> MqSource:
+        listener_cfg = context.listener
         return MqSource(listener_cfg.source, cfg.sources[listener_cfg.source], listener_cfg.queue,
                         listener=listener_cfg, driver=pymqi_fake, in_doubt=log)
 

@@ -14,8 +14,8 @@ import stomp
 from pydantic import SecretStr
 
 from mqbridge.config import StompSourceConfig
-from mqbridge.listeners.source import BackoutMove, DeliveryTracker
 from mqbridge.listeners.stomp import StompSource
+from mqbridge.source import BackoutMove, DeliveryTracker
 from tests.support.sources import receive_up_to
 
 pytestmark = pytest.mark.integration

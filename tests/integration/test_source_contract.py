@@ -17,7 +17,7 @@ import pytest
 
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError
-from mqbridge.listeners.source import BackoutMove, DeliveryTracker, Source
+from mqbridge.source import BackoutMove, DeliveryTracker, Source
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_source, unique, wait_until
 from tests.support.sources import receive

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from mqbridge.listeners.source import Source
 from mqbridge.message import Message
+from mqbridge.source import Source
 
 
 def receive_up_to(source: Source, n: int, timeout: float = 10.0) -> list[Message]:

@@ -24,10 +24,10 @@ from mqbridge.errors import (
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
-from mqbridge.listeners.base import ListenerSpec, ListenerThread, PlainChain
+from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.listeners.mq import MqSource
-from mqbridge.listeners.source import DeliveryTracker
 from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.source import DeliveryTracker
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_source, wait_until

@@ -25,8 +25,8 @@ from mqbridge.collector import BulkCollector
 from mqbridge.counters import Counters
 from mqbridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
 from mqbridge.guard import IntakeGate
-from mqbridge.listeners.source import BackoutMove, DeliveryTracker, Source
 from mqbridge.message import Message, MessageResult, Outcome
+from mqbridge.source import BackoutMove, DeliveryTracker, Source
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,204 @@
+"""The source adapter protocol, the small types the listener loop shares with adapters, and the
+registry that finds an adapter by the configuration's `kind` string.
+
+Core never imports an adapter module: `SOURCE_KINDS` names each one as "module:Class" (kombu's
+transport aliases), and `open_source` imports it the first time a listener of that kind starts, so
+a missing optional driver (pymqi, stomp.py) only matters where it is configured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from mqbridge.errors import ConfigError
+from mqbridge.message import Message
+
+if TYPE_CHECKING:
+    from mqbridge.config import ListenerConfig, SourceConfig
+
+#: Source kinds (`[sources.X] kind`) and the adapter class implementing each, imported when used.
+SOURCE_KINDS: dict[str, str] = {
+    "stomp": "mqbridge.listeners.stomp:StompSource",
+    "mq": "mqbridge.listeners.mq:MqSource",
+    "memory": "mqbridge.listeners.memory:MemorySource",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BackoutMove:
+    """A message to move to a backout (or error) queue, atomically with its removal."""
+
+    message: Message
+    reason: str
+    queue: str | None = None  # None: the adapter's configured/inquired backout queue
+
+
+@runtime_checkable
+class Source(Protocol):
+    """One connection to one queue, owned by one listener thread.
+
+    A unit of work is every message `receive` returned since the last commit or rollback.
+    Only the thread that received the messages may call commit or rollback.
+    """
+
+    name: str
+    destination: str
+    #: Errors after which dropping the connection and reconnecting may help.
+    recoverable_errors: tuple[type[BaseException], ...]
+    #: True if commit can remove some messages and return others (STOMP: per-message acks, or
+    #: copies put back in the commit's transaction);
+    #: False if a unit of work can only be committed or backed out whole (IBM MQ syncpoint).
+    supports_partial_commit: bool
+    #: The poison policy. True if the adapter itself moves a message whose delivery count reached
+    #: its threshold, at get time (IBM MQ: BOTHRESH/BOQNAME, like the IBM MQ JMS classes); the
+    #: listener loop's own threshold is then off, so it cannot cut a larger BOTHRESH short.
+    #: False: the listener loop counts and moves (STOMP, memory).
+    applies_backout_threshold: bool
+
+    def connect(self) -> None:
+        """Open the connection and start consuming."""
+
+    def receive(self, timeout: float) -> Message | None:
+        """The next message of the unit of work, or None if none came within `timeout` seconds."""
+
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+        """End the unit of work: remove its messages from the source, put each of `moves` to its
+        backout queue in the same unit of work, and give `returns` back to the source
+        (only when `supports_partial_commit`)."""
+
+    def rollback(self) -> None:
+        """End the unit of work by returning every message of it to the source."""
+
+    def close(self) -> None:
+        """Return any open unit of work to the source, then disconnect. Never raises."""
+
+
+class DeliveryTracker:
+    """Counts deliveries per message id for sources that do not report a delivery count
+    (ActiveMQ over STOMP), shared by every listener thread of one queue.
+
+    Entries are dropped when a message is committed; the map is bounded so a stream of
+    messages that never come back cannot grow it without limit. Counts live in memory: after a
+    restart of the bridge a message starts counting again (the broker's `redelivered` flag
+    still shows it was seen before).
+    """
+
+    def __init__(self, max_entries: int = 1_000_000) -> None:
+        self._lock = threading.Lock()
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._reasons: dict[str, str] = {}
+        self._max = max_entries
+
+    def delivered(self, msg_id: str) -> int:
+        """Record one delivery and return how many the bridge has seen, this one included."""
+        with self._lock:
+            count = self._counts.pop(msg_id, 0) + 1
+            self._counts[msg_id] = count
+            while len(self._counts) > self._max:
+                old, _ = self._counts.popitem(last=False)
+                self._reasons.pop(old, None)
+            return count
+
+    def failed(self, msg_id: str, reason: str) -> None:
+        """Remember why the last delivery failed, for the backout queue's reason header."""
+        with self._lock:
+            if msg_id in self._counts:
+                self._reasons[msg_id] = reason
+
+    def last_reason(self, msg_id: str) -> str | None:
+        with self._lock:
+            return self._reasons.get(msg_id)
+
+    def forget(self, msg_ids: Sequence[str]) -> None:
+        """The messages left the source: stop counting them."""
+        with self._lock:
+            for msg_id in msg_ids:
+                self._counts.pop(msg_id, None)
+                self._reasons.pop(msg_id, None)
+
+
+class InDoubtLog:
+    """Message ids of units of work whose commit outcome is unknown (IBM MQ 2009 on MQCMIT, no
+    STOMP receipt).
+
+    One per queue, shared between listener threads and restarts, so that a redelivered copy of an
+    in-doubt message can be recognised. Bounded: the oldest ids are forgotten first.
+    """
+
+    def __init__(self, max_ids: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._max = max_ids
+        self.units = 0
+        self.messages = 0
+
+    def record(self, msg_ids: Iterable[str]) -> None:
+        with self._lock:
+            self.units += 1
+            for msg_id in msg_ids:
+                self.messages += 1
+                self._ids[msg_id] = None
+                self._ids.move_to_end(msg_id)
+            while len(self._ids) > self._max:
+                self._ids.popitem(last=False)
+
+    def __contains__(self, msg_id: object) -> bool:
+        with self._lock:
+            return msg_id in self._ids
+
+
+@dataclass
+class QueueShared:
+    """State shared by every listener thread of one (source, queue), across restarts."""
+
+    tracker: DeliveryTracker = field(default_factory=DeliveryTracker)
+    in_doubt: InDoubtLog = field(default_factory=InDoubtLog)
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """Everything an adapter gets to open one connection for one listener thread."""
+
+    source_name: str  # the [sources.<name>] key
+    source: SourceConfig  # that section, validated
+    listener: ListenerConfig  # the [[listeners]] entry this thread serves
+    bridge_name: str  # [bridge] name: MQ's PutApplName on moved messages, STOMP client ids
+    thread_index: int  # 1.. within the listener entry
+    shared: QueueShared
+
+    @property
+    def client_name(self) -> str:
+        """"<bridge name>-<thread index>": unique per listener thread of one queue."""
+        return f"{self.bridge_name}-{self.thread_index}"
+
+
+class SourceAdapter(Protocol):
+    """An adapter class: builds its Source from a context (the registry's contract)."""
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> Source:
+        """A new, unconnected source for one listener thread."""
+
+
+def adapter_for(kind: str) -> type[SourceAdapter]:
+    """The adapter class of a source kind, imported now (ConfigError naming a missing driver)."""
+    target = SOURCE_KINDS.get(kind)
+    if target is None:
+        raise ConfigError(f"unsupported source kind {kind!r} (known: {', '.join(sorted(SOURCE_KINDS))})")
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"source kind {kind!r} cannot be used: {exc}") from exc
+    adapter: type[SourceAdapter] = getattr(module, attr)
+    return adapter
+
+
+def open_source(context: SourceContext) -> Source:
+    """A new, unconnected source for one listener thread, from its configured kind."""
+    return adapter_for(context.source.kind).from_context(context)
