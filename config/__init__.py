@@ -12,6 +12,7 @@ from __future__ import annotations
 from mqbridge.config.base import KeyedError, parse_duration, parse_size
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.schema import (
+    DEFAULT_PLUGIN_DIRS,
     BridgeConfig,
     BridgeSection,
     CollectorSection,
@@ -25,6 +26,7 @@ from mqbridge.config.schema import (
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 
 __all__ = [
+    "DEFAULT_PLUGIN_DIRS",
     "BridgeConfig",
     "BridgeSection",
     "CollectorSection",

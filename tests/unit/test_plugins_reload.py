@@ -13,7 +13,7 @@ import pytest
 
 from mqbridge.counters import Counters
 from mqbridge.plugins import PluginHost
-from tests.unit.test_plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
+from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
 
 
 @pytest.fixture
