@@ -15,7 +15,7 @@ from mqbridge import Message, hookimpl
 from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
 from mqbridge.plugins import PluginHost
-from mqbridge.plugins.discovery import check_safe_path, disabled_from_env
+from mqbridge.plugins.discovery import BUILTIN_PLUGINS, check_safe_path, disabled_from_env
 from mqbridge.plugins.generation import ChainRequest, requests_from_config
 from tests.support.configs import orders_config
 from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
@@ -271,3 +271,23 @@ def test_a_folder_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     host = make_host(folder, service_uid=4242)
     host.start()
     assert f"{folder}: {folder} is owned by uid 4343" in str(host.errors[0])
+
+
+# -- built-ins -----------------------------------------------------------------------------------
+def test_the_builtins_are_declared_once_and_the_entry_points_agree() -> None:
+    # pyproject's `[project.entry-points.mqbridge]` lists the built-ins so the installed metadata
+    # names every plugin; it must list exactly BUILTIN_PLUGINS, which the host loads.
+    import importlib.metadata
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["mqbridge"]
+    assert declared == {module.rsplit(".", 1)[-1]: module for module in BUILTIN_PLUGINS}
+    installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="mqbridge")}
+    assert {name: installed.get(name) for name in declared} == declared, "reinstall: metadata is stale"
+    # And the preprocessors package documents no list of its own to keep in step
+    assert "BUILTIN_PLUGINS" in (mqbridge.preprocessors.__doc__ or "")
