@@ -2,18 +2,26 @@
 
 This module is the public API for plugin authors::
 
-    from mqbridge import hookimpl, Message
+    from mqbridge import hookimpl, Message, PreprocessorOptions, PreprocessorRegistry
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from mqbridge.hookspecs import hookimpl
+from mqbridge.message import Message, MessageResult
+from mqbridge.plugins import (
+    PreprocessorOptions,
+    PreprocessorRegistry,
+    copy_message,
+    current_chain,
+    hookimpl,
+)
 
 try:
     __version__ = version("mqbridge")
 except PackageNotFoundError:  # running from a checkout that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["__version__", "hookimpl"]
+__all__ = ["Message", "MessageResult", "PreprocessorOptions", "PreprocessorRegistry", "__version__",
+           "copy_message", "current_chain", "hookimpl"]

@@ -1,8 +1,9 @@
-"""Reload on request (SIGHUP, a Windows parameter-change control): plugins now, then the
-configuration file.
+"""Reload the configuration file on request (SIGHUP, a Windows parameter-change control).
 
-The request only sets `Bridge.reload_event`; the control thread calls `ConfigReloader.reload`
-on its next wake-up (at most 0.25 s later), so nothing runs inside a signal handler.
+The request only sets `Bridge.reload_event`; the control thread calls the bridge's reload hooks
+(`ConfigReloader.reload` among them) on its next wake-up (at most 0.25 s later), so nothing runs
+inside a signal handler. Plugins are not reloaded here: the plugin host rescans its folders on
+every tick and on the same request (`PluginHost.on_reload`).
 
 The configuration file is read and validated again. Keys in `APPLIED` take effect at once; every
 other changed key is listed in one warning as needing a restart (names only, never values: they
@@ -19,7 +20,6 @@ from mqbridge.errors import ConfigError
 
 if TYPE_CHECKING:
     from mqbridge.control import Bridge
-    from mqbridge.plugins import PluginHost
 
 log = logging.getLogger(__name__)
 
@@ -69,24 +69,18 @@ def changed_keys(old: Any, new: Any) -> list[str]:
 
 
 class ConfigReloader:
-    """The bridge's reload hook: plugins first, then the configuration file (see the module docstring)."""
+    """The bridge's reload hook for the configuration file (see the module docstring)."""
 
-    def __init__(self, plugins: PluginHost | None, load: Callable[[str], Any] | None = None) -> None:
-        self.plugins = plugins
+    def __init__(self, load: Callable[[str], Any] | None = None) -> None:
         self._load = load
         self.pending_restart: list[str] = []  # changed keys that wait for a restart
 
-    def attach(self, bridge: Bridge) -> None:
-        bridge.reload_hooks.append(self.reload)
-
     def reload(self, bridge: Bridge) -> None:
-        """Reload plugins and re-read the configuration file of `bridge` (control thread)."""
+        """Re-read the configuration file of `bridge` and apply it (control thread)."""
         log.info("reload requested")
-        if self.plugins is not None and not self.plugins.check_for_changes():
-            log.info("plugins: no change")
         path = getattr(bridge.config, "path", None)
         if path is None:
-            log.warning("reload: the configuration was not read from a file; only plugins were reloaded")
+            log.warning("reload: the configuration was not read from a file; nothing to re-read")
             return
         load = self._load
         if load is None:

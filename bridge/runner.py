@@ -5,16 +5,41 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from mqbridge import __version__
 from mqbridge.control import Bridge
+from mqbridge.counters import Counters
 from mqbridge.monitoring import MonitoringServer
-from mqbridge.plugins import build_bridge
+from mqbridge.plugins import PluginHost
+from mqbridge.reload import ConfigReloader
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
 
 log = logging.getLogger("mqbridge")
 
 
-def run_bridge(config: object, *, until_idle: float | None = None,
+def build_bridge(config: BridgeConfig, **bridge_kwargs: Any) -> tuple[Bridge, PluginHost]:
+    """A Bridge whose listeners run the preprocessor chains of `config`, with the plugin host as
+    an observer (rescan on every control tick and on a reload request, result observers,
+    status) and the configuration reloader after it. Raises ConfigError if a chain cannot be
+    built. (Interim wiring until the composition root, bridge/app.py, takes it over.)"""
+    counters = bridge_kwargs.pop("counters", None) or Counters()
+    host = PluginHost.from_config(config, counters=counters)
+    host.start()
+    bridge = Bridge(config, chain_factory=lambda cfg: host.chain_provider(config.listeners.index(cfg)),
+                    counters=counters, **bridge_kwargs)
+    for name in config.types:
+        bridge.collector.register_result_handler(host.observe_result, message_type=name)
+    bridge.tick_hooks.append(host.on_tick)
+    bridge.status_hooks[host.status_key] = host.status
+    # Plugins first, then the configuration file: the order a reload request has always had.
+    bridge.reload_hooks += [host.on_reload, ConfigReloader().reload]
+    return bridge, host
+
+
+def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,
                stop_event: threading.Event | None = None,
                reload_event: threading.Event | None = None,
                configure: Callable[[Bridge], None] | None = None) -> int:
@@ -25,7 +50,6 @@ def run_bridge(config: object, *, until_idle: float | None = None,
     configuration file). `configure` may add hooks before the bridge starts. With `$NOTIFY_SOCKET`
     set (systemd), the bridge reports READY, STATUS, WATCHDOG and STOPPING.
     """
-    from mqbridge.reload import ConfigReloader
     from mqbridge.service.notify import attach_notifier
 
     # Loads the plugins and builds every listener's preprocessor chain (ConfigError if one
@@ -35,7 +59,6 @@ def run_bridge(config: object, *, until_idle: float | None = None,
         bridge.stop_event = stop_event
     if reload_event is not None:
         bridge.reload_event = reload_event
-    ConfigReloader(plugins).attach(bridge)
     attach_notifier(bridge)
     if configure is not None:
         configure(bridge)

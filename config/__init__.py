@@ -13,6 +13,7 @@ from mqbridge.config.base import KeyedError, parse_duration, parse_size
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.schema import (
     DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_PLUGIN_DIRS,
     BridgeConfig,
     BridgeSection,
     CollectorSection,
@@ -27,6 +28,7 @@ from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceCon
 
 __all__ = [
     "DEFAULT_BACKOUT_THRESHOLD",
+    "DEFAULT_PLUGIN_DIRS",
     "BridgeConfig",
     "BridgeSection",
     "CollectorSection",

@@ -26,6 +26,10 @@ from mqbridge.config.base import (
 )
 from mqbridge.config.sources import SourceConfig
 
+#: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
+#: this one may be missing.
+DEFAULT_PLUGIN_DIRS = (Path("preprocessors"),)
+
 _HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d{1,5})")
 
 
@@ -35,8 +39,9 @@ class BridgeSection(Model):
     name: str = Field(default="mqbridge", min_length=1, description="Bridge name, used in client ids and status")
     control_interval: Duration = Field(default=parse_duration("5s"), gt=0, description="Control thread wake-up period")
     shutdown_timeout: Duration = Field(default=parse_duration("30s"), gt=0, description="Graceful shutdown deadline")
-    plugin_dirs: list[Path] = Field(default_factory=lambda: [Path("preprocessors")],
-                                    description="Drop-in preprocessor directories (hot-reloaded)")
+    plugin_dirs: list[Path] | None = Field(
+        default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
+                                  "DEFAULT_PLUGIN_DIRS (preprocessors), which may be missing")
     max_rss: Size | None = Field(default=None, gt=0, description="Resident memory guard in bytes; None: no guard")
     state_dir: Path = Field(default=Path("state"), description="Directory of local state (in-doubt logs...)")
 

@@ -22,10 +22,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from mqbridge import hookimpl
-from mqbridge.chain import copy_message
-from mqbridge.message import Message
-from mqbridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
+from mqbridge import Message, PreprocessorOptions, PreprocessorRegistry, copy_message, hookimpl
 
 __version__ = "1"
 

@@ -39,10 +39,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Literal
 
-from mqbridge import hookimpl
-from mqbridge.chain import copy_message
-from mqbridge.message import Message
-from mqbridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
+from mqbridge import Message, PreprocessorOptions, PreprocessorRegistry, copy_message, hookimpl
 
 __version__ = "1"
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import mqbridge
+from mqbridge.config import DEFAULT_PLUGIN_DIRS
 
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
 DEFAULT_USER = "mqbridge"
@@ -116,8 +117,9 @@ class UnitSpec:
         if config.logging.file is not None:
             writable.append(config.resolve_path(config.logging.file).parent)
         command = command or default_command()
+        plugin_dirs = DEFAULT_PLUGIN_DIRS if config.bridge.plugin_dirs is None else config.bridge.plugin_dirs
         readable = [config_file, Path(command[0]), Path(mqbridge.__file__).resolve().parent.parent,
-                    *(config.resolve_path(p) for p in config.bridge.plugin_dirs)]
+                    *(config.resolve_path(p) for p in plugin_dirs)]
         if watchdog is None:
             watchdog = max(MIN_WATCHDOG, 4 * config.bridge.control_interval)
         return cls(name=config.bridge.name, command=command, config_file=config_file, user=user,

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
-from mqbridge import hookimpl
-from mqbridge.message import Message
-from mqbridge.plugin_registry import PreprocessorOptions, PreprocessorRegistry
+from mqbridge import Message, PreprocessorOptions, PreprocessorRegistry, hookimpl
 
 __version__ = "1.0"
 

@@ -16,8 +16,9 @@ import pytest
 
 from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
-from mqbridge.plugins import PluginHost, build_bridge
+from mqbridge.plugins import PluginHost
 from mqbridge.preprocessors.envelope import parse_envelope
+from mqbridge.runner import build_bridge
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import (
     RunningBridge,
@@ -31,8 +32,7 @@ from tests.support.bridge import (
 pytestmark = pytest.mark.integration
 
 STAMP = '''
-from mqbridge import hookimpl
-from mqbridge.chain import current_chain
+from mqbridge import current_chain, hookimpl
 
 VERSION = "{version}"
 
@@ -63,8 +63,7 @@ def mqbridge_register_preprocessors(registry):
 EXPLODE = '''
 from pathlib import Path
 
-from mqbridge import hookimpl
-from mqbridge.plugin_registry import PreprocessorOptions
+from mqbridge import PreprocessorOptions, hookimpl
 
 
 class Options(PreprocessorOptions):

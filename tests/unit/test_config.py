@@ -77,7 +77,7 @@ def test_demo_file_loads() -> None:
 def test_defaults() -> None:
     cfg = parse(MINIMAL)
     assert (cfg.bridge.name, cfg.bridge.control_interval, cfg.bridge.shutdown_timeout) == ("mqbridge", 5.0, 30.0)
-    assert cfg.bridge.plugin_dirs == [Path("preprocessors")] and cfg.bridge.state_dir == Path("state")
+    assert cfg.bridge.plugin_dirs is None and cfg.bridge.state_dir == Path("state")  # None: the default folder
     assert cfg.bridge.max_rss is None
     assert (cfg.monitoring.host, cfg.monitoring.port) == ("127.0.0.1", 9464)
     assert (cfg.logging.level, cfg.logging.format, cfg.logging.file) == ("INFO", "text", None)

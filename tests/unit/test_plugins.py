@@ -4,8 +4,6 @@ plugins, hookimpl validation and the StrictModes-like permission checks."""
 from __future__ import annotations
 
 import os
-import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,66 +11,14 @@ from typing import Any
 import pytest
 
 import mqbridge.preprocessors
-from mqbridge import hookimpl
+from mqbridge import Message, hookimpl
+from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
-from mqbridge.message import Message
-from mqbridge.plugin_loader import DROPIN_PREFIX, check_safe_path, disabled_from_env
-from mqbridge.plugins import ChainRequest, PluginHost, requests_from_config
-
-STAMP = '''
-from mqbridge import hookimpl
-from mqbridge.chain import current_chain
-from mqbridge.plugin_registry import PreprocessorOptions
-
-__version__ = "{version}"
-
-
-class StampOptions(PreprocessorOptions):
-    header: str = "plugin_version"
-
-
-class Stamp:
-    def __init__(self, options):
-        self.header = options.header
-
-    def process(self, message):
-        message.headers[self.header] = __version__
-        message.headers["unit"] = str(current_chain().unit)
-        return message
-
-
-@hookimpl
-def mqbridge_register_preprocessors(registry):
-    registry.add("stamp", Stamp, options=StampOptions)
-'''
-
-
-def write_plugin(folder: Path, name: str, code: str, mode: int = 0o644) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.py"
-    path.write_text(textwrap.dedent(code))
-    path.chmod(mode)
-    return path
-
-
-def request(*refs: str | tuple[str, dict[str, Any]], key: int = 0) -> ChainRequest:
-    pairs = tuple((r, {}) if isinstance(r, str) else r for r in refs)
-    return ChainRequest(key, f"listeners[{key}] (amq:/queue/q{key})", f"amq:/queue/q{key}", pairs)
-
-
-def make_host(folder: Path | None, *requests: ChainRequest, **kwargs: Any) -> PluginHost:
-    kwargs.setdefault("entry_points", lambda: [])
-    kwargs.setdefault("disabled", ())
-    return PluginHost([folder] if folder is not None else [], list(requests), **kwargs)
-
-
-def message(body: bytes = b"hello", **kwargs: Any) -> Message:
-    return Message(msg_id=kwargs.pop("msg_id", "m-1"), body=body, source="amq", destination="/queue/q0",
-                   message_type="t", **kwargs)
-
-
-def dropin_modules() -> list[str]:
-    return [name for name in sys.modules if name.startswith(DROPIN_PREFIX)]
+from mqbridge.plugins import PluginHost
+from mqbridge.plugins.discovery import BUILTIN_PLUGINS, check_safe_path, disabled_from_env
+from mqbridge.plugins.generation import ChainRequest, requests_from_config
+from tests.support.configs import orders_config
+from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -232,10 +178,10 @@ def test_a_missing_plugin_folder_is_reported(tmp_path: Path) -> None:
 
 
 def test_requests_from_config_accept_names_and_tables() -> None:
-    ref = SimpleNamespace(name="envelope", options={"format": "json"})
-    cfg = SimpleNamespace(listeners=[SimpleNamespace(source="amq", queue="/queue/a", preprocessors=["decode", ref]),
-                                     SimpleNamespace(source="amq", queue="/queue/b", preprocessors=[])])
-    assert requests_from_config(cfg) == [
+    text = orders_config(listener='preprocessors = ["decode", {name = "envelope", format = "json"}]')
+    text = text.replace("/queue/orders\"", "/queue/a\"", 1)
+    text += '[[listeners]]\nsource = "amq"\nqueue = "/queue/b"\nmessage_type = "orders"\nbackout_threshold = 0\n'
+    assert requests_from_config(parse_config(text)) == [
         ChainRequest(0, "listeners[0] (amq:/queue/a)", "amq:/queue/a", (("decode", {}), ("envelope", {"format": "json"}))),
         ChainRequest(1, "listeners[1] (amq:/queue/b)", "amq:/queue/b", ()),
     ]
@@ -325,3 +271,23 @@ def test_a_folder_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     host = make_host(folder, service_uid=4242)
     host.start()
     assert f"{folder}: {folder} is owned by uid 4343" in str(host.errors[0])
+
+
+# -- built-ins -----------------------------------------------------------------------------------
+def test_the_builtins_are_declared_once_and_the_entry_points_agree() -> None:
+    # pyproject's `[project.entry-points.mqbridge]` lists the built-ins so the installed metadata
+    # names every plugin; it must list exactly BUILTIN_PLUGINS, which the host loads.
+    import importlib.metadata
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["mqbridge"]
+    assert declared == {module.rsplit(".", 1)[-1]: module for module in BUILTIN_PLUGINS}
+    installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="mqbridge")}
+    assert {name: installed.get(name) for name in declared} == declared, "reinstall: metadata is stale"
+    # And the preprocessors package documents no list of its own to keep in step
+    assert "BUILTIN_PLUGINS" in (mqbridge.preprocessors.__doc__ or "")

@@ -12,7 +12,7 @@ from mqbridge.errors import ConfigError, PreprocessorError
 from mqbridge.message import Message
 from mqbridge.plugins import PluginHost
 from mqbridge.preprocessors.jsonpath import parse_path
-from tests.unit.test_plugins import make_host, message, request
+from tests.support.plugins import make_host, message, request
 
 
 def chain_host(*refs: str | tuple[str, dict[str, Any]], **kwargs: Any) -> PluginHost:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from mqbridge.chain import ChainSpec, PreprocessorChain, Step, current_chain
+from mqbridge import current_chain
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message
-from tests.unit.test_plugins import make_host, message, request, write_plugin
+from mqbridge.plugins.chain import ChainSpec, PreprocessorChain, Step
+from tests.support.plugins import make_host, message, request, write_plugin
 
 
 class Recorder:

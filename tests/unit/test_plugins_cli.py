@@ -8,7 +8,7 @@ import pytest
 
 from mqbridge.cli import main
 from tests.support.configs import orders_config
-from tests.unit.test_plugins import STAMP, write_plugin
+from tests.support.plugins import STAMP, write_plugin
 
 CONFIG = orders_config('[bridge]\nname = "plugins"\nplugin_dirs = ["plugins"]\n[monitoring]\nlisten = ""',
                       "preprocessors = [{chain}]")

@@ -12,7 +12,7 @@ import pytest
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.plugins import PluginHost
-from tests.unit.test_plugins import make_host, message, request
+from tests.support.plugins import make_host, message, request
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "plugins" / "redact.py"

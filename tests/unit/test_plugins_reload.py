@@ -8,12 +8,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mqbridge.counters import Counters
 from mqbridge.plugins import PluginHost
-from tests.unit.test_plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
+from mqbridge.plugins.generation import Kept
+from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
 
 
 @pytest.fixture
@@ -193,3 +195,17 @@ def test_no_unit_of_work_mixes_versions_while_reloads_happen(host: PluginHost, f
     assert all(len(versions) == 1 for _, versions in units)
     ordered = [int(versions.pop()[1:]) for _, versions in sorted(units)]
     assert ordered == sorted(ordered) and ordered[-1] == 11 and len(set(ordered)) >= 5
+
+
+@pytest.mark.parametrize(("change", "kept"), [
+    (lambda folder: write_plugin(folder, "stamp", "syntax error(\n"), Kept.NEW_VERSION_FAILED),
+    (lambda folder: (folder / "stamp.py").chmod(0o666), Kept.UNSAFE),
+    (lambda folder: (folder / "stamp.py").unlink(), Kept.STILL_NAMED),
+])
+def test_why_a_previous_version_is_kept_is_an_enum_in_the_status(host: PluginHost, folder: Path, change: Any,
+                                                                 kept: Kept) -> None:
+    change(folder)
+    host.check_for_changes()
+    (row,) = [r for r in host.status()["plugins"] if r["name"] == "stamp"]
+    assert row["kept"] == kept.value and version(host) == "v1"
+    assert {r["kept"] for r in host.describe() if r["name"] != "stamp"} == {None}

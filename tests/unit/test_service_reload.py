@@ -40,7 +40,7 @@ def test_apply_sets_the_level_and_reports_restart_keys(root_level: None, caplog:
     bridge = SimpleNamespace(config=config())
     logging.getLogger().setLevel(logging.INFO)
     with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
-        ConfigReloader(None).apply(bridge, config(level="DEBUG", workers=3, password="s3cret-two"))
+        ConfigReloader().apply(bridge, config(level="DEBUG", workers=3, password="s3cret-two"))
     assert logging.getLogger().level == logging.DEBUG
     assert bridge.config.logging.level == "DEBUG"
     assert bridge.config.collector.workers == 2  # not applied: still running with the old value
@@ -57,7 +57,7 @@ def test_a_broken_file_changes_nothing(tmp_path: Any, root_level: None, caplog: 
     path.write_text(path.read_text() + "\n[collector]\nmemroy = 1\n")
     bridge = SimpleNamespace(config=running)
     with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
-        ConfigReloader(None).reload(bridge)
+        ConfigReloader().reload(bridge)
     assert "configuration not reloaded" in caplog.text and bridge.config is running
 
 
@@ -70,7 +70,7 @@ def test_apply_changes_the_memory_guard_limit(caplog: pytest.LogCaptureFixture) 
     bridge = SimpleNamespace(config=config(), guard=MemoryGuard(None, counters))
     # When the reloaded file sets max_rss
     with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
-        ConfigReloader(None).apply(bridge, config(max_rss="1GB"))
+        ConfigReloader().apply(bridge, config(max_rss="1GB"))
     # Then the running guard uses it, and nothing asks for a restart
     assert bridge.guard.max_rss == 1024 ** 3
     assert counters.gauge("memory_guard_max_rss_bytes") == 1024 ** 3

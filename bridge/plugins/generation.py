@@ -1,38 +1,38 @@
-"""Building one plugin *generation*: every plugin registered on a fresh pluggy manager, the
-preprocessors they contribute, and each listener entry's chain built and validated from its
-configured names and options.
+"""One plugin *generation*: every plugin registered on a fresh pluggy manager, the preprocessors
+they contribute, and each listener entry's chain built and validated from its configuration.
 
 A plugin whose new version cannot be used (it did not load, a hookimpl does not match its spec,
-its registration hook raised) keeps its previous version in the new generation, as does a
-deleted file whose preprocessors the configuration still names. The host decides what to do
-with the result (swap it in, or not when the chains have problems).
+its registration hook raised, its file became unsafe) keeps its previous version in the new
+generation, as does a deleted file whose preprocessors the configuration still names; each such
+plugin has a `KeptVersion` saying why. A generation whose chains have `problems` must not be used.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from mqbridge import hookspecs
-from mqbridge.chain import ChainSpec, Step
 from mqbridge.errors import PluginError
-from mqbridge.plugin_loader import (
-    FOLDER,
+from mqbridge.plugins import spec
+from mqbridge.plugins.chain import ChainSpec, Step
+from mqbridge.plugins.discovery import (
     Candidate,
-    LoadedPlugin,
     LoadError,
+    Plugin,
     PluginLoadError,
+    Source,
     error_line,
     forget_modules,
-    load_candidate,
 )
-from mqbridge.plugin_registry import PreprocessorRegistry
+from mqbridge.plugins.registry import PreprocessorRegistry
 
-KEEPING = "keeping the previous version"
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
 
 
 @dataclass(frozen=True)
@@ -45,103 +45,121 @@ class ChainRequest:
     refs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
+def requests_from_config(config: BridgeConfig) -> list[ChainRequest]:
+    """The chain of every listener entry, in the order of `config.listeners`."""
+    requests = []
+    for index, listener in enumerate(config.listeners):
+        name = f"{listener.source}:{listener.queue}"
+        refs = tuple((ref.name, dict(ref.options)) for ref in listener.preprocessors)
+        requests.append(ChainRequest(index, f"listeners[{index}] ({name})", name, refs))
+    return requests
+
+
+class Kept(enum.Enum):
+    """Why a generation runs a plugin's previously loaded version instead of what is on disk."""
+
+    NEW_VERSION_FAILED = "new-version-failed"  # the changed file did not load or register
+    UNSAFE = "unsafe"  # the file or its folder cannot be read safely any more
+    STILL_NAMED = "still-named"  # the file was removed, but a listener names its preprocessors
+
+
+@dataclass(frozen=True)
+class KeptVersion:
+    """A plugin's previous version kept running, why, and the detail (error or names)."""
+
+    why: Kept
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.why is Kept.STILL_NAMED:
+            return (f"file removed, but preprocessor(s) {self.detail} are still named in the configuration: "
+                    "keeping the loaded version until the configuration stops naming them")
+        return f"keeping the previous version: {self.detail}"
+
+
 @dataclass
 class Generation:
-    """One validated set of plugins and chains."""
+    """One built set of plugins and chains; usable only when `problems` is empty."""
 
     number: int
     pm: pluggy.PluginManager
-    plugins: dict[str, LoadedPlugin]
     registry: PreprocessorRegistry
+    plugins: dict[str, Plugin] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     chains: dict[int, ChainSpec] = field(default_factory=dict)
-    kept: dict[str, str] = field(default_factory=dict)  # plugin key -> why its old version is kept
+    kept: dict[str, KeptVersion] = field(default_factory=dict)  # plugin key -> why
+    problems: list[str] = field(default_factory=list)  # chains that cannot be built
+    disabled: list[Candidate] = field(default_factory=list)  # skipped: MQBRIDGE_DISABLED_PLUGINS
 
     def module_names(self) -> set[str]:
         return {p.module_name for p in self.plugins.values() if p.module_name}
 
 
-def requests_from_config(config: Any) -> list[ChainRequest]:
-    """The chain of every listener entry; a preprocessor is "name" or {name = ..., options...}."""
-    requests = []
-    for index, listener in enumerate(config.listeners):
-        refs: list[tuple[str, Mapping[str, Any]]] = []
-        for ref in getattr(listener, "preprocessors", None) or ():
-            if isinstance(ref, str):
-                refs.append((ref, {}))
-            else:
-                refs.append((ref.name, dict(getattr(ref, "options", None) or {})))
-        name = f"{listener.source}:{listener.queue}"
-        requests.append(ChainRequest(index, f"listeners[{index}] ({name})", name, tuple(refs)))
-    return requests
+def _manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(spec.PROJECT)
+    pm.add_hookspecs(spec)
+    return pm
 
 
+@dataclass(frozen=True)
 class GenerationBuilder:
     """Builds generations for a fixed set of listener chains (see the module docstring)."""
 
-    def __init__(self, requests: Mapping[int, ChainRequest], disabled: Collection[str] = (),
-                 known_types: Collection[str] | None = None) -> None:
-        self.requests = requests
-        self.disabled = frozenset(disabled)
-        self.known_types = None if known_types is None else set(known_types)
-        #: Plugins skipped because of MQBRIDGE_DISABLED_PLUGINS in the last build: (name, kind, where).
-        self.disabled_found: list[tuple[str, str, str]] = []
+    requests: Mapping[int, ChainRequest]
+    disabled: Collection[str] = frozenset()
+    known_types: Collection[str] | None = None
 
-    def build(self, candidates: list[Candidate], scan_errors: list[LoadError], previous: Generation | None,
-              static_errors: Sequence[LoadError] = ()) -> tuple[Generation, list[str]]:
-        """A new generation from `candidates`, falling back to `previous` plugin by plugin.
-        Returns it and the chain errors that make it unusable (then it must not be used)."""
-        pm = pluggy.PluginManager(hookspecs.PROJECT)
-        pm.add_hookspecs(hookspecs)
-        gen = Generation((previous.number + 1) if previous else 1, pm, {}, PreprocessorRegistry(),
-                         errors=list(static_errors) + list(scan_errors))
+    def build(self, candidates: Sequence[Candidate], scan_errors: Sequence[LoadError],
+              previous: Generation | None, static_errors: Sequence[LoadError] = ()) -> Generation:
+        """A new generation from `candidates`, falling back to `previous` plugin by plugin."""
+        gen = Generation(previous.number + 1 if previous else 1, _manager(), PreprocessorRegistry(),
+                         errors=[*static_errors, *scan_errors])
         old_plugins = previous.plugins if previous else {}
-        failed = {f"{FOLDER}:{Path(e.path).absolute()}" for e in scan_errors if e.path}
-        failed_dirs = {str(Path(e.path).absolute()) for e in scan_errors if e.path}
-        self.disabled_found = []
+        unreadable = {str(Path(e.path).absolute()) for e in scan_errors if e.path}  # files and folders
         seen = set()
         for cand in candidates:
             if cand.name in self.disabled:
-                self.disabled_found.append((cand.name, cand.kind, str(cand.path or cand.key)))
+                gen.disabled.append(cand)
                 continue
             seen.add(cand.key)
             old = old_plugins.get(cand.key)
-            error = None
-            loaded = None
-            if old is not None and (cand.kind != FOLDER or old.fingerprint == cand.fingerprint):
+            loaded: Plugin | None = None
+            error: LoadError | None = None
+            if old is not None and (cand.source is not Source.FOLDER or old.candidate.fingerprint == cand.fingerprint):
                 loaded = old  # unchanged: do not run it again
             else:
                 try:
-                    loaded = load_candidate(cand)
+                    loaded = cand.load()
                 except PluginError as exc:
                     error = _load_error(cand.name, exc, cand.path)
             if loaded is not None:
                 error = self._register(gen, loaded)
                 if error is None:
                     continue
-                forget_modules([loaded.module_name] if loaded is not old and loaded.module_name else [])
+                if loaded is not old and loaded.module_name:
+                    forget_modules([loaded.module_name])
             assert error is not None
             gen.errors.append(error)
             if old is not None and loaded is not old and self._register(gen, old) is None:
-                gen.kept[cand.key] = f"{KEEPING}: {error}"
+                gen.kept[cand.key] = KeptVersion(Kept.NEW_VERSION_FAILED, str(error))
         used = {name for r in self.requests.values() for name, _ in r.refs}
         for key, old in old_plugins.items():
             if key in seen or old.name in self.disabled:
                 continue
-            in_failed_dir = old.path is not None and str(old.path.parent.absolute()) in failed_dirs
+            path = old.candidate.path
             still_used = sorted(used & set(old.preprocessors))
-            if key in failed or in_failed_dir:
-                reason = f"{KEEPING}: its file or folder cannot be read safely"
+            if path is not None and {str(path.absolute()), str(path.parent.absolute())} & unreadable:
+                kept = KeptVersion(Kept.UNSAFE, "its file or folder cannot be read safely")
             elif still_used:
-                reason = (f"file removed, but preprocessor(s) {', '.join(still_used)} are still named in the "
-                          "configuration: keeping the loaded version until the configuration stops naming them")
+                kept = KeptVersion(Kept.STILL_NAMED, ", ".join(still_used))
             else:
                 continue
             if self._register(gen, old) is None:
-                gen.kept[key] = reason
-        return gen, self._build_chains(gen)
+                gen.kept[key] = kept
+        self._build_chains(gen)
+        return gen
 
-    def _register(self, gen: Generation, plugin: LoadedPlugin) -> LoadError | None:
+    def _register(self, gen: Generation, plugin: Plugin) -> LoadError | None:
         """Validate `plugin` on a scratch manager, let it register its preprocessors, then add it
         to the generation. Returns the error instead of raising."""
         obj = plugin.obj
@@ -149,10 +167,9 @@ class GenerationBuilder:
             for attr in dir(obj):
                 value = getattr(obj, attr, None)
                 if attr.startswith("mqbridge_") and callable(value) and not hasattr(value, "mqbridge_impl"):
-                    raise PluginLoadError(f"{attr} is not marked with @hookimpl (from bridge import hookimpl)",
+                    raise PluginLoadError(f"{attr} is not marked with @hookimpl (from mqbridge import hookimpl)",
                                           None, getattr(getattr(value, "__code__", None), "co_firstlineno", None))
-            scratch = pluggy.PluginManager(hookspecs.PROJECT)
-            scratch.add_hookspecs(hookspecs)
+            scratch = _manager()
             scratch.register(obj, name=plugin.key)
             scratch.check_pending()
         except pluggy.PluginValidationError as exc:
@@ -171,34 +188,32 @@ class GenerationBuilder:
         gen.plugins[plugin.key] = plugin
         return None
 
-    def _build_chains(self, gen: Generation) -> list[str]:
-        problems = []
+    def _build_chains(self, gen: Generation) -> None:
         names = {key: p.name for key, p in gen.plugins.items()}
         for request in self.requests.values():
             steps = []
             for name, options in request.refs:
                 ptype = gen.registry.get(name)
                 if ptype is None:
-                    problems.append(f"{request.label}: unknown preprocessor {name!r}{self._hint(gen, name)}")
+                    gen.problems.append(f"{request.label}: unknown preprocessor {name!r}{self._hint(gen, name)}")
                     continue
                 try:
                     instance = ptype.instantiate(options)
                 except PluginError as exc:
-                    problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}): {exc}")
+                    gen.problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}): {exc}")
                     continue
-                types = set(getattr(instance, "message_types", ()) or ())
-                if self.known_types is not None and types - self.known_types:
-                    problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}) routes to "
-                                    f"unconfigured message type(s) {', '.join(sorted(types - self.known_types))}")
+                unknown = set(getattr(instance, "message_types", ()) or ()) - set(self.known_types or ())
+                if self.known_types is not None and unknown:
+                    gen.problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}) routes to "
+                                        f"unconfigured message type(s) {', '.join(sorted(unknown))}")
                 steps.append(Step(name, ptype.plugin, instance))
             gen.chains[request.key] = ChainSpec(request.listener, tuple(steps), gen.number,
                                                 gen.pm.hook.mqbridge_classify, names)
-        return problems
 
     def _hint(self, gen: Generation, name: str) -> str:
         hints = [f"known: {', '.join(gen.registry.names()) or 'none'}"]
         hints += [f"plugin {name!r} is disabled by MQBRIDGE_DISABLED_PLUGINS"
-                  for found, _, _ in self.disabled_found if found == name]
+                  for found in gen.disabled if found.name == name]
         hints += [f"load error: {e}" for e in gen.errors]
         return " (" + "; ".join(hints) + ")"
 

@@ -1,4 +1,4 @@
-"""The preprocessor chain of one listener entry, as the listener loop sees it (`listeners.base.Chain`).
+"""The preprocessor chain of one listener entry, as the listener loop sees it (its `Chain` protocol).
 
 A `ChainSpec` is built once per listener entry and plugin generation (hot reload makes a new
 one). The host hands each unit of work a fresh `PreprocessorChain` over the spec current at
@@ -18,11 +18,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+
+import pluggy
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message
-from mqbridge.plugin_registry import Preprocessor
+from mqbridge.plugins.registry import Preprocessor
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class ChainSpec:
     listener: str  # "source:queue"
     steps: tuple[Step, ...] = ()
     generation: int = 0
-    classify_hook: Any = None  # pluggy HookCaller of mqbridge_classify, or None
+    classify_hook: pluggy.HookCaller | None = None  # mqbridge_classify of the generation
     plugin_names: Mapping[str, str] = field(default_factory=dict)  # pluggy name -> display name
 
 
@@ -179,7 +180,7 @@ def _checked_type(answer: object, who: str) -> str:
     return answer
 
 
-def _blame(hook: Any, tb: TracebackType | None, names: Mapping[str, str]) -> str:
+def _blame(hook: pluggy.HookCaller, tb: TracebackType | None, names: Mapping[str, str]) -> str:
     """The display name of the plugin whose hookimpl raised (found in the traceback)."""
     codes = {impl.function.__code__: impl.plugin_name for impl in hook.get_hookimpls()
              if hasattr(impl.function, "__code__")}

@@ -1,5 +1,5 @@
-"""Finding plugin code and loading it safely: built-in modules, installed packages (entry-point
-group `mqbridge`) and loose `.py` files in the `[bridge] plugin_dirs` folders.
+"""Finding plugin code and running it safely: the built-ins (declared once, in `BUILTIN_PLUGINS`),
+installed packages (entry-point group `mqbridge`) and loose `.py` files in the plugin folders.
 
 Drop-in files are checked like sshd's StrictModes before a byte of them runs: the file, its
 folder and every directory up to `/` must be owned by the service user or root and not be
@@ -8,25 +8,25 @@ writable by group or others. The one exception is an *ancestor* directory with t
 
 Each drop-in file is executed from the exact bytes that were checked and fingerprinted, as a
 module with a unique name (`mqbridge_dropin_<stem>_<n>`), so a reloaded version never collides
-with, or is shadowed by, the one it replaces; the host deletes retired names from
+with, or is shadowed by, the one it replaces; `forget_modules` deletes retired names from
 `sys.modules`. No bytecode is cached next to the file.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import itertools
-import logging
 import os
 import re
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -34,18 +34,24 @@ from typing import Any
 
 from mqbridge.errors import PluginError
 
-log = logging.getLogger(__name__)
-
-#: The built-in plugins, registered exactly like a third-party one.
-BUILTIN_PLUGINS = ("mqbridge.preprocessors.envelope", "mqbridge.preprocessors.decode", "mqbridge.preprocessors.jsonpath")
+#: The built-in plugins, by module name: the one place they are declared. They are found by name
+#: (core never imports `mqbridge.preprocessors`) and registered exactly like a third-party plugin.
+BUILTIN_PLUGINS = ("mqbridge.preprocessors.envelope", "mqbridge.preprocessors.decode",
+                   "mqbridge.preprocessors.jsonpath")
 ENTRY_POINT_GROUP = "mqbridge"
 DROPIN_PREFIX = "mqbridge_dropin_"
 DISABLED_ENV = "MQBRIDGE_DISABLED_PLUGINS"
 
-BUILTIN, FOLDER, PACKAGE = "built-in", "folder", "package"
-
 _module_seq = itertools.count(1)
 _module_seq_lock = threading.Lock()
+
+
+class Source(str, enum.Enum):
+    """Where a plugin comes from."""
+
+    BUILTIN = "built-in"
+    FOLDER = "folder"
+    PACKAGE = "package"
 
 
 class UnsafePluginPathError(PluginError):
@@ -83,38 +89,57 @@ class LoadError:
         return {"plugin": self.plugin, "path": self.path, "line": self.line, "error": self.message}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
-    """A plugin found on disk or in the installed packages, not yet executed."""
+    """A plugin found among the built-ins, the installed packages or in a folder, not yet run."""
 
-    key: str  # unique pluggy name: "built-in:envelope", "folder:/abs/x.py", "package:name"
+    key: str  # unique pluggy name: "built-in:mqbridge.preprocessors.envelope", "folder:/abs/x.py"...
     name: str  # the name MQBRIDGE_DISABLED_PLUGINS and the listing use
-    kind: str  # BUILTIN | FOLDER | PACKAGE
+    source: Source
     path: Path | None = None
     version: str | None = None
     mtime: float | None = None
-    data: bytes | None = None  # folder plugins: the checked contents
-    fingerprint: tuple[Any, ...] | None = None  # folder plugins: (sha256, mode, uid)
-    load: Callable[[], object] | None = None  # built-ins and packages
+    data: bytes | None = field(default=None, repr=False)  # folder plugins: the checked contents
+    fingerprint: tuple[str, int, int] | None = None  # folder plugins: (sha256, mode, uid)
+    importer: Callable[[], object] | None = None  # built-ins and packages
+
+    def load(self) -> Plugin:
+        """Run the plugin's code. Raises PluginError (PluginLoadError with the file and line)."""
+        if self.data is None:
+            assert self.importer is not None
+            try:
+                obj = self.importer()
+            except Exception as exc:
+                raise PluginError(f"cannot import: {type(exc).__name__}: {exc}") from exc
+            file = getattr(obj, "__file__", None)
+            return Plugin(self, obj, Path(file) if file else None,
+                          self.version or getattr(obj, "__version__", None))
+        assert self.path is not None
+        module = _exec_file(self.path, self.data)
+        return Plugin(self, module, self.path, getattr(module, "__version__", None), module.__name__)
 
 
 @dataclass
-class LoadedPlugin:
+class Plugin:
     """A plugin whose code ran: the module (or object) pluggy registers."""
 
-    key: str
-    name: str
-    kind: str
+    candidate: Candidate
     obj: object
-    path: Path | None = None
-    version: str | None = None
-    mtime: float | None = None
-    fingerprint: tuple[Any, ...] | None = None
+    path: Path | None
+    version: str | None
     module_name: str | None = None  # folder plugins: their unique sys.modules name
-    preprocessors: list[str] = field(default_factory=list)
+    preprocessors: list[str] = field(default_factory=list)  # what it registered
+
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
 
 
-def disabled_from_env(environ: dict[str, str] | os._Environ[str] | None = None) -> frozenset[str]:
+def disabled_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """Plugin names listed (comma-separated) in MQBRIDGE_DISABLED_PLUGINS."""
     value = (os.environ if environ is None else environ).get(DISABLED_ENV, "")
     return frozenset(part.strip() for part in value.split(",") if part.strip())
@@ -164,22 +189,17 @@ def default_service_uid() -> int:
 
 # -- discovery -----------------------------------------------------------------------------------
 def builtin_candidates(modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
-    return [Candidate(key=f"{BUILTIN}:{m}", name=m.rsplit(".", 1)[-1], kind=BUILTIN,
-                      load=functools.partial(importlib.import_module, m))
+    return [Candidate(f"{Source.BUILTIN.value}:{m}", m.rsplit(".", 1)[-1], Source.BUILTIN,
+                      importer=functools.partial(importlib.import_module, m))
             for m in modules]
 
 
 def package_candidates(entry_points: Iterable[Any], builtin_modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
     """Installed plugins; entry points that name a built-in module are the built-ins themselves."""
     builtins = set(builtin_modules)
-    found = []
-    for ep in entry_points:
-        if ep.value.split(":", 1)[0] in builtins:
-            continue
-        dist = getattr(ep, "dist", None)
-        found.append(Candidate(key=f"{PACKAGE}:{ep.name}", name=ep.name, kind=PACKAGE,
-                               version=getattr(dist, "version", None), load=ep.load))
-    return found
+    return [Candidate(f"{Source.PACKAGE.value}:{ep.name}", ep.name, Source.PACKAGE,
+                      version=getattr(getattr(ep, "dist", None), "version", None), importer=ep.load)
+            for ep in entry_points if ep.value.split(":", 1)[0] not in builtins]
 
 
 def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
@@ -187,14 +207,10 @@ def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
 
 
 def _builtin_files(modules: Iterable[str]) -> set[str]:
-    """Real paths of the built-in modules, so a plugin_dirs entry pointing at the `preprocessors`
-    package does not load them a second time as drop-ins."""
-    files = set()
-    for name in modules:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            files.add(os.path.realpath(spec.origin))
-    return files
+    """Real paths of the built-in modules, so a plugin folder that is the `preprocessors` package
+    does not load them a second time as drop-ins."""
+    specs = (importlib.util.find_spec(name) for name in modules)
+    return {os.path.realpath(spec.origin) for spec in specs if spec is not None and spec.origin}
 
 
 def folder_candidates(folders: Iterable[Path], service_uid: int,
@@ -238,30 +254,11 @@ def read_candidate(path: Path, service_uid: int) -> Candidate:
         check_safe_path(path, service_uid, target_stat=st)
         data = handle.read()
     digest = hashlib.sha256(data).hexdigest()
-    return Candidate(key=f"{FOLDER}:{path.absolute()}", name=path.stem, kind=FOLDER, path=path,
+    return Candidate(f"{Source.FOLDER.value}:{path.absolute()}", path.stem, Source.FOLDER, path=path,
                      mtime=st.st_mtime, data=data, fingerprint=(digest, st.st_mode, st.st_uid))
 
 
-# -- loading -------------------------------------------------------------------------------------
-def load_candidate(candidate: Candidate) -> LoadedPlugin:
-    """Run the plugin's code. Raises PluginError with the file and line of the failure."""
-    if candidate.kind != FOLDER:
-        assert candidate.load is not None
-        try:
-            obj = candidate.load()
-        except Exception as exc:
-            raise PluginError(f"cannot import: {type(exc).__name__}: {exc}") from exc
-        path = getattr(obj, "__file__", None)
-        return LoadedPlugin(candidate.key, candidate.name, candidate.kind, obj,
-                            path=Path(path) if path else None,
-                            version=candidate.version or getattr(obj, "__version__", None))
-    assert candidate.path is not None and candidate.data is not None
-    module = _exec_file(candidate.path, candidate.data)
-    return LoadedPlugin(candidate.key, candidate.name, candidate.kind, module, path=candidate.path,
-                        version=getattr(module, "__version__", None), mtime=candidate.mtime,
-                        fingerprint=candidate.fingerprint, module_name=module.__name__)
-
-
+# -- running drop-in files -------------------------------------------------------------------------
 def _exec_file(path: Path, data: bytes) -> ModuleType:
     stem = re.sub(r"\W", "_", path.stem)
     with _module_seq_lock:
@@ -276,9 +273,8 @@ def _exec_file(path: Path, data: bytes) -> ModuleType:
         exec(compile(data, str(path), "exec", dont_inherit=True), module.__dict__)
     except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
-        line = error_line(exc, str(path))
         detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-        raise PluginLoadError(f"{type(exc).__name__}: {detail}", str(path), line) from exc
+        raise PluginLoadError(f"{type(exc).__name__}: {detail}", str(path), error_line(exc, str(path))) from exc
     return module
 
 

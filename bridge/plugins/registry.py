@@ -1,8 +1,8 @@
-"""What plugins contribute: named preprocessor types, each with an options schema.
+"""What plugins contribute: named preprocessor types, each with an options model.
 
-`PreprocessorRegistry` is the object handed to `mqbridge_register_preprocessors`; one registry
-is filled per plugin generation. A `PreprocessorType` turns a listener's options into a
-preprocessor instance (`instantiate`), validating the options against the type's pydantic model.
+`PreprocessorRegistry` is handed to `mqbridge_register_preprocessors`; one registry is filled
+per plugin generation. A `PreprocessorType` turns a listener's options into a preprocessor
+instance (`instantiate`), validating them against the type's pydantic model.
 """
 
 from __future__ import annotations
@@ -152,6 +152,3 @@ class PreprocessorRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._types)
-
-    def types(self) -> dict[str, PreprocessorType]:
-        return dict(self._types)

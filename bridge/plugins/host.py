@@ -1,0 +1,309 @@
+"""The plugin host: owns the plugin generations of one bridge and hands out chain snapshots.
+
+`start()` builds generation 1 (a ConfigError when a chain cannot be built). Afterwards there is
+one reload path, `check_for_changes()`: rescan the folders and, when a drop-in file was added,
+changed or removed (content hash, mode or owner), build a new generation off to the side,
+validate it and swap it in under a lock. The bridge calls it on every control tick (`on_tick`)
+and on a reload request (`on_reload`, SIGHUP). A unit of work takes one snapshot
+(`chain_provider(i)()`), so it finishes on the generation it started with. A generation whose
+chains cannot be built is never swapped in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mqbridge.counters import Counters
+from mqbridge.errors import ConfigError, PluginError
+from mqbridge.message import Message, MessageResult
+from mqbridge.plugins.chain import PreprocessorChain
+from mqbridge.plugins.discovery import (
+    BUILTIN_PLUGINS,
+    Candidate,
+    LoadError,
+    builtin_candidates,
+    default_service_uid,
+    disabled_from_env,
+    folder_candidates,
+    forget_modules,
+    installed_entry_points,
+    package_candidates,
+)
+from mqbridge.plugins.generation import (
+    ChainRequest,
+    Generation,
+    GenerationBuilder,
+    Kept,
+    requests_from_config,
+)
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
+
+log = logging.getLogger(__name__)
+
+
+class PluginHost:
+    """Owns the plugin generations of one bridge (see the module docstring); a bridge observer."""
+
+    status_key = "plugins"
+
+    def __init__(self, plugin_dirs: Sequence[Path] = (), requests: Sequence[ChainRequest] = (), *,
+                 counters: Counters | None = None, disabled: Collection[str] | None = None,
+                 service_uid: int | None = None, known_types: Collection[str] | None = None,
+                 entry_points: Callable[[], Iterable[Any]] | None = installed_entry_points,
+                 missing_dirs_ok: bool = False, config_file: Path | None = None) -> None:
+        self.plugin_dirs = [Path(p) for p in plugin_dirs]
+        self.missing_dirs_ok = missing_dirs_ok
+        self.requests = {r.key: r for r in requests}
+        self.counters = counters or Counters()
+        self.service_uid = default_service_uid() if service_uid is None else service_uid
+        disabled = frozenset(disabled_from_env() if disabled is None else disabled)
+        known = None if known_types is None else frozenset(known_types)
+        self._builder = GenerationBuilder(self.requests, disabled, known)
+        self._entry_points = entry_points
+        self._config_file = config_file  # named in start-up errors
+        self._lock = threading.Lock()
+        self._unit_seq = 0
+        self._current: Generation | None = None
+        self._static: list[Candidate] | None = None  # built-ins and packages: loaded once
+        self._static_errors: list[LoadError] = []
+        self._state: tuple[Any, ...] | None = None  # what the folders held at the last scan
+        self._active: dict[str, set[str]] = {}  # what is being reported, per kind: logged once
+        self._observer_errors: set[str] = set()
+        self._last: Generation | None = None  # the last generation built, swapped in or not
+        self.reload_error = ""  # why the last reload was rejected ("" once one succeeds)
+        self.reloaded_at: float | None = None
+        self.chain_problems: list[str] = []  # start(strict=False) only
+
+    @classmethod
+    def from_config(cls, config: BridgeConfig, *, counters: Counters | None = None) -> PluginHost:
+        """The host of `config`: its plugin folders (relative to the file) and listener chains."""
+        from mqbridge.config import (
+            DEFAULT_PLUGIN_DIRS,  # here: the plugin host alone does not load the configuration package
+        )
+
+        dirs = config.bridge.plugin_dirs
+        return cls([config.resolve_path(p) for p in (DEFAULT_PLUGIN_DIRS if dirs is None else dirs)],
+                   requests_from_config(config), counters=counters, known_types=list(config.types),
+                   missing_dirs_ok=dirs is None, config_file=config.path)
+
+    # -- state of the last build -------------------------------------------------------------
+    @property
+    def errors(self) -> list[LoadError]:
+        """Load errors of the last build (a plugin that keeps its previous version included)."""
+        return list(self._last.errors) if self._last else []
+
+    @property
+    def current(self) -> Generation:
+        if self._current is None:
+            raise PluginError("the plugin host has not been started")
+        return self._current
+
+    @property
+    def generation(self) -> int:
+        return self.current.number
+
+    # -- building ----------------------------------------------------------------------------
+    def _scan(self) -> tuple[list[Candidate], list[LoadError], tuple[Any, ...]]:
+        if self._static is None:
+            self._static = builtin_candidates(BUILTIN_PLUGINS)
+            try:
+                self._static += package_candidates(self._entry_points() if self._entry_points else ())
+            except Exception as exc:
+                self._static_errors.append(LoadError("entry points", f"cannot list installed plugins: {exc}"))
+        folder, errors = folder_candidates(self.plugin_dirs, self.service_uid, missing_ok=self.missing_dirs_ok)
+        state = (tuple((c.key, c.fingerprint) for c in folder), tuple(map(str, errors)))
+        return self._static + folder, errors, state
+
+    def _build(self, previous: Generation | None) -> Generation | None:
+        """Scan and build a generation, or None when the folders did not change since the last scan."""
+        candidates, scan_errors, state = self._scan()
+        if previous is not None and state == self._state:
+            return None
+        self._state = state
+        gen = self._last = self._builder.build(candidates, scan_errors, previous, self._static_errors)
+        fallback = {gen.plugins[k].name for k, kept in gen.kept.items() if kept.why is not Kept.STILL_NAMED}
+        self.counters.set("plugin_errors", len(gen.errors))
+        texts = [f"plugin {e.plugin}: new version not loaded, the previous one keeps running: {e}"
+                 if e.plugin in fallback else f"plugin {e.plugin} not loaded: {e}" for e in gen.errors]
+        for index in self._report("errors", log.error, texts):
+            self.counters.inc("plugin_load_errors", plugin=gen.errors[index].plugin)
+        self._report("kept", log.warning, [f"plugin {gen.plugins[k].name}: {kept}" for k, kept in gen.kept.items()
+                                           if kept.why is Kept.STILL_NAMED])
+        return gen
+
+    def _report(self, kind: str, emit: Callable[..., None], texts: list[str]) -> list[int]:
+        """Log each text that was not already being reported (an error is logged once, when it
+        appears, not on every rescan); returns the indexes of the new ones."""
+        before = self._active.get(kind, set())
+        self._active[kind] = set(texts)
+        new = [i for i, text in enumerate(texts) if text not in before]
+        for i in new:
+            emit("%s", texts[i])
+        return new
+
+    # -- running -----------------------------------------------------------------------------
+    def start(self, strict: bool = True) -> None:
+        """Load every plugin and build every chain. Raises ConfigError when a listener's chain
+        names an unknown preprocessor or gives invalid options (with `strict=False` the problems
+        are kept in `chain_problems` instead, for listings)."""
+        gen = self._build(None)
+        assert gen is not None
+        self.chain_problems = list(gen.problems)
+        if gen.problems and strict:
+            forget_modules(gen.module_names())
+            where = f"{self._config_file}: " if self._config_file else ""
+            raise ConfigError(f"{where}preprocessor chains: " + "; ".join(gen.problems))
+        with self._lock:
+            self._current = gen
+        self.counters.set("plugin_generation", gen.number)
+        log.info("plugins: %s", ", ".join(f"{p.name} ({p.candidate.source.value})"
+                                          for p in gen.plugins.values()) or "none")
+
+    def close(self) -> None:
+        """Forget the drop-in modules of the current generation (at shutdown, or in tests)."""
+        if self._current is not None:
+            forget_modules(self._current.module_names())
+
+    def chain(self, index: int) -> PreprocessorChain:
+        """A snapshot of listener entry `index`'s chain for one unit of work."""
+        with self._lock:
+            gen = self.current
+            self._unit_seq += 1
+            unit = self._unit_seq
+        return PreprocessorChain(gen.chains[index], unit)
+
+    def chain_provider(self, index: int) -> Callable[[], PreprocessorChain]:
+        """What the listener of `config.listeners[index]` calls once per unit of work."""
+        if index not in self.requests:
+            raise ConfigError(f"no listener entry {index} in the plugin host")
+        return lambda: self.chain(index)
+
+    def check_for_changes(self) -> bool:
+        """Rescan the plugin folders; build, validate and swap in a new generation if anything
+        changed. Returns True if a new generation was swapped in. Never raises."""
+        try:
+            return self._check()
+        except Exception:
+            log.exception("plugin reload failed unexpectedly; keeping the current generation")
+            self.counters.inc("plugin_reload_failures")
+            return False
+
+    def _check(self) -> bool:
+        current = self.current
+        gen = self._build(current)
+        if gen is None:
+            return False
+        if gen.problems:
+            self.reload_error = "; ".join(gen.problems)
+            self.counters.inc("plugin_reload_failures")
+            forget_modules(gen.module_names() - current.module_names())
+            self._report("rejected", log.error, [f"plugin reload rejected, keeping generation "
+                                                 f"{current.number}: {self.reload_error}"])
+            return False
+        self.reload_error = ""
+        self._report("rejected", log.error, [])
+        if {k: id(p.obj) for k, p in gen.plugins.items()} == {k: id(p.obj) for k, p in current.plugins.items()}:
+            return False  # only errors changed: every plugin runs the version it ran before
+        with self._lock:
+            self._current = gen
+        self.reloaded_at = time.time()
+        forget_modules(current.module_names() - gen.module_names())
+        self.counters.inc("plugin_reloads")
+        self.counters.set("plugin_generation", gen.number)
+        changed = sorted(p.name for k, p in gen.plugins.items() if current.plugins.get(k) is not p)
+        removed = sorted(p.name for k, p in current.plugins.items() if k not in gen.plugins)
+        log.info("plugins reloaded: generation %d (new or changed: %s; removed: %s)", gen.number,
+                 ", ".join(changed) or "none", ", ".join(removed) or "none")
+        return True
+
+    # -- the bridge's observer ---------------------------------------------------------------
+    def on_tick(self, _bridge: object) -> None:
+        """Every control tick: rescan the folders."""
+        self.check_for_changes()
+
+    def on_reload(self, _bridge: object) -> None:
+        """A reload request (SIGHUP): rescan now, exactly like a tick."""
+        if not self.check_for_changes():
+            log.info("plugins: no change")
+
+    def observe_result(self, message: Message, result: MessageResult) -> None:
+        """Collector result handler: calls `mqbridge_result` of the current generation."""
+        hook = self.current.pm.hook.mqbridge_result
+        if not hook.get_hookimpls():
+            return
+        try:
+            hook(message=message, result=result)
+        except Exception as exc:
+            self.counters.inc("plugin_observer_errors")
+            text = f"{type(exc).__name__}: {exc}"
+            if text not in self._observer_errors and len(self._observer_errors) < 100:
+                self._observer_errors.add(text)
+                log.error("mqbridge_result hook failed (logged once): %s", text, exc_info=exc)
+
+    def status(self) -> dict[str, Any]:
+        """The status page's "plugins" field."""
+        return {
+            "generation": self._current.number if self._current else 0,
+            "plugins": self.describe(),
+            "errors": [e.as_dict() for e in self.errors],
+            "reload_error": self.reload_error,
+            "reloaded_at": self.reloaded_at,
+        }
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every plugin: name, source, version or mtime, preprocessors, path, state and `kept`
+        (a `Kept` value when its previous version still runs, else None)."""
+        gen, last = self._current, self._last
+        kept = last.kept if last else {}
+        rows: list[dict[str, Any]] = []
+        for key, plugin in (gen.plugins.items() if gen else ()):
+            rows.append(_row(plugin.name, plugin.candidate.source.value, str(plugin.path) if plugin.path else None,
+                             str(kept[key]) if key in kept else "loaded", version=plugin.version,
+                             mtime=plugin.candidate.mtime, preprocessors=list(plugin.preprocessors),
+                             kept=kept[key].why.value if key in kept else None))
+        loaded = {(r["name"], r["path"]) for r in rows}
+        for error in self.errors:
+            if (error.plugin, error.path) not in loaded:
+                rows.append(_row(error.plugin, "folder" if error.path else "", error.path, f"error: {error}"))
+        for found in last.disabled if last else ():
+            rows.append(_row(found.name, found.source.value, str(found.path or found.key),
+                             "disabled by MQBRIDGE_DISABLED_PLUGINS"))
+        return rows
+
+
+def _row(name: str, source: str, path: str | None, state: str, *, version: str | None = None,
+         mtime: float | None = None, preprocessors: list[str] | None = None, kept: str | None = None) -> dict[str, Any]:
+    return {"name": name, "source": source, "version": version, "mtime": mtime,
+            "preprocessors": preprocessors or [], "path": path, "state": state, "kept": kept}
+
+
+def report(host: PluginHost) -> tuple[str, bool]:
+    """`mqbridge plugins`: a listing of the plugins, errors and chains; and whether all is well."""
+    lines = [f"plugins (generation {host.status()['generation']}):"]
+    for row in host.describe():
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["mtime"])) if row["mtime"] else ""
+        version = " ".join(x for x in (row["version"], when and f"mtime {when}") if x) or "-"
+        lines.append(f"  {row['name']:<16} {row['source'] or '-':<9} {version:<30} "
+                     f"{', '.join(row['preprocessors']) or '-':<20} {row['state']}")
+        if row["path"]:
+            lines.append(f"  {'':<16} {row['path']}")
+    if host.errors:
+        lines.append("load errors:")
+        lines += [f"  {error}" for error in host.errors]
+    if host.requests:
+        lines.append("chains:")
+        for key, request in host.requests.items():
+            spec = host._current.chains.get(key) if host._current else None
+            names = " -> ".join(step.name for step in spec.steps) if spec and spec.steps else "(none)"
+            lines.append(f"  {request.label}: {names}")
+    if host.chain_problems:
+        lines.append("chain errors:")
+        lines += [f"  {problem}" for problem in host.chain_problems]
+    return "\n".join(lines), not host.errors and not host.chain_problems

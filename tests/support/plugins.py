@@ -1,0 +1,67 @@
+"""Plugin test helpers: a versioned drop-in plugin, writing plugin files, chain requests, a plugin
+host without installed packages or environment, and messages."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from mqbridge import Message
+from mqbridge.plugins import PluginHost
+from mqbridge.plugins.discovery import DROPIN_PREFIX
+from mqbridge.plugins.generation import ChainRequest
+
+STAMP = '''
+from mqbridge import PreprocessorOptions, current_chain, hookimpl
+
+__version__ = "{version}"
+
+
+class StampOptions(PreprocessorOptions):
+    header: str = "plugin_version"
+
+
+class Stamp:
+    def __init__(self, options):
+        self.header = options.header
+
+    def process(self, message):
+        message.headers[self.header] = __version__
+        message.headers["unit"] = str(current_chain().unit)
+        return message
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("stamp", Stamp, options=StampOptions)
+'''
+
+
+def write_plugin(folder: Path, name: str, code: str, mode: int = 0o644) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(code))
+    path.chmod(mode)
+    return path
+
+
+def request(*refs: str | tuple[str, dict[str, Any]], key: int = 0) -> ChainRequest:
+    pairs = tuple((r, {}) if isinstance(r, str) else r for r in refs)
+    return ChainRequest(key, f"listeners[{key}] (amq:/queue/q{key})", f"amq:/queue/q{key}", pairs)
+
+
+def make_host(folder: Path | None, *requests: ChainRequest, **kwargs: Any) -> PluginHost:
+    kwargs.setdefault("entry_points", lambda: [])
+    kwargs.setdefault("disabled", ())
+    return PluginHost([folder] if folder is not None else [], list(requests), **kwargs)
+
+
+def message(body: bytes = b"hello", **kwargs: Any) -> Message:
+    return Message(msg_id=kwargs.pop("msg_id", "m-1"), body=body, source="amq", destination="/queue/q0",
+                   message_type="t", **kwargs)
+
+
+def dropin_modules() -> list[str]:
+    return [name for name in sys.modules if name.startswith(DROPIN_PREFIX)]
