@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mqbridge.config import TypeConfig  # noqa: E402
 from mqbridge.message import Bulk, Message  # noqa: E402
 from mqbridge.spark import SparkExecutor, create_spark_session  # noqa: E402
 
@@ -54,8 +55,9 @@ def main() -> int:
     spark = create_spark_session(master=args.master, app_name="mqbridge-bench")
     warehouse = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:
-        executors = {"raw": SparkExecutor(spark, warehouse, "bench", "raw"),
-                     "json": SparkExecutor(spark, warehouse, "bench", "json", "json", SCHEMA)}
+        executors = {"raw": SparkExecutor(spark, warehouse, "bench", TypeConfig(table="raw")),
+                     "json": SparkExecutor(spark, warehouse, "bench",
+                                           TypeConfig(table="json", format="json", schema=SCHEMA))}
         start = time.perf_counter()
         for executor in executors.values():
             for _ in range(3):

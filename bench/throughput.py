@@ -32,7 +32,8 @@ import stomp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.spark_write import make_bulk  # noqa: E402
-from mqbridge.config import parse_config  # noqa: E402
+from mqbridge.app import build_app  # noqa: E402
+from mqbridge.config import TypeConfig, parse_config  # noqa: E402
 from mqbridge.control import Bridge  # noqa: E402
 from mqbridge.spark import SparkExecutor  # noqa: E402
 from tests.support.amq import AmqClient, unique_queue  # noqa: E402
@@ -132,13 +133,13 @@ def warm_spark(spark: object, table_dir: Path, writes: int, size: int) -> None:
     planning, commit) over the first ~150 writes: the fixed CPU cost of one write falls from about
     0.45 to 0.10 CPU-s. The rows (30,000 with the default) make the per-row code hot too. A bridge
     that has run for a while is past that point."""
-    executor = SparkExecutor(spark, table_dir, "warmup", "warmup")  # type: ignore[arg-type]
+    executor = SparkExecutor(spark, table_dir, "warmup", TypeConfig(table="warmup"))  # type: ignore[arg-type]
     for _ in range(writes):
         executor.execute(make_bulk(200, "raw", size))
 
 
 def run_bridge(cfg: object, spark: object, until: callable) -> tuple[Bridge, float, float]:  # type: ignore[valid-type]
-    bridge = Bridge(cfg, spark=spark)  # type: ignore[arg-type]
+    bridge = build_app(cfg, spark=spark).bridge  # type: ignore[arg-type]
     bridge.start()
     runner = threading.Thread(target=bridge.run, name="bench-bridge", daemon=True)
     start = time.perf_counter()

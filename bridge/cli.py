@@ -8,23 +8,42 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from types import FrameType
+from typing import Any
 
 from mqbridge import __version__
+from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.logsetup import setup_from_config, setup_logging
+from mqbridge.plugins import PluginHost, report
+from mqbridge.status_cli import (
+    DEFAULT_URL,
+    EXIT_UNREACHABLE,
+    StatusUnreachableError,
+    run_status,
+    url_from_config,
+)
 
 log = logging.getLogger("mqbridge")
 
 
 def _duration(text: str) -> float:
-    from mqbridge.config import parse_duration
-
     try:
         return parse_duration(text)
     except (ValueError, ConfigError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+#: Entry-point group of commands other packages add: `name = "module:add_parser"`, where
+#: `add_parser(subparsers)` adds one subcommand and sets its `handler` default (`mqbridge service`).
+COMMANDS_GROUP = "mqbridge.commands"
+
+
+def installed_commands() -> list[Callable[[Any], None]]:
+    """The `add_parser` functions of the installed command entry points, by name."""
+    return [entry.load() for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,18 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "http://127.0.0.1:9464)")
     status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] listen to ask")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
-    from mqbridge.service.cli import add_parser as add_service_parser
-
-    add_service_parser(sub)
+    run.set_defaults(handler=cmd_run)
+    check.set_defaults(handler=cmd_check_config)
+    tables.set_defaults(handler=cmd_tables)
+    plugins.set_defaults(handler=cmd_plugins)
+    status.set_defaults(handler=cmd_status)
+    for add_command in installed_commands():
+        add_command(sub)
     return parser
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from mqbridge.config import load_config
-
     cfg = load_config(args.config)
-    from mqbridge.plugins import PluginHost
-
     host = PluginHost.from_config(cfg)
     host.start()  # ConfigError if a listener's preprocessor chain cannot be built
     host.close()
@@ -74,15 +93,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from mqbridge.config import load_config
-    from mqbridge.control import resolve_path
-    from mqbridge.spark import create_spark_session
+    # pyspark is imported (about a second) only by the commands that use Spark.
+    from mqbridge.spark import LANDED_COLUMNS, create_spark_session
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-tables", conf=cfg.spark.conf)
-    warehouse = resolve_path(cfg, cfg.spark.warehouse)
+    warehouse = cfg.resolve_path(cfg.spark.warehouse)
     print(f"warehouse: {warehouse}")
     for name, type_cfg in cfg.types.items():
         path = warehouse / (type_cfg.table or name)
@@ -99,21 +117,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destination", "put_timestamp",
-                  "received_timestamp", "redelivered", "delivery_count", "bulk_id", "headers", "body",
-                  "put_date")
-
-
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from mqbridge.plugins import PluginHost, report
-
     setup_logging("CRITICAL")  # load errors are part of the listing
-    if args.config:
-        from mqbridge.config import load_config
-
-        host = PluginHost.from_config(load_config(args.config))
-    else:
-        host = PluginHost()
+    host = PluginHost.from_config(load_config(args.config)) if args.config else PluginHost()
     host.start(strict=False)
     text, ok = report(host)
     host.close()
@@ -138,15 +144,11 @@ def install_signal_handlers(stop: threading.Event, reload: threading.Event | Non
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mqbridge.status_cli import DEFAULT_URL, EXIT_UNREACHABLE, Unreachable, run_status, url_from_config
-
     url = args.url
     if url is None and args.config:
-        from mqbridge.config import load_config
-
         try:
             url = url_from_config(load_config(args.config))
-        except Unreachable as exc:
+        except StatusUnreachableError as exc:
             print(f"mqbridge status: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
     code, text = run_status(url or DEFAULT_URL, args.timeout)
@@ -155,8 +157,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mqbridge.config import load_config
-    from mqbridge.runner import run_bridge
+    from mqbridge.app import run_bridge  # pyspark: see cmd_tables
 
     cfg = load_config(args.config)
     setup_from_config(cfg, args.log_level)
@@ -165,19 +166,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload)
 
 
-def cmd_service(args: argparse.Namespace) -> int:
-    from mqbridge.service.cli import cmd_service as run_service_command
-
-    return run_service_command(args)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"run": cmd_run, "check-config": cmd_check_config, "tables": cmd_tables, "plugins": cmd_plugins,
-                "status": cmd_status, "service": cmd_service}
+    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return commands[args.command](args)
+        return handler(args)
     except ConfigError as exc:
         print(f"mqbridge: configuration error: {exc}", file=sys.stderr)
         return 2

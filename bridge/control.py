@@ -1,5 +1,6 @@
-"""The control thread: builds the bridge from its configuration, starts the listener threads,
-and every tick reconciles configured listener threads with live ones (gunicorn's arbiter idea).
+"""The control thread: starts the listener threads and every tick reconciles configured listener
+threads with live ones (gunicorn's arbiter idea). It is given its parts, ready made, by the
+composition root (`mqbridge.app`), and tells its observers (`mqbridge.observer`) what happens.
 
 A listener thread that dies (lost connection, unexpected error) is restarted with capped
 exponential backoff; one that stops beating is reported as stuck. A configuration error
@@ -12,18 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
 from mqbridge.guard import MemoryGuard
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
+from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def decide(failure: BaseException) -> Decision:
     return Decision.RESTART
 
 SourceFactory = Callable[[SourceContext], Source]
-ChainFactory = Callable[["ListenerConfig"], Callable[[], Chain]]
+#: The chain provider of one listener entry (by its position in the configuration).
+ChainFactory = Callable[[int], Callable[[], Chain]]
 
 
 @dataclass
@@ -71,7 +73,8 @@ class Slot:
     """One configured listener thread position and the thread currently filling it."""
 
     config: ListenerConfig
-    index: int
+    entry: int  # position of the [[listeners]] entry in the configuration
+    index: int  # thread number within the entry, 1..threads
     name: str
     thread: ListenerThread | None = None
     started: float = 0.0
@@ -88,102 +91,43 @@ class Slot:
         return self.thread is not None and self.thread.is_alive()
 
 
-@dataclass
-class BridgeStatus:
-    """A point-in-time view for logs, the status page and --until-idle."""
-
-    listeners: list[dict[str, Any]] = field(default_factory=list)
-    collector: dict[str, Any] = field(default_factory=dict)
-    fatal: str = ""
-
-
-def resolve_path(config: BridgeConfig, path: Path) -> Path:
-    """A configured path; relative ones are relative to the configuration file's directory."""
-    path = Path(path).expanduser()
-    return path if path.is_absolute() else Path(config.base_dir) / path
-
-
 class Bridge:
     """The whole bridge of one configuration: Spark, executors, collector, listener threads."""
 
-    def __init__(self, config: BridgeConfig, *, spark: Any = None,
-                 source_factory: SourceFactory | None = None,
-                 chain_factory: ChainFactory | None = None,
-                 executors: dict[str, Any] | None = None,
-                 counters: Counters | None = None) -> None:
+    def __init__(self, config: BridgeConfig, *, collector: BulkCollector,
+                 executors: Callable[[], Mapping[str, Executor]],
+                 chain_factory: ChainFactory = lambda _entry: PlainChain,
+                 source_factory: SourceFactory = open_source,
+                 counters: Counters, guard: MemoryGuard,
+                 observers: Sequence[Observer] = (),
+                 stop_event: threading.Event | None = None,
+                 reload_event: threading.Event | None = None) -> None:
         self.config = config
-        self.counters = counters or Counters()
-        self._spark = spark
-        self._source_factory = source_factory or open_source
-        self._chain_factory = chain_factory or (lambda _cfg: PlainChain)
-        self._executors = executors
-        self.collector = BulkCollector(
-            CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
-                            workers=config.collector.workers),
-            {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout)
-             for name, t in config.types.items()},
-            counters=self.counters,
-        )
+        self.counters = counters
+        self.collector = collector
+        self.guard = guard  # pauses listener intake while the process is above [bridge] max_rss
+        self._executors = executors  # called once, at start (it may start Spark)
+        self._chain_factory = chain_factory
+        self._source_factory = source_factory
+        self.observers = list(observers)
         self.shared: dict[tuple[str, str], QueueShared] = {}  # per (source, queue), across restarts
         self.slots: list[Slot] = []
-        self.stop_event = threading.Event()
+        #: Set by a signal or service control handler to stop; only ever set, never cleared.
+        self.stop_event = stop_event if stop_event is not None else threading.Event()
+        #: Set (e.g. by a SIGHUP handler) to have the control thread tell the observers `on_reload`.
+        self.reload_event = reload_event if reload_event is not None else threading.Event()
         self.fatal: BaseException | None = None
-        #: Called by the control thread every `control_interval` (plugin reload, sd_notify...).
-        #: A hook that raises is logged and kept.
-        self.tick_hooks: list[Callable[[Bridge], None]] = []
-        #: Called once when every listener thread has connected (READY=1 for systemd).
-        self.ready_hooks: list[Callable[[Bridge], None]] = []
-        #: Called once when shutdown begins (STOPPING=1).
-        self.stopping_hooks: list[Callable[[Bridge], None]] = []
-        #: Called on every control-loop wake-up (at most 0.25 s apart); must be quick (watchdog).
-        self.wake_hooks: list[Callable[[Bridge], None]] = []
-        #: Set (e.g. by a SIGHUP handler) to have the control thread call `reload_hooks` now.
-        self.reload_event = threading.Event()
-        self.reload_hooks: list[Callable[[Bridge], None]] = []
-        #: Extra fields of `status()`: name -> callable returning a JSON-able value (plugins...).
-        self.status_hooks: dict[str, Callable[[], Any]] = {}
-        #: Pauses listener intake while the process is above `[bridge] max_rss`.
-        self.guard = MemoryGuard(config.bridge.max_rss, self.counters)
-        self.status_hooks["guard"] = self.guard.status
         self._ready = False
         self._errors = RateMeter()
-        self._lock = threading.Lock()
-
-    # -- building --------------------------------------------------------------------------
-    @property
-    def spark_session(self) -> Any:
-        """The SparkSession if one was given or started, else None (never starts one)."""
-        return self._spark
-
-    @property
-    def spark(self) -> Any:
-        if self._spark is None:
-            from mqbridge.spark import create_spark_session
-
-            s = self.config.spark
-            self._spark = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
-                                               conf=s.conf)
-        return self._spark
-
-    def _build_executors(self) -> dict[str, Any]:
-        from mqbridge.spark import SparkExecutor
-
-        warehouse = resolve_path(self.config, self.config.spark.warehouse)
-        return {
-            name: SparkExecutor(self.spark, warehouse, name, t.table or name, t.format, t.schema_ddl)
-            for name, t in self.config.types.items()
-        }
 
     def start(self) -> None:
-        """Start Spark, the collector and every listener thread."""
-        executors = self._executors if self._executors is not None else self._build_executors()
-        for name, executor in executors.items():
+        """Start the executors (Spark), the collector and every listener thread."""
+        for name, executor in self._executors().items():
             self.collector.register_executor(name, executor)
         self.collector.start()
-        for cfg in self.config.listeners:
+        for entry, cfg in enumerate(self.config.listeners):
             for index in range(1, cfg.threads + 1):
-                name = f"{cfg.source}:{cfg.queue}#{index}"
-                self.slots.append(Slot(cfg, index, name))
+                self.slots.append(Slot(cfg, entry, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared())
         self.counters.set("listener_threads_configured", len(self.slots))
         self.reconcile()
@@ -204,7 +148,8 @@ class Bridge:
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue)
-        thread = ListenerThread(spec, source, self.collector, self._chain_factory(cfg), self.counters, shared.tracker,
+        thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
+                                shared.tracker,
                                 gate=self.guard.gate)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
@@ -341,19 +286,19 @@ class Bridge:
             self.reconcile()
             if self.reload_event.is_set():
                 self.reload_event.clear()
-                self._call_hooks(self.reload_hooks)
-            self.guard.check()
+                log.info("reload requested")
+                self._notify("on_reload")
             now = time.monotonic()
             if not self._ready and self.slots and all(
                     s.thread is not None and s.thread.state.connected_once for s in self.slots):
                 self._ready = True
-                self._call_hooks(self.ready_hooks)
+                self._notify("on_ready")
             if now >= next_summary:
                 next_summary = now + interval
                 self.measure_rates()
                 log.info("%s", self.summary())
-                self._call_hooks(self.tick_hooks)
-            self._call_hooks(self.wake_hooks)
+                self._notify("on_tick")
+            self._notify("on_wake")
             if until_idle is not None:
                 if self.idle() and now - self.last_activity() >= until_idle:
                     if idle_since is None:
@@ -363,7 +308,7 @@ class Bridge:
                         break
                 else:
                     idle_since = None
-        self._call_hooks(self.stopping_hooks)
+        self._notify("on_stopping")
         ok = self.shutdown()
         log.info("%s", self.summary())
         if self.fatal is not None:
@@ -373,12 +318,13 @@ class Bridge:
             log.error("%s stopped reading: %s; its messages are still on the queue", slot.name, slot.last_error)
         return 0 if ok and not halted else 1
 
-    def _call_hooks(self, hooks: list[Callable[[Bridge], None]]) -> None:
-        for hook in list(hooks):
+    def _notify(self, event: Event) -> None:
+        """Call the Observer method named `event` on every observer; one that raises is logged and kept."""
+        for observer in self.observers:
             try:
-                hook(self)
+                getattr(observer, event)(self)
             except Exception:
-                log.exception("control hook %r failed", hook)
+                log.exception("observer %s failed in %s", type(observer).__name__, event)
 
     def status(self) -> dict[str, Any]:
         """A JSON-able view of listeners, collector and counters for /status and logs."""
@@ -406,8 +352,17 @@ class Bridge:
             "fatal": str(self.fatal) if self.fatal else "",
             "listeners": listeners,
             "collector": {k: v for k, v in vars(stats).items()},
-            **{name: provide() for name, provide in self.status_hooks.items()},
+            **self._status_fields(),
         }
+
+    def _status_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for observer in self.observers:
+            try:
+                fields.update(observer.status_fields())
+            except Exception as exc:  # a broken observer must not take the status page down
+                fields[type(observer).__name__] = {"error": f"{type(exc).__name__}: {exc}"}
+        return fields
 
     def stop(self) -> None:
         """Ask the bridge to shut down. Only sets an event (safe from a signal handler)."""

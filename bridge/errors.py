@@ -78,6 +78,19 @@ class PluginError(BridgeError):
     """A plugin could not be loaded, validated or called."""
 
 
+class UnsafePluginPathError(PluginError):
+    """A plugin file or folder may be changed by someone other than the service user or root."""
+
+
+class PluginLoadError(PluginError):
+    """Running a plugin file failed; `path` and `line` point at the cause."""
+
+    def __init__(self, message: str, path: str | None, line: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
 class PreprocessorError(BridgeError):
     """A preprocessor raised while handling a message; the unit of work is rolled back."""
 
@@ -88,3 +101,30 @@ class PreprocessorError(BridgeError):
 
 class SparkUnavailableError(BridgeError):
     """Spark could not be started or reached."""
+
+
+class StatusUnreachableError(BridgeError):
+    """`mqbridge status`: the endpoint did not answer, or answered something that is not a
+    bridge's status."""
+
+
+class ServiceError(BridgeError):
+    """A service cannot be installed, removed or controlled here."""
+
+
+class BridgeExitError(BridgeError):
+    """The bridge ended with a non-zero status: the Windows service manager records a failure."""
+
+
+#: A key path in the configuration: ("listeners", 0, "batch") is listeners[0].batch.
+Loc = tuple[str | int, ...]
+
+
+class KeyedError(ValueError):
+    """Problems found by a configuration model validator, each with its key path relative to that
+    model. A ValueError (not a BridgeError) because pydantic turns it into a validation error;
+    the loader reports it as a ConfigError naming the file and the full key path."""
+
+    def __init__(self, problems: list[tuple[Loc, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(".".join(map(str, loc)) + f": {msg}" for loc, msg in problems))

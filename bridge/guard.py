@@ -13,9 +13,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from mqbridge.counters import Counters
+from mqbridge.observer import Observer
+
+if TYPE_CHECKING:
+    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +31,6 @@ RESUME_RATIO = 0.9
 
 def process_rss() -> int:
     """Resident set size of this process in bytes."""
-    import psutil
-
     return int(psutil.Process().memory_info().rss)
 
 
@@ -52,7 +56,7 @@ class IntakeGate:
         return self._open.wait(timeout)
 
 
-class MemoryGuard:
+class MemoryGuard(Observer):
     """Closes the gate above `max_rss` and opens it below `RESUME_RATIO * max_rss`.
 
     `max_rss=None` disables the guard (the gate stays open). `rss` is the measurement, a
@@ -108,6 +112,13 @@ class MemoryGuard:
         self._counters.set("memory_guard_paused", 0)
         self.gate.open()
         log.info("memory guard: %s; listeners resume intake (paused %.1fs)", why, paused_for)
+
+    def on_wake(self, bridge: Bridge) -> None:
+        """Checked on every control-loop wake-up (the bridge's observer)."""
+        self.check()
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"guard": self.status()}
 
     def status(self) -> dict[str, Any]:
         """The status page's "guard" field."""

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
+import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -122,8 +123,6 @@ def collector_families(stats: Any) -> Iterator[Metric]:
 
 def process_info() -> dict[str, Any]:
     """This process's CPU, memory, threads, open files and connections (psutil)."""
-    import psutil
-
     proc = psutil.Process()
     with proc.oneshot():
         cpu = proc.cpu_times()

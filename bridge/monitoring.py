@@ -1,13 +1,13 @@
 """The monitoring endpoint (`[monitoring] listen`): /metrics, /status and /healthz over HTTP.
 
-    /metrics   Prometheus text (bridge.metrics.BridgeMetrics, rendered at scrape time)
+    /metrics   Prometheus text (mqbridge.metrics.BridgeMetrics, rendered at scrape time)
     /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
     /healthz   200 "ok" while every listener thread is connected and Spark is reachable,
                else 503 with one problem per line
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
 interfaces unless configured); port 0 picks a free port, readable from `port` afterwards.
-`run_bridge` starts it after the bridge has started and stops it on the way out.
+`App.run` (mqbridge.app) starts it after the bridge has started and stops it on the way out.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,10 @@ from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
 from mqbridge.health import SparkProbe, health_problems
 from mqbridge.metrics import BridgeMetrics, process_info
+from mqbridge.observer import Observer
 
 if TYPE_CHECKING:
+    from mqbridge.config import MonitoringSection
     from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
@@ -88,38 +91,47 @@ class ListenerRates:
         self.rates: dict[str, float] = {}
 
     def update(self, bridge: Bridge) -> None:
-        """A control tick hook."""
+        """Once per control tick."""
         for cfg in bridge.config.listeners:
             label = f"{cfg.source}:{cfg.queue}"
             meter = self._meters.setdefault(label, RateMeter())
             self.rates[label] = round(meter.rate(bridge.counters.total("messages_committed", listener=label)), 2)
 
 
-class MonitoringServer:
-    """The HTTP endpoint of one bridge. `start()` binds and serves from a named thread."""
+class MonitoringServer(Observer):
+    """The HTTP endpoint of one bridge. `start()` binds and serves from a named thread.
 
-    def __init__(self, bridge: Bridge, host: str, port: int) -> None:
+    It is also one of the bridge's observers: per-listener rates every tick, and the "spark" and
+    "process" fields of the status page. `session` returns the running SparkSession or None; the
+    probe never starts one.
+    """
+
+    def __init__(self, bridge: Bridge, host: str, port: int, *,
+                 session: Callable[[], Any] = lambda: None) -> None:
         self.bridge = bridge
         self.host = host
         self.requested_port = port
-        self.probe = SparkProbe(lambda: bridge.spark_session, max_age=bridge.config.bridge.control_interval)
+        self.probe = SparkProbe(session, max_age=bridge.config.bridge.control_interval)
         self.rates = ListenerRates()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BridgeMetrics(bridge.counters, bridge.collector.stats, self._health_view))
-        bridge.status_hooks["spark"] = self.probe.status
-        bridge.status_hooks["process"] = process_info
-        bridge.tick_hooks.append(self.rates.update)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_bridge(cls, bridge: Bridge) -> MonitoringServer | None:
+    def for_bridge(cls, bridge: Bridge, section: MonitoringSection, *,
+                   session: Callable[[], Any] = lambda: None) -> MonitoringServer | None:
         """The server `[monitoring] listen` asks for, or None when it is disabled ("")."""
-        section = bridge.config.monitoring
         if not section.enabled:
             return None
         assert section.host is not None and section.port is not None
-        return cls(bridge, section.host, section.port)
+        return cls(bridge, section.host, section.port, session=session)
+
+    def on_tick(self, bridge: Bridge) -> None:
+        self.rates.update(bridge)
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"spark": self.probe.status(), "process": process_info()}
 
     @property
     def port(self) -> int:

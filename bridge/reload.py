@@ -1,9 +1,9 @@
 """Reload the configuration file on request (SIGHUP, a Windows parameter-change control).
 
-The request only sets `Bridge.reload_event`; the control thread calls the bridge's reload hooks
-(`ConfigReloader.reload` among them) on its next wake-up (at most 0.25 s later), so nothing runs
-inside a signal handler. Plugins are not reloaded here: the plugin host rescans its folders on
-every tick and on the same request (`PluginHost.on_reload`).
+The request only sets `Bridge.reload_event`; the control thread tells its observers (`on_reload`,
+this reloader among them) on its next wake-up (at most 0.25 s later), so nothing runs inside a
+signal handler. Plugins are not reloaded here: the plugin host rescans its folders on every tick
+and on the same request (`PluginHost.on_reload`), through the same code path.
 
 The configuration file is read and validated again. Keys in `APPLIED` take effect at once; every
 other changed key is listed in one warning as needing a restart (names only, never values: they
@@ -16,7 +16,9 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config import BridgeConfig, load_config
 from mqbridge.errors import ConfigError
+from mqbridge.observer import Observer
 
 if TYPE_CHECKING:
     from mqbridge.control import Bridge
@@ -24,16 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _apply_level(_bridge: Bridge, new: Any) -> None:
+def _apply_level(_bridge: Bridge, new: BridgeConfig) -> None:
     logging.getLogger().setLevel(getattr(logging, new.logging.level))
 
 
-def _apply_max_rss(bridge: Bridge, new: Any) -> None:
+def _apply_max_rss(bridge: Bridge, new: BridgeConfig) -> None:
     bridge.guard.set_limit(new.bridge.max_rss)
 
 
 #: Key paths that can change while running, and how to apply them to the running bridge.
-APPLIED: dict[str, Callable[[Bridge, Any], None]] = {"logging.level": _apply_level,
+APPLIED: dict[str, Callable[[Bridge, BridgeConfig], None]] = {"logging.level": _apply_level,
                                                      "bridge.max_rss": _apply_max_rss}
 
 
@@ -51,50 +53,44 @@ def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
-def _dump(config: Any) -> dict[str, Any]:
+def _dump(config: BridgeConfig) -> dict[str, Any]:
     # Secret fields dump as "**********" whatever their value, so a changed password would be
     # missed; compare their plain values instead (they never leave this function).
     data: dict[str, Any] = dict(flatten(config.model_dump(mode="json", by_alias=True)))
-    for name, source in getattr(config, "sources", {}).items():
-        password = getattr(source, "password", None)
-        if password is not None and hasattr(password, "get_secret_value"):
+    for name, source in config.sources.items():
+        password = source.password
+        if password is not None:
             data[f"sources.{name}.password"] = password.get_secret_value()
     return data
 
 
-def changed_keys(old: Any, new: Any) -> list[str]:
+def changed_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
     """Key paths whose values differ between two configurations (added and removed included)."""
     before, after = _dump(old), _dump(new)
     return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
 
 
-class ConfigReloader:
-    """The bridge's reload hook for the configuration file (see the module docstring)."""
+class ConfigReloader(Observer):
+    """The bridge's observer that re-reads the configuration file (see the module docstring)."""
 
-    def __init__(self, load: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, load: Callable[[str], BridgeConfig] = load_config) -> None:
         self._load = load
         self.pending_restart: list[str] = []  # changed keys that wait for a restart
 
-    def reload(self, bridge: Bridge) -> None:
+    def on_reload(self, bridge: Bridge) -> None:
         """Re-read the configuration file of `bridge` and apply it (control thread)."""
-        log.info("reload requested")
-        path = getattr(bridge.config, "path", None)
+        path = bridge.config.path
         if path is None:
             log.warning("reload: the configuration was not read from a file; nothing to re-read")
             return
-        load = self._load
-        if load is None:
-            from mqbridge.config import load_config
-
-            load = load_config
         try:
-            new = load(str(path))
+            new = self._load(str(path))
         except ConfigError as exc:
             log.error("reload: configuration not reloaded, the running one stays in force: %s", exc)
             return
         self.apply(bridge, new)
 
-    def apply(self, bridge: Bridge, new: Any) -> None:
+    def apply(self, bridge: Bridge, new: BridgeConfig) -> None:
         """Apply the changes of `new` that are safe while running; report the others."""
         old = bridge.config
         changed = changed_keys(old, new)

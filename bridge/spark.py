@@ -1,7 +1,7 @@
 """Spark: the one SparkSession of the process, and the executor that appends bulks to Parquet tables.
 
-A bulk becomes a pyarrow.Table with an explicit schema (the landed row schema of
-ARCHITECTURE.md), then a DataFrame (`spark.createDataFrame(arrow_table)`), then one append to
+A bulk becomes a pyarrow.Table with an explicit schema (the landed row schema: `LANDED_COLUMNS`,
+documented in the README's "What lands"), then a DataFrame (`spark.createDataFrame(arrow_table)`), then one append to
 `<warehouse>/<table>` partitioned by `put_date`.
 
 JSON types are checked twice, because neither check alone is strict enough:
@@ -33,6 +33,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
+from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.errors import ConfigError, SparkUnavailableError
 from mqbridge.message import Bulk, Message, MessageResult
 
@@ -136,6 +137,35 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     return spark
 
 
+class SparkSessions:
+    """The process's SparkSession for one `[spark]` section: started on first `get()` (when the
+    bridge starts its executors), never by a health probe (`current` is None until then)."""
+
+    def __init__(self, section: SparkSection, session: SparkSession | None = None) -> None:
+        self.section = section
+        self._session = session
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> SparkSession | None:
+        """The session if one was given or started, else None."""
+        return self._session
+
+    def get(self) -> SparkSession:
+        """The session, started now if needed (SparkUnavailableError if it cannot be)."""
+        with self._lock:
+            if self._session is None:
+                s = self.section
+                self._session = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
+                                                     conf=s.conf)
+            return self._session
+
+
+def executors_for(spark: SparkSession, warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[str, SparkExecutor]:
+    """One executor per configured message type."""
+    return {name: SparkExecutor(spark, warehouse, name, type_cfg) for name, type_cfg in types.items()}
+
+
 def _java_hint(remote: str | None) -> str:
     """Why a local Spark could not start, when the cause is the usual one: no Java."""
     if remote:
@@ -216,20 +246,16 @@ class SparkExecutor:
     `rows_written`, `bytes_written` (bytes of landed bodies) and `writes` are totals.
     """
 
-    def __init__(self, spark: SparkSession, warehouse: Path, message_type: str, table: str,
-                 format: str = "raw", schema_ddl: str | None = None) -> None:
-        if format not in ("raw", "json"):
-            raise ConfigError(f"types.{message_type}.format: must be 'raw' or 'json', not {format!r}")
-        if format == "json" and not schema_ddl:
-            raise ConfigError(f"types.{message_type}.schema: required when format = 'json'")
-        if format == "raw" and schema_ddl:
-            raise ConfigError(f"types.{message_type}.schema: only used with format = 'json'")
+    def __init__(self, spark: SparkSession, warehouse: Path, message_type: str, config: TypeConfig) -> None:
+        # `config` was validated at load (format and schema agree, the table is a valid name);
+        # only the DDL itself needs Spark's own parser, hence a session, to be checked.
         self.spark = spark
         self.message_type = message_type
-        self.table = table
-        self.format = format
-        self.schema: StructType | None = parse_schema(message_type, schema_ddl) if schema_ddl else None
-        self._path = Path(warehouse) / table
+        self.table = config.table or message_type
+        self.format = config.format
+        self.schema: StructType | None = (parse_schema(message_type, config.schema_ddl)
+                                          if config.schema_ddl else None)
+        self._path = Path(warehouse) / self.table
         self._lock = _path_lock(self._path.absolute())
         self.last_write_seconds = 0.0
         self.rows_written = 0

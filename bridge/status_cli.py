@@ -12,25 +12,25 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from mqbridge.config import BridgeConfig
+from mqbridge.errors import StatusUnreachableError
+
 DEFAULT_URL = "http://127.0.0.1:9464"
 EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREACHABLE = 0, 1, 3
 # A wildcard listen address is reached through the loopback address of its family.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
-class Unreachable(Exception):
-    """The endpoint did not answer, or answered something that is not a bridge's status."""
-
-
-def url_from_config(config: Any) -> str:
-    """The endpoint URL of a configuration's `[monitoring] listen`. Raises Unreachable when the
+def url_from_config(config: BridgeConfig) -> str:
+    """The endpoint URL of a configuration's `[monitoring] listen`. Raises StatusUnreachableError when the
     configuration disables monitoring or lets the port be chosen at run time."""
     section = config.monitoring
     where = config.path or "the configuration"
     if not section.enabled:
-        raise Unreachable(f'monitoring is disabled in {where} ([monitoring] listen = ""); give --url')
+        raise StatusUnreachableError(f'monitoring is disabled in {where} ([monitoring] listen = ""); give --url')
+    assert section.host is not None  # enabled: listen = "host:port"
     if section.port == 0:
-        raise Unreachable(f"{where} listens on port 0 (any free port); give --url")
+        raise StatusUnreachableError(f"{where} listens on port 0 (any free port); give --url")
     host = _WILDCARDS.get(section.host, section.host)
     return f"http://{f'[{host}]' if ':' in host else host}:{section.port}"
 
@@ -43,7 +43,7 @@ def _get(url: str, timeout: float) -> tuple[int, bytes]:
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise Unreachable(f"no bridge answers at {url}: {reason}") from exc
+        raise StatusUnreachableError(f"no bridge answers at {url}: {reason}") from exc
 
 
 def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
@@ -55,7 +55,7 @@ def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
     except ValueError:
         status = None
     if code != 200 or not isinstance(status, dict) or "listeners" not in status:
-        raise Unreachable(f"{base}/status answered HTTP {code} without a bridge status; is this an mqbridge endpoint?")
+        raise StatusUnreachableError(f"{base}/status answered HTTP {code} without a bridge status; is this an mqbridge endpoint?")
     health_code, health_body = _get(base + "/healthz", timeout)
     return status, health_code, health_body.decode("utf-8", "replace")
 
@@ -118,7 +118,7 @@ def run_status(url: str, timeout: float = 5.0) -> tuple[int, str]:
     """(exit code, text to print) for `mqbridge status`."""
     try:
         status, code, body = fetch(url, timeout)
-    except Unreachable as exc:
+    except StatusUnreachableError as exc:
         return EXIT_UNREACHABLE, f"mqbridge status: {exc}"
     # /status and /healthz are two moments: healthy only if both say so, with both's problems.
     problems = list((status.get("health") or {}).get("problems", []))

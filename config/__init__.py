@@ -9,7 +9,7 @@ directory (`cfg.base_dir`). Secrets are `pydantic.SecretStr`: call `.get_secret_
 
 from __future__ import annotations
 
-from mqbridge.config.base import KeyedError, parse_duration, parse_size
+from mqbridge.config.base import parse_duration, parse_size
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.schema import (
     DEFAULT_BACKOUT_THRESHOLD,
@@ -25,6 +25,7 @@ from mqbridge.config.schema import (
     TypeConfig,
 )
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.errors import KeyedError
 
 __all__ = [
     "DEFAULT_BACKOUT_THRESHOLD",

@@ -1,5 +1,6 @@
-"""Building blocks of the configuration models: the strict base model, `KeyedError`, duration and
-size units, and the table directory rule.
+"""Building blocks of the configuration models: the strict base model, duration and size units,
+and the table directory rule. Validators report problems with key paths as
+`mqbridge.errors.KeyedError`.
 
 Durations are seconds (float), sizes are bytes (int, binary multiples: 1 KB = 1024 bytes).
 """
@@ -70,18 +71,6 @@ def check_table(value: str) -> None:
     if not _TABLE.fullmatch(value):
         raise ValueError(f"{value!r} is not a safe table directory (letters, digits, _ . - and / between "
                          "parts; no '..', no absolute path)")
-
-
-#: A key path: ("listeners", 0, "batch") is listeners[0].batch.
-Loc = tuple[str | int, ...]
-
-
-class KeyedError(ValueError):
-    """Problems found by a model validator, each with its key path relative to that model."""
-
-    def __init__(self, problems: list[tuple[Loc, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(".".join(map(str, loc)) + f": {msg}" for loc, msg in problems))
 
 
 class Model(BaseModel):

@@ -17,9 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mqbridge.config.base import KeyedError, Loc
 from mqbridge.config.schema import BridgeConfig
-from mqbridge.errors import ConfigError
+from mqbridge.errors import ConfigError, KeyedError, Loc
 
 if sys.version_info >= (3, 11):
     import tomllib

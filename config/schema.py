@@ -16,8 +16,6 @@ from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model
 
 from mqbridge.config.base import (
     Duration,
-    KeyedError,
-    Loc,
     Model,
     Size,
     check_table,
@@ -25,6 +23,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.sources import SourceConfig
+from mqbridge.errors import KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
 #: this one may be missing.
@@ -43,7 +42,7 @@ class BridgeSection(Model):
         default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
                                   "DEFAULT_PLUGIN_DIRS (preprocessors), which may be missing")
     max_rss: Size | None = Field(default=None, gt=0, description="Resident memory guard in bytes; None: no guard")
-    state_dir: Path = Field(default=Path("state"), description="Directory of local state (in-doubt logs...)")
+    state_dir: Path = Field(default=Path("state"), description="Directory of local state; the systemd unit makes it writable and its working directory. Nothing is kept there yet (in-doubt message ids live in memory)")
 
 
 class MonitoringSection(Model):

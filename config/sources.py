@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from mqbridge.config.base import Duration, KeyedError, Model, parse_duration
+from mqbridge.config.base import Duration, Model, parse_duration
+from mqbridge.errors import KeyedError
 
 
 class StompSourceConfig(Model):

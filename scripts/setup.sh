@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything mqbridge needs on a Debian machine: Java, ActiveMQ (started, STOMP on
 # 127.0.0.1:61613), and a virtualenv in .venv with mqbridge installed in editable mode.
+# The editable install is setuptools' *strict* mode: a tree of links under build/ that mypy and IDEs
+# can follow (the folders map to the one import root `mqbridge`); run this script again after adding
+# or renaming a module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +25,6 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 
 scripts/activemq.sh start

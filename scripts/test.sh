@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up (see setup.sh), start RabbitMQ too, and run the whole test suite against the real
-# ActiveMQ, the real RabbitMQ and local Spark.
+# Set up (see setup.sh), start RabbitMQ too, run the static checks (lint.sh), and run the whole test
+# suite against the real ActiveMQ, the real RabbitMQ and local Spark.
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/rabbitmq.sh start  # for tests/integration/test_rabbitmq.py (installs rabbitmq-server if missing)
+scripts/lint.sh
 exec .venv/bin/python -m pytest "$@"

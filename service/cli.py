@@ -8,19 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mqbridge.errors import BridgeError
+from mqbridge.errors import ServiceError
 
 DEFAULT_CONFIG = (Path(os.environ.get("PROGRAMDATA", "C:/ProgramData")) / "mqbridge" / "mqbridge.toml"
                   if sys.platform == "win32" else Path("/etc/mqbridge/mqbridge.toml"))
 
 
-class ServiceError(BridgeError):
-    """A service cannot be installed, removed or controlled here."""
-
-
 def add_parser(sub: Any) -> None:
-    """Add the `service` command to the `mqbridge` subcommands."""
+    """Add the `service` command to the `mqbridge` subcommands (entry point `mqbridge.commands`)."""
     service = sub.add_parser("service", help="install or remove the bridge as a systemd or Windows service")
+    service.set_defaults(handler=cmd_service)
     actions = service.add_subparsers(dest="action", required=True)
     for action, text in (("install", "write the systemd unit / register the Windows service"),
                          ("remove", "remove the systemd unit / the Windows service"),

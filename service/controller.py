@@ -76,7 +76,7 @@ class ServiceController:
     def _work(self, config: Any) -> None:
         run = self._run
         if run is None:
-            from mqbridge.runner import run_bridge
+            from mqbridge.app import run_bridge
 
             run = run_bridge
         try:

@@ -2,14 +2,16 @@
 
 `Notifier` sends `KEY=VALUE` lines as one datagram to the AF_UNIX socket named by `$NOTIFY_SOCKET`
 (a leading "@" is Linux's abstract namespace); it does nothing when the variable is unset, so the
-bridge can always call it. `attach_notifier` wires it into a bridge:
+bridge can always call it. `BridgeNotifier` is the bridge's observer that speaks it; the
+`mqbridge.observers` entry point `systemd` (pyproject.toml) names `observer_from_environment`, so the
+composition root adds it to every bridge that runs under systemd without core importing this package:
 
-- `READY=1` once every listener thread has connected (the bridge's ready hooks),
-- `STATUS=<one line>` every control interval (tick hooks),
+- `READY=1` once every listener thread has connected (`on_ready`),
+- `STATUS=<one line>` every control interval (`on_tick`),
 - `WATCHDOG=1` while every configured listener thread is alive and not stuck, at least every
   `$WATCHDOG_USEC / 3` (checked on every control-loop wake-up, not only on ticks, so a long
   `control_interval` cannot starve the watchdog),
-- `STOPPING=1` when shutdown begins (stopping hooks).
+- `STOPPING=1` when shutdown begins (`on_stopping`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.observer import Observer
+
 if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
     from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
@@ -92,24 +97,14 @@ def listeners_healthy(bridge: Bridge) -> bool:
         slot.alive and not slot.reported_stuck for slot in bridge.slots)
 
 
-class BridgeNotifier:
-    """The bridge's hooks that speak to systemd through a `Notifier` (see the module docstring)."""
+class BridgeNotifier(Observer):
+    """The bridge's observer that speaks to systemd through a `Notifier` (see the module docstring)."""
 
     def __init__(self, notifier: Notifier, clock: Any = time.monotonic) -> None:
         self.notifier = notifier
         self._clock = clock
         self._ready = False
         self._last_ping: float | None = None
-
-    def attach(self, bridge: Bridge) -> None:
-        """Register the hooks; nothing is registered when systemd is not listening."""
-        if not self.notifier.enabled:
-            return
-        bridge.ready_hooks.append(self.on_ready)
-        bridge.tick_hooks.append(self.on_tick)
-        bridge.stopping_hooks.append(self.on_stopping)
-        if self.notifier.watchdog_interval is not None:
-            bridge.wake_hooks.append(self.on_wake)
 
     def on_ready(self, bridge: Bridge) -> None:
         self._ready = True
@@ -136,16 +131,16 @@ class BridgeNotifier:
         self.notifier.notify(STOPPING=1, STATUS=f"draining (up to {timeout:.0f}s): {bridge.summary()}")
 
 
-def attach_notifier(bridge: Bridge, env: Mapping[str, str] | None = None) -> BridgeNotifier:
-    """Speak sd_notify for `bridge` if `$NOTIFY_SOCKET` is set (a no-op otherwise)."""
+def observer_from_environment(config: BridgeConfig | None = None,
+                              env: Mapping[str, str] | None = None) -> BridgeNotifier | None:
+    """The sd_notify observer if `$NOTIFY_SOCKET` is set (systemd is listening), else None."""
     hooks = BridgeNotifier(Notifier.from_environment(env))
-    hooks.attach(bridge)
+    if not hooks.notifier.enabled:
+        return None
     interval = hooks.notifier.watchdog_interval
     if interval is not None and interval / 2 < CONTROL_WAKEUP:  # a ping may come one wake-up late
         log.warning("sd_notify: WatchdogSec=%.2fs is too short for the control thread, which wakes every "
                     "%.2fs; use at least 2s", 3 * interval, CONTROL_WAKEUP)
-    if hooks.notifier.enabled:
-        log.info("sd_notify: %s%s", hooks.notifier.socket_path,
-                 f", watchdog every {hooks.notifier.watchdog_interval:.1f}s"
-                 if hooks.notifier.watchdog_interval else "")
+    log.info("sd_notify: %s%s", hooks.notifier.socket_path,
+             f", watchdog every {interval:.1f}s" if interval else "")
     return hooks

@@ -84,13 +84,13 @@ def _under(path: Path, roots: tuple[Path, ...]) -> bool:
 
 def default_command() -> list[str]:
     """How this installation starts the bridge: the `mqbridge` console script next to the running
-    interpreter (a virtualenv's bin/), else `<interpreter> -m bridge`. Symlinks are kept: a
+    interpreter (a virtualenv's bin/), else `<interpreter> -m mqbridge`. Symlinks are kept: a
     virtualenv's python is a symlink that must stay one."""
     interpreter = Path(os.path.abspath(sys.executable))
     script = interpreter.parent / "mqbridge"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [str(interpreter), "-m", "bridge"]
+    return [str(interpreter), "-m", "mqbridge"]
 
 
 @dataclass

@@ -24,6 +24,7 @@ import servicemanager
 import win32service
 import win32serviceutil
 
+from mqbridge.errors import BridgeExitError
 from mqbridge.service.controller import (
     RUNNING,
     STOP_PENDING,
@@ -34,10 +35,6 @@ from mqbridge.service.controller import (
 
 # STOPPED is not reported from here: pythonservice.exe reports it when SvcRun returns.
 _STATES = {RUNNING: win32service.SERVICE_RUNNING, STOP_PENDING: win32service.SERVICE_STOP_PENDING}
-
-
-class BridgeExitError(RuntimeError):
-    """The bridge ended with a non-zero status: the service manager records a failure."""
 
 
 class MqbridgeService(win32serviceutil.ServiceFramework):

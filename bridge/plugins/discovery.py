@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from mqbridge.errors import PluginError
+from mqbridge.errors import PluginError, PluginLoadError, UnsafePluginPathError
 
 #: The built-in plugins, by module name: the one place they are declared. They are found by name
 #: (core never imports `mqbridge.preprocessors`) and registered exactly like a third-party plugin.
@@ -52,19 +52,6 @@ class Source(str, enum.Enum):
     BUILTIN = "built-in"
     FOLDER = "folder"
     PACKAGE = "package"
-
-
-class UnsafePluginPathError(PluginError):
-    """A plugin file or folder may be changed by someone other than the service user or root."""
-
-
-class PluginLoadError(PluginError):
-    """Running a plugin file failed; `path` and `line` point at the cause."""
-
-    def __init__(self, message: str, path: str | None, line: int | None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.line = line
 
 
 @dataclass(frozen=True)

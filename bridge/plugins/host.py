@@ -18,9 +18,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config import DEFAULT_PLUGIN_DIRS
 from mqbridge.counters import Counters
 from mqbridge.errors import ConfigError, PluginError
 from mqbridge.message import Message, MessageResult
+from mqbridge.observer import Observer
 from mqbridge.plugins.chain import PreprocessorChain
 from mqbridge.plugins.discovery import (
     BUILTIN_PLUGINS,
@@ -44,14 +46,14 @@ from mqbridge.plugins.generation import (
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
+    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
 
-class PluginHost:
+class PluginHost(Observer):
     """Owns the plugin generations of one bridge (see the module docstring); a bridge observer."""
 
-    status_key = "plugins"
 
     def __init__(self, plugin_dirs: Sequence[Path] = (), requests: Sequence[ChainRequest] = (), *,
                  counters: Counters | None = None, disabled: Collection[str] | None = None,
@@ -84,10 +86,6 @@ class PluginHost:
     @classmethod
     def from_config(cls, config: BridgeConfig, *, counters: Counters | None = None) -> PluginHost:
         """The host of `config`: its plugin folders (relative to the file) and listener chains."""
-        from mqbridge.config import (
-            DEFAULT_PLUGIN_DIRS,  # here: the plugin host alone does not load the configuration package
-        )
-
         dirs = config.bridge.plugin_dirs
         return cls([config.resolve_path(p) for p in (DEFAULT_PLUGIN_DIRS if dirs is None else dirs)],
                    requests_from_config(config), counters=counters, known_types=list(config.types),
@@ -224,11 +222,11 @@ class PluginHost:
         return True
 
     # -- the bridge's observer ---------------------------------------------------------------
-    def on_tick(self, _bridge: object) -> None:
+    def on_tick(self, bridge: Bridge) -> None:
         """Every control tick: rescan the folders."""
         self.check_for_changes()
 
-    def on_reload(self, _bridge: object) -> None:
+    def on_reload(self, bridge: Bridge) -> None:
         """A reload request (SIGHUP): rescan now, exactly like a tick."""
         if not self.check_for_changes():
             log.info("plugins: no change")
@@ -246,6 +244,9 @@ class PluginHost:
             if text not in self._observer_errors and len(self._observer_errors) < 100:
                 self._observer_errors.add(text)
                 log.error("mqbridge_result hook failed (logged once): %s", text, exc_info=exc)
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"plugins": self.status()}
 
     def status(self) -> dict[str, Any]:
         """The status page's "plugins" field."""

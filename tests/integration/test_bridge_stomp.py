@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.control import Bridge
+from mqbridge.app import build_app
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import (
     RunningBridge,
@@ -47,7 +47,7 @@ def test_two_types_over_two_queues_land_exactly_once(tmp_path: Path, spark, amq:
                       + listener(q_orders, "orders", threads=2) + listener(q_blobs, "blobs"))
 
     # When the bridge runs until idle
-    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+    assert run_until_idle(build_app(cfg, spark=spark).bridge) == 0
 
     # Then every message landed once, byte-identical, with its headers, and the queues are empty
     landing = tmp_path / "landing"
@@ -75,7 +75,7 @@ def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp
     blocker = tmp_path / "landing" / "orders"
     blocker.write_text("not a directory")
     cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener(q, "orders", threshold=1000))
-    bridge = Bridge(cfg, spark=spark)
+    bridge = build_app(cfg, spark=spark).bridge
     running = RunningBridge(bridge, until_idle=2.0)
 
     # When writes have failed a few times, the messages are still on the source queue
@@ -104,7 +104,7 @@ def test_message_failing_every_time_reaches_backout_queue_after_threshold(tmp_pa
                       + listener(q_bad, "broken", threshold=3) + listener(q_good, "good"))
 
     # When the bridge runs until idle
-    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+    assert run_until_idle(build_app(cfg, spark=spark).bridge) == 0
 
     # Then the poison message is on the backout queue after exactly 3 deliveries, with the reason
     moved = amq.drain(q_bad + ".backout")
@@ -131,7 +131,7 @@ format = "json"
 schema = "order_id STRING, amount DOUBLE"
 """ + listener(q, "orders", threshold=5))
 
-    assert run_until_idle(Bridge(cfg, spark=spark)) == 0
+    assert run_until_idle(build_app(cfg, spark=spark).bridge) == 0
 
     rows = read_table(spark, tmp_path / "landing" / "orders")
     assert sorted(r.order_id for r in rows) == sorted(f"o{i}" for i in range(40))
@@ -149,7 +149,7 @@ def test_cut_connection_is_restarted_by_the_control_thread_and_nothing_is_lost(t
     amq.put_many(q, bodies)
     cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener(q, "orders", threads=2, batch=100),
                       port=proxy.port)
-    bridge = Bridge(cfg, spark=spark)
+    bridge = build_app(cfg, spark=spark).bridge
     try:
         running = RunningBridge(bridge, until_idle=3.0)
         wait_for(lambda: bridge.counters.total("messages_committed") > 0, 120, "first commit")

@@ -18,13 +18,13 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mqbridge.app import build_app, run_bridge
 from mqbridge.cli import main
 from mqbridge.config import parse_config
 from mqbridge.config.schema import MonitoringSection
 from mqbridge.control import Bridge
 from mqbridge.logsetup import setup_from_config
 from mqbridge.monitoring import MonitoringServer
-from mqbridge.runner import build_bridge, run_bridge
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, make_config, wait_for
 from tests.support.tcpproxy import TcpProxy
@@ -82,8 +82,9 @@ def monitored(tmp_path: Path, spark: Any) -> Iterator[Any]:
     started: list[tuple[RunningBridge, MonitoringServer]] = []
 
     def start(cfg: Any) -> tuple[Bridge, MonitoringServer]:
-        bridge, _plugins = build_bridge(cfg, spark=spark)
-        monitor = MonitoringServer(bridge, "127.0.0.1", 0)
+        bridge = build_app(cfg, spark=spark).bridge  # [monitoring] listen = "": no server of its own
+        monitor = MonitoringServer(bridge, "127.0.0.1", 0, session=lambda: spark)
+        bridge.observers.append(monitor)
         running = RunningBridge(bridge)
         monitor.start()
         started.append((running, monitor))
@@ -212,7 +213,7 @@ def test_the_default_address_is_not_reachable_from_other_interfaces(tmp_path: Pa
     # address (127.0.0.2 is on `lo` on Linux), so the check never depends on the network set-up
     addresses = [*_non_loopback_addresses(), "127.0.0.2"]
     cfg = config(tmp_path, TYPE + listener_toml("/queue/x", "orders"))
-    monitor = MonitoringServer(Bridge(cfg, executors={}), str(default.host), 0)
+    monitor = MonitoringServer(build_app(cfg, executors={}).bridge, str(default.host), 0)
     monitor.start()
     try:
         # Then it answers on loopback and nowhere else
@@ -269,7 +270,7 @@ file = "{log_file}"
 """, source=f'user = "bridge"\npassword = "{secret}"')
     setup_from_config(cfg, force=True)
     # When the bridge runs and also logs its configuration and status in every way it can
-    bridge, _plugins = build_bridge(cfg, spark=spark)
+    bridge = build_app(cfg, spark=spark).bridge
     running = RunningBridge(bridge, until_idle=1.0)
     log = logging.getLogger("tests.secret")
     log.debug("configuration: %r", cfg)

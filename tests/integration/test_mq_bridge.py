@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mqbridge.app import build_app
 from mqbridge.control import Bridge
 from mqbridge.listeners.mq import MqSource
 from mqbridge.source import InDoubtLog, SourceContext
@@ -71,7 +72,7 @@ def mq_bridge(cfg: Any, spark: Any, in_doubt: InDoubtLog | None = None) -> Bridg
         return MqSource(listener_cfg.source, cfg.sources[listener_cfg.source], listener_cfg.queue,
                         listener=listener_cfg, driver=pymqi_fake, in_doubt=log)
 
-    return Bridge(cfg, spark=spark, source_factory=factory)
+    return build_app(cfg, spark=spark, source_factory=factory).bridge
 
 
 def test_every_message_lands_exactly_once_with_its_mqmd_and_properties(tmp_path: Path, spark, qm) -> None:

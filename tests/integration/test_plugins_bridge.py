@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from mqbridge.app import build_app
 from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
 from mqbridge.plugins import PluginHost
 from mqbridge.preprocessors.envelope import parse_envelope
-from mqbridge.runner import build_bridge
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import (
     RunningBridge,
@@ -170,7 +170,8 @@ def test_plugin_changed_mid_stream_each_unit_of_work_runs_one_version(tmp_path: 
     q = unique_queue("reload")
     write_plugin(tmp_path, "stamp", STAMP.format(version="v1"))
     cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["stamp"]', threads=2, batch=10))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
     producer = Producer(q)
     producer.start()
     running = RunningBridge(bridge)
@@ -213,7 +214,8 @@ def test_syntax_error_over_a_working_plugin_keeps_the_old_version_until_fixed(tm
     q = unique_queue("broken")
     write_plugin(tmp_path, "stamp", STAMP.format(version="v1"))
     cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["stamp"]'))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
     running = RunningBridge(bridge)
     committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
     try:
@@ -255,7 +257,8 @@ def test_consuming_preprocessor_removes_messages_that_never_land(tmp_path: Path,
     drop = [f"drop{i}".encode() for i in range(15)]
     amq.put_many(q, [b for pair in zip(keep, drop, strict=True) for b in pair])
     cfg = plugin_config(tmp_path, types("orders") + listener(q, "orders", '["drop"]'))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
     assert run_until_idle(bridge) == 0
     host.close()
 
@@ -273,7 +276,8 @@ def test_raising_preprocessor_rolls_back_calls_on_submit_error_and_backs_out(tmp
     amq.put_many(q, [b"good1", b"bad", b"good2"])
     cfg = plugin_config(tmp_path, types("orders") + listener(
         q, "orders", f'[{{name = "explode", log = "{log}"}}]', batch=1, threshold=2))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
 
     # When the bridge runs until idle
     assert run_until_idle(bridge) == 0
@@ -303,7 +307,8 @@ def test_a_poison_message_inside_a_unit_is_returned_alone_and_its_neighbours_lan
     amq.put_many(q, goods[:15] + [b"bad"] + goods[15:], headers={"x-k": "v"})
     cfg = plugin_config(tmp_path, types("orders") + listener(
         q, "orders", f'[{{name = "explode", log = "{tmp_path / "undo.log"}"}}]', batch=20, threshold=3))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
 
     # When the bridge runs until idle
     assert run_until_idle(bridge) == 0
@@ -341,7 +346,8 @@ def test_classify_routes_one_queue_into_several_tables_and_observers_see_results
     chain = ('[{name = "jsonpath", path = "$.kind", types = {order = "orders", invoice = "invoices"}}, '
              '"envelope"]')
     cfg = plugin_config(tmp_path, types("orders", "invoices", "memos", "other") + listener(q, "other", chain))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
 
     assert run_until_idle(bridge) == 0
     host.close()
@@ -370,7 +376,8 @@ def test_envelope_lands_parseable_with_every_field_and_exact_bodies(tmp_path: Pa
                                      "ReplyToQMgr": "QM2", "put-application": "shop", "user-id": "alice"})
     chain = '["envelope"]' if fmt == "xml" else '[{name = "envelope", format = "json"}]'
     cfg = plugin_config(tmp_path, types("docs") + listener(q, "docs", chain, threads=2, batch=2))
-    bridge, host = build_bridge(cfg, spark=spark)
+    app = build_app(cfg, spark=spark)
+    bridge, host = app.bridge, app.plugins
     assert run_until_idle(bridge) == 0
     host.close()
 

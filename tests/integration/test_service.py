@@ -60,11 +60,11 @@ def write_config(tmp_path: Path, queue: str, *, control_interval: str = "1s", sh
 
 
 class BridgeProcess:
-    """`python -m bridge run` with its output collected line by line."""
+    """`python -m mqbridge run` with its output collected line by line."""
 
     def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "run", "--config", str(config)], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
         self._reader = threading.Thread(target=self._read, name="bridge-output", daemon=True)

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mqbridge.app import build_app
 from mqbridge.collector import CollectorStats
 from mqbridge.config import parse_config
-from mqbridge.control import Bridge
 from mqbridge.counters import Counters
 from mqbridge.health import SparkProbe, health_problems
 from mqbridge.metrics import BridgeMetrics
@@ -157,7 +157,7 @@ def test_spark_probe_caches_for_max_age() -> None:
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MonitoringServer]:
     listen = getattr(request, "param", "127.0.0.1:0")
     cfg = parse_config(CONFIG.replace("{listen}", listen), str(tmp_path / "b.toml"))
-    monitor = MonitoringServer.for_bridge(Bridge(cfg, executors={}))
+    monitor = build_app(cfg, executors={}).monitor
     assert monitor is not None
     monitor.start()
     yield monitor
@@ -194,7 +194,7 @@ def test_server_binds_ipv6_loopback(server: MonitoringServer) -> None:
 
 def test_stop_closes_the_socket_and_a_taken_port_fails_clearly(server: MonitoringServer, tmp_path: Path) -> None:
     cfg = parse_config(CONFIG.replace("{listen}", f"127.0.0.1:{server.port}"), str(tmp_path / "c.toml"))
-    other = MonitoringServer.for_bridge(Bridge(cfg, executors={}))
+    other = build_app(cfg, executors={}).monitor
     assert other is not None
     with pytest.raises(Exception, match=rf"monitoring: cannot listen on http://127.0.0.1:{server.port}"):
         other.bind()
@@ -207,7 +207,7 @@ def test_stop_closes_the_socket_and_a_taken_port_fails_clearly(server: Monitorin
 
 def test_disabled_monitoring_gives_no_server(tmp_path: Path) -> None:
     cfg = parse_config(CONFIG.replace("{listen}", ""), str(tmp_path / "b.toml"))
-    assert MonitoringServer.for_bridge(Bridge(cfg, executors={})) is None
+    assert build_app(cfg, executors={}).monitor is None
 
 
 def test_status_command_url_from_config_and_unreachable_message(tmp_path: Path) -> None:

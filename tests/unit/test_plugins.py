@@ -98,7 +98,7 @@ def test_options_reach_the_preprocessor_validated(tmp_path: Path) -> None:
 
 
 def test_a_broken_file_is_reported_with_file_and_line_and_named_in_the_config_error(tmp_path: Path) -> None:
-    path = write_plugin(tmp_path, "stamp", "from bridge import hookimpl\n\ndef broken(:\n    pass\n")
+    path = write_plugin(tmp_path, "stamp", "from mqbridge import hookimpl\n\ndef broken(:\n    pass\n")
     before = dropin_modules()
     host = make_host(tmp_path, request("stamp"))
     with pytest.raises(ConfigError) as info:
@@ -120,14 +120,14 @@ def test_an_import_error_points_at_the_line_in_the_plugin(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("code", "expected"), [
     ("def mqbridge_register_preprocessors(registry):\n    pass\n",
      "mqbridge_register_preprocessors is not marked with @hookimpl"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocesors(registry):\n    pass\n",
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocesors(registry):\n    pass\n",
      "unknown hook 'mqbridge_register_preprocesors'"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_classify(message, queue):\n    pass\n",
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_classify(message, queue):\n    pass\n",
      "mqbridge_classify"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
      "    registry.add('envelope', lambda o: None)\n",
      "preprocessor 'envelope' is already registered by plugin 'envelope'"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
      "    raise RuntimeError('boom')\n",
      "mqbridge_register_preprocessors failed: RuntimeError: boom"),
 ])

@@ -61,11 +61,11 @@ def test_rewriting_the_same_content_does_not_reload(host: PluginHost, folder: Pa
 
 
 @pytest.mark.parametrize(("broken", "line", "what"), [
-    ("import bridge\n\ndef oops(:\n", 3, "SyntaxError"),
-    ("import bridge\nraise RuntimeError('half written')\n", 2, "RuntimeError: half written"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry, extra):\n    pass\n",
+    ("import mqbridge\n\ndef oops(:\n", 3, "SyntaxError"),
+    ("import mqbridge\nraise RuntimeError('half written')\n", 2, "RuntimeError: half written"),
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry, extra):\n    pass\n",
      3, "Argument(s) {'extra'}"),
-    ("from bridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
+    ("from mqbridge import hookimpl\n\n@hookimpl\ndef mqbridge_register_preprocessors(registry):\n"
      "    registry.add('stamp', None)\n", 5, "factory None is not callable"),
 ])
 def test_a_broken_new_version_is_not_swapped_in_until_fixed(host: PluginHost, folder: Path, broken: str, line: int,

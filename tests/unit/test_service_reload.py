@@ -57,7 +57,7 @@ def test_a_broken_file_changes_nothing(tmp_path: Any, root_level: None, caplog: 
     path.write_text(path.read_text() + "\n[collector]\nmemroy = 1\n")
     bridge = SimpleNamespace(config=running)
     with caplog.at_level(logging.INFO, logger="mqbridge.reload"):
-        ConfigReloader().reload(bridge)
+        ConfigReloader().on_reload(bridge)
     assert "configuration not reloaded" in caplog.text and bridge.config is running
 
 

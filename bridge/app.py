@@ -1,0 +1,123 @@
+"""The composition root: the one place that turns a validated configuration into running objects.
+
+    app = build_app(load_config("bridge.toml"))   # ConfigError if a preprocessor chain cannot be built
+    exit_code = app.run(until_idle=10.0)
+
+Every other module receives its parts ready made: the supervisor (`Bridge`) gets its collector,
+memory guard, executor factory, chain and source factories and observers; each component gets its
+own typed configuration section. Source adapters are found by their `kind` string
+(`mqbridge.source.SOURCE_KINDS`) and observers from other packages (systemd's sd_notify) through the
+`mqbridge.observers` entry points, so core imports none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mqbridge import __version__
+from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
+from mqbridge.control import Bridge, ChainFactory, SourceFactory
+from mqbridge.counters import Counters
+from mqbridge.guard import MemoryGuard
+from mqbridge.monitoring import MonitoringServer
+from mqbridge.observer import Observer, installed_observers
+from mqbridge.plugins import PluginHost
+from mqbridge.reload import ConfigReloader
+from mqbridge.source import open_source
+from mqbridge.spark import SparkSessions, executors_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from mqbridge.config import BridgeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class App:
+    """A bridge and what runs beside it: plugins, Spark, the monitoring endpoint."""
+
+    config: BridgeConfig
+    bridge: Bridge
+    plugins: PluginHost
+    monitor: MonitoringServer | None  # None when [monitoring] listen = ""
+
+    def run(self, until_idle: float | None = None) -> int:
+        """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
+        code: 0 drained, 1 not drained or a listener halted, 2 fatal (configuration)."""
+        cfg = self.config
+        log.info("mqbridge %s starting: %s (%d listener threads)", __version__, cfg.path,
+                 sum(listener.threads for listener in cfg.listeners))
+        monitor = self.monitor
+        try:
+            if monitor is not None:
+                monitor.bind()  # a taken port fails here, before anything has started
+            self.bridge.start()
+            if monitor is not None:
+                monitor.start()
+            return self.bridge.run(until_idle=until_idle)
+        finally:
+            if monitor is not None:
+                monitor.stop()
+            self.plugins.close()
+
+
+def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
+              executors: Mapping[str, Executor] | None = None,
+              source_factory: SourceFactory = open_source,
+              chain_factory: ChainFactory | None = None,
+              observers: Sequence[Observer] = (),
+              counters: Counters | None = None,
+              stop_event: threading.Event | None = None,
+              reload_event: threading.Event | None = None) -> App:
+    """Build every part of a bridge from `config`; nothing is started or connected yet.
+
+    Loads the plugins and builds every listener's preprocessor chain (ConfigError if one names an
+    unknown preprocessor or gives bad options). `spark` is an existing session to use (tests, the
+    benchmark); otherwise one is started when the bridge starts. `executors` replaces the Spark
+    executors (tests); `source_factory` the adapter registry (the IBM MQ fake); `chain_factory` the
+    plugin host's preprocessor chains (tests of the listener loop). `stop_event` and
+    `reload_event` are set by signal or service control handlers.
+    """
+    counters = counters or Counters()
+    plugins = PluginHost.from_config(config, counters=counters)
+    plugins.start()
+    collector = BulkCollector(
+        CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
+                        workers=config.collector.workers),
+        {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout) for name, t in config.types.items()},
+        counters=counters,
+    )
+    for name in config.types:
+        collector.register_result_handler(plugins.observe_result, message_type=name)
+    sessions = SparkSessions(config.spark, spark)
+    warehouse = config.resolve_path(config.spark.warehouse)
+    make_executors: Callable[[], Mapping[str, Executor]] = (
+        (lambda: executors) if executors is not None
+        else (lambda: executors_for(sessions.get(), warehouse, config.types)))
+    guard = MemoryGuard(config.bridge.max_rss, counters)
+    bridge = Bridge(config, collector=collector, executors=make_executors,
+                    chain_factory=chain_factory or plugins.chain_provider,
+                    source_factory=source_factory, counters=counters, guard=guard,
+                    # Plugins before the configuration file: a reload request rescans plugins first.
+                    observers=[plugins, ConfigReloader(), guard, *observers],
+                    stop_event=stop_event, reload_event=reload_event)
+    monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
+    if monitor is not None:
+        bridge.observers.append(monitor)
+    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor)
+
+
+def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,
+               stop_event: threading.Event | None = None,
+               reload_event: threading.Event | None = None) -> int:
+    """Build and run a bridge as the CLI and the service wrappers do, with the observers that
+    installed packages contribute (sd_notify under systemd); return the exit code."""
+    app = build_app(config, stop_event=stop_event, reload_event=reload_event,
+                    observers=installed_observers(config))
+    return app.run(until_idle=until_idle)
