@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mqbridge.config import BridgeConfig
+
 TEXT_FORMAT = "%(asctime)s %(levelname)-8s %(threadName)s %(name)s: %(message)s"
 # Chatty libraries: their INFO/DEBUG lines are not what operators read (py4j logs every call).
 QUIET_LOGGERS = ("py4j", "stomp.py")
@@ -107,7 +109,7 @@ def setup_logging(level: str = "INFO", *, format: str = "text", file: Path | str
     return handler
 
 
-def setup_from_config(config: Any, level: str | None = None, *, force: bool = False) -> logging.Handler | None:
+def setup_from_config(config: BridgeConfig, level: str | None = None, *, force: bool = False) -> logging.Handler | None:
     """`setup_logging` from a configuration's `[logging]` section; `level` overrides its level.
     A relative `file` is relative to the configuration file."""
     section = config.logging

@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mqbridge.config import BridgeConfig, load_config, parse_duration
 from mqbridge.errors import ServiceError
+from mqbridge.service.controller import STOP_MARGIN
+from mqbridge.service.systemd import (
+    DEFAULT_UNIT_DIR,
+    DEFAULT_USER,
+    UnitSpec,
+    prepare_directories,
+    render_unit,
+    unit_name,
+)
 
 DEFAULT_CONFIG = (Path(os.environ.get("PROGRAMDATA", "C:/ProgramData")) / "mqbridge" / "mqbridge.toml"
                   if sys.platform == "win32" else Path("/etc/mqbridge/mqbridge.toml"))
@@ -53,29 +63,17 @@ def cmd_service(args: argparse.Namespace) -> int:
     return _install_systemd(args) if args.action == "install" else _remove_systemd(args)
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Path]:
-    from mqbridge.config import load_config
-
+def _load(args: argparse.Namespace) -> tuple[BridgeConfig, Path]:
     path = Path(os.path.abspath(args.config))
     return load_config(path), path
 
 
 def _systemd_unit_name(args: argparse.Namespace) -> str:
-    from mqbridge.service.systemd import unit_name
-
     config, _path = _load(args)
     return unit_name(config.bridge.name)
 
 
 def _install_systemd(args: argparse.Namespace) -> int:
-    from mqbridge.config import parse_duration
-    from mqbridge.service.systemd import (
-        DEFAULT_UNIT_DIR,
-        DEFAULT_USER,
-        UnitSpec,
-        prepare_directories,
-        render_unit,
-    )
 
     config, path = _load(args)
     user = args.user or DEFAULT_USER
@@ -107,8 +105,6 @@ def _install_systemd(args: argparse.Namespace) -> int:
 
 
 def _remove_systemd(args: argparse.Namespace) -> int:
-    from mqbridge.service.systemd import DEFAULT_UNIT_DIR
-
     name = _systemd_unit_name(args)
     target = (Path(args.unit_dir) if args.unit_dir else DEFAULT_UNIT_DIR) / name
     if not target.exists():
@@ -141,7 +137,5 @@ def _windows(args: argparse.Namespace) -> int:  # pragma: no cover - Windows onl
     elif args.action == "start":
         print(f"started {windows.start(name)}")
     else:
-        from mqbridge.service.controller import STOP_MARGIN
-
         print(f"stopped {windows.stop(name, config.bridge.shutdown_timeout + STOP_MARGIN)}")
     return 0

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mqbridge.app import run_bridge
+from mqbridge.config import BridgeConfig, load_config
 from mqbridge.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,8 @@ class ServiceController:
     """Runs one bridge for a service manager (see the module docstring)."""
 
     def __init__(self, config_path: str | Path, report: Reporter, *, run: Runner | None = None,
-                 load: Callable[[str], Any] | None = None,
-                 configure_logging: Callable[[Any], None] | None = None,
+                 load: Callable[[str], BridgeConfig] = load_config,
+                 configure_logging: Callable[[BridgeConfig], None] | None = None,
                  progress_every: float = 1.0) -> None:
         self.config_path = str(config_path)
         self.report = report
@@ -73,12 +75,8 @@ class ServiceController:
         """Service control PARAMCHANGE: reload plugins and the configuration file."""
         self.reload_event.set()
 
-    def _work(self, config: Any) -> None:
-        run = self._run
-        if run is None:
-            from mqbridge.app import run_bridge
-
-            run = run_bridge
+    def _work(self, config: BridgeConfig) -> None:
+        run = self._run or run_bridge
         try:
             self.exit_code = run(config, stop_event=self.stop_event, reload_event=self.reload_event)
         except ConfigError as exc:
@@ -93,13 +91,8 @@ class ServiceController:
 
     def run(self) -> int:
         """Run the bridge until it ends or a stop request has been drained; return its exit code."""
-        load = self._load
-        if load is None:
-            from mqbridge.config import load_config
-
-            load = load_config
         try:
-            config = load(self.config_path)
+            config = self._load(self.config_path)
         except ConfigError as exc:
             log.error("configuration error: %s", exc)
             return EXIT_CONFIG

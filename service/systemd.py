@@ -16,10 +16,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import mqbridge
-from mqbridge.config import DEFAULT_PLUGIN_DIRS
+from mqbridge.config import DEFAULT_PLUGIN_DIRS, BridgeConfig
 
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
 DEFAULT_USER = "mqbridge"
@@ -108,7 +107,7 @@ class UnitSpec:
     working_dir: Path | None = None
 
     @classmethod
-    def from_config(cls, config: Any, config_file: Path, *, user: str = DEFAULT_USER,
+    def from_config(cls, config: BridgeConfig, config_file: Path, *, user: str = DEFAULT_USER,
                     command: list[str] | None = None, watchdog: float | None = None) -> UnitSpec:
         """The unit of a loaded configuration. Writable: the warehouse, `state_dir` and the log
         file's directory; `watchdog` defaults to four control intervals, at least 60 s."""

@@ -24,7 +24,9 @@ import servicemanager
 import win32service
 import win32serviceutil
 
+from mqbridge.config import BridgeConfig
 from mqbridge.errors import BridgeExitError
+from mqbridge.logsetup import setup_from_config
 from mqbridge.service.controller import (
     RUNNING,
     STOP_PENDING,
@@ -78,9 +80,7 @@ class MqbridgeService(win32serviceutil.ServiceFramework):
         servicemanager.LogInfoMsg(f"{self._svc_name_}: {describe_exit(code)}")
 
 
-def _configure_logging(config: Any) -> None:
-    from mqbridge.logsetup import setup_from_config
-
+def _configure_logging(config: BridgeConfig) -> None:
     setup_from_config(config)
 
 
