@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from mqbridge.errors import ConfigError, SourceConnectionError, SourceError
-from mqbridge.listeners import mq_driver
 from mqbridge.listeners.mq import MqSource
+from mqbridge.listeners.mq import driver as mq_driver
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_testing import make_source, receive_n, source_config
 

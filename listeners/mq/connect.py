@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqbridge.errors import ConfigError
-from mqbridge.listeners.mq_driver import reason_of, wrap
-from mqbridge.listeners.mq_mapping import text
+from mqbridge.listeners.mq.driver import reason_of, wrap
+from mqbridge.listeners.mq.mapping import text
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from mqbridge.errors import (
     SourceError,
     SourceQuiescingError,
 )
-from mqbridge.listeners.mq_connect import (
+from mqbridge.listeners.mq.connect import (
     DEFAULT_MAX_UNCOMMITTED,
     check_config,
     connect_options,
@@ -45,7 +45,7 @@ from mqbridge.listeners.mq_connect import (
     open_input,
     secret,
 )
-from mqbridge.listeners.mq_driver import (
+from mqbridge.listeners.mq.driver import (
     MQRC_BACKED_OUT,
     MQRC_NO_MSG_AVAILABLE,
     MQRC_SYNCPOINT_LIMIT_REACHED,
@@ -57,9 +57,9 @@ from mqbridge.listeners.mq_driver import (
     reason_of,
     wrap,
 )
-from mqbridge.listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
-from mqbridge.listeners.mq_poison import BACKOUT, PoisonRoute
-from mqbridge.listeners.mq_unit import UnitSlot
+from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
+from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
+from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, InDoubtLog, SourceContext
 
