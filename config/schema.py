@@ -256,6 +256,10 @@ class BridgeConfig(Model):
                     and not listener.backout_queue:
                 problems.append(((*where, "backout_queue"), "required for a stomp source when "
                                                             "backout_threshold > 0 (or set backout_threshold = 0)"))
+            # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
+            if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
+                problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "
+                                                    "IBM MQ queue name"))
             first = seen.setdefault((listener.source, listener.queue), index)
             if first != index:
                 problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))

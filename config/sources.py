@@ -88,6 +88,9 @@ class MqSourceConfig(Model):
 
     @model_validator(mode="after")
     def _check_password(self) -> MqSourceConfig:
+        if self.user and self.password is None:
+            raise KeyedError([(("password",), "required when user is set (MQCSP authenticates a user with a "
+                                              "password)")])
         if self.password is not None and not self.cipher_spec and not self.allow_plaintext_password:
             raise KeyedError([(("password",), "set without cipher_spec: without TLS the MQCSP password travels "
                                               "in clear; set cipher_spec and key_repository, or "
