@@ -24,7 +24,7 @@ from mqbridge.config.schema import (
     SparkSection,
     TypeConfig,
 )
-from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.sources import MemorySourceConfig, MqSourceConfig, SourceConfig, StompSourceConfig
 
 __all__ = [
     "DEFAULT_BACKOUT_THRESHOLD",
@@ -35,6 +35,7 @@ __all__ = [
     "KeyedError",
     "ListenerConfig",
     "LoggingSection",
+    "MemorySourceConfig",
     "MonitoringSection",
     "MqSourceConfig",
     "PreprocessorRef",

@@ -252,9 +252,10 @@ class BridgeConfig(Model):
             if listener.message_type not in self.types:
                 problems.append(((*where, "message_type"), f"unknown message type {listener.message_type!r} "
                                                            f"(configured: {', '.join(self.types)})"))
-            if source is not None and source.kind == "stomp" and listener.backout_threshold != 0 \
+            # Sources whose listener loop counts deliveries need a queue to move poison messages to.
+            if source is not None and source.kind in ("stomp", "memory") and listener.backout_threshold != 0 \
                     and not listener.backout_queue:
-                problems.append(((*where, "backout_queue"), "required for a stomp source when "
+                problems.append(((*where, "backout_queue"), f"required for a {source.kind} source when "
                                                             "backout_threshold > 0 (or set backout_threshold = 0)"))
             # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
             if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:

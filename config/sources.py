@@ -98,4 +98,12 @@ class MqSourceConfig(Model):
         return self
 
 
-SourceConfig = Annotated[StompSourceConfig | MqSourceConfig, Field(discriminator="kind")]
+class MemorySourceConfig(Model):
+    """`[sources.<name>]` with kind = "memory": a broker inside the process, for tests and demos
+    (`mqbridge.listeners.memory`); its messages are lost when the process ends."""
+
+    kind: Literal["memory"] = Field(default="memory", description="Source kind")
+    broker: str = Field(default="default", min_length=1, description="Name of the in-process broker")
+
+
+SourceConfig = Annotated[StompSourceConfig | MqSourceConfig | MemorySourceConfig, Field(discriminator="kind")]
