@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/rabbitmq.sh start  # for tests/integration/test_rabbitmq.py (installs rabbitmq-server if missing)
+scripts/rabbitmq.sh start  # for tests/contract/test_rabbitmq.py (installs rabbitmq-server if missing)
 exec .venv/bin/python -m pytest "$@"
