@@ -34,7 +34,7 @@ def connect_options(cmqc: Any, reconnect: bool | str) -> int:
     choices = {"as_def": cmqc.MQCNO_RECONNECT_AS_DEF, True: cmqc.MQCNO_RECONNECT, "any": cmqc.MQCNO_RECONNECT,
                "qmgr": cmqc.MQCNO_RECONNECT_Q_MGR, False: cmqc.MQCNO_RECONNECT_DISABLED,
                "disabled": cmqc.MQCNO_RECONNECT_DISABLED}
-    return getattr(cmqc, "MQCNO_CLIENT_BINDING", 0) | choices[reconnect]
+    return int(getattr(cmqc, "MQCNO_CLIENT_BINDING", 0)) | int(choices[reconnect])
 
 
 def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: MqSourceConfig, options: int) -> Any:
