@@ -67,16 +67,6 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def config_secrets(config: Any) -> list[str]:
-    """Every password of the configuration's sources, as plain text (for `RedactSecrets`)."""
-    secrets = []
-    for source in getattr(config, "sources", {}).values():
-        password = getattr(source, "password", None)
-        if password is not None:
-            secrets.append(password.get_secret_value())
-    return secrets
-
-
 def setup_logging(level: str = "INFO", *, format: str = "text", file: Path | str | None = None,
                   max_bytes: int = 50 * 2**20, backup_count: int = 5,
                   secrets: Iterable[str] = (), force: bool = False) -> logging.Handler | None:
@@ -116,4 +106,4 @@ def setup_from_config(config: BridgeConfig, level: str | None = None, *, force: 
     file = config.resolve_path(section.file) if section.file is not None else None
     return setup_logging(level or section.level, format=section.format, file=file,
                          max_bytes=section.max_bytes, backup_count=section.backup_count,
-                         secrets=config_secrets(config), force=force)
+                         secrets=config.secrets().values(), force=force)

@@ -57,10 +57,7 @@ def _dump(config: BridgeConfig) -> dict[str, Any]:
     # Secret fields dump as "**********" whatever their value, so a changed password would be
     # missed; compare their plain values instead (they never leave this function).
     data: dict[str, Any] = dict(flatten(config.model_dump(mode="json", by_alias=True)))
-    for name, source in config.sources.items():
-        password = source.password
-        if password is not None:
-            data[f"sources.{name}.password"] = password.get_secret_value()
+    data.update(config.secrets())
     return data
 
 

@@ -24,7 +24,7 @@ from mqbridge.config.schema import (
     SparkSection,
     TypeConfig,
 )
-from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.sources import MemorySourceConfig, MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.errors import KeyedError
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "KeyedError",
     "ListenerConfig",
     "LoggingSection",
+    "MemorySourceConfig",
     "MonitoringSection",
     "MqSourceConfig",
     "PreprocessorRef",

@@ -22,7 +22,7 @@ from mqbridge.config.base import (
     parse_duration,
     parse_size,
 )
-from mqbridge.config.sources import SourceConfig
+from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.errors import KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -251,10 +251,15 @@ class BridgeConfig(Model):
             if listener.message_type not in self.types:
                 problems.append(((*where, "message_type"), f"unknown message type {listener.message_type!r} "
                                                            f"(configured: {', '.join(self.types)})"))
-            if source is not None and source.kind == "stomp" and listener.backout_threshold != 0 \
+            # Sources whose listener loop counts deliveries need a queue to move poison messages to.
+            if source is not None and source.kind in ("stomp", "memory") and listener.backout_threshold != 0 \
                     and not listener.backout_queue:
-                problems.append(((*where, "backout_queue"), "required for a stomp source when "
+                problems.append(((*where, "backout_queue"), f"required for a {source.kind} source when "
                                                             "backout_threshold > 0 (or set backout_threshold = 0)"))
+            # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
+            if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
+                problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "
+                                                    "IBM MQ queue name"))
             first = seen.setdefault((listener.source, listener.queue), index)
             if first != index:
                 problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))
@@ -276,3 +281,12 @@ class BridgeConfig(Model):
         """`path` made absolute: `~` expanded, relative paths taken from `base_dir`."""
         path = Path(path).expanduser()
         return path if path.is_absolute() else self.base_dir / path
+
+    def secrets(self) -> dict[str, str]:
+        """The plain text of every secret, by key path ("sources.amq.password"): for redaction
+        (`mqbridge.logsetup`) and change detection (`mqbridge.reload`) only, never for output."""
+        found: dict[str, str] = {}
+        for name, source in self.sources.items():
+            if isinstance(source, (StompSourceConfig, MqSourceConfig)) and source.password is not None:
+                found[f"sources.{name}.password"] = source.password.get_secret_value()
+        return found

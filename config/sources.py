@@ -89,6 +89,9 @@ class MqSourceConfig(Model):
 
     @model_validator(mode="after")
     def _check_password(self) -> MqSourceConfig:
+        if self.user and self.password is None:
+            raise KeyedError([(("password",), "required when user is set (MQCSP authenticates a user with a "
+                                              "password)")])
         if self.password is not None and not self.cipher_spec and not self.allow_plaintext_password:
             raise KeyedError([(("password",), "set without cipher_spec: without TLS the MQCSP password travels "
                                               "in clear; set cipher_spec and key_repository, or "
@@ -96,4 +99,12 @@ class MqSourceConfig(Model):
         return self
 
 
-SourceConfig = Annotated[StompSourceConfig | MqSourceConfig, Field(discriminator="kind")]
+class MemorySourceConfig(Model):
+    """`[sources.<name>]` with kind = "memory": a broker inside the process, for tests and demos
+    (`mqbridge.listeners.memory`); its messages are lost when the process ends."""
+
+    kind: Literal["memory"] = Field(default="memory", description="Source kind")
+    broker: str = Field(default="default", min_length=1, description="Name of the in-process broker")
+
+
+SourceConfig = Annotated[StompSourceConfig | MqSourceConfig | MemorySourceConfig, Field(discriminator="kind")]

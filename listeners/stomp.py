@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 # Headers that become columns of the landed row (or are per-delivery plumbing).
 _COLUMN_HEADERS = {"message-id", "destination", "timestamp", "ack", "subscription", "content-length",
                    "redelivered", "correlation-id"}
+# Frame plumbing of the SEND that RabbitMQ passes on to the MESSAGE (measured on 3.10: a copy given
+# back in a transaction arrives with `transaction`, a producer's `receipt` arrives too): not message
+# headers, so they never reach the landed row.
+_SEND_FRAME_HEADERS = {"transaction", "receipt"}
 # Headers not copied to a backout message: the broker sets them anew on SEND.
 _NOT_COPIED = _COLUMN_HEADERS | {"expires", "persistent", "transaction", "receipt", "x-delivery-count"}
 # A copy given back to the source queue keeps persistence, expiry and priority.
@@ -240,7 +244,8 @@ class StompSource:
             received_timestamp=utcnow(),
             redelivered=requeued or h.get("redelivered") == "true",
             delivery_count=count,
-            headers={k: v for k, v in h.items() if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS},
+            headers={k: v for k, v in h.items()
+                     if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS and k not in _SEND_FRAME_HEADERS},
             token=h.get("ack", msg_id),
         )
 

@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/rabbitmq.sh start  # for tests/integration/test_rabbitmq.py (installs rabbitmq-server if missing)
+scripts/rabbitmq.sh start  # for tests/contract/test_rabbitmq.py (installs rabbitmq-server if missing)
 scripts/lint.sh
 exec .venv/bin/python -m pytest "$@"

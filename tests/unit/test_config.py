@@ -277,6 +277,34 @@ def test_mq_password_is_accepted_with_tls_or_explicit_consent() -> None:
         assert isinstance(cfg.sources["amq"], MqSourceConfig)
 
 
+MQ = TYPES + '[sources.qm]\nkind = "mq"\nqueue_manager = "QM1"\nconn_name = "h(1414)"\n'
+MQ_LISTENER = LISTENER.replace('"amq"', '"qm"').replace('"/queue/orders"', '"ORDERS"')
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ('user = "app"', "demo.toml: sources.qm.password: required when user is set"),
+    ('password = "pw"', "demo.toml: sources.qm.password: set without cipher_spec"),
+    ('queue_manager = "' + "Q" * 49 + '"', "demo.toml: sources.qm.queue_manager: String should have at most 48"),
+    ('channel = ""', "demo.toml: sources.qm.channel: String should have at least 1 character"),
+    ('channel = "' + "C" * 21 + '"', "demo.toml: sources.qm.channel: String should have at most 20"),
+    ('conn_name = ""', "demo.toml: sources.qm.conn_name: String should have at least 1 character"),
+    ('conn_name = "' + "h" * 260 + '(1414)"', "demo.toml: sources.qm.conn_name: String should have at most 264"),
+])
+def test_mq_settings_the_queue_manager_would_refuse_are_config_errors(extra: str, expected: str) -> None:
+    # Given one extra (or overriding) key; TOML refuses a key written twice, so drop the default first
+    key = extra.split(" = ")[0]
+    text = "\n".join(line for line in MQ.splitlines() if not line.startswith(key + " =")) + "\n" + extra + "\n"
+    assert error(text + MQ_LISTENER).startswith(expected)
+
+
+def test_mq_queue_names_are_at_most_48_bytes() -> None:
+    assert parse(MQ + MQ_LISTENER.replace('"ORDERS"', '"' + "Q" * 48 + '"'))
+    message = error(MQ + MQ_LISTENER.replace('"ORDERS"', '"' + "Q" * 47 + 'é"'))
+    assert message.startswith("demo.toml: listeners[0].queue: ") and "longer than 48 bytes" in message
+    # A STOMP destination is not an MQ queue name
+    assert parse(MINIMAL.replace('"/queue/orders"', '"/queue/' + "o" * 60 + '"'))
+
+
 @pytest.mark.parametrize("value, expected", [("true", True), ("false", False), ('"qmgr"', "qmgr"), ('"ANY"', "any")])
 def test_mq_reconnect_values(value: str, expected: object) -> None:
     text = TYPES + f'[sources.qm]\nkind = "mq"\nqueue_manager = "Q"\nconn_name = "h(1)"\nreconnect = {value}\n'

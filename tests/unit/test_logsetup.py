@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mqbridge.config import parse_config
-from mqbridge.logsetup import JsonFormatter, RedactSecrets, config_secrets, setup_from_config, setup_logging
+from mqbridge.logsetup import JsonFormatter, RedactSecrets, setup_from_config, setup_logging
 from tests.support.configs import orders_config
 
 CONFIG = orders_config(
@@ -59,7 +59,7 @@ def test_secrets_are_redacted_in_message_arguments_and_tracebacks() -> None:
 def test_config_sets_level_json_rotating_file_and_redaction(tmp_path: Path) -> None:
     path = tmp_path / "bridge.toml"
     cfg = parse_config(CONFIG, str(path), env={"AMQ_PASSWORD": "pw-from-env-42"})
-    assert config_secrets(cfg) == ["pw-from-env-42"]
+    assert list(cfg.secrets().values()) == ["pw-from-env-42"]
     handler = setup_from_config(cfg, force=True)
     assert isinstance(handler, logging.handlers.RotatingFileHandler)
     assert logging.getLogger().level == logging.DEBUG

@@ -7,7 +7,7 @@ import pytest
 
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
 from mqbridge.listeners.mq import MqSource
-from mqbridge.listeners.mq_mapping import unpack_dlh
+from mqbridge.listeners.mq.mapping import unpack_dlh
 from mqbridge.source import BackoutMove, InDoubtLog
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_testing import DLQ, make_source, receive_n

@@ -15,20 +15,12 @@ from tests.support.fakes.mq_server import FakeQueueManagerServer
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 
-def source_config(server: FakeQueueManagerServer, *, validate: bool = True, **overrides: Any) -> MqSourceConfig:
-    """An `[sources.X]` block of kind "mq" for `server`. `validate=False` skips the model's own
-    checks, to show that the adapter refuses bad settings by itself too."""
+def source_config(server: FakeQueueManagerServer, **overrides: Any) -> MqSourceConfig:
+    """An `[sources.X]` block of kind "mq" for `server` (validated, like the loader does)."""
     fields: dict[str, Any] = {"queue_manager": server.name, "channel": "DEV.APP.SVRCONN",
                               "conn_name": "mqhost(1414)", "reconnect": "as_def"}
     fields.update(overrides)
-    if not validate:
-        return MqSourceConfig.model_construct(**{**_defaults(), **fields})
     return MqSourceConfig(**fields)
-
-
-def _defaults() -> dict[str, Any]:
-    return {name: info.get_default(call_default_factory=True) for name, info in MqSourceConfig.model_fields.items()
-            if not info.is_required()}
 
 
 def listener_config(queue: str, **overrides: Any) -> ListenerConfig:
@@ -39,8 +31,8 @@ def listener_config(queue: str, **overrides: Any) -> ListenerConfig:
 
 
 def make_source(server: FakeQueueManagerServer, queue: str, *, config: dict[str, Any] | None = None,
-                validate: bool = True, **listener: Any) -> MqSource:
-    return MqSource("qm", source_config(server, validate=validate, **(config or {})), queue,
+                **listener: Any) -> MqSource:
+    return MqSource("qm", source_config(server, **(config or {})), queue,
                     listener=listener_config(queue, **listener), driver=pymqi_fake)
 
 

@@ -36,16 +36,14 @@ from mqbridge.errors import (
     SourceError,
     SourceQuiescingError,
 )
-from mqbridge.listeners.mq_connect import (
+from mqbridge.listeners.mq.connect import (
     DEFAULT_MAX_UNCOMMITTED,
-    check_config,
     connect_options,
     connect_qmgr,
     inquire_settings,
     open_input,
-    secret,
 )
-from mqbridge.listeners.mq_driver import (
+from mqbridge.listeners.mq.driver import (
     MQRC_BACKED_OUT,
     MQRC_NO_MSG_AVAILABLE,
     MQRC_SYNCPOINT_LIMIT_REACHED,
@@ -57,9 +55,9 @@ from mqbridge.listeners.mq_driver import (
     reason_of,
     wrap,
 )
-from mqbridge.listeners.mq_mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
-from mqbridge.listeners.mq_poison import BACKOUT, PoisonRoute
-from mqbridge.listeners.mq_unit import UnitSlot
+from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
+from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
+from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, InDoubtLog, SourceContext
 
@@ -98,15 +96,14 @@ class MqSource:
         self._driver = driver if driver is not None else load_driver()
         self._cmqc = self._driver.CMQC
         self._errors = driver_errors(self._driver)
-        self._batch = int(getattr(listener, "batch", 1) or 1)
+        self._batch = listener.batch if listener is not None else 1
         # Explicit listener overrides of the queue's BOTHRESH/BOQNAME (None: not configured).
         self._threshold_override = listener.backout_threshold if listener is not None else None
         self._queue_override = listener.backout_queue if listener is not None else None
-        self._password = secret(getattr(config, "password", None))
-        check_config(name, config, destination, self._password)
-        self._options = connect_options(self._cmqc, name, getattr(config, "reconnect", None))
+        # The settings were validated by MqSourceConfig (and the queue name by BridgeConfig).
+        self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
-                                  qmgr_name=str(config.queue_manager), appl_name=appl_name)
+                                  qmgr_name=config.queue_manager, appl_name=appl_name)
         self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
         # Inquired at connect; the listener's configuration overrides BOTHRESH/BOQNAME.
         self.backout_threshold = 0
@@ -138,12 +135,12 @@ class MqSource:
     def connect(self) -> None:
         if self._qmgr is not None:
             self.close()
-        self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._password, self._options)
+        self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._options)
         try:
             self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
                                                  self.destination)
             settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
-                                        self._where, str(self.config.queue_manager))
+                                        self._where, self.config.queue_manager)
             self._apply(settings.backout_threshold, settings.backout_queue, settings.dead_letter_queue,
                         settings.max_uncommitted)
         except BaseException:
@@ -236,8 +233,8 @@ class MqSource:
 
     def _get(self, deadline: float) -> UnitSlot | None:
         c, d = self._cmqc, self._driver
-        convert = getattr(self.config, "convert", False)
-        cap = getattr(self.config, "wait_interval", None)
+        convert = self.config.convert
+        cap = self.config.wait_interval
         while True:
             wait = max(0.0, deadline - time.monotonic())
             if cap:

@@ -8,7 +8,7 @@ import struct
 from datetime import datetime, timezone
 from typing import Any
 
-from mqbridge.listeners.mq_driver import MQRC_PROPERTY_NOT_AVAILABLE, MQRC_PROPERTY_VALUE_TOO_BIG, reason_of
+from mqbridge.listeners.mq.driver import MQRC_PROPERTY_NOT_AVAILABLE, MQRC_PROPERTY_VALUE_TOO_BIG, reason_of
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""Connecting to an IBM MQ queue manager as a client: checking the `[sources.X]` settings,
-building the MQCD/MQSCO/MQCNO, opening the input queue and inquiring the attributes that
-drive poison-message handling (BOTHRESH, BOQNAME, DEADQ, MAXUMSGS)."""
+"""Connecting to an IBM MQ queue manager as a client: building the MQCD/MQSCO/MQCNO from the
+`[sources.X]` settings (validated by `MqSourceConfig`, not here), opening the input queue and
+inquiring the attributes that drive poison-message handling (BOTHRESH, BOQNAME, DEADQ, MAXUMSGS)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from mqbridge.errors import ConfigError
-from mqbridge.listeners.mq_driver import reason_of, wrap
-from mqbridge.listeners.mq_mapping import text
+from mqbridge.config import MqSourceConfig
+from mqbridge.listeners.mq.driver import reason_of, wrap
+from mqbridge.listeners.mq.mapping import text
 
 log = logging.getLogger(__name__)
 
@@ -28,55 +28,16 @@ class QueueSettings:
     max_uncommitted: int  # MAXUMSGS
 
 
-def secret(value: Any) -> str | None:
-    """The plain text of a pydantic SecretStr (or a plain string)."""
-    if value is None:
-        return None
-    getter = getattr(value, "get_secret_value", None)
-    return str(getter() if getter else value)
-
-
-def check_config(source: str, cfg: Any, destination: str, password: str | None) -> None:
-    """Refuse settings the queue manager would reject, and a password that would travel
-    without TLS unless the user explicitly allows it."""
-    key = f"sources.{source}"
-    qm = getattr(cfg, "queue_manager", "") or ""
-    channel = getattr(cfg, "channel", "") or ""
-    conn_name = getattr(cfg, "conn_name", "") or ""
-    if len(qm) > 48:
-        raise ConfigError(f"{key}.queue_manager: {qm!r} is longer than 48 characters")
-    if not channel or len(channel) > 20:
-        raise ConfigError(f"{key}.channel: a client channel name of 1 to 20 characters is required")
-    if not conn_name or len(conn_name) > 264:
-        raise ConfigError(f"{key}.conn_name: 'host(port)' or a comma list of them (at most 264 characters) "
-                          "is required")
-    if not destination or len(destination.encode()) > 48:
-        raise ConfigError(f"listeners: queue {destination!r} must be 1 to 48 characters (an MQ queue name)")
-    if getattr(cfg, "user", None) and password is None:
-        raise ConfigError(f"{key}.password: a user is configured without a password")
-    if password and not getattr(cfg, "cipher_spec", None) and not getattr(cfg, "allow_plaintext_password", False):
-        raise ConfigError(
-            f"{key}.password is set but {key}.cipher_spec is not: without TLS the MQCSP password can travel "
-            "in clear. Set cipher_spec (e.g. \"ANY_TLS12_OR_HIGHER\") and key_repository, or set "
-            "allow_plaintext_password = true to accept the risk")
-
-
-def connect_options(cmqc: Any, source: str, reconnect: Any) -> int:
-    """MQCNO options: client binding plus the configured automatic-reconnect behaviour."""
-    choices = {None: cmqc.MQCNO_RECONNECT_AS_DEF, "as_def": cmqc.MQCNO_RECONNECT_AS_DEF,
-               "default": cmqc.MQCNO_RECONNECT_AS_DEF, True: cmqc.MQCNO_RECONNECT, "yes": cmqc.MQCNO_RECONNECT,
-               "any": cmqc.MQCNO_RECONNECT, "qmgr": cmqc.MQCNO_RECONNECT_Q_MGR,
-               False: cmqc.MQCNO_RECONNECT_DISABLED, "no": cmqc.MQCNO_RECONNECT_DISABLED,
+def connect_options(cmqc: Any, reconnect: bool | str) -> int:
+    """MQCNO options: client binding plus the configured automatic-reconnect behaviour
+    (`MqSourceConfig.reconnect`, already validated: true, false, "qmgr", "any", "disabled", "as_def")."""
+    choices = {"as_def": cmqc.MQCNO_RECONNECT_AS_DEF, True: cmqc.MQCNO_RECONNECT, "any": cmqc.MQCNO_RECONNECT,
+               "qmgr": cmqc.MQCNO_RECONNECT_Q_MGR, False: cmqc.MQCNO_RECONNECT_DISABLED,
                "disabled": cmqc.MQCNO_RECONNECT_DISABLED}
-    key = reconnect.lower() if isinstance(reconnect, str) else reconnect
-    if key not in choices:
-        raise ConfigError(f"sources.{source}.reconnect: {reconnect!r} is not one of true, false, \"qmgr\", "
-                          "\"any\", \"disabled\", \"as_def\"")
-    return getattr(cmqc, "MQCNO_CLIENT_BINDING", 0) | choices[key]
+    return int(getattr(cmqc, "MQCNO_CLIENT_BINDING", 0)) | int(choices[reconnect])
 
 
-def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: Any, password: str | None,
-                 options: int) -> Any:
+def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: MqSourceConfig, options: int) -> Any:
     """A connected QueueManager that never disconnects from garbage collection (MQDISC commits)."""
     channels = getattr(driver, "CMQXC", driver.CMQC)
     cd = driver.CD()
@@ -85,11 +46,11 @@ def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: Any,
     cd.ChannelType = getattr(channels, "MQCHT_CLNTCONN", 6)
     cd.TransportType = getattr(channels, "MQXPT_TCP", 2)
     sco = driver.SCO()
-    if getattr(cfg, "cipher_spec", None):
+    if cfg.cipher_spec:
         cd.SSLCipherSpec = cfg.cipher_spec.encode()
-    if getattr(cfg, "key_repository", None):
-        sco.KeyRepository = str(cfg.key_repository).encode()
-    label = getattr(cfg, "certificate_label", None)
+    if cfg.key_repository:
+        sco.KeyRepository = cfg.key_repository.encode()
+    label = cfg.certificate_label
     if label:
         if hasattr(sco, "CertificateLabel"):
             sco.CertificateLabel = label.encode()
@@ -97,7 +58,9 @@ def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: Any,
             cd.CertificateLabel = label.encode()
             cd.Version = max(cd.Version, 11)
     kwargs: dict[str, Any] = {"cd": cd, "sco": sco, "opts": options}
-    if getattr(cfg, "user", None):
+    if cfg.user:
+        # The configuration refuses a user without a password (MqSourceConfig).
+        password = cfg.password.get_secret_value() if cfg.password is not None else None
         kwargs.update(user=cfg.user, password=password)
     qmgr = driver.QueueManager(None, disconnect_on_exit=False)
     what = f"MQCONNX to {cfg.queue_manager} via {cfg.channel} at {cfg.conn_name}"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mqbridge.listeners.mq_driver import is_connection_loss, is_warning, wrap
-from mqbridge.listeners.mq_mapping import moved_md, pack_dlh, put_timestamp, text
-from mqbridge.listeners.mq_unit import UnitSlot
+from mqbridge.listeners.mq.driver import is_connection_loss, is_warning, wrap
+from mqbridge.listeners.mq.mapping import moved_md, pack_dlh, put_timestamp, text
+from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import utcnow
 
 log = logging.getLogger(__name__)

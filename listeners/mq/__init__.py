@@ -1,0 +1,18 @@
+"""IBM MQ source adapter, on IBM's `ibmmq` package or its predecessor `pymqi`.
+
+`MqSource` (in `source`) is the public surface; the rest is its implementation:
+
+* `connect` -- MQCD/MQSCO/MQCNO, opening the input queue, inquiring BOTHRESH/BOQNAME/DEADQ/MAXUMSGS
+* `driver` -- loading ibmmq or pymqi (only when a source is built), wrapping their errors once
+* `mapping` -- MQMD fields and message properties to headers, the MQDLH
+* `poison` -- moving a message to the backout or dead-letter queue in the unit of work
+* `unit` -- bookkeeping of the messages got in one unit of work
+
+Importing this package does not import a driver: `MqSource` loads one when it is constructed.
+"""
+
+from __future__ import annotations
+
+from mqbridge.listeners.mq.source import MqSource
+
+__all__ = ["MqSource"]

@@ -1,0 +1,255 @@
+"""One harness per adapter for the source contract (`tests.support.contract.SourceContract`).
+
+A harness puts and inspects messages on one broker, makes sources for it and loses their
+connections on request. What a broker cannot do is declared here, in `limitations` (contract case
+name -> reason): the contract skips those cases with that reason, never silently.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import SecretStr
+
+from mqbridge.config import StompSourceConfig
+from mqbridge.listeners.memory import REASON_HEADER, MemoryBroker, MemorySource
+from mqbridge.listeners.stomp import StompSource
+from mqbridge.source import DeliveryTracker, Source
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes.mq_testing import make_source, unique, wait_until
+from tests.support.stomp_client import StompClient
+
+
+class Harness:
+    """The contract's view of one broker; subclasses implement every method."""
+
+    #: Contract cases that cannot hold on this broker, with the documented reason.
+    limitations: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def start(cls, request: pytest.FixtureRequest) -> Harness:
+        """A harness for one test (`request` gives access to the broker fixtures)."""
+        return cls()
+
+    def new_queue(self) -> str:
+        raise NotImplementedError
+
+    def backout_queue(self, queue: str) -> str:
+        return queue + ".backout"
+
+    def put(self, queue: str, bodies: list[bytes]) -> None:
+        """Put `bodies`, in order, and return once the broker has them."""
+        raise NotImplementedError
+
+    def bodies(self, queue: str) -> list[bytes]:
+        """The bodies on `queue` that no unit of work holds, left in place."""
+        raise NotImplementedError
+
+    def moved(self, queue: str) -> list[tuple[bytes, str]]:
+        """(body, reason) of each message on the backout queue of `queue`."""
+        raise NotImplementedError
+
+    def source(self, queue: str, *, cuttable: bool = False) -> Source:
+        raise NotImplementedError
+
+    def cut(self, source: Source) -> None:
+        """Lose the connection of `source` (every cuttable one), as a network failure would."""
+        raise NotImplementedError
+
+    def cut_after_puts(self, source: Source) -> None:
+        """Arrange that the next commit of `source` loses its connection after the commit's own
+        puts reached the broker and before the unit is acknowledged."""
+        self.cut(source)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class MemoryHarness(Harness):
+    """The in-process broker of `mqbridge.listeners.memory`."""
+
+    def __init__(self) -> None:
+        self.broker = MemoryBroker(f"contract-{uuid.uuid4().hex[:8]}")
+        self.sources: list[MemorySource] = []
+
+    def new_queue(self) -> str:
+        return unique("contract")
+
+    def put(self, queue: str, bodies: list[bytes]) -> None:
+        self.broker.put_many(queue, bodies)
+
+    def bodies(self, queue: str) -> list[bytes]:
+        return [m.body for m in self.broker.browse(queue)]
+
+    def moved(self, queue: str) -> list[tuple[bytes, str]]:
+        return [(m.body, m.headers[REASON_HEADER]) for m in self.broker.browse(self.backout_queue(queue))]
+
+    def source(self, queue: str, *, cuttable: bool = False) -> Source:
+        src = MemorySource("memory", self.broker, queue, backout_queue=self.backout_queue(queue))
+        self.sources.append(src)
+        return src
+
+    def cut(self, source: Source) -> None:
+        assert self.broker.cut() >= 1
+
+    def close(self) -> None:
+        for src in self.sources:
+            src.close()
+
+
+class MqFakeHarness(Harness):
+    """The IBM MQ adapter on the fake queue manager (tests/support/fakes)."""
+
+    limitations: ClassVar[dict[str, str]] = {
+        "test_a_partial_commit_gives_back_only_the_returned_message":
+            "IBM MQ commits or backs out a unit of work whole (supports_partial_commit = False; "
+            "test_a_partial_commit_returns_the_given_messages_unchanged checks the refusal)",
+    }
+
+    def __init__(self) -> None:
+        self.server = FakeQueueManagerServer(dead_letter_queue="SYSTEM.DEAD.LETTER.QUEUE")
+        self.sources: list[Source] = []
+
+    def new_queue(self) -> str:
+        name = unique("CONTRACT")
+        # BOTHRESH 0: the contract tests moves requested by the listener, like the other adapters'.
+        self.server.define_queue(name, backout_threshold=0, backout_queue=self.backout_queue(name))
+        self.server.define_queue(self.backout_queue(name))
+        return name
+
+    def backout_queue(self, queue: str) -> str:
+        return queue + ".BACKOUT"
+
+    def put(self, queue: str, bodies: list[bytes]) -> None:
+        self.server.put_many(queue, bodies)
+
+    def bodies(self, queue: str) -> list[bytes]:
+        return self.server.queue(queue).bodies()
+
+    def moved(self, queue: str) -> list[tuple[bytes, str]]:
+        return [(m.data, m.prop("mqbridge_reason")) for m in self.server.queue(self.backout_queue(queue)).visible()]
+
+    def source(self, queue: str, *, cuttable: bool = False) -> Source:
+        src = make_source(self.server, queue, batch=10)
+        self.sources.append(src)
+        return src
+
+    def cut(self, source: Source) -> None:
+        self.server.break_connections()
+
+    def close(self) -> None:
+        for src in self.sources:
+            src.close()
+        assert self.server.disconnects_with_open_uow == [], "a disconnect committed an open unit of work"
+        self.server.close()
+
+
+class StompHarness(Harness):
+    """The STOMP adapter on a real broker, through a TCP proxy whose connections can be cut."""
+
+    broker: ClassVar[str]  # StompSourceConfig.broker
+    ack_mode: ClassVar[str]  # StompSourceConfig.ack_mode
+    fixture: ClassVar[str]  # the session fixture giving the broker's (host, port)
+    credentials: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        from tests.support.tcpproxy import TcpProxy
+
+        self.address = address
+        self.proxy = TcpProxy(address)
+        self.sources: list[StompSource] = []
+        self.queues: list[str] = []
+        self.client = StompClient(address, self.credentials, browser=self.broker == "activemq")
+
+    @classmethod
+    def start(cls, request: pytest.FixtureRequest) -> Harness:
+        return cls(request.getfixturevalue(cls.fixture))
+
+    def new_queue(self) -> str:
+        queue = f"/queue/test.contract.{uuid.uuid4().hex[:8]}"
+        self.queues.append(queue)
+        return queue
+
+    def put(self, queue: str, bodies: list[bytes]) -> None:
+        self.client.put_many(queue, bodies)
+
+    def bodies(self, queue: str) -> list[bytes]:
+        return [bytes(f.body) for f in self.client.browse(queue)]
+
+    def moved(self, queue: str) -> list[tuple[bytes, str]]:
+        return [(bytes(f.body), f.headers.get(REASON_HEADER, "")) for f in self.client.browse(self.backout_queue(queue))]
+
+    def source(self, queue: str, *, cuttable: bool = False) -> Source:
+        port = self.proxy.port if cuttable else self.address[1]
+        cfg = StompSourceConfig(host=self.address[0], port=port, heartbeat=2.0, connect_timeout=3.0,
+                                broker=self.broker, ack_mode=self.ack_mode, **self.credentials)  # type: ignore[arg-type]
+        src = StompSource("stomp", cfg, queue, prefetch=10, tracker=DeliveryTracker(), client_name="contract")
+        self.sources.append(src)
+        return src
+
+    def cut(self, source: Source) -> None:
+        assert self.proxy.cut() >= 1
+        # Wait until stomp.py has noticed, so the next call fails at once instead of waiting
+        # for a receipt that cannot come.
+        wait_until(lambda: source._frames.disconnected.is_set(), 10, "stomp.py to see the cut")  # type: ignore[attr-defined]
+
+    def cut_after_puts(self, source: Source) -> None:
+        # The adapter SENDs (moves, copies given back) before it ACKs. A RECEIPT asked for on a frame
+        # sent just before the first ACK proves the broker processed every SEND before it (a broker
+        # handles one connection's frames in order): the cut then lands inside the transaction.
+        conn = source._conn  # type: ignore[attr-defined]
+        frames = source._frames  # type: ignore[attr-defined]
+        ack = conn.ack
+
+        def sync_cut_then_ack(*args: Any, **kwargs: Any) -> Any:
+            receipt = f"sync-{uuid.uuid4().hex}"
+            done = frames.receipts[receipt] = threading.Event()
+            conn.begin(transaction=f"sync-{receipt}", headers={"receipt": receipt})
+            assert done.wait(10), "no receipt: the SENDs did not reach the broker"
+            self.cut(source)
+            return ack(*args, **kwargs)
+
+        conn.ack = sync_cut_then_ack
+
+    def close(self) -> None:
+        for src in self.sources:
+            src.close()
+        self.proxy.close()
+        for queue in self.queues:
+            self.client.drain(queue)
+            self.client.drain(self.backout_queue(queue))
+
+
+# RabbitMQ 3.10 classic queues (ARCHITECTURE.md): the STOMP message-id is per delivery and they send
+# no x-delivery-count (quorum queues only), so a message given back by NACK, ABORT or a lost
+# connection comes back with a new id, and the bridge's count by id starts again.
+_RABBIT_NEW_ID = "RabbitMQ classic queues: the STOMP message-id is per delivery (a redelivery gets a new id)"
+
+
+class ActiveMqCumulative(StompHarness):
+    broker, ack_mode, fixture = "activemq", "cumulative", "activemq"
+
+
+class ActiveMqIndividual(StompHarness):
+    broker, ack_mode, fixture = "activemq", "individual", "activemq"
+
+
+class RabbitMqCumulative(StompHarness):
+    broker, ack_mode, fixture = "rabbitmq", "cumulative", "rabbitmq"
+    credentials: ClassVar[dict[str, Any]] = {"user": "guest", "password": SecretStr("guest"), "vhost": "/"}
+    limitations: ClassVar[dict[str, str]] = {
+        "test_a_redelivered_message_keeps_its_id_and_its_count_rises": _RABBIT_NEW_ID,
+        "test_after_a_lost_connection_the_message_comes_back_with_its_id": _RABBIT_NEW_ID,
+    }
+
+
+class RabbitMqIndividual(RabbitMqCumulative):
+    ack_mode = "individual"
+    limitations: ClassVar[dict[str, str]] = {
+        **RabbitMqCumulative.limitations,
+        # individual acks give a message back by NACK: no copy carries its identity
+        "test_a_partial_commit_returns_the_given_messages_unchanged": _RABBIT_NEW_ID,
+    }

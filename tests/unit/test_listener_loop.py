@@ -1,0 +1,120 @@
+"""The listener loop's settlement paths, on the in-memory source with a recording executor: what
+is committed, returned, moved to the backout queue, and how often each message lands."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mqbridge.listener import PlainChain
+from mqbridge.message import Message, MessageResult
+from tests.support.bridge import run_until_idle
+from tests.support.memory import RecordingExecutor, memory_app, memory_config
+
+
+def bodies(n: int, prefix: str = "m") -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(n)]
+
+
+def test_a_unit_that_lands_is_committed_once() -> None:
+    # Given 25 messages on the queue
+    cfg, broker = memory_config(threads=2, batch=10)
+    broker.put_many("orders", bodies(25))
+    executor = RecordingExecutor()
+    # When the bridge runs until idle
+    app = memory_app(cfg, executor)
+    assert run_until_idle(app.bridge, idle=0.3, timeout=30) == 0
+    # Then each landed exactly once, the queue is empty and the counters agree
+    assert sorted(executor.bodies()) == sorted(bodies(25))
+    assert broker.depth("orders") == 0 and broker.depth("orders.backout") == 0
+    counters = app.bridge.counters
+    assert counters.total("messages_committed") == counters.total("messages_received") == 25
+
+
+def test_a_permanent_failure_moves_only_that_message_with_its_reason() -> None:
+    cfg, broker = memory_config()
+    broker.put_many("orders", bodies(10))
+
+    def decide(message: Message) -> MessageResult | None:
+        return MessageResult.permanent(message.msg_id, "body is not valid JSON") if message.body == b"m4" else None
+
+    executor = RecordingExecutor(decide)
+    assert run_until_idle(memory_app(cfg, executor).bridge, idle=0.3, timeout=30) == 0
+    assert sorted(executor.bodies()) == sorted(b for b in bodies(10) if b != b"m4")
+    [moved] = broker.browse("orders.backout")
+    assert moved.body == b"m4" and moved.headers["mqbridge-reason"] == "body is not valid JSON"
+    assert broker.depth("orders") == 0
+
+
+def test_a_retryable_failure_returns_only_that_message_until_it_lands() -> None:
+    # Given a message whose first two writes fail (an outage of its own bulk)
+    cfg, broker = memory_config()
+    broker.put_many("orders", bodies(10))
+    seen: Counter[bytes] = Counter()
+
+    def decide(message: Message) -> MessageResult | None:
+        seen[message.body] += 1
+        if message.body == b"m7" and seen[b"m7"] <= 2:
+            return MessageResult.retryable(message.msg_id, "write failed")
+        return None
+
+    executor = RecordingExecutor(decide)
+    assert run_until_idle(memory_app(cfg, executor).bridge, idle=0.3, timeout=30) == 0
+    # Then it lands on its third delivery; its neighbours land once; nothing goes to the backout queue
+    landed = Counter(executor.bodies())
+    assert set(landed) == set(bodies(10)) and set(landed.values()) == {1}
+    assert [m.delivery_count for m in executor.landed if m.body == b"m7"] == [3]
+    assert broker.depth("orders.backout") == 0
+
+
+def test_a_message_failing_every_time_is_moved_after_exactly_the_threshold() -> None:
+    cfg, broker = memory_config(threshold=3)
+    broker.put_many("orders", bodies(10))
+    attempts: Counter[bytes] = Counter()
+
+    def decide(message: Message) -> MessageResult | None:
+        attempts[message.body] += 1
+        return MessageResult.retryable(message.msg_id, "always fails") if message.body == b"m3" else None
+
+    executor = RecordingExecutor(decide)
+    assert run_until_idle(memory_app(cfg, executor).bridge, idle=0.3, timeout=30) == 0
+    assert attempts[b"m3"] == 3
+    [moved] = broker.browse("orders.backout")
+    assert moved.body == b"m3"
+    assert moved.headers["mqbridge-reason"].startswith("delivered 3 times, backout threshold is 3; last failure: always fails")
+    assert Counter(executor.bodies()) == Counter(b for b in bodies(10) if b != b"m3")
+
+
+def test_a_preprocessor_failure_returns_only_its_message_and_the_unit_goes_on() -> None:
+    # Given a chain whose one step raises on one message, once
+    cfg, broker = memory_config(threshold=3)
+    broker.put_many("orders", bodies(10))
+    failed: list[bytes] = []
+
+    def flaky(message: Message) -> Message | None:
+        if message.body == b"m5" and not failed:
+            failed.append(message.body)
+            raise ValueError("cannot parse")
+        return message
+
+    executor = RecordingExecutor()
+    app = memory_app(cfg, executor, chain_factory=lambda _entry: lambda: PlainChain([("flaky", flaky)]))
+    assert run_until_idle(app.bridge, idle=0.3, timeout=30) == 0
+    # Then every message lands once (m5 on its second delivery), and the error is counted
+    assert Counter(executor.bodies()) == Counter(bodies(10))
+    assert app.bridge.counters.total("preprocessor_errors") == 1
+    assert broker.depth("orders.backout") == 0
+
+
+def test_a_consuming_preprocessor_commits_without_landing() -> None:
+    cfg, broker = memory_config()
+    broker.put_many("orders", [b"keep", b"heartbeat", b"keep"])
+
+    def drop_heartbeats(message: Message) -> Message | None:
+        return None if message.body == b"heartbeat" else message
+
+    executor = RecordingExecutor()
+    app = memory_app(cfg, executor, chain_factory=lambda _entry: lambda: PlainChain([("drop", drop_heartbeats)]))
+    assert run_until_idle(app.bridge, idle=0.3, timeout=30) == 0
+    assert executor.bodies() == [b"keep", b"keep"]
+    assert broker.depth("orders") == 0
+    assert app.bridge.counters.total("messages_consumed_by_preprocessors") == 1
