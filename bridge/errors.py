@@ -99,6 +99,32 @@ class PreprocessorError(BridgeError):
         self.plugin = plugin
 
 
+class LedgerError(FatalError):
+    """The landing ledger cannot be trusted: its file is corrupt, unreadable or not a ledger, or a
+    prepared bulk can be neither rolled forward nor back. The message names the file or the bulk.
+    Fatal because starting with an empty ledger would land again what was landed before."""
+
+
+class PublicationError(FatalError):
+    """A staged file of a bulk is gone and its published copy does not exist either: something
+    other than the bridge changed the table's directory. Publishing cannot go on safely."""
+
+
+class IdentityError(BridgeError):
+    """A message has no identity under its listener's rule (e.g. the identity header is missing):
+    a per-message failure, handled like a body that does not parse."""
+
+
+class DuplicateIdentityError(BridgeError):
+    """`Ledger.prepare` found identities that a published bulk already holds (another process
+    landed them after this one checked). Back the unit of work out: on redelivery the check
+    finds them published and the messages are committed without landing again."""
+
+    def __init__(self, message: str, identities: list[str]) -> None:
+        super().__init__(message)
+        self.identities = identities
+
+
 class SparkUnavailableError(BridgeError):
     """Spark could not be started or reached."""
 

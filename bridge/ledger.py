@@ -1,0 +1,368 @@
+"""The landing ledger: which bulks were prepared and published, and which message identities
+each one holds (the exactly-once record of `ARCHITECTURE.md`, "Landing protocol").
+
+One embedded SQLite file, `ledger_path(state_dir)`, shared by every bridge process using that
+`state_dir` (each `Ledger` is one process's handle; `owner` names the process).
+
+Durability. Every connection sets `journal_mode=WAL`, `synchronous=FULL` and a `busy_timeout`
+(`BUSY_TIMEOUT_MS`). With WAL and synchronous=FULL SQLite fsyncs the write-ahead log at every
+commit, so a transaction that `prepare`, `mark_published`, `forget` or `prune` committed (the
+method returned) survives both a `kill -9` of the process and a power loss of the machine; one
+that had not committed is rolled back as if it never began. Writers take the lock up front
+(`BEGIN IMMEDIATE`), so two processes never interleave a read-then-write.
+
+Identities. An identity (the string the listener's rule gives, see `mqbridge.identity`) appears
+in at most one *published* bulk. The identities table is keyed by (identity, bulk_id), so one
+identity may sit in several *prepared* bulks: a bulk whose process died between prepare and
+publish keeps its rows until recovery decides its fate, and a redelivered message may be prepared
+again meanwhile. `prepare` refuses (`DuplicateIdentityError`) an identity a published bulk holds;
+recovery (`mqbridge.publication.recover`) rolls a dead bulk back, not forward, when another bulk
+published one of its identities first. What remains open is two *live* processes preparing the
+same identity at once (only after the source redelivered a message a live bridge still held, i.e.
+its connection was lost): both may publish.
+
+A file that is corrupt, unreadable or not a ledger raises `LedgerError` (never an empty start); a
+missing file is created and `Ledger.created` says so, so that the caller can warn that landings
+before it cannot be recognised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from mqbridge.errors import DuplicateIdentityError, LedgerError
+
+log = logging.getLogger(__name__)
+
+#: The ledger's file name under `[bridge] state_dir`.
+LEDGER_FILE = "ledger.sqlite3"
+#: How long a statement waits for another process's write lock before failing (milliseconds).
+BUSY_TIMEOUT_MS = 30_000
+#: Written to the file's header, so that another SQLite database is never taken for a ledger.
+APPLICATION_ID = 0x6D716272  # "mqbr"
+SCHEMA_VERSION = 1
+#: Host parameters per statement: SQLite before 3.32 allows 999, so lists are cut into chunks.
+CHUNK = 900
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS bulks (
+    bulk_id      TEXT PRIMARY KEY,
+    table_name   TEXT NOT NULL,
+    moves        TEXT NOT NULL,  -- JSON list of [staged path, final path]
+    owner        TEXT NOT NULL,
+    state        TEXT NOT NULL CHECK (state IN ('prepared', 'published')),
+    prepared_at  REAL NOT NULL,
+    published_at REAL,
+    identities   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bulks_by_state ON bulks (state, published_at);
+CREATE TABLE IF NOT EXISTS identities (
+    identity TEXT NOT NULL,
+    bulk_id  TEXT NOT NULL,
+    PRIMARY KEY (identity, bulk_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS identities_by_bulk ON identities (bulk_id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def ledger_path(state_dir: Path) -> Path:
+    """Where the ledger of a `[bridge] state_dir` lives."""
+    return Path(state_dir) / LEDGER_FILE
+
+
+# -- owners -----------------------------------------------------------------------------------
+def owner_id() -> str:
+    """This process as a ledger owner: "hostname:pid:create_time" (create time with two decimals,
+    so that a later process reusing the pid is a different owner)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.2f}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process named by `owner` (see `owner_id`) may still be running.
+
+    On this host: its pid exists and started at the recorded time (within a second: the boot time
+    psutil adds to the start ticks can move by a second). On another host nothing can be checked,
+    so the owner is assumed alive: its bulks and staging are left to that host's own recovery.
+    An owner string that cannot be parsed is treated as alive too, for the same reason.
+    """
+    try:
+        host, pid_text, created_text = owner.rsplit(":", 2)
+        pid, created = int(pid_text), float(created_text)
+    except ValueError:
+        return True
+    if host != socket.gethostname():
+        return True
+    try:
+        return abs(psutil.Process(pid).create_time() - created) < 1.0
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; we just may not look at it
+
+
+# -- records ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreparedBulk:
+    """A bulk recorded as prepared: its files are staged, none or some already published.
+
+    `files` holds the (staged path, final path) pairs given to `Ledger.prepare`, absolute.
+    """
+
+    bulk_id: str
+    table: str
+    files: tuple[tuple[str, str], ...]
+    owner: str
+    prepared_at: float
+    identities: int
+
+
+@dataclass(frozen=True)
+class LedgerStats:
+    """What `Ledger.stats` reports (and `mqbridge ledger` prints)."""
+
+    path: Path
+    bulks: dict[str, int]  # by state: "prepared", "published"
+    identities: int
+    file_bytes: int  # the database file plus its write-ahead log
+    oldest: float | None  # epoch seconds of the oldest bulk's preparation, None when empty
+    prune_runs: int
+    last_prune: float | None
+
+
+@dataclass(frozen=True)
+class PublishedBulk:
+    """A published bulk as `--verify` checks it."""
+
+    bulk_id: str
+    table: str
+    files: tuple[tuple[str, str], ...]
+    published_at: float
+
+
+# -- the ledger -------------------------------------------------------------------------------
+class Ledger:
+    """One process's handle on the ledger file. Thread-safe: one connection behind a lock (the
+    statements are short; SQLite would serialise the writers anyway)."""
+
+    def __init__(self, path: Path, owner: str, connection: sqlite3.Connection, created: bool) -> None:
+        self.path = path
+        self.owner = owner
+        #: True when the file did not exist and was created by `open`.
+        self.created = created
+        self._db = connection
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path, *, owner: str) -> Ledger:
+        """Open (or create, with its directory) the ledger at `path`. Raises LedgerError when the
+        file is corrupt, unreadable or another kind of SQLite database."""
+        path = Path(path)
+        created = not path.exists()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
+            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                 check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise LedgerError(f"ledger {path}: cannot open: {exc}") from exc
+        try:
+            cls._setup(db, path)
+        except sqlite3.Error as exc:
+            db.close()
+            raise LedgerError(f"ledger {path}: unreadable or corrupt ({exc}); move it aside only if "
+                              "you accept that earlier landings will not be recognised") from exc
+        except LedgerError:
+            db.close()
+            raise
+        return cls(path, owner, db, created)
+
+    @staticmethod
+    def _setup(db: sqlite3.Connection, path: Path) -> None:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Reading the schema first: a file that is not a database fails here, before any write.
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        if tables and app_id != APPLICATION_ID:
+            raise LedgerError(f"ledger {path}: an SQLite database that is not an mqbridge ledger")
+        if tables:
+            # Catches damaged pages too, at the cost of one read of the file at start-up.
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise LedgerError(f"ledger {path}: corrupt: {'; '.join(problems[:3])}")
+        if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise LedgerError(f"ledger {path}: cannot use write-ahead logging (a network file system?)")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise LedgerError(f"ledger {path}: schema version {version}, this mqbridge knows "
+                                  f"{SCHEMA_VERSION}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction holding the write lock from its first statement."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+
+    def published(self, identities: Sequence[str]) -> set[str]:
+        """Which of `identities` a published bulk holds."""
+        found: set[str] = set()
+        with self._read() as db:
+            # A read transaction, so that the chunks see one snapshot of the file.
+            db.execute("BEGIN")
+            try:
+                for chunk in _chunks(list(dict.fromkeys(identities))):
+                    marks = ",".join("?" * len(chunk))
+                    found.update(row[0] for row in db.execute(
+                        f"SELECT DISTINCT i.identity FROM identities i JOIN bulks b USING (bulk_id) "
+                        f"WHERE b.state = 'published' AND i.identity IN ({marks})", chunk))
+            finally:
+                db.execute("COMMIT")
+        return found
+
+    def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
+                identities: Sequence[str]) -> None:
+        """Record `bulk_id` as prepared, with its file moves and identities, in one transaction.
+        Raises DuplicateIdentityError (and records nothing) if a published bulk holds any of the
+        identities."""
+        unique = list(dict.fromkeys(identities))
+        with self._write() as db:
+            taken: list[str] = []
+            for chunk in _chunks(unique):
+                marks = ",".join("?" * len(chunk))
+                taken.extend(row[0] for row in db.execute(
+                    f"SELECT DISTINCT i.identity FROM identities i JOIN bulks b USING (bulk_id) "
+                    f"WHERE b.state = 'published' AND i.identity IN ({marks})", chunk))
+            if taken:
+                raise DuplicateIdentityError(f"bulk {bulk_id}: {len(taken)} identities already published "
+                                             f"(e.g. {taken[0]!r})", taken)
+            db.execute("INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
+                       "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
+                       (bulk_id, table, json.dumps([list(m) for m in moves]), self.owner, time.time(),
+                        len(unique)))
+            db.executemany("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)",
+                           ((identity, bulk_id) for identity in unique))
+
+    def mark_published(self, bulk_id: str) -> None:
+        """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""
+        with self._write() as db:
+            changed = db.execute("UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
+                                 (time.time(), bulk_id)).rowcount
+            if not changed:
+                raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
+
+    def forget(self, bulk_id: str) -> None:
+        """Delete a rolled-back bulk and its identities (nothing of it was published)."""
+        with self._write() as db:
+            db.execute("DELETE FROM identities WHERE bulk_id = ?", (bulk_id,))
+            db.execute("DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+
+    def in_progress(self) -> list[PreparedBulk]:
+        """Every bulk in state prepared (of any owner), oldest first."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, table_name, moves, owner, prepared_at, identities FROM bulks "
+                              "WHERE state = 'prepared' ORDER BY prepared_at, bulk_id").fetchall()
+        return [PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+                for bulk_id, table, moves, owner, prepared_at, count in rows]
+
+    def published_bulks(self) -> list[PublishedBulk]:
+        """Every published bulk, oldest first (for `mqbridge ledger --verify`)."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, table_name, moves, published_at FROM bulks "
+                              "WHERE state = 'published' ORDER BY published_at, bulk_id").fetchall()
+        return [PublishedBulk(bulk_id, table, _moves(moves), at) for bulk_id, table, moves, at in rows]
+
+    def identities_of(self, bulk_id: str) -> list[str]:
+        """The identities recorded for `bulk_id`."""
+        with self._read() as db:
+            return [row[0] for row in db.execute("SELECT identity FROM identities WHERE bulk_id = ?", (bulk_id,))]
+
+    def prune(self, older_than: float) -> int:
+        """Delete published bulks published more than `older_than` seconds ago, with their
+        identities (the dedupe window has passed for them). Returns the identities removed."""
+        cutoff = time.time() - older_than
+        with self._write() as db:
+            removed = db.execute(
+                "DELETE FROM identities WHERE bulk_id IN "
+                "(SELECT bulk_id FROM bulks WHERE state = 'published' AND published_at < ?)", (cutoff,)).rowcount
+            bulks = db.execute("DELETE FROM bulks WHERE state = 'published' AND published_at < ?",
+                               (cutoff,)).rowcount
+            db.execute("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
+                       "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_prune', ?)", (str(time.time()),))
+        if bulks:
+            log.info("ledger pruned %d bulks (%d identities) published before the dedupe window", bulks, removed)
+        return removed
+
+    def stats(self) -> LedgerStats:
+        """Counts and sizes of the ledger file."""
+        with self._read() as db:
+            db.execute("BEGIN")
+            try:
+                bulks = {"prepared": 0, "published": 0}
+                bulks.update(dict(db.execute("SELECT state, COUNT(*) FROM bulks GROUP BY state").fetchall()))
+                identities = db.execute("SELECT COUNT(*) FROM identities").fetchone()[0]
+                oldest = db.execute("SELECT MIN(prepared_at) FROM bulks").fetchone()[0]
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            finally:
+                db.execute("COMMIT")
+        size = sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal"))
+                   if p.exists())
+        last_prune = meta.get("last_prune")
+        return LedgerStats(self.path, bulks, identities, size, oldest, int(meta.get("prune_runs", 0)),
+                           float(last_prune) if last_prune is not None else None)
+
+    def close(self) -> None:
+        """Close the connection (committed transactions are already durable)."""
+        with self._lock:
+            self._db.close()
+
+
+def _chunks(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), CHUNK):
+        yield items[start:start + CHUNK]
+
+
+def _moves(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple((staged, final) for staged, final in json.loads(text))

@@ -1,0 +1,189 @@
+"""Staged files, their publication into a table, and start-up recovery (filesystem only).
+
+A bulk is written by Spark under `staging_dir(table_path, owner, bulk_id)`, which is
+`<table>/_staging/<owner>/<bulk_id>`: Spark and every Parquet reader skip directories whose name
+starts with an underscore, so nothing there is visible. The executor then lists the files
+(`staged_moves`), records them in the ledger (`Ledger.prepare`), moves them into the table
+(`publish`) and records the bulk as published (`Ledger.mark_published`).
+
+Atomicity. Each file is moved with one `os.replace` (a rename on the same file system), so a
+reader sees a file entirely or not at all. A bulk of one file (one put_date, under the executor's
+128 MB per file) therefore becomes visible in one rename. A bulk of several files becomes visible
+file by file: between the first and the last rename a reader may see part of it; a crash in that
+window leaves the bulk prepared, and the next start rolls it forward (`recover`). Final names are
+deterministic (`part-<bulk_id>-<n>.parquet`), so doing a move twice is harmless.
+
+Durability. `publish` fsyncs each staged file before renaming it (Spark does not) and each target
+directory after, so a published file's name and content survive a power loss.
+
+After `Ledger.prepare` the bulk must be published, never backed out: if `publish` fails, the
+caller stops (a `FatalError`) and recovery rolls it forward at the next start. Backing the
+messages out instead would land them again, and the prepared bulk later too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqbridge.errors import LedgerError, PublicationError
+from mqbridge.ledger import Ledger, owner_alive
+
+log = logging.getLogger(__name__)
+
+STAGING = "_staging"
+#: Spark's FileOutputCommitter working directory.
+TEMPORARY = "_temporary"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_BULK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def owner_dirname(owner: str) -> str:
+    """`owner` ("host:pid:create_time") as a directory name: "host_pid_create_time", any other
+    unsafe character replaced by "-" (recovery reads the pid and create time back from it)."""
+    return "_".join(_UNSAFE.sub("-", part) for part in owner.rsplit(":", 2))
+
+
+def _dirname_parts(name: str) -> tuple[str, str] | None:
+    """(host as written in a directory name, "pid:create_time") of an `owner_dirname`, or None."""
+    parts = name.rsplit("_", 2)
+    return (parts[0], f"{parts[1]}:{parts[2]}") if len(parts) == 3 else None
+
+
+def staging_dir(table_path: Path, owner: str, bulk_id: str) -> Path:
+    """Where Spark writes `bulk_id` of `owner` for the table at `table_path`."""
+    if not _BULK_ID.fullmatch(bulk_id):
+        raise ValueError(f"{bulk_id!r} cannot be a file name (letters, digits, . _ -)")
+    return Path(table_path) / STAGING / owner_dirname(owner) / bulk_id
+
+
+def staged_moves(table_path: Path, staging: Path, bulk_id: str) -> list[tuple[str, str]]:
+    """Every Parquet part file Spark committed under `staging`, paired with its final path
+    `<table_path>/<partition dirs>/part-<bulk_id>-<n>.parquet` (n: 00000, 00001... in the order
+    of the staged paths, so the same staging gives the same names). Skips `_SUCCESS`, `.crc` files
+    and anything under `_temporary` (uncommitted task output)."""
+    staging, table_path = Path(staging).absolute(), Path(table_path).absolute()
+    found = sorted(
+        path for path in staging.rglob("part-*.parquet")
+        if path.is_file() and not any(part.startswith(("_", ".")) for part in path.relative_to(staging).parts))
+    moves = []
+    for n, path in enumerate(found):
+        partition = path.parent.relative_to(staging)
+        moves.append((str(path), str(table_path / partition / f"part-{bulk_id}-{n:05d}.parquet")))
+    return moves
+
+
+def publish(moves: Sequence[tuple[str, str]]) -> None:
+    """Move each staged file to its final path. A move whose source is gone and whose target
+    exists was done before (idempotent). Raises PublicationError, before moving anything, if a
+    source and its target are both missing."""
+    lost = [staged for staged, final in moves if not os.path.exists(staged) and not os.path.exists(final)]
+    if lost:
+        raise PublicationError(f"{len(lost)} staged files are gone and not published: {', '.join(lost[:3])}")
+    directories: set[str] = set()
+    for staged, final in moves:
+        if not os.path.exists(staged):
+            continue  # moved before a crash (the target exists: checked above)
+        target_dir = os.path.dirname(final)
+        os.makedirs(target_dir, exist_ok=True)
+        _fsync(staged)  # content on disk before the name is: Spark does not fsync its files
+        os.replace(staged, final)
+        directories.add(target_dir)
+    for directory in sorted(directories):
+        _fsync(directory)
+
+
+def discard(staging: Path) -> None:
+    """Remove a staging directory and everything in it (Spark's `_temporary` included)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    parent = Path(staging).parent
+    # The owner's directory goes too once empty, so that stopped processes leave nothing behind.
+    if parent.name != STAGING and parent.parent.name == STAGING:
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+
+
+def _fsync(path: str) -> None:
+    # Directories cannot be opened for fsync on Windows; NTFS journals renames itself.
+    if os.name == "nt" and os.path.isdir(path):
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class RecoveryReport:
+    """What `recover` did."""
+
+    rolled_forward: int = 0
+    rolled_back: int = 0
+    stale_dirs_removed: int = 0
+    skipped_live: int = 0
+
+
+def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
+    """Finish what dead processes left: run at start-up, before any listener.
+
+    Every prepared bulk whose owner is dead is rolled forward (its remaining files published, the
+    bulk marked published): it had all its files staged when it was prepared. It is rolled back
+    instead (staged files removed, bulk forgotten) when another bulk published one of its
+    identities meanwhile and none of its own files was moved yet. Then the staging directories
+    of dead owners of this host and Spark's `_temporary` directories directly under each table are
+    removed. Bulks and directories of live owners (another bridge on this state_dir) are left.
+
+    Raises LedgerError when a staged file of a dead bulk is gone and its target does not exist.
+    """
+    report = RecoveryReport()
+    for bulk in ledger.in_progress():
+        if owner_alive(bulk.owner):
+            report.skipped_live += 1
+            continue
+        untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
+        if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):
+            for staged, _ in bulk.files:
+                _remove(staged)
+            ledger.forget(bulk.bulk_id)
+            report.rolled_back += 1
+            log.warning("bulk %s of %s rolled back: another bulk published some of its messages first",
+                        bulk.bulk_id, bulk.owner)
+            continue
+        try:
+            publish(bulk.files)
+        except PublicationError as exc:
+            raise LedgerError(f"prepared bulk {bulk.bulk_id} of table {bulk.table} cannot be rolled forward: "
+                              f"{exc}") from exc
+        ledger.mark_published(bulk.bulk_id)
+        report.rolled_forward += 1
+    host = _UNSAFE.sub("-", socket.gethostname())
+    for table_path in table_paths:
+        staging_root = Path(table_path) / STAGING
+        if staging_root.is_dir():
+            for owner_dir in sorted(staging_root.iterdir()):
+                parts = _dirname_parts(owner_dir.name)
+                if parts is None or parts[0] != host or owner_alive(f"{socket.gethostname()}:{parts[1]}"):
+                    continue  # another host's, a live process's, or not ours to judge
+                shutil.rmtree(owner_dir, ignore_errors=True)
+                report.stale_dirs_removed += 1
+        temporary = Path(table_path) / TEMPORARY
+        if temporary.is_dir():
+            shutil.rmtree(temporary, ignore_errors=True)
+            report.stale_dirs_removed += 1
+    log.info("ledger recovery: %d bulks rolled forward, %d rolled back, %d stale directories removed, "
+             "%d bulks of live processes left alone", report.rolled_forward, report.rolled_back,
+             report.stale_dirs_removed, report.skipped_live)
+    return report
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
