@@ -13,8 +13,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?", re.IGNORECASE)
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)?", re.IGNORECASE)
 #: Binary multiples: 1 KB = 1024 bytes (KiB, MiB... are accepted as the same thing).
 _SIZE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
@@ -22,9 +22,10 @@ _TABLE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*
 
 
 def parse_duration(value: str | int | float) -> float:
-    """Seconds in a duration: "500ms", "5s", "2m", "1h" (units case-insensitive) or a plain number
-    of seconds. Raises ValueError for negative, unknown units or anything else."""
-    hint = "use e.g. 500ms, 5s, 2m, 1h"
+    """Seconds in a duration: "500ms", "5s", "2m", "1h", "7d" (a day is 86400 s; units
+    case-insensitive) or a plain number of seconds. Raises ValueError for negative, unknown units
+    or anything else."""
+    hint = "use e.g. 500ms, 5s, 2m, 1h, 7d"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"a duration is a string like 5s or a number of seconds ({hint})")
     if isinstance(value, str):

@@ -42,7 +42,11 @@ class BridgeSection(Model):
         default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
                                   "DEFAULT_PLUGIN_DIRS (preprocessors), which may be missing")
     max_rss: Size | None = Field(default=None, gt=0, description="Resident memory guard in bytes; None: no guard")
-    state_dir: Path = Field(default=Path("state"), description="Directory of local state; the systemd unit makes it writable and its working directory. Nothing is kept there yet (in-doubt message ids live in memory)")
+    state_dir: Path = Field(default=Path("state"), description="Directory of local state (the landing ledger); the systemd unit makes it writable and its working directory")
+    exactly_once: bool = Field(default=True, description="true: land through the ledger, no duplicates; false: no "
+                                                         "ledger, at-least-once; readers must de-duplicate")
+    dedupe_window: Duration = Field(default=parse_duration("7d"), gt=0, description="How long the ledger "
+                                    "remembers landed identities (a redelivery later than this lands again)")
 
 
 class MonitoringSection(Model):
@@ -213,6 +217,15 @@ class ListenerConfig(Model):
                                         f"unset: {DEFAULT_BACKOUT_THRESHOLD} (IBM MQ: the queue's BOTHRESH)")
     backout_queue: str | None = Field(default=None, description="Where poison messages go; MQ: None uses BOQNAME")
     prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
+    identity: str = Field(default="msg_id", description="What recognises a redelivered message: msg_id, "
+                                                        "header:NAME (a producer's id) or body-sha256")
+
+    @field_validator("identity")
+    @classmethod
+    def _check_identity(cls, value: str) -> str:
+        if value in ("msg_id", "body-sha256") or (value.startswith("header:") and value[len("header:"):].strip()):
+            return value
+        raise ValueError(f"{value!r} is not an identity rule (msg_id, header:NAME or body-sha256)")
 
 
 class BridgeConfig(Model):

@@ -66,6 +66,7 @@ def test_example_file_loads_with_its_environment(monkeypatch: pytest.MonkeyPatch
     assert amq.user == "bridge" and amq.password is not None and amq.password.get_secret_value() == "amq-secret-1"
     assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.sql.parquet.compression.codec": "zstd"}
     assert cfg.bridge.max_rss == 2 << 30
+    assert (cfg.bridge.exactly_once, cfg.bridge.dedupe_window, cfg.listeners[0].identity) == (True, 7 * 86400.0, "msg_id")
 
 
 def test_demo_file_loads() -> None:
@@ -96,6 +97,8 @@ def test_defaults() -> None:
     listener = cfg.listeners[0]
     assert (listener.threads, listener.batch, listener.wait, listener.preprocessors) == (1, 500, 1.0, [])
     assert (listener.backout_threshold, listener.prefetch) == (None, None)  # None: 3, or MQ's BOTHRESH
+    assert listener.identity == "msg_id"
+    assert (cfg.bridge.exactly_once, cfg.bridge.dedupe_window) == (True, 7 * 86400.0)
     # Given text without a file name, relative paths are taken from the current directory
     cfg = parse_config(MINIMAL)
     assert cfg.path is None and cfg.base_dir == Path.cwd()
@@ -123,15 +126,15 @@ message_type = "orders"
 # -- units ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, seconds", [
     ("500ms", 0.5), ("5s", 5.0), ("2m", 120.0), ("1h", 3600.0), ("1.5s", 1.5), ("10 S", 10.0), ("250MS", 0.25),
-    ("7", 7.0), (3, 3.0), (0.25, 0.25), ("0", 0.0),
+    ("7", 7.0), (3, 3.0), (0.25, 0.25), ("0", 0.0), ("7d", 7 * 86400.0), ("1D", 86400.0), ("0.5d", 43200.0),
 ])
 def test_parse_duration(text: str | float, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text, problem", [
-    ("5x", "'5x' is not a duration (use e.g. 500ms, 5s, 2m, 1h)"), ("-5s", "'-5s' is negative"),
-    (-1, "-1 is negative"), ("", "is not a duration"), ("s", "is not a duration"), ("1d", "is not a duration"),
+    ("5x", "'5x' is not a duration (use e.g. 500ms, 5s, 2m, 1h, 7d)"), ("-5s", "'-5s' is negative"),
+    (-1, "-1 is negative"), ("", "is not a duration"), ("s", "is not a duration"), ("1w", "is not a duration"),
     (True, "a duration is a string"), (float("nan"), "is not a duration"),
 ])
 def test_parse_duration_rejects(text: object, problem: str) -> None:
@@ -186,9 +189,25 @@ def test_parse_size_rejects(text: object, problem: str) -> None:
     ("[collector]\nworkers = 0\n" + MINIMAL, "demo.toml: collector.workers: Input should be greater than or equal"),
     (MINIMAL.replace('"5MB"', '"5MB"\nbulk_timeout = "0s"'), "demo.toml: types.orders.bulk_timeout: Input should "
                                                             "be greater than 0"),
+    (MINIMAL + "identity = 'msgid'\n", "demo.toml: listeners[0].identity: 'msgid' is not an identity rule "
+                                       "(msg_id, header:NAME or body-sha256)"),
+    (MINIMAL + "identity = 'header:'\n", "demo.toml: listeners[0].identity: 'header:' is not an identity rule"),
+    ("[bridge]\ndedupe_window = '7 days'\n" + MINIMAL, "demo.toml: bridge.dedupe_window: '7 days' is not a duration"),
+    ("[bridge]\ndedupe_window = 0\n" + MINIMAL, "demo.toml: bridge.dedupe_window: Input should be greater than 0"),
+    ("[bridge]\nexactly_once = 'maybe'\n" + MINIMAL, "demo.toml: bridge.exactly_once: Input should be a valid boolean"),
 ])
 def test_error_names_file_and_key(text: str, expected: str) -> None:
     assert error(text).startswith(expected)
+
+
+@pytest.mark.parametrize("rule", ["msg_id", "body-sha256", "header:JMSXGroupID", "header:order id"])
+def test_listener_identity_rules(rule: str) -> None:
+    assert parse(MINIMAL + f"identity = {rule!r}\n").listeners[0].identity == rule
+
+
+def test_exactly_once_off_and_dedupe_window_in_days() -> None:
+    cfg = parse("[bridge]\nexactly_once = false\ndedupe_window = '2d'\n" + MINIMAL)
+    assert (cfg.bridge.exactly_once, cfg.bridge.dedupe_window) == (False, 2 * 86400.0)
 
 
 def test_several_errors_are_joined_on_one_line_and_counted() -> None:
