@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from importlib.metadata import entry_points
 from types import FrameType
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
+from mqbridge.ledger import Ledger, ledger_path, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.plugins import PluginHost, report
 from mqbridge.status_cli import (
@@ -69,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "http://127.0.0.1:9464)")
     status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] listen to ask")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
+    ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
+                                           "(exit 1 if any is missing)")
+    ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
+    ledger.set_defaults(handler=cmd_ledger)
     run.set_defaults(handler=cmd_run)
     check.set_defaults(handler=cmd_check_config)
     tables.set_defaults(handler=cmd_tables)
@@ -115,6 +122,40 @@ def cmd_tables(args: argparse.Namespace) -> int:
         print(f"  {name:<16} {rows:>8} rows  {distinct:>8} distinct msg_id  put_date {', '.join(days)}"
               f"{'  parsed columns: ' + ', '.join(extra) if extra else ''}\n  {'':<16} {path}")
     return 0
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
+    print(f"ledger: {path}")
+    if not path.exists():
+        # Opening would create it: an operator asking about it must hear that it is not there.
+        print("  no ledger file (nothing landed with exactly_once yet, or state_dir is wrong)")
+        return 1
+    ledger = Ledger.open(path, owner=owner_id())
+    try:
+        stats = ledger.stats()
+        oldest = datetime.fromtimestamp(stats.oldest, timezone.utc).isoformat(timespec="seconds") \
+            if stats.oldest is not None else "-"
+        print(f"  bulks        {stats.bulks['prepared']} prepared, {stats.bulks['published']} published")
+        print(f"  identities   {stats.identities}")
+        print(f"  file size    {stats.file_bytes} bytes")
+        print(f"  oldest entry {oldest}")
+        print(f"  prune runs   {stats.prune_runs}")
+        if not args.verify:
+            return 0
+        bulks = ledger.published_bulks()
+    finally:
+        ledger.close()
+    missing = [(bulk.bulk_id, final) for bulk in bulks for _, final in bulk.files if not os.path.exists(final)]
+    checked = sum(len(bulk.files) for bulk in bulks)
+    if not missing:
+        print(f"verify: OK ({len(bulks)} published bulks, {checked} files)")
+        return 0
+    print(f"verify: {len(missing)} of {checked} published files are missing:")
+    for bulk_id, final in missing:
+        print(f"  {bulk_id}: {final}")
+    return 1
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -1,0 +1,40 @@
+"""Helpers for the ledger and publication tests: owners that are dead, and Spark-like staging."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import psutil
+
+
+def dead_owner() -> str:
+    """An owner of this host whose process is not running: a pid that is not in use."""
+    pid = 4_000_000  # above Linux's pid_max ceiling (4194304 is the largest pid_max; start below and look)
+    while psutil.pid_exists(pid):
+        pid += 1
+    return f"{socket.gethostname()}:{pid}:1000.00"
+
+
+def restarted_owner() -> str:
+    """An owner of this host whose pid is running now but started at another time (pid reuse)."""
+    return f"{socket.gethostname()}:{os.getpid()}:1000.00"
+
+
+def stage_like_spark(staging: Path, files_per_date: dict[str, int]) -> list[Path]:
+    """Write what `df.write.partitionBy("put_date").parquet(staging)` leaves after a job commit:
+    part files per put_date directory, their .crc files and _SUCCESS. Content does not matter."""
+    written = []
+    for put_date, count in files_per_date.items():
+        directory = staging / f"put_date={put_date}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(count):
+            name = f"part-{n:05d}-{uuid.uuid4()}.c000.snappy.parquet"
+            (directory / name).write_bytes(f"PAR1 {put_date} {n} PAR1".encode())
+            (directory / f".{name}.crc").write_bytes(b"crc")
+            written.append(directory / name)
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "_SUCCESS").write_bytes(b"")
+    return written

@@ -1,0 +1,231 @@
+"""Unit tests of the landing ledger on a real SQLite file, the identity rules and `mqbridge ledger`."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqbridge.cli import main
+from mqbridge.errors import DuplicateIdentityError, IdentityError, LedgerError
+from mqbridge.identity import identity_of
+from mqbridge.ledger import CHUNK, Ledger, ledger_path, owner_alive, owner_id
+from mqbridge.message import Message
+from tests.support.configs import orders_config
+from tests.support.ledger import dead_owner, restarted_owner
+
+MOVES = [("/t/_staging/o/b1/put_date=2024-01-01/part-0.parquet", "/t/put_date=2024-01-01/part-b1-00000.parquet")]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    opened = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    yield opened
+    opened.close()
+
+
+# -- round trips ------------------------------------------------------------------------------
+def test_prepare_publish_forget_round_trip(ledger: Ledger) -> None:
+    # Given a prepared bulk: its identities are not published yet, it is in progress
+    ledger.prepare("b1", "orders", MOVES, ["m1", "m2"])
+    assert ledger.published(["m1", "m2", "m3"]) == set()
+    [bulk] = ledger.in_progress()
+    assert (bulk.bulk_id, bulk.table, bulk.files, bulk.owner, bulk.identities) == (
+        "b1", "orders", tuple(MOVES), owner_id(), 2)
+    # When it is marked published
+    ledger.mark_published("b1")
+    # Then its identities are found, and nothing is in progress
+    assert ledger.published(["m1", "m2", "m3"]) == {"m1", "m2"}
+    assert ledger.in_progress() == []
+    # And a rolled-back bulk leaves nothing behind
+    ledger.prepare("b2", "orders", [], ["m3"])
+    ledger.forget("b2")
+    assert ledger.in_progress() == [] and ledger.identities_of("b2") == []
+    assert ledger.stats().bulks == {"prepared": 0, "published": 1}
+
+
+def test_an_identity_published_once_is_refused_by_prepare(ledger: Ledger) -> None:
+    ledger.prepare("b1", "orders", [], ["m1"])
+    ledger.mark_published("b1")
+    with pytest.raises(DuplicateIdentityError) as info:
+        ledger.prepare("b2", "orders", [], ["m2", "m1"])
+    assert info.value.identities == ["m1"]
+    assert [b.bulk_id for b in ledger.in_progress()] == []  # nothing of b2 was recorded
+
+
+def test_an_identity_of_a_prepared_bulk_may_be_prepared_again(ledger: Ledger) -> None:
+    # A bulk whose process died keeps its identities; a redelivered message is prepared again
+    ledger.prepare("dead", "orders", [], ["m1"])
+    ledger.prepare("b2", "orders", [], ["m1", "m1"])  # duplicates within one bulk count once
+    assert [b.identities for b in ledger.in_progress()] == [1, 1]
+    ledger.mark_published("b2")
+    assert ledger.published(["m1"]) == {"m1"}
+
+
+def test_mark_published_of_an_unknown_bulk_is_an_error(ledger: Ledger) -> None:
+    with pytest.raises(LedgerError, match="no bulk 'nope'"):
+        ledger.mark_published("nope")
+
+
+def test_identities_over_the_sqlite_variable_limit(ledger: Ledger) -> None:
+    many = [f"id-{n}" for n in range(CHUNK * 3 + 7)]  # more than SQLite's 999 (and 32766) would allow
+    ledger.prepare("big", "orders", [], many)
+    ledger.mark_published("big")
+    asked = many + [f"other-{n}" for n in range(40_000)]
+    assert ledger.published(asked) == set(many)
+    with pytest.raises(DuplicateIdentityError):
+        ledger.prepare("again", "orders", [], asked)
+
+
+def test_prune_removes_published_bulks_older_than_the_window(ledger: Ledger) -> None:
+    ledger.prepare("old", "orders", [], ["a", "b"])
+    ledger.mark_published("old")
+    ledger.prepare("open", "orders", [], ["c"])  # prepared bulks are never pruned
+    assert ledger.prune(older_than=3600) == 0  # published just now: inside the window
+    assert ledger.prune(older_than=0) == 2
+    assert ledger.published(["a", "b"]) == set()
+    stats = ledger.stats()
+    assert (stats.bulks, stats.identities, stats.prune_runs) == ({"prepared": 1, "published": 0}, 1, 2)
+    assert stats.last_prune is not None and stats.oldest is not None and stats.file_bytes > 0
+
+
+def test_two_handles_on_one_file_see_each_others_commits(tmp_path: Path) -> None:
+    # Given two processes' views of one state_dir
+    path = tmp_path / "ledger.sqlite3"
+    first, second = Ledger.open(path, owner="h:1:1.00"), Ledger.open(path, owner="h:2:2.00")
+    try:
+        first.prepare("b1", "orders", MOVES, ["m1"])
+        assert [b.owner for b in second.in_progress()] == ["h:1:1.00"]
+        first.mark_published("b1")
+        assert second.published(["m1"]) == {"m1"}
+        with pytest.raises(DuplicateIdentityError):
+            second.prepare("b2", "orders", [], ["m1"])
+        assert second.created is False and first.created is True
+    finally:
+        first.close()
+        second.close()
+
+
+def test_threads_share_one_ledger(ledger: Ledger) -> None:
+    def land(n: int) -> None:
+        for k in range(20):
+            ledger.prepare(f"b{n}-{k}", "orders", [], [f"{n}-{k}"])
+            ledger.mark_published(f"b{n}-{k}")
+
+    threads = [threading.Thread(target=land, args=(n,), name=f"land-{n}") for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert ledger.stats().bulks["published"] == 80
+
+
+# -- durability and damaged files -------------------------------------------------------------
+def test_durability_settings_are_applied(ledger: Ledger) -> None:
+    db = ledger._db  # the connection the ledger writes with
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    # and WAL is a property of the file, seen by any other connection
+    other = sqlite3.connect(ledger.path)
+    assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.close()
+
+
+def test_a_corrupt_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    path.write_bytes(b"this is not a database, it is a text file " * 200)
+    with pytest.raises(LedgerError, match=f"ledger {path}: unreadable or corrupt"):
+        Ledger.open(path, owner=owner_id())
+    assert path.read_bytes().startswith(b"this is not")  # never replaced by an empty ledger
+
+
+def test_a_damaged_ledger_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger.open(path, owner=owner_id())
+    ledger.prepare("b1", "orders", [], [f"id-{n}" for n in range(5000)])
+    ledger.close()
+    sqlite3.connect(path).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    data = bytearray(path.read_bytes())
+    data[4096 * 2:4096 * 4] = b"\xff" * 8192  # overwrite pages in the middle of the file
+    path.write_bytes(bytes(data))
+    with pytest.raises(LedgerError, match=f"ledger {path}"):
+        Ledger.open(path, owner=owner_id())
+
+
+def test_another_sqlite_database_is_not_taken_for_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(LedgerError, match="not an mqbridge ledger"):
+        Ledger.open(path, owner=owner_id())
+
+
+def test_a_missing_file_is_created(tmp_path: Path) -> None:
+    ledger = Ledger.open(ledger_path(tmp_path / "new" / "state"), owner=owner_id())
+    assert ledger.created and ledger.path.exists()
+    ledger.close()
+
+
+# -- owners -----------------------------------------------------------------------------------
+def test_owners_alive_and_dead() -> None:
+    assert owner_alive(owner_id())
+    assert not owner_alive(dead_owner())
+    assert not owner_alive(restarted_owner())  # same pid, another create time: pid reused
+    assert owner_alive("another-host.example:1:1.00")  # cannot be checked: assumed alive
+
+
+# -- identity rules ---------------------------------------------------------------------------
+def test_identity_rules() -> None:
+    message = Message("ID:1", b"<order/>", "amq", "/queue/orders", headers={"order-id": "A-7"})
+    assert identity_of(message, "msg_id") == "ID:1"
+    assert identity_of(message, "header:order-id") == "A-7"
+    assert identity_of(message, "body-sha256") == hashlib.sha256(b"<order/>").hexdigest()
+    with pytest.raises(IdentityError, match="message ID:1 has no header 'business-id'"):
+        identity_of(message, "header:business-id")
+    with pytest.raises(ValueError):
+        identity_of(message, "header:")
+
+
+# -- mqbridge ledger --------------------------------------------------------------------------
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "bridge.toml"
+    path.write_text(orders_config(head='[bridge]\nstate_dir = "state"\n'))
+    return path
+
+
+def test_ledger_command_prints_the_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger.prepare("b1", "orders", [], ["m1", "m2"])
+    ledger.mark_published("b1")
+    ledger.prepare("b2", "orders", [], ["m3"])
+    ledger.close()
+    assert main(["ledger", "--config", str(_config(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert f"ledger: {tmp_path / 'state' / 'ledger.sqlite3'}" in out
+    assert "1 prepared, 1 published" in out and "identities   3" in out and "prune runs   0" in out
+
+
+def test_ledger_verify_lists_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    present, missing = tmp_path / "t" / "part-b1-00000.parquet", tmp_path / "t" / "part-b1-00001.parquet"
+    present.parent.mkdir()
+    present.write_bytes(b"x")
+    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger.prepare("b1", "orders", [("/gone/0", str(present)), ("/gone/1", str(missing))], ["m1"])
+    ledger.mark_published("b1")
+    ledger.close()
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"verify: 1 of 2 published files are missing:\n  b1: {missing}" in out
+    missing.write_bytes(b"x")
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 0
+    assert "verify: OK (1 published bulks, 2 files)" in capsys.readouterr().out
+
+
+def test_ledger_command_without_a_ledger_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 1
+    assert "no ledger file" in capsys.readouterr().out
+    assert not (tmp_path / "state" / "ledger.sqlite3").exists()  # asking did not create it
