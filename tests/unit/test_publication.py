@@ -1,0 +1,180 @@
+"""Unit tests of staging, publication and start-up recovery on real files and a real ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqbridge.errors import LedgerError, PublicationError
+from mqbridge.ledger import Ledger, owner_id
+from mqbridge.publication import discard, owner_dirname, publish, recover, staged_moves, staging_dir
+from tests.support.ledger import dead_owner, stage_like_spark
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "warehouse" / "orders"
+    path.mkdir(parents=True)
+    return path
+
+
+def open_ledger(tmp_path: Path, owner: str) -> Ledger:
+    return Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    opened = open_ledger(tmp_path, owner_id())
+    yield opened
+    opened.close()
+
+
+def landed(table: Path) -> list[str]:
+    """The table's visible files, as a Parquet reader lists them (underscore directories skipped)."""
+    return sorted(str(p.relative_to(table)) for p in table.rglob("*.parquet")
+                  if not any(part.startswith("_") for part in p.relative_to(table).parts))
+
+
+def prepare_dead_bulk(tmp_path: Path, table: Path, bulk_id: str, identities: list[str],
+                      files: dict[str, int] | None = None) -> list[tuple[str, str]]:
+    """A bulk staged and prepared by a process that has since died."""
+    owner = dead_owner()
+    staging = staging_dir(table, owner, bulk_id)
+    stage_like_spark(staging, files or {"2024-01-01": 1, "2024-01-02": 2})
+    moves = staged_moves(table, staging, bulk_id)
+    dead = open_ledger(tmp_path, owner)
+    dead.prepare(bulk_id, "orders", moves, identities)
+    dead.close()
+    return moves
+
+
+# -- staging and publication ------------------------------------------------------------------
+def test_staging_is_under_an_underscore_directory_named_after_the_owner(table: Path) -> None:
+    staging = staging_dir(table, "host-1:4242:1712.50", "orders-ab12-00000001")
+    assert staging == table / "_staging" / "host-1_4242_1712.50" / "orders-ab12-00000001"
+    assert owner_dirname("h:1:2.00") == "h_1_2.00"
+    with pytest.raises(ValueError):
+        staging_dir(table, "h:1:2.00", "../escape")
+
+
+def test_staged_moves_name_files_per_put_date(table: Path) -> None:
+    staging = staging_dir(table, owner_id(), "b1")
+    stage_like_spark(staging, {"2024-01-02": 2, "2024-01-01": 1})
+    (staging / "_temporary" / "0" / "put_date=2024-01-01").mkdir(parents=True)  # an uncommitted attempt
+    (staging / "_temporary" / "0" / "put_date=2024-01-01" / "part-00009-x.parquet").write_bytes(b"x")
+    moves = staged_moves(table, staging, "b1")
+    assert [final for _, final in moves] == [
+        str(table / "put_date=2024-01-01" / "part-b1-00000.parquet"),
+        str(table / "put_date=2024-01-02" / "part-b1-00001.parquet"),
+        str(table / "put_date=2024-01-02" / "part-b1-00002.parquet"),
+    ]
+    assert all(Path(staged).is_relative_to(staging) and staged.endswith(".snappy.parquet") for staged, _ in moves)
+    assert staged_moves(table, staging, "b1") == moves  # deterministic: roll-forward repeats it
+
+
+def test_publish_moves_into_place_and_is_idempotent(table: Path) -> None:
+    staging = staging_dir(table, owner_id(), "b1")
+    stage_like_spark(staging, {"2024-01-01": 2})
+    moves = staged_moves(table, staging, "b1")
+    assert landed(table) == []  # staged files are invisible to readers
+    publish(moves)
+    assert landed(table) == ["put_date=2024-01-01/part-b1-00000.parquet", "put_date=2024-01-01/part-b1-00001.parquet"]
+    publish(moves)  # again, as after a crash before mark_published
+    assert len(landed(table)) == 2
+    discard(staging)
+    assert not staging.exists() and not staging.parent.exists()
+
+
+def test_publish_refuses_a_move_with_neither_source_nor_target(table: Path) -> None:
+    staging = staging_dir(table, owner_id(), "b1")
+    stage_like_spark(staging, {"2024-01-01": 2})
+    moves = staged_moves(table, staging, "b1")
+    Path(moves[1][0]).unlink()
+    with pytest.raises(PublicationError, match="1 staged files are gone"):
+        publish(moves)
+    assert landed(table) == []  # checked before moving anything
+
+
+# -- recovery ---------------------------------------------------------------------------------
+def test_a_dead_owners_bulk_is_rolled_forward_once(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # Given a bulk prepared by a process that died before publishing it
+    moves = prepare_dead_bulk(tmp_path, table, "b1", ["m1", "m2"])
+    # When this process starts
+    report = recover(ledger, [table])
+    # Then its files are in the table, it is published, and its staging is gone
+    assert (report.rolled_forward, report.rolled_back, report.skipped_live) == (1, 0, 0)
+    assert report.stale_dirs_removed == 1
+    assert landed(table) == sorted(str(Path(final).relative_to(table)) for _, final in moves)
+    assert ledger.in_progress() == [] and ledger.published(["m1", "m2"]) == {"m1", "m2"}
+    assert not (table / "_staging").exists() or list((table / "_staging").iterdir()) == []
+    # And a second start changes nothing
+    assert recover(ledger, [table]) == type(report)(0, 0, 0, 0)
+    assert len(landed(table)) == 3
+
+
+def test_a_half_published_bulk_is_completed(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    moves = prepare_dead_bulk(tmp_path, table, "b1", ["m1"])
+    publish(moves[:1])  # the process died after its first rename
+    assert len(landed(table)) == 1
+    assert recover(ledger, [table]).rolled_forward == 1
+    assert len(landed(table)) == 3 and ledger.published(["m1"]) == {"m1"}
+
+
+def test_a_live_owners_bulk_and_staging_are_left_alone(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # Given another live bridge (here: this very process) in the middle of a bulk
+    other = open_ledger(tmp_path, owner_id())
+    staging = staging_dir(table, owner_id(), "live")
+    stage_like_spark(staging, {"2024-01-01": 1})
+    staging_moves = staged_moves(table, staging, "live")
+    other.prepare("live", "orders", staging_moves, ["m1"])
+    other.close()
+    report = recover(ledger, [table])
+    assert (report.rolled_forward, report.skipped_live, report.stale_dirs_removed) == (0, 1, 0)
+    assert Path(staging_moves[0][0]).exists() and landed(table) == []
+    assert [b.bulk_id for b in ledger.in_progress()] == ["live"]
+
+
+def test_a_bulk_on_another_host_is_left_alone(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    remote = open_ledger(tmp_path, "elsewhere.example:1:1.00")
+    remote.prepare("remote", "orders", [("/nowhere/a", "/nowhere/b")], ["m1"])
+    remote.close()
+    (table / "_staging" / "elsewhere.example_1_1.00").mkdir(parents=True)
+    report = recover(ledger, [table])
+    assert (report.skipped_live, report.stale_dirs_removed) == (1, 0)
+    assert (table / "_staging" / "elsewhere.example_1_1.00").is_dir()
+
+
+def test_stale_staging_and_spark_temporary_are_removed(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # Given a dead process's staging that never got prepared, and Spark's leftovers in the table
+    stale = staging_dir(table, dead_owner(), "never-prepared")
+    stage_like_spark(stale, {"2024-01-01": 1})
+    (table / "_temporary" / "0" / "_temporary").mkdir(parents=True)
+    live = staging_dir(table, owner_id(), "writing")
+    live.mkdir(parents=True)
+    report = recover(ledger, [table])
+    assert report.stale_dirs_removed == 2
+    assert not stale.parent.exists() and not (table / "_temporary").exists()
+    assert live.is_dir()  # our own (live) staging stays
+
+
+def test_a_dead_bulk_whose_messages_another_bulk_published_is_rolled_back(
+        tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    moves = prepare_dead_bulk(tmp_path, table, "dead", ["m1", "m2"])
+    # the messages were redelivered and landed by another bulk before this start
+    ledger.prepare("winner", "orders", [], ["m2"])
+    ledger.mark_published("winner")
+    report = recover(ledger, [table])
+    assert (report.rolled_forward, report.rolled_back) == (0, 1)
+    assert landed(table) == [] and not any(Path(staged).exists() for staged, _ in moves)
+    assert ledger.in_progress() == []
+
+
+def test_missing_staged_file_and_target_is_an_error_naming_the_bulk(
+        tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    moves = prepare_dead_bulk(tmp_path, table, "broken", ["m1"])
+    Path(moves[0][0]).unlink()
+    with pytest.raises(LedgerError, match="prepared bulk broken of table orders cannot be rolled forward"):
+        recover(ledger, [table])
+    assert [b.bulk_id for b in ledger.in_progress()] == ["broken"]  # still prepared: an operator decides
