@@ -101,6 +101,8 @@ def bridge_config(warehouse: Path, queue_name: str, args: argparse.Namespace) ->
 [bridge]
 control_interval = "1s"
 plugin_dirs = []
+state_dir = "{warehouse}/_state"
+exactly_once = {"true" if args.exactly_once else "false"}
 [monitoring]
 listen = ""
 [spark]
@@ -169,6 +171,8 @@ def main() -> None:
     parser.add_argument("--ack-mode", default="cumulative", choices=("cumulative", "individual"),
                         help="the bridge's STOMP ack_mode")
     parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
+    parser.add_argument("--exactly-once", action=argparse.BooleanOptionalAction, default=True,
+                        help="land through the ledger (the default); --no-exactly-once: at-least-once")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -180,7 +184,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:
         print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}, "
-              f"{args.ack_mode} acks")
+              f"{args.ack_mode} acks, exactly_once = {str(args.exactly_once).lower()}")
         q1 = unique_queue("bench-ceiling")
         print(f"put rate:                     {put(q1, n, args.size, args.port):>9,.0f} msg/s")
         ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000), port=args.port)

@@ -20,12 +20,16 @@ from typing import TYPE_CHECKING
 
 from mqbridge import __version__
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
+from mqbridge.config import StompSourceConfig
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
+from mqbridge.landing import Landing
+from mqbridge.ledger import Ledger, ledger_path, owner_id
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
+from mqbridge.publication import recover
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.spark import SparkSessions, executors_for
@@ -46,6 +50,7 @@ class App:
     bridge: Bridge
     plugins: PluginHost
     monitor: MonitoringServer | None  # None when [monitoring] listen = ""
+    landing: Landing | None  # None when [bridge] exactly_once = false
 
     def run(self, until_idle: float | None = None) -> int:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
@@ -57,6 +62,7 @@ class App:
         try:
             if monitor is not None:
                 monitor.bind()  # a taken port fails here, before anything has started
+            self.recover()
             self.bridge.start()
             if monitor is not None:
                 monitor.start()
@@ -65,6 +71,21 @@ class App:
             if monitor is not None:
                 monitor.stop()
             self.plugins.close()
+            if self.landing is not None:
+                self.landing.close()
+
+    def recover(self) -> None:
+        """Before any listener connects: roll every bulk a dead process left prepared forward, and
+        remove staging and `_temporary` leftovers (exactly-once only)."""
+        if self.landing is None:
+            return
+        warehouse = self.config.resolve_path(self.config.spark.warehouse)
+        tables = sorted({warehouse / (t.table or name) for name, t in self.config.types.items()})
+        report = recover(self.landing.ledger, tables)
+        counters = self.bridge.counters
+        counters.inc("recovery_rolled_forward", report.rolled_forward)
+        counters.inc("recovery_rolled_back", report.rolled_back)
+        counters.inc("recovery_stale_dirs_removed", report.stale_dirs_removed)
 
 
 def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
@@ -95,22 +116,46 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     )
     for name in config.types:
         collector.register_result_handler(plugins.observe_result, message_type=name)
+    landing = open_landing(config, counters)
     sessions = SparkSessions(config.spark, spark)
     warehouse = config.resolve_path(config.spark.warehouse)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None
-        else (lambda: executors_for(sessions.get(), warehouse, config.types)))
+        else (lambda: executors_for(sessions.get(), warehouse, config.types, landing=landing)))
     guard = MemoryGuard(config.bridge.max_rss, counters)
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,
                     source_factory=source_factory, counters=counters, guard=guard,
                     # Plugins before the configuration file: a reload request rescans plugins first.
-                    observers=[plugins, ConfigReloader(), guard, *observers],
-                    stop_event=stop_event, reload_event=reload_event)
+                    observers=[plugins, ConfigReloader(), guard, *([landing] if landing else []), *observers],
+                    dedupe=landing, stop_event=stop_event, reload_event=reload_event)
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)
-    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor)
+    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing)
+
+
+def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
+    """The landing ledger under `[bridge] state_dir` (created on first use), or None with
+    `exactly_once = false`. LedgerError (a FatalError) if the file is unreadable."""
+    if not config.bridge.exactly_once:
+        log.warning("exactly_once = false: no landing ledger; a message redelivered after a crash or a "
+                    "lost commit lands again (at-least-once: readers must de-duplicate by msg_id)")
+        return None
+    path = ledger_path(config.resolve_path(config.bridge.state_dir))
+    ledger = Ledger.open(path, owner=owner_id())
+    if ledger.created:
+        log.warning("landing ledger %s created: messages landed before it existed cannot be recognised "
+                    "if they are delivered again (at-least-once for them)", path)
+    for listener in config.listeners:
+        source = config.sources[listener.source]
+        if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":
+            log.warning("listeners %s:%s: RabbitMQ gives a message a new message-id on every delivery of a "
+                        "classic queue, so identity = \"msg_id\" cannot recognise a redelivery there; set "
+                        "identity = \"header:NAME\" (a producer's id) or use a quorum queue",
+                        listener.source, listener.queue)
+    return Landing(ledger=ledger, owner=ledger.owner, counters=counters,
+                   dedupe_window=config.bridge.dedupe_window)
 
 
 def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,

@@ -23,7 +23,7 @@ from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
 from mqbridge.guard import MemoryGuard
-from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
+from mqbridge.listener import Chain, Deduplicator, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
 
@@ -100,6 +100,7 @@ class Bridge:
                  source_factory: SourceFactory = open_source,
                  counters: Counters, guard: MemoryGuard,
                  observers: Sequence[Observer] = (),
+                 dedupe: Deduplicator | None = None,
                  stop_event: threading.Event | None = None,
                  reload_event: threading.Event | None = None) -> None:
         self.config = config
@@ -110,6 +111,7 @@ class Bridge:
         self._chain_factory = chain_factory
         self._source_factory = source_factory
         self.observers = list(observers)
+        self._dedupe = dedupe  # the landing ledger; None: at-least-once
         self.shared: dict[tuple[str, str], QueueShared] = {}  # per (source, queue), across restarts
         self.slots: list[Slot] = []
         #: Set by a signal or service control handler to stop; only ever set, never cleared.
@@ -147,9 +149,9 @@ class Bridge:
             threshold = cfg.backout_threshold
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
-                            backout_threshold=threshold, backout_queue=cfg.backout_queue)
+                            backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity)
         thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
-                                shared.tracker,
+                                shared.tracker, dedupe=self._dedupe,
                                 gate=self.guard.gate)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")

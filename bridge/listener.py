@@ -17,14 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mqbridge import failpoints
 from mqbridge.collector import BulkCollector
 from mqbridge.counters import Counters
-from mqbridge.errors import BridgeError, PreprocessorError, UnknownMessageTypeError
+from mqbridge.errors import BridgeError, IdentityError, PreprocessorError, UnknownMessageTypeError
 from mqbridge.guard import IntakeGate
+from mqbridge.identity import identity_of
 from mqbridge.message import Message, MessageResult, Outcome
 from mqbridge.source import BackoutMove, DeliveryTracker, Source
 
@@ -46,6 +48,13 @@ class Chain(Protocol):
 
     def on_submit_error(self, message: Message, error: BaseException) -> None:
         """Undo hook: the unit of work holding `message` is being rolled back."""
+
+
+class Deduplicator(Protocol):
+    """The landing ledger as the listener loop sees it (`mqbridge.landing.Landing`)."""
+
+    def published(self, identities: Sequence[str]) -> set[str]:
+        """Which of these identities are already landed."""
 
 
 class PlainChain:
@@ -84,6 +93,7 @@ class ListenerSpec:
     message_type: str
     backout_threshold: int
     backout_queue: str | None
+    identity: str = "msg_id"  # the `identity` rule, for the landing ledger
 
 
 class UnitResults:
@@ -139,9 +149,11 @@ class ListenerThread(threading.Thread):
         counters: Counters,
         tracker: DeliveryTracker,
         gate: IntakeGate | None = None,
+        dedupe: Deduplicator | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
         self.gate = gate  # closed by the memory guard: wait before the next batch
+        self.dedupe = dedupe  # the landing ledger (exactly-once), or None (at-least-once)
         self.spec = spec
         self.source = source
         self.collector = collector
@@ -236,7 +248,10 @@ class ListenerThread(threading.Thread):
         submitted: list[Message] = []
         failed: list[tuple[Message, str]] = []  # preprocessor failures, given back on their own
         consumed = 0
+        landed_before = self._landed_before(batch, moves)
         for message in batch:
+            if message.msg_id in landed_before or any(m.message is message for m in moves):
+                continue
             if spec.backout_threshold and message.delivery_count > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
                 continue
@@ -255,6 +270,7 @@ class ListenerThread(threading.Thread):
             if processed is None:
                 consumed += 1
                 continue
+            processed.identity = message.identity  # of the original, whatever the chain made
             submitted.append(processed)
 
         results = UnitResults(len(submitted))
@@ -270,7 +286,7 @@ class ListenerThread(threading.Thread):
         if submitted:
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
-        self._finish(batch, submitted, results, moves, consumed, failed)
+        self._finish(batch, submitted, results, moves, consumed, failed, deduplicated=len(landed_before))
 
     def _await(self, results: UnitResults, submitted: list[Message]) -> None:
         """Wait for every submitted message's result. Rolling back while the collector still
@@ -294,6 +310,7 @@ class ListenerThread(threading.Thread):
         moves: list[BackoutMove],
         consumed: int,
         failed: list[tuple[Message, str]] | None = None,
+        deduplicated: int = 0,
     ) -> None:
         spec = self.spec
         retry: list[tuple[Message, str]] = []
@@ -332,7 +349,9 @@ class ListenerThread(threading.Thread):
             self._pause_after_rollback()
             return
 
+        failpoints.hit("before_source_commit")
         self.source.commit(moves=moves, returns=returns)
+        failpoints.hit("after_source_commit")
         returned_ids = {m.msg_id for m in returns}
         self.tracker.forget([m.msg_id for m in batch if m.msg_id not in returned_ids])
         now = time.monotonic()
@@ -342,6 +361,10 @@ class ListenerThread(threading.Thread):
         self.counters.inc("messages_committed", committed, **self._labels)
         if consumed:
             self.counters.inc("messages_consumed_by_preprocessors", consumed, **self._labels)
+        if deduplicated:
+            self.counters.inc("messages_deduplicated", deduplicated, **self._labels)
+            log.info("%s: %d redelivered messages were already landed; committed without landing them again",
+                     spec.name, deduplicated)
         if moves:
             self.counters.inc("messages_moved_to_backout", len(moves), **self._labels)
             for move in moves:
@@ -350,6 +373,23 @@ class ListenerThread(threading.Thread):
         if returns:
             self.counters.inc("messages_backed_out", len(returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])
+
+    def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[str]:
+        """Give each message its identity (from the original, before preprocessing) and return the
+        msg_ids of those the ledger shows as landed already: a redelivery after a crash or a lost
+        commit, which is committed without landing again. Every message is checked, not only those
+        flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
+        A message without its identity (a missing header) is moved to the backout queue."""
+        if self.dedupe is None:
+            return set()
+        for message in batch:
+            try:
+                message.identity = identity_of(message, self.spec.identity)
+            except IdentityError as exc:
+                moves.append(BackoutMove(message, str(exc), self.spec.backout_queue))
+        known = [m for m in batch if m.identity]
+        landed = self.dedupe.published([m.identity for m in known])
+        return {m.msg_id for m in known if m.identity in landed}
 
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)

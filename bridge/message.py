@@ -37,6 +37,9 @@ class Message:
     delivery_count: int = 1
     headers: dict[str, str] = field(default_factory=dict)
     token: Any = None
+    #: What the landing ledger knows this message by (the listener's `identity` rule, computed on
+    #: the original message before preprocessing); "" when exactly-once is off.
+    identity: str = ""
     # Monotonic time the bridge got the message: for put-to-commit latency and bulk age.
     received_monotonic: float = field(default_factory=time.monotonic)
 

@@ -35,7 +35,9 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.errors import ConfigError, SparkUnavailableError
+from mqbridge.landing import Landing
 from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.publication import discard, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +163,11 @@ class SparkSessions:
             return self._session
 
 
-def executors_for(spark: SparkSession, warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[str, SparkExecutor]:
-    """One executor per configured message type."""
-    return {name: SparkExecutor(spark, warehouse, name, type_cfg) for name, type_cfg in types.items()}
+def executors_for(spark: SparkSession, warehouse: Path, types: Mapping[str, TypeConfig], *,
+                  landing: Landing | None = None) -> dict[str, SparkExecutor]:
+    """One executor per configured message type (exactly-once through `landing` when given)."""
+    return {name: SparkExecutor(spark, warehouse, name, type_cfg, landing=landing)
+            for name, type_cfg in types.items()}
 
 
 def _java_hint(remote: str | None) -> str:
@@ -246,7 +250,8 @@ class SparkExecutor:
     `rows_written`, `bytes_written` (bytes of landed bodies) and `writes` are totals.
     """
 
-    def __init__(self, spark: SparkSession, warehouse: Path, message_type: str, config: TypeConfig) -> None:
+    def __init__(self, spark: SparkSession, warehouse: Path, message_type: str, config: TypeConfig, *,
+                 landing: Landing | None = None) -> None:
         # `config` was validated at load (format and schema agree, the table is a valid name);
         # only the DDL itself needs Spark's own parser, hence a session, to be checked.
         self.spark = spark
@@ -256,6 +261,7 @@ class SparkExecutor:
         self.schema: StructType | None = (parse_schema(message_type, config.schema_ddl)
                                           if config.schema_ddl else None)
         self._path = Path(warehouse) / self.table
+        self.landing = landing  # None: at-least-once, a plain append into the table
         self._lock = _path_lock(self._path.absolute())
         self.last_write_seconds = 0.0
         self.rows_written = 0
@@ -310,13 +316,24 @@ class SparkExecutor:
         # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
         df = df.coalesce(max(1, math.ceil(sum(len(messages[i].body) for i in keep) / FILE_BYTES)))
         existed = self._path.exists()
-        df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode("append").parquet(str(self._path))
-        # The rows are in the table from here on: nothing below may fail in a way that would
-        # report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
+        landing = self.landing
+        # Exactly-once: the bulk goes to its own staging directory, which no reader lists, and is
+        # published below; at-least-once: appended straight into the table.
+        target = staging_dir(self._path, landing.owner, bulk.bulk_id) if landing is not None else self._path
+        mode = "overwrite" if landing is not None else "append"
+        df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode).parquet(str(target))
+        # Without a ledger the rows are in the table from here on: nothing below may fail in a way
+        # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
         if observation is not None:
             for i, reason in self._corrupt_rows(observation).items():
                 results[i] = MessageResult.permanent(messages[i].msg_id, reason, bulk.bulk_id)
         landed = [i for i in keep if results[i] is None]
+        if landing is not None:
+            if landed:
+                landing.land(bulk.bulk_id, self.table, self._path, target,
+                             [messages[i].identity or messages[i].msg_id for i in landed])
+            else:
+                discard(target)
         for i in landed:
             results[i] = MessageResult.success(messages[i].msg_id, bulk.bulk_id)
         if not landed:

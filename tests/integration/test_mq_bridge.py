@@ -170,18 +170,16 @@ def test_a_broken_connection_mid_batch_is_reconnected_and_nothing_is_lost(tmp_pa
     # When the bridge runs until idle
     assert run_until_idle(bridge) == 0
 
-    # Then the control thread reconnected, every message landed, and only the in-doubt unit's
-    # messages landed twice — their second copies flagged as such
+    # Then the control thread reconnected and every message landed exactly once: the in-doubt
+    # unit's messages, delivered again, were recognised in the landing ledger and not landed twice
     assert bridge.counters.total("listener_restarts") >= 2
     rows = read_table(spark, tmp_path / "landing" / "orders")
     landed = collections.Counter(bytes(r.body) for r in rows)
     assert set(landed) == set(bodies), "a message was lost"
-    twice = {r.msg_id for r in rows if landed[bytes(r.body)] > 1}
-    assert in_doubt.units == 1 and len(twice) == in_doubt.messages
-    assert all(twice_id in in_doubt for twice_id in twice)
-    assert all(landed[b] <= 2 for b in bodies)
-    flagged = [r for r in rows if r.headers.get("mqbridge_in_doubt") == "true"]
-    assert {r.msg_id for r in flagged} == twice
+    assert [b for b, n in landed.items() if n > 1] == [], "a message landed twice"
+    assert in_doubt.units == 1
+    # (the fake's commit fault may have committed first, then nothing comes back)
+    assert bridge.counters.total("messages_deduplicated") in (0, in_doubt.messages)
     assert qm.queue("ORDERS").depth == 0
 
 

@@ -4,6 +4,7 @@ supervisor, tested in milliseconds without a broker or Spark."""
 from __future__ import annotations
 
 import itertools
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +57,7 @@ def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 
     cfg = parse_config(f"""
 [bridge]
 name = "unit"
+state_dir = "{tempfile.mkdtemp(prefix='mqbridge-state-')}"
 control_interval = "200ms"
 shutdown_timeout = "5s"
 [monitoring]

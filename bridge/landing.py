@@ -1,0 +1,106 @@
+"""The landing protocol of one process: stage → ledger prepared → publish → ledger published.
+
+The Spark executor writes a bulk's files into its staging directory
+(`mqbridge.publication.staging_dir`) and hands them to `Landing.land`, which records the bulk as
+prepared in the ledger, moves its files into the table and records it as published. Only then does
+the executor report success, and only then does the listener commit at the source. A message the
+ledger shows as published is committed without landing again (the listener asks `published`).
+
+Failures:
+
+* before `prepare` (Spark's write, a duplicate identity another process published meanwhile): the
+  staged files are removed and the exception propagates; the executor reports the bulk retryable.
+* after `prepare`: the bulk must never be given back, or its messages would land twice (once when
+  redelivered, once when the next start rolls the prepared bulk forward). So `land` keeps trying
+  to publish, with capped backoff, for as long as the process lives; a process that dies meanwhile
+  is rolled forward by `recover` at its next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mqbridge import failpoints
+from mqbridge.counters import Counters
+from mqbridge.ledger import Ledger
+from mqbridge.observer import Observer
+from mqbridge.publication import discard, publish, staged_moves
+
+log = logging.getLogger(__name__)
+
+#: Longest pause between two attempts to publish a prepared bulk.
+PUBLISH_RETRY_MAX = 30.0
+#: How often the ledger is pruned of identities older than `[bridge] dedupe_window`.
+PRUNE_EVERY = 3600.0
+
+
+@dataclass
+class Landing(Observer):
+    """The ledger of this process and the steps of the protocol (see the module docstring).
+
+    As an observer of the bridge it prunes the ledger once an hour and publishes its size.
+    """
+
+    ledger: Ledger
+    owner: str
+    counters: Counters
+    dedupe_window: float
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _next_prune: float = 0.0
+
+    def published(self, identities: Sequence[str]) -> set[str]:
+        """Which of these identities are already in the table (their messages must not land again)."""
+        return self.ledger.published(identities)
+
+    def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
+        """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once."""
+        failpoints.hit("after_stage")
+        moves = staged_moves(table_path, staging, bulk_id)
+        try:
+            self.ledger.prepare(bulk_id, table, moves, identities)
+        except BaseException:
+            discard(staging)
+            raise
+        failpoints.hit("after_prepare")
+        delay = 0.5
+        while True:
+            try:
+                publish(moves)
+                failpoints.hit("after_publish")
+                self.ledger.mark_published(bulk_id)
+                break
+            except Exception as exc:
+                # A disk or ledger error after `prepare`: never give the bulk back (see above).
+                self.counters.inc("ledger_publish_retries")
+                log.error("bulk %s of table %s is prepared but could not be published (retrying in %.0fs; "
+                          "a restart rolls it forward): %s", bulk_id, table, delay, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, PUBLISH_RETRY_MAX)
+        discard(staging)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.ledger.close()
+
+    # -- observer ------------------------------------------------------------------------------
+    def on_tick(self, bridge: object) -> None:
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            removed = self.ledger.prune(self.dedupe_window)
+            if removed:
+                log.info("ledger: pruned %d identities older than %.0fs", removed, self.dedupe_window)
+        stats = self.ledger.stats()
+        self.counters.set("ledger_bytes", stats.file_bytes)
+        self.counters.set("ledger_identities", stats.identities)
+        self.counters.set("ledger_prune_runs", stats.prune_runs)
+
+    def status_fields(self) -> dict[str, object]:
+        stats = self.ledger.stats()
+        return {"ledger": {"path": str(stats.path), "identities": stats.identities, "bytes": stats.file_bytes,
+                           "bulks": dict(stats.bulks), "oldest": stats.oldest}}

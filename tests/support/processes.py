@@ -1,0 +1,97 @@
+"""Bridges as operators run them: `mqbridge run` processes, killed at failpoints, and what they
+left behind (rows per body, staging leftovers)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.bridge import read_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str = "cumulative",
+                 broker: str = "activemq", threads: int = 2, batch: int = 200, extra_bridge: str = "",
+                 extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml") -> Path:
+    """A configuration file for one STOMP queue, type `orders` landing in `<tmp_path>/landing/orders`,
+    the ledger in `<tmp_path>/state`."""
+    path = tmp_path / name
+    path.write_text(f"""
+[bridge]
+name = "eo"
+control_interval = "1s"
+plugin_dirs = []
+state_dir = "state"
+{extra_bridge}
+[monitoring]
+listen = ""
+[spark]
+master = "local[2]"
+warehouse = "landing"
+[types.orders]
+bulk_size = "128KB"
+bulk_timeout = "500ms"
+[sources.amq]
+kind = "stomp"
+port = {port}
+broker = "{broker}"
+ack_mode = "{ack_mode}"
+heartbeat = "10s"
+{extra_source}
+[[listeners]]
+source = "amq"
+queue = "{queue}"
+threads = {threads}
+batch = {batch}
+wait = "200ms"
+message_type = "orders"
+backout_queue = "{queue}.backout"
+{extra_listener}
+""")
+    return path
+
+
+def mqbridge(*args: str, failpoint: str | None = None, **kwargs: Any) -> subprocess.Popen[str]:
+    """`python -m mqbridge ARGS` with its output collected; `failpoint` kills it at that step."""
+    env = dict(os.environ)
+    env.pop("MQBRIDGE_FAILPOINT", None)
+    if failpoint:
+        env["MQBRIDGE_FAILPOINT"] = failpoint
+    return subprocess.Popen([sys.executable, "-m", "mqbridge", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
+
+
+def run_until_killed(config: Path, failpoint: str, timeout: float = 240) -> str:
+    """Run until the failpoint kills the process (SIGKILL); its output."""
+    proc = mqbridge("run", "--config", str(config), failpoint=failpoint)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == -signal.SIGKILL, f"expected a kill at {failpoint}, got {proc.returncode}:\n{out}"
+    assert f"failpoint {failpoint} reached" in out, out
+    return out
+
+
+def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300) -> str:
+    """Run to the end (`--until-idle`), expecting exit 0; its output."""
+    proc = mqbridge("run", "--config", str(config), "--until-idle", idle)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def landed(spark: Any, table: Path) -> collections.Counter[bytes]:
+    """How often each body is in the table (as any reader sees it)."""
+    if not table.exists():
+        return collections.Counter()
+    return collections.Counter(bytes(r.body) for r in read_table(spark, table))
+
+
+def leftovers(table: Path) -> list[Path]:
+    """Staging and Spark `_temporary` files still under a table directory."""
+    return [p for p in table.rglob("*") if p.is_file() and any(part in ("_staging", "_temporary")
+                                                                  for part in p.relative_to(table).parts)]
