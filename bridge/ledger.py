@@ -318,6 +318,13 @@ class Ledger:
         with self._read() as db:
             return [row[0] for row in db.execute("SELECT identity FROM identities WHERE bulk_id = ?", (bulk_id,))]
 
+    def bulk_sizes(self) -> dict[str, int]:
+        """Each published bulk's identity count, by bulk_id: the number of rows a reader must see
+        for it (one row per identity). Read-only; prepared bulks are not included."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, identities FROM bulks WHERE state = 'published'").fetchall()
+        return {bulk_id: count for bulk_id, count in rows}
+
     def prune(self, older_than: float) -> int:
         """Delete published bulks published more than `older_than` seconds ago, with their
         identities (the dedupe window has passed for them). Returns the identities removed."""

@@ -229,3 +229,14 @@ def test_ledger_command_without_a_ledger_file(tmp_path: Path, capsys: pytest.Cap
     assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 1
     assert "no ledger file" in capsys.readouterr().out
     assert not (tmp_path / "state" / "ledger.sqlite3").exists()  # asking did not create it
+
+
+def test_bulk_sizes_counts_the_identities_of_published_bulks_only(ledger: Ledger) -> None:
+    # Given two published bulks (one with a repeated identity) and one prepared
+    ledger.prepare("b1", "orders", MOVES, ["m1", "m2", "m2"])
+    ledger.prepare("b2", "orders", MOVES, ["m3"])
+    ledger.prepare("b3", "orders", MOVES, ["m4", "m5"])
+    ledger.mark_published("b1")
+    ledger.mark_published("b2")
+    # Then only the published ones are listed, each with its distinct identities
+    assert ledger.bulk_sizes() == {"b1": 2, "b2": 1}
