@@ -27,9 +27,9 @@ from pathlib import Path
 
 from mqbridge import failpoints
 from mqbridge.counters import Counters
-from mqbridge.ledger import Ledger
+from mqbridge.ledger import Ledger, owner_alive
 from mqbridge.observer import Observer
-from mqbridge.publication import discard, publish, staged_moves
+from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,32 @@ class Landing(Observer):
     counters: Counters
     dedupe_window: float
     _stop: threading.Event = field(default_factory=threading.Event)
+    _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
 
     def published(self, identities: Sequence[str]) -> set[str]:
-        """Which of these identities are already in the table (their messages must not land again)."""
-        return self.ledger.published(identities)
+        """Which of these identities are already in the table (their messages must not land again).
+
+        A message can come back while the bulk that holds it is still only *prepared*: its process
+        died after (or while) moving the files into the table, and the broker gave the message to
+        another bridge sharing this ledger. That bulk is rolled forward here, as the next start of
+        its own process would, and its identities count as landed. A prepared bulk of a live
+        process is still being published by it: its messages are not answered for here."""
+        found = self.ledger.published(identities)
+        rest = [i for i in identities if i not in found]
+        if rest:
+            with self._recovering:
+                for bulk in self.ledger.prepared_holding(rest):
+                    if bulk.owner == self.owner or owner_alive(bulk.owner):
+                        continue
+                    if roll_forward(self.ledger, bulk):
+                        log.warning("bulk %s of a process that is gone was rolled forward: its messages "
+                                    "came back to this bridge", bulk.bulk_id)
+                        self.counters.inc("recovery_rolled_forward")
+                    if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
+                        discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
+                found |= self.ledger.published(rest)
+        return found
 
     def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
         """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once."""

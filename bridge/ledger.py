@@ -107,7 +107,10 @@ def owner_alive(owner: str) -> bool:
     if host != socket.gethostname():
         return True
     try:
-        return abs(psutil.Process(pid).create_time() - created) < 1.0
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False  # killed, not yet reaped by its parent: it will never write again
+        return abs(process.create_time() - created) < 1.0
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.AccessDenied:
@@ -283,6 +286,19 @@ class Ledger:
                         len(unique)))
             db.executemany("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)",
                            ((identity, bulk_id) for identity in unique))
+
+    def prepared_holding(self, identities: Sequence[str]) -> list[PreparedBulk]:
+        """The prepared (not yet published) bulks that hold any of `identities`."""
+        found: dict[str, PreparedBulk] = {}
+        with self._read() as db:
+            for chunk in _chunks(list(dict.fromkeys(identities))):
+                marks = ",".join("?" * len(chunk))
+                for bulk_id, table, moves, owner, prepared_at, count in db.execute(
+                        f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
+                        f"FROM identities i JOIN bulks b USING (bulk_id) "
+                        f"WHERE b.state = 'prepared' AND i.identity IN ({marks})", chunk):
+                    found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+        return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
     def mark_published(self, bulk_id: str) -> None:
         """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mqbridge.errors import LedgerError, PublicationError
-from mqbridge.ledger import Ledger, owner_alive
+from mqbridge.ledger import Ledger, PreparedBulk, owner_alive
 
 log = logging.getLogger(__name__)
 
@@ -148,22 +148,10 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
         if owner_alive(bulk.owner):
             report.skipped_live += 1
             continue
-        untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
-        if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):
-            for staged, _ in bulk.files:
-                _remove(staged)
-            ledger.forget(bulk.bulk_id)
+        if roll_forward(ledger, bulk):
+            report.rolled_forward += 1
+        else:
             report.rolled_back += 1
-            log.warning("bulk %s of %s rolled back: another bulk published some of its messages first",
-                        bulk.bulk_id, bulk.owner)
-            continue
-        try:
-            publish(bulk.files)
-        except PublicationError as exc:
-            raise LedgerError(f"prepared bulk {bulk.bulk_id} of table {bulk.table} cannot be rolled forward: "
-                              f"{exc}") from exc
-        ledger.mark_published(bulk.bulk_id)
-        report.rolled_forward += 1
     host = _UNSAFE.sub("-", socket.gethostname())
     for table_path in table_paths:
         staging_root = Path(table_path) / STAGING
@@ -182,6 +170,29 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
              "%d bulks of live processes left alone", report.rolled_forward, report.rolled_back,
              report.stale_dirs_removed, report.skipped_live)
     return report
+
+
+def roll_forward(ledger: Ledger, bulk: PreparedBulk) -> bool:
+    """Finish a dead owner's prepared bulk: publish its remaining files and mark it published
+    (True); or, when another bulk published one of its identities meanwhile and none of its own
+    files was moved yet, remove its staged files and forget it (False). Idempotent.
+
+    Raises LedgerError when a staged file is gone and its target does not exist."""
+    untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
+    if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):
+        for staged, _ in bulk.files:
+            _remove(staged)
+        ledger.forget(bulk.bulk_id)
+        log.warning("bulk %s of %s rolled back: another bulk published some of its messages first",
+                    bulk.bulk_id, bulk.owner)
+        return False
+    try:
+        publish(bulk.files)
+    except PublicationError as exc:
+        raise LedgerError(f"prepared bulk {bulk.bulk_id} of table {bulk.table} cannot be rolled forward: "
+                          f"{exc}") from exc
+    ledger.mark_published(bulk.bulk_id)
+    return True
 
 
 def _remove(path: str) -> None:

@@ -10,9 +10,13 @@ from typing import Any
 
 import pytest
 
+from mqbridge.app import build_app
+from mqbridge.config import load_config
 from mqbridge.ledger import Ledger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import run_until_idle as run_until_idle_in_process
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +90,30 @@ def test_the_ledger_is_pruned_past_the_dedupe_window(tmp_path: Path, amq: AmqCli
         assert stats.identities <= 10
     finally:
         ledger.close()
+
+
+@pytest.mark.parametrize("forward", [False, True], ids=["commit-never-reaches-broker", "receipt-never-comes-back"])
+def test_a_commit_cut_off_before_its_receipt_lands_nothing_twice(
+        tmp_path: Path, spark: Any, amq: AmqClient, activemq: tuple[str, int], forward: bool) -> None:
+    # Given a bridge whose connection is cut at its third STOMP COMMIT (after its bulk was published):
+    # either before the broker sees the COMMIT, or after (the receipt never comes back)
+    q = unique_queue("eo-receipt")
+    sent = bodies(1500, "rc")
+    amq.put_many(q, sent)
+    proxy = TcpProxy(activemq)
+    try:
+        proxy.cut_at(b"COMMIT\n", skip=2, forward=forward)
+        cfg = load_config(str(stomp_config(tmp_path, q, port=proxy.port, threads=1, batch=100)))
+        bridge = build_app(cfg, spark=spark).bridge
+        # When it runs until idle (it reconnects by itself)
+        assert run_until_idle_in_process(bridge, idle=2.0, timeout=240) == 0
+    finally:
+        proxy.close()
+    # Then the cut happened, the commit was in doubt, and every message landed exactly once
+    assert proxy.trapped.is_set()
+    assert bridge.counters.total("listener_restarts") >= 1
+    rows = landed(spark, tmp_path / "landing" / "orders")
+    assert set(rows) == set(sent) and [b for b, n in rows.items() if n > 1] == []
+    if not forward:  # the broker redelivered the unit; the ledger knew it had landed
+        assert bridge.counters.total("messages_deduplicated") == 100
+    assert amq.depth(q) == 0

@@ -127,11 +127,7 @@ def test_rabbitmq_message_ids_are_per_delivery_on_quorum_queues_too(rabbitmq: tu
 
 
 # -- 3. two bridges, one ledger ---------------------------------------------------------------
-@pytest.mark.parametrize("how", ["sigkill", pytest.param("after_publish", marks=pytest.mark.xfail(strict=True, reason=(
-    "product bug: A's bulk is in the table but only 'prepared' in the ledger when A dies; its unacked "
-    "messages are redelivered to the live B, whose ledger check (published bulks only) does not recognise "
-    "them, so B lands them again; the next start rolls A's bulk forward (its files were moved): one "
-    "batch duplicated")))])
+@pytest.mark.parametrize("how", ["sigkill", "after_publish"])
 def test_two_bridges_on_one_queue_and_one_ledger_one_killed(
         tmp_path: Path, spark: Any, amq: AmqClient, how: str) -> None:
     """`sigkill`: bridge A is killed with SIGKILL at some point after its first bulk landed;

@@ -17,6 +17,9 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._closed = False
         self.accepted = 0
+        # A trap on the client-to-broker stream: (pattern, occurrences to let pass, forward the hit)
+        self._trap: tuple[bytes, int, bool] | None = None
+        self.trapped = threading.Event()
         threading.Thread(target=self._accept, name="tcpproxy-accept", daemon=True).start()
 
     def _accept(self) -> None:
@@ -34,13 +37,40 @@ class TcpProxy:
             with self._lock:
                 self._pairs.append((client, upstream))
                 self.accepted += 1
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), name="tcpproxy-pump", daemon=True).start()
+            for a, b, up in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, up), name="tcpproxy-pump", daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def cut_at(self, pattern: bytes, *, skip: int = 0, forward: bool) -> None:
+        """Cut every connection when the client sends `pattern` for the (skip+1)-th time: with
+        `forward` the data reaches the broker first (it acts, the client never hears back), else
+        the data carrying it is dropped (the broker never sees it)."""
+        with self._lock:
+            self._trap = (pattern, skip, forward)
+            self.trapped.clear()
+
+    def _sprung(self, data: bytes) -> bool | None:
+        """None if the trap does not fire on `data`, else whether to forward it."""
+        with self._lock:
+            if self._trap is None or self._trap[0] not in data:
+                return None
+            pattern, skip, forward = self._trap
+            if skip > 0:
+                self._trap = (pattern, skip - 1, forward)
+                return None
+            self._trap = None
+            return forward
+
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        """Copy src to dst; `up`: the client-to-broker direction, where the trap is."""
         try:
             while data := src.recv(65536):
+                forward = self._sprung(data) if up else None
+                if forward is not None:
+                    if forward:
+                        dst.sendall(data)
+                    self.cut()
+                    self.trapped.set()
+                    return
                 dst.sendall(data)
         except OSError:
             pass

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mqbridge.counters import Counters
 from mqbridge.errors import LedgerError, PublicationError
+from mqbridge.landing import Landing
 from mqbridge.ledger import Ledger, owner_id
 from mqbridge.publication import discard, owner_dirname, publish, recover, staged_moves, staging_dir
 from tests.support.ledger import dead_owner, stage_like_spark
@@ -178,3 +180,28 @@ def test_missing_staged_file_and_target_is_an_error_naming_the_bulk(
     with pytest.raises(LedgerError, match="prepared bulk broken of table orders cannot be rolled forward"):
         recover(ledger, [table])
     assert [b.bulk_id for b in ledger.in_progress()] == ["broken"]  # still prepared: an operator decides
+
+
+def test_a_live_bridge_rolls_forward_a_dead_owners_bulk_when_its_messages_come_back(
+        tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # Given a bulk a dead process moved into the table but never marked published
+    moves = prepare_dead_bulk(tmp_path, table, "orders-dead-00000001", ["m1", "m2"])
+    publish(moves[:1])
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
+    # When its messages come back to this (live) bridge
+    found = landing.published(["m1", "m2", "m3"])
+    # Then they count as landed, the bulk is finished and published, its staging is gone
+    assert found == {"m1", "m2"}
+    assert len(landed(table)) == 3 and ledger.in_progress() == []
+    assert not (table / "_staging").exists() or not any((table / "_staging").rglob("*.parquet"))
+    assert landing.counters.total("recovery_rolled_forward") == 1
+
+
+def test_a_live_owners_prepared_bulk_is_not_taken_over(tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # A prepared bulk of another process that is still running (here: this test process) stays its own
+    staging = staging_dir(table, owner_id(), "orders-live-00000001")
+    stage_like_spark(staging, {"2024-01-01": 1})
+    ledger.prepare("orders-live-00000001", "orders", staged_moves(table, staging, "orders-live-00000001"), ["x"])
+    other = Landing(ledger=ledger, owner="another-host:1:1.00", counters=Counters(), dedupe_window=3600.0)
+    assert other.published(["x"]) == set()
+    assert len(ledger.in_progress()) == 1 and landed(table) == []
