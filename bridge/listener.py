@@ -337,11 +337,12 @@ class ListenerThread(threading.Thread):
         returns = [m for m, _ in retry]
         if returns and not self.source.supports_partial_commit:
             landed = sum(1 for m in submitted if (r := results.get(m.msg_id)) is not None and r.ok)
-            if landed:
-                # MQ cannot commit part of a unit of work: what landed will land again.
+            if landed and self.dedupe is None:
+                # MQ cannot commit part of a unit of work: without the ledger, what landed will land
+                # again (with it, the redelivered copies are recognised and committed unlanded).
                 self.counters.inc("messages_duplicated_risk", landed, **self._labels)
                 log.warning("%s: %d messages landed but their unit of work is backed out "
-                            "(another type's write failed); they will be delivered again",
+                            "(another type's write failed); they will be delivered and land again",
                             spec.name, landed)
             self.source.rollback()
             self.counters.inc("messages_backed_out", len(batch), **self._labels)

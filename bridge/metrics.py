@@ -36,7 +36,7 @@ HELP = {
     "messages_backed_out": "Messages given back to the source queue (rollback)",
     "messages_moved_to_backout": "Messages moved to the backout queue",
     "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
-    "messages_duplicated_risk": "Landed messages whose unit of work was backed out (will land again)",
+    "messages_duplicated_risk": "Landed messages whose unit of work was backed out (exactly_once = false: they land again)",
     "preprocessor_errors": "Preprocessor failures",
     "put_to_commit_seconds": "Latency from the message's put time to its commit",
     "bulk_write_seconds": "Duration of one bulk's executor call (Spark write), by message type",
@@ -49,6 +49,14 @@ HELP = {
     "memory_guard_paused": "1 while the memory guard holds listener intake, else 0",
     "memory_guard_pauses": "Times the memory guard paused intake",
     "memory_guard_max_rss_bytes": "The memory guard's limit ([bridge] max_rss)",
+    "messages_deduplicated": "Redelivered messages the landing ledger knew as landed (committed, not landed again)",
+    "ledger_bytes": "Size of the landing ledger file and its write-ahead log",
+    "ledger_identities": "Message identities the landing ledger remembers (within dedupe_window)",
+    "ledger_prune_runs": "Times the landing ledger was pruned of identities older than dedupe_window",
+    "ledger_publish_retries": "Attempts to publish a prepared bulk that failed and are retried",
+    "recovery_rolled_forward": "Prepared bulks of dead processes published by recovery",
+    "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",
+    "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
 }
 
 # CollectorStats field -> (metric name, help). Counters (monotonic) and gauges (current value).
