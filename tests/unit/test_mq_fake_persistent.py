@@ -75,22 +75,25 @@ def test_a_dead_process_s_unit_of_work_is_backed_out_on_load(tmp_path: Path) -> 
         again.close()
 
 
-def test_a_backout_and_a_commit_are_saved(tmp_path: Path) -> None:
+def test_a_backout_a_commit_and_a_committing_disconnect_are_saved(tmp_path: Path) -> None:
     state = tmp_path / "qm.state"
     qm = FakeQueueManagerServer("QMB", state_file=state)
     qm.define_queue("Q")
-    qm.put_many("Q", [b"a", b"b"])
+    qm.put_many("Q", [b"a", b"b", b"c"])
     qmgr = connect(qm)
     q = mq.Queue(qmgr, "Q")
     get(q)
     qmgr.backout()
     get(q)
     qmgr.commit()
+    get(q)
+    qmgr.disconnect()  # MQDISC commits the open unit: recorded, and the event is saved
     qm.crash()
     loaded = FakeQueueManagerServer(state_file=state, register=False)
     try:
-        assert [(m.data, m.backout_count) for m in loaded.queue("Q").visible()] == [(b"b", 0)]
+        assert [(m.data, m.backout_count) for m in loaded.queue("Q").visible()] == [(b"c", 0)]
         assert loaded.recovered == {"messages_backed_out": 0}
+        assert [e["gets"] for e in loaded.disconnects_with_open_uow] == [1]
     finally:
         loaded.close()
 

@@ -20,7 +20,8 @@ messages, look at queues and inject faults. Queue managers are found by name in 
 **Persistent mode** (``state_file=...``, or `FakeQueueManagerServer.persistent()` which takes the
 path from ``MQBRIDGE_FAKE_QM_STATE``): the queue manager's committed state survives the death of
 the process using it, as a real queue manager's log does, so a bridge can run as a real process and
-be SIGKILLed. The snapshot (queues, their attributes and committed messages) is written atomically
+be SIGKILLed. The snapshot (queues, their attributes, committed messages and the events, e.g.
+`disconnects_with_open_uow`) is written atomically
 (temp file, fsync, os.replace, fsync of the directory) at every commit, backout and non-syncpoint
 put/get, and by the test-side helpers; each get under syncpoint appends the message's sequence
 number to a journal beside it (``<state>.uow``, one line per get, written through to the OS so a
@@ -153,7 +154,7 @@ class FakeQueueManagerServer:
             state = {
                 "version": _STATE_VERSION, "name": self.name, "generation": self._generation,
                 "dead_letter_queue": self.dead_letter_queue, "max_uncommitted": self.max_uncommitted,
-                "ccsid": self.ccsid, "seq": seq, "msg_id": msg_id,
+                "ccsid": self.ccsid, "seq": seq, "msg_id": msg_id, "events": list(self.events),
                 "queues": [{
                     "name": q.name,
                     "attributes": {a: getattr(q, a) for a in _QUEUE_ATTRIBUTES},
@@ -196,6 +197,7 @@ class FakeQueueManagerServer:
         self.ccsid = state["ccsid"]
         self._generation = state["generation"]
         self._seq, self._msg_ids = itertools.count(state["seq"]), itertools.count(state["msg_id"])
+        self.events = list(state["events"])  # e.g. disconnects that committed an open unit of work
         held: set[int] = set()
         journal = self.journal_file
         if journal is not None and journal.exists():
