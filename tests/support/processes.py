@@ -57,31 +57,49 @@ backout_queue = "{queue}.backout"
     return path
 
 
-def mqbridge(*args: str, failpoint: str | None = None, **kwargs: Any) -> subprocess.Popen[str]:
-    """`python -m mqbridge ARGS` with its output collected; `failpoint` kills it at that step."""
+def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str] | None = None,
+             **kwargs: Any) -> subprocess.Popen[str]:
+    """`python -m mqbridge ARGS` with its output collected; `failpoint` kills it at that step;
+    `env_extra` adds to (or overrides) its environment."""
     env = dict(os.environ)
     env.pop("MQBRIDGE_FAILPOINT", None)
+    env.update(env_extra or {})
     if failpoint:
         env["MQBRIDGE_FAILPOINT"] = failpoint
     return subprocess.Popen([sys.executable, "-m", "mqbridge", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
 
 
-def run_until_killed(config: Path, failpoint: str, timeout: float = 240) -> str:
+def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
+                     env_extra: dict[str, str] | None = None) -> str:
     """Run until the failpoint kills the process (SIGKILL); its output."""
-    proc = mqbridge("run", "--config", str(config), failpoint=failpoint)
+    proc = mqbridge("run", "--config", str(config), failpoint=failpoint, env_extra=env_extra)
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == -signal.SIGKILL, f"expected a kill at {failpoint}, got {proc.returncode}:\n{out}"
     assert f"failpoint {failpoint} reached" in out, out
     return out
 
 
-def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300) -> str:
+def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300,
+                   env_extra: dict[str, str] | None = None) -> str:
     """Run to the end (`--until-idle`), expecting exit 0; its output."""
-    proc = mqbridge("run", "--config", str(config), "--until-idle", idle)
+    proc = mqbridge("run", "--config", str(config), "--until-idle", idle, env_extra=env_extra)
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out
     return out
+
+
+#: A directory whose `pymqi` is the fake driver over a persistent fake queue manager.
+FAKE_PYMQI_PATH = ROOT / "tests" / "support" / "fake_pymqi_path"
+
+
+def fake_mq_env(state_file: Path) -> dict[str, str]:
+    """The environment for a `mqbridge run` whose MQ driver is the fake over `state_file`: the
+    fake `pymqi` first on PYTHONPATH, then the repository root (for `tests.support`)."""
+    from tests.support.fakes.mq_server import STATE_ENVIRONMENT_VARIABLE
+
+    path = [str(FAKE_PYMQI_PATH), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join(path), STATE_ENVIRONMENT_VARIABLE: str(state_file)}
 
 
 def landed(spark: Any, table: Path) -> collections.Counter[bytes]:

@@ -16,16 +16,36 @@ This is a simulation of MQ's documented behaviour, not a recorder of calls:
 
 `pymqi_fake` is the pymqi-shaped API over this state; tests use this module's helpers to put
 messages, look at queues and inject faults. Queue managers are found by name in `REGISTRY`.
+
+**Persistent mode** (``state_file=...``, or `FakeQueueManagerServer.persistent()` which takes the
+path from ``MQBRIDGE_FAKE_QM_STATE``): the queue manager's committed state survives the death of
+the process using it, as a real queue manager's log does, so a bridge can run as a real process and
+be SIGKILLed. The snapshot (queues, their attributes, committed messages and the events, e.g.
+`disconnects_with_open_uow`) is written atomically
+(temp file, fsync, os.replace, fsync of the directory) at every commit, backout and non-syncpoint
+put/get, and by the test-side helpers; each get under syncpoint appends the message's sequence
+number to a journal beside it (``<state>.uow``, one line per get, written through to the OS so a
+SIGKILL does not lose it). Loading is what MQ does when a client process dies with a unit of work
+open: the gets under syncpoint that were not committed are backed out (the messages are visible
+again, in place, with ``BackoutCount + 1``); puts under syncpoint that were not committed were
+never in the snapshot, so they are gone. Only one process may use a state file at a time. The
+environment is read only when a persistent fake is created, never at import time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
+import os
+import pickle
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from tests.support.fakes import mq_cmqc as CMQC
 from tests.support.fakes.mq_model import (
@@ -48,6 +68,12 @@ from tests.support.fakes.mq_model import (
 __all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServer", "Fault", "MQMIError",
            "PYIFError", "StoredMessage", "fail"]
 
+#: Where `FakeQueueManagerServer.persistent()` finds its state file.
+STATE_ENVIRONMENT_VARIABLE = "MQBRIDGE_FAKE_QM_STATE"
+_STATE_VERSION = 1
+# FakeQueue attributes kept in the state file (its messages are kept separately).
+_QUEUE_ATTRIBUTES = tuple(f.name for f in dataclasses.fields(FakeQueue) if f.name not in ("name", "messages"))
+
 REGISTRY: dict[str, FakeQueueManagerServer] = {}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -64,7 +90,7 @@ class FakeQueueManagerServer:
 
     def __init__(self, name: str | None = None, *, dead_letter_queue: str = "", max_uncommitted: int = 10000,
                  ccsid: int = 1208, users: dict[str, str] | None = None, wildcard_names: bool = True,
-                 register: bool = True) -> None:
+                 register: bool = True, state_file: str | os.PathLike[str] | None = None) -> None:
         self.name = name or f"QM{uuid.uuid4().hex[:8].upper()}"
         self.dead_letter_queue = dead_letter_queue
         self.max_uncommitted = max_uncommitted
@@ -84,18 +110,164 @@ class FakeQueueManagerServer:
         self._hmsgs = itertools.count(1)
         self._seq = itertools.count(1)
         self._msg_ids = itertools.count(1)
+        #: persistent mode: the snapshot file, its generation, the journal of gets under syncpoint
+        self.state_file: Path | None = None
+        self._generation = 0
+        self._journal: IO[str] | None = None
+        self._persist_paused = 0
+        #: persistent mode: what the last load found (units of work backed out, messages)
+        self.recovered: dict[str, int] = {}
+        if state_file is not None:
+            self.state_file = Path(state_file)
+            if self.state_file.exists():
+                self._load(name)
+            self.save()
         if dead_letter_queue:
             self.define_queue(dead_letter_queue)
         if register:
             with _REGISTRY_LOCK:
                 REGISTRY[self.name] = self
 
+    @classmethod
+    def persistent(cls, state_file: str | os.PathLike[str] | None = None, **kw: Any) -> FakeQueueManagerServer:
+        """A persistent queue manager on `state_file` (default: ``$MQBRIDGE_FAKE_QM_STATE``),
+        loaded from it when it exists (backing out units of work a dead process left open)."""
+        path = state_file if state_file is not None else os.environ.get(STATE_ENVIRONMENT_VARIABLE)
+        if not path:
+            raise RuntimeError(f"a persistent fake queue manager needs a state file: set {STATE_ENVIRONMENT_VARIABLE}")
+        return cls(state_file=path, **kw)
+
+    # -- persistent mode -----------------------------------------------------------------------
+    @property
+    def journal_file(self) -> Path | None:
+        return None if self.state_file is None else self.state_file.with_name(self.state_file.name + ".uow")
+
+    def save(self) -> None:
+        """Write the committed state to the state file, atomically and durably (persistent mode).
+        Messages held by an open unit of work are written as held: a later load backs them out."""
+        if self.state_file is None:
+            return
+        with self.cond:
+            seq, msg_id = next(self._seq), next(self._msg_ids)
+            self._seq, self._msg_ids = itertools.count(seq), itertools.count(msg_id)
+            self._generation += 1
+            state = {
+                "version": _STATE_VERSION, "name": self.name, "generation": self._generation,
+                "dead_letter_queue": self.dead_letter_queue, "max_uncommitted": self.max_uncommitted,
+                "ccsid": self.ccsid, "seq": seq, "msg_id": msg_id, "events": list(self.events),
+                "queues": [{
+                    "name": q.name,
+                    "attributes": {a: getattr(q, a) for a in _QUEUE_ATTRIBUTES},
+                    "messages": [{"data": m.data, "md": dict(m.md), "properties": dict(m.properties), "seq": m.seq,
+                                  "held": m.locked_by is not None}
+                                 for m in q.messages if m.pending_put_by is None],
+                } for q in self.queues.values()],
+            }
+            path = self.state_file
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            # The snapshot holds every lock the journal recorded: start a new journal. A journal
+            # line of an older generation (a kill between the replace and this) is ignored on load.
+            if self._journal is not None:
+                self._journal.close()
+            journal = self.journal_file
+            assert journal is not None
+            self._journal = open(journal, "w", encoding="ascii")  # noqa: SIM115 - kept open, closed in close()
+
+    def _load(self, name: str | None) -> None:
+        assert self.state_file is not None
+        with open(self.state_file, "rb") as f:
+            state = pickle.load(f)
+        if state.get("version") != _STATE_VERSION:
+            raise RuntimeError(f"{self.state_file}: unknown fake queue manager state version {state.get('version')}")
+        if name and name != state["name"]:
+            raise RuntimeError(f"{self.state_file} holds queue manager {state['name']}, not {name}")
+        self.name = state["name"]
+        self.dead_letter_queue = state["dead_letter_queue"]
+        self.max_uncommitted = state["max_uncommitted"]
+        self.ccsid = state["ccsid"]
+        self._generation = state["generation"]
+        self._seq, self._msg_ids = itertools.count(state["seq"]), itertools.count(state["msg_id"])
+        self.events = list(state["events"])  # e.g. disconnects that committed an open unit of work
+        held: set[int] = set()
+        journal = self.journal_file
+        if journal is not None and journal.exists():
+            for line in journal.read_text(encoding="ascii").splitlines():
+                parts = line.split()
+                if len(parts) == 2 and int(parts[0]) == self._generation:  # a torn last line is skipped
+                    held.add(int(parts[1]))
+        backed_out = 0
+        self.queues = {}
+        for q in state["queues"]:
+            queue = self.queues[q["name"]] = FakeQueue(q["name"], **q["attributes"])
+            for m in q["messages"]:
+                message = StoredMessage(m["data"], m["md"], m["properties"], m["seq"])
+                if m["held"] or m["seq"] in held:
+                    # The process that got it under syncpoint died: MQ backs its unit of work out.
+                    message.md["BackoutCount"] += 1
+                    backed_out += 1
+                queue.messages.append(message)
+        self.recovered = {"messages_backed_out": backed_out}
+        if backed_out:
+            self.events.append(("recovered_uow", {"messages_backed_out": backed_out}))
+
+    def _persist(self) -> None:
+        if self.state_file is not None and not self._persist_paused:
+            self.save()
+
+    def _journal_get(self, message: StoredMessage) -> None:
+        if self._journal is not None:
+            self._journal.write(f"{self._generation} {message.seq}\n")
+            self._journal.flush()  # to the OS: survives the process's SIGKILL
+
+    @contextlib.contextmanager
+    def deferred_persistence(self) -> Iterator[None]:
+        """Many test-side changes, one snapshot at the end (persistent mode)."""
+        with self.cond:
+            self._persist_paused += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self._persist_paused -= 1
+                self._persist()
+
+    def crash(self) -> None:
+        """The process using this queue manager dies here (SIGKILL): nothing more is written, no
+        unit of work is ended; the state file is as the dead process left it (persistent mode)."""
+        with self.cond:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            self.state_file = None
+            for conn in self.connections:
+                conn.alive, conn.reason = False, CMQC.MQRC_CONNECTION_BROKEN
+                conn.gets, conn.puts = [], []
+        with _REGISTRY_LOCK:
+            if REGISTRY.get(self.name) is self:
+                REGISTRY.pop(self.name, None)
+
     # -- test side ---------------------------------------------------------------------------
     def close(self) -> None:
         """Forget this queue manager (connections to it fail from now on)."""
         with _REGISTRY_LOCK:
-            REGISTRY.pop(self.name, None)
+            if REGISTRY.get(self.name) is self:
+                REGISTRY.pop(self.name, None)
         self.break_connections()
+        with self.cond:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            self.state_file = None  # a closed persistent queue manager writes no more
 
     def define_queue(self, name: str, **attributes: Any) -> FakeQueue:
         with self.cond:
@@ -105,6 +277,7 @@ class FakeQueueManagerServer:
             for key, value in attributes.items():
                 getattr(queue, key)  # unknown attribute: AttributeError
                 setattr(queue, key, value)
+            self._persist()
             return queue
 
     def queue(self, name: str) -> FakeQueue:
@@ -129,11 +302,13 @@ class FakeQueueManagerServer:
             md["MsgId"] = pad_bytes(msg_id, 24) if msg_id else self._new_msg_id()
             props = {name: (infer_type(value), value) for name, value in (properties or {}).items()}
             self._queue_for(queue)._insert(StoredMessage(body, md, props, next(self._seq)))
+            self._persist()
             self.cond.notify_all()
             return md["MsgId"]
 
     def put_many(self, queue: str, bodies: list[bytes], **kw: Any) -> list[bytes]:
-        return [self.put(queue, body, **kw) for body in bodies]
+        with self.deferred_persistence():
+            return [self.put(queue, body, **kw) for body in bodies]
 
     def inject(self, op: str, reason: int, *, after: int = 0, times: int = 1, queue: str | None = None,
                applied: bool = False, comp: int = CMQC.MQCC_FAILED) -> Fault:
@@ -331,6 +506,8 @@ class FakeQueueManagerServer:
                 message.pending_put_by = conn.hconn
                 conn.puts.append((queue, message))
             queue._insert(message)
+            if not syncpoint:
+                self._persist()
             for key in ("MsgId", "PutDate", "PutTime", "UserIdentifier", "PutApplName", "Persistence"):
                 setattr(md, key, stored[key])
             self.cond.notify_all()
@@ -472,20 +649,26 @@ class FakeQueueManagerServer:
         self.cond.notify_all()
 
     def _commit(self, conn: Connection) -> None:
+        changed = bool(conn.gets or conn.puts)
         for queue, message in conn.gets:
             queue.messages.remove(message)
         for _queue, message in conn.puts:
             message.pending_put_by = None
         conn.gets, conn.puts = [], []
+        if changed:
+            self._persist()
         self.cond.notify_all()
 
     def _backout(self, conn: Connection) -> None:
+        changed = bool(conn.gets or conn.puts)
         for _queue, message in conn.gets:
             message.locked_by = None
             message.md["BackoutCount"] += 1
         for queue, message in conn.puts:
             queue.messages.remove(message)
         conn.gets, conn.puts = [], []
+        if changed:
+            self._persist()
         self.cond.notify_all()
 
     @staticmethod
@@ -530,8 +713,10 @@ class FakeQueueManagerServer:
         if syncpoint:
             message.locked_by = conn.hconn
             conn.gets.append((queue, message))
+            self._journal_get(message)
         else:
             queue.messages.remove(message)
+            self._persist()
         for key, value in message.md.items():
             setattr(md, key, value)
         md.CodedCharSetId = ccsid
