@@ -158,8 +158,11 @@ class PublishedBulk:
 
 # -- the ledger -------------------------------------------------------------------------------
 class Ledger:
-    """One process's handle on the ledger file. Thread-safe: one connection behind a lock (the
-    statements are short; SQLite would serialise the writers anyway)."""
+    """One process's handle on the ledger file. Thread-safe: one connection behind a lock for
+    writes and most reads (the statements are short; SQLite would serialise the writers anyway),
+    and a second one for `published`, the question every listener asks once per unit of work: in
+    WAL mode a reader never waits for a writer, so listeners do not queue behind a bulk's
+    `prepare` and its fsync."""
 
     def __init__(self, path: Path, owner: str, connection: sqlite3.Connection, created: bool) -> None:
         self.path = path
@@ -168,6 +171,8 @@ class Ledger:
         self.created = created
         self._db = connection
         self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None  # for `published`, opened on first use
+        self._reader_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: Path, *, owner: str) -> Ledger:
@@ -248,10 +253,22 @@ class Ledger:
             except sqlite3.Error as exc:
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
+    @contextmanager
+    def _read_concurrently(self) -> Iterator[sqlite3.Connection]:
+        with self._reader_lock:
+            try:
+                if self._reader is None:
+                    self._reader = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                                   isolation_level=None, check_same_thread=False)
+                    self._reader.execute("PRAGMA query_only = ON")
+                yield self._reader
+            except sqlite3.Error as exc:
+                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of `identities` a published bulk holds."""
         found: set[str] = set()
-        with self._read() as db:
+        with self._read_concurrently() as db:
             # A read transaction, so that the chunks see one snapshot of the file.
             db.execute("BEGIN")
             try:
@@ -377,7 +394,11 @@ class Ledger:
                            float(last_prune) if last_prune is not None else None)
 
     def close(self) -> None:
-        """Close the connection (committed transactions are already durable)."""
+        """Close the connections (committed transactions are already durable)."""
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         with self._lock:
             self._db.close()
 
