@@ -177,10 +177,10 @@ def test_a_reader_sees_only_whole_bulks(tmp_path: Path, spark: Any, amq: AmqClie
     def reader() -> None:
         nonlocal reads
         while not stop.is_set():
-            if published_files(table) == 0:
-                stop.wait(0.1)
-                continue
             try:
+                if published_files(table) == 0:
+                    stop.wait(0.1)
+                    continue
                 for row in spark.read.parquet(str(table)).groupBy("bulk_id").count().collect():
                     seen[row["bulk_id"]].add(row["count"])
                 reads += 1
