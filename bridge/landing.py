@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,11 @@ class Landing(Observer):
     """The ledger of this process and the steps of the protocol (see the module docstring).
 
     As an observer of the bridge it prunes the ledger once an hour and publishes its size.
+
+    A published bulk's staging directory (Spark's `_SUCCESS`, checksums, empty partition
+    directories) is removed by one background thread, off the path between the Spark write and the
+    source commit (about 20 ms a bulk); `close` waits for it. Directories a killed process left are
+    removed by `recover` at the next start.
     """
 
     ledger: Ledger
@@ -53,6 +59,8 @@ class Landing(Observer):
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
+    _janitor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="mqbridge-staging-cleanup"))
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already in the table (their messages must not land again).
@@ -102,10 +110,11 @@ class Landing(Observer):
                           "a restart rolls it forward): %s", bulk_id, table, delay, exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
-        discard(staging)
+        self._janitor.submit(discard, staging)
 
     def close(self) -> None:
         self._stop.set()
+        self._janitor.shutdown(wait=True)
         self.ledger.close()
 
     # -- observer ------------------------------------------------------------------------------

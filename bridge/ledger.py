@@ -53,8 +53,13 @@ BUSY_TIMEOUT_MS = 30_000
 #: Written to the file's header, so that another SQLite database is never taken for a ledger.
 APPLICATION_ID = 0x6D716272  # "mqbr"
 SCHEMA_VERSION = 1
-#: Host parameters per statement: SQLite before 3.32 allows 999, so lists are cut into chunks.
-CHUNK = 900
+#: Which of a JSON list of identities (the statement's one parameter) a bulk in a given state holds.
+#: The CROSS JOINs fix the plan: each identity is looked up by the primary key, then its bulk by
+#: its key, so the cost grows with the list, not with the ledger. Left to itself, SQLite's planner
+#: walks every published bulk through `bulks_by_state` (measured: 25 ms per 1,000 identities with 60
+#: bulks in the ledger, rising with every bulk of the dedupe window; 1.3 ms this way).
+_HOLDING = ("FROM json_each(?) AS j CROSS JOIN identities AS i ON i.identity = j.value "
+            "CROSS JOIN bulks AS b ON b.bulk_id = i.bulk_id WHERE b.state = ?")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS bulks (
@@ -214,6 +219,11 @@ class Ledger:
         if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
             raise LedgerError(f"ledger {path}: cannot use write-ahead logging (a network file system?)")
         db.execute("PRAGMA synchronous = FULL")
+        try:
+            db.execute("SELECT value FROM json_each('[]')").fetchall()
+        except sqlite3.OperationalError as exc:
+            raise LedgerError(f"ledger {path}: this Python's SQLite ({sqlite3.sqlite_version}) has no JSON "
+                              "functions (SQLite 3.38 or later, or one built with JSON1, is needed)") from exc
         db.execute("BEGIN IMMEDIATE")
         try:
             for statement in _SCHEMA.split(";"):
@@ -269,16 +279,8 @@ class Ledger:
         """Which of `identities` a published bulk holds."""
         found: set[str] = set()
         with self._read_concurrently() as db:
-            # A read transaction, so that the chunks see one snapshot of the file.
-            db.execute("BEGIN")
-            try:
-                for chunk in _chunks(list(dict.fromkeys(identities))):
-                    marks = ",".join("?" * len(chunk))
-                    found.update(row[0] for row in db.execute(
-                        f"SELECT DISTINCT i.identity FROM identities i JOIN bulks b USING (bulk_id) "
-                        f"WHERE b.state = 'published' AND i.identity IN ({marks})", chunk))
-            finally:
-                db.execute("COMMIT")
+            found.update(row[0] for row in db.execute(f"SELECT DISTINCT i.identity {_HOLDING}",
+                                                      (_json_list(identities), "published")))
         return found
 
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
@@ -288,12 +290,8 @@ class Ledger:
         identities."""
         unique = list(dict.fromkeys(identities))
         with self._write() as db:
-            taken: list[str] = []
-            for chunk in _chunks(unique):
-                marks = ",".join("?" * len(chunk))
-                taken.extend(row[0] for row in db.execute(
-                    f"SELECT DISTINCT i.identity FROM identities i JOIN bulks b USING (bulk_id) "
-                    f"WHERE b.state = 'published' AND i.identity IN ({marks})", chunk))
+            taken = [row[0] for row in db.execute(f"SELECT DISTINCT i.identity {_HOLDING}",
+                                                  (_json_list(unique), "published"))]
             if taken:
                 raise DuplicateIdentityError(f"bulk {bulk_id}: {len(taken)} identities already published "
                                              f"(e.g. {taken[0]!r})", taken)
@@ -308,13 +306,10 @@ class Ledger:
         """The prepared (not yet published) bulks that hold any of `identities`."""
         found: dict[str, PreparedBulk] = {}
         with self._read() as db:
-            for chunk in _chunks(list(dict.fromkeys(identities))):
-                marks = ",".join("?" * len(chunk))
-                for bulk_id, table, moves, owner, prepared_at, count in db.execute(
-                        f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
-                        f"FROM identities i JOIN bulks b USING (bulk_id) "
-                        f"WHERE b.state = 'prepared' AND i.identity IN ({marks})", chunk):
-                    found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+            for bulk_id, table, moves, owner, prepared_at, count in db.execute(
+                    f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
+                    f"{_HOLDING}", (_json_list(identities), "prepared")):
+                found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
         return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
     def mark_published(self, bulk_id: str) -> None:
@@ -403,9 +398,8 @@ class Ledger:
             self._db.close()
 
 
-def _chunks(items: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(items), CHUNK):
-        yield items[start:start + CHUNK]
+def _json_list(identities: Sequence[str]) -> str:
+    return json.dumps(list(dict.fromkeys(identities)))
 
 
 def _moves(text: str) -> tuple[tuple[str, str], ...]:

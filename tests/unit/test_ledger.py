@@ -13,7 +13,7 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.errors import DuplicateIdentityError, IdentityError, LedgerError
 from mqbridge.identity import identity_of
-from mqbridge.ledger import CHUNK, Ledger, ledger_path, owner_alive, owner_id
+from mqbridge.ledger import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
 from mqbridge.message import Message
 from tests.support.configs import orders_config
 from tests.support.ledger import dead_owner, restarted_owner
@@ -72,13 +72,29 @@ def test_mark_published_of_an_unknown_bulk_is_an_error(ledger: Ledger) -> None:
 
 
 def test_identities_over_the_sqlite_variable_limit(ledger: Ledger) -> None:
-    many = [f"id-{n}" for n in range(CHUNK * 3 + 7)]  # more than SQLite's 999 (and 32766) would allow
+    many = [f"id-{n}" for n in range(2707)]  # more than SQLite's 999 host parameters would allow
     ledger.prepare("big", "orders", [], many)
     ledger.mark_published("big")
     asked = many + [f"other-{n}" for n in range(40_000)]
     assert ledger.published(asked) == set(many)
     with pytest.raises(DuplicateIdentityError):
         ledger.prepare("again", "orders", [], asked)
+
+
+def test_identity_lookups_start_from_the_identities_asked(ledger: Ledger) -> None:
+    """The plan of `published`/`prepare`/`prepared_holding`: each asked identity is found by the
+    primary key, never by walking the ledger's bulks (which grows with the dedupe window)."""
+    for n in range(30):
+        ledger.prepare(f"b{n}", "orders", [], [f"b{n}-{i}" for i in range(50)])
+        ledger.mark_published(f"b{n}")
+    db = sqlite3.connect(ledger.path)
+    try:
+        plan = [row[3] for row in db.execute(f"EXPLAIN QUERY PLAN SELECT i.identity {_HOLDING}", ('["x"]', "published"))]
+    finally:
+        db.close()
+    assert plan[0].startswith("SCAN j VIRTUAL TABLE"), plan
+    assert any("SEARCH i USING PRIMARY KEY (identity=?)" in step for step in plan), plan
+    assert not any("bulks_by_state" in step for step in plan), plan
 
 
 def test_prune_removes_published_bulks_older_than_the_window(ledger: Ledger) -> None:
