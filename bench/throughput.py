@@ -7,7 +7,9 @@ broker, in the same run.
 (b) warms up first, as a bridge that has run for a while is (`--warmup-writes` Spark writes of 200 rows,
     over which the JVM compiles Spark's driver code and the fixed cost of a write falls about 4x;
     then `--warmup` messages through the bridge), then puts N messages and runs the bridge until
-    they are all committed;
+    they are all committed: with the landing ledger (exactly-once) and without it (at-least-once),
+    alternately, `--rounds` times each, on the same warm JVM; prints each rate, the mean of each
+    mode, what the ledger costs (rate and time per bulk, time per ledger lookup);
 (c) latency: puts messages at a steady rate while the bridge runs, and reports the
     put-to-commit latency percentiles the bridge measured.
 Prints the rates, their ratio, and p50/p99 latency. Needs ActiveMQ on 127.0.0.1:61613.
@@ -20,6 +22,7 @@ import logging
 import os
 import queue
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -102,7 +105,7 @@ def bridge_config(warehouse: Path, queue_name: str, args: argparse.Namespace) ->
 control_interval = "1s"
 plugin_dirs = []
 state_dir = "{warehouse}/_state"
-exactly_once = {"true" if args.exactly_once else "false"}
+exactly_once = {"false" if args.exactly_once is False else "true"}
 [monitoring]
 listen = ""
 [spark]
@@ -171,8 +174,10 @@ def main() -> None:
     parser.add_argument("--ack-mode", default="cumulative", choices=("cumulative", "individual"),
                         help="the bridge's STOMP ack_mode")
     parser.add_argument("--port", type=int, default=61613, help="the broker's STOMP port on 127.0.0.1")
-    parser.add_argument("--exactly-once", action=argparse.BooleanOptionalAction, default=True,
-                        help="land through the ledger (the default); --no-exactly-once: at-least-once")
+    parser.add_argument("--exactly-once", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure (b) and (c) only with the ledger (--exactly-once) or only without it "
+                             "(--no-exactly-once); default: (b) in both modes, (c) with the ledger")
+    parser.add_argument("--rounds", type=int, default=2, help="(b) runs per mode")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -184,7 +189,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:
         print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}, "
-              f"{args.ack_mode} acks, exactly_once = {str(args.exactly_once).lower()}")
+              f"{args.ack_mode} acks")
         q1 = unique_queue("bench-ceiling")
         print(f"put rate:                     {put(q1, n, args.size, args.port):>9,.0f} msg/s")
         ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000), port=args.port)
@@ -197,21 +202,45 @@ def main() -> None:
         run_bridge(bridge_config(workdir / "warm", q0, args), spark,
                    lambda b: b.counters.total("messages_committed") >= args.warmup)
 
-        q2 = unique_queue("bench-bridge")
-        put(q2, n, args.size, args.port)
-        broker = broker_process(args.port)
-        cpu_before, wall_before = cpu_seconds(broker), time.perf_counter()
-        bridge, first, end = run_bridge(bridge_config(workdir / "landing", q2, args), spark,
-                                        lambda b: b.counters.total("messages_committed") >= n)
-        cpu_after, wall = cpu_seconds(broker), time.perf_counter() - wall_before
-        bridge_rate = n / (end - first)
-        stats = bridge.collector.stats()
-        print(f"(b) mqbridge end to end:      {bridge_rate:>9,.0f} msg/s  ({stats.executed_bulks} Spark writes, "
-              f"{stats.execute_seconds_total:.1f}s writing)")
-        print(f"ratio (b)/(a):                {bridge_rate / ceiling_rate:>9.2f}")
-        used = {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
-        print(f"    CPU seconds during (b), {wall:.1f}s wall on {psutil.cpu_count()} cores: "
-              + ", ".join(f"{name} {value:.1f}" for name, value in used.items()))
+        modes = [args.exactly_once] if args.exactly_once is not None else [True, False]
+        rates: dict[bool, list[float]] = {mode: [] for mode in modes}
+        land_seconds: list[float] = []
+        lookup_seconds: list[float] = []
+        for round_no in range(args.rounds):
+            for mode in modes:
+                args.exactly_once = mode
+                q2 = unique_queue("bench-bridge")
+                put(q2, n, args.size, args.port)
+                broker = broker_process(args.port)
+                cpu_before, wall_before = cpu_seconds(broker), time.perf_counter()
+                bridge, first, end = run_bridge(bridge_config(workdir / f"landing-{round_no}-{mode}", q2, args), spark,
+                                                lambda b: b.counters.total("messages_committed") >= n)
+                cpu_after, wall = cpu_seconds(broker), time.perf_counter() - wall_before
+                bridge_rate = n / (end - first)
+                rates[mode].append(bridge_rate)
+                stats = bridge.collector.stats()
+                label = "with ledger" if mode else "no ledger"
+                print(f"(b) mqbridge end to end, {label:11}: {bridge_rate:>9,.0f} msg/s  ratio {bridge_rate / ceiling_rate:.2f}"
+                      f"  ({stats.executed_bulks} Spark writes, {stats.execute_seconds_total:.1f}s writing)")
+                used = {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+                print(f"    CPU seconds, {wall:.1f}s wall on {psutil.cpu_count()} cores: "
+                      + ", ".join(f"{name} {value:.1f}" for name, value in used.items()))
+                for name, into in (("ledger_land_seconds", land_seconds), ("ledger_lookup_seconds", lookup_seconds)):
+                    hist = bridge.counters.histogram(name)
+                    if hist is not None and hist.count:
+                        into.extend(hist.recent)
+        for mode in modes:
+            label = "with ledger" if mode else "no ledger"
+            print(f"(b) mean {label:11}:          {statistics.mean(rates[mode]):>9,.0f} msg/s  "
+                  f"ratio {statistics.mean(rates[mode]) / ceiling_rate:.2f}")
+        if len(modes) == 2:
+            change = statistics.mean(rates[True]) / statistics.mean(rates[False]) - 1
+            print(f"    the ledger changes the rate by {change:+.1%}")
+        if land_seconds:
+            print(f"    ledger per bulk (prepare, publish, mark published): mean {statistics.mean(land_seconds) * 1000:.1f} ms, "
+                  f"max {max(land_seconds) * 1000:.1f} ms over {len(land_seconds)} bulks; per unit of work lookup: "
+                  f"mean {statistics.mean(lookup_seconds) * 1000:.1f} ms over {len(lookup_seconds)} units")
+        args.exactly_once = modes[0]
 
         q3 = unique_queue("bench-latency")
         total = int(args.latency_rate * args.latency_seconds)

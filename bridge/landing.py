@@ -70,7 +70,9 @@ class Landing(Observer):
         another bridge sharing this ledger. That bulk is rolled forward here, as the next start of
         its own process would, and its identities count as landed. A prepared bulk of a live
         process is still being published by it: its messages are not answered for here."""
+        start = time.perf_counter()
         found = self.ledger.published(identities)
+        self.counters.observe("ledger_lookup_seconds", time.perf_counter() - start)
         rest = [i for i in identities if i not in found]
         if rest:
             with self._recovering:
@@ -89,6 +91,7 @@ class Landing(Observer):
     def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
         """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once."""
         failpoints.hit("after_stage")
+        start = time.perf_counter()
         moves = staged_moves(table_path, staging, bulk_id)
         try:
             self.ledger.prepare(bulk_id, table, moves, identities)
@@ -110,6 +113,7 @@ class Landing(Observer):
                           "a restart rolls it forward): %s", bulk_id, table, delay, exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
+        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
         self._janitor.submit(discard, staging)
 
     def close(self) -> None:

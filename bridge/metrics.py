@@ -53,6 +53,9 @@ HELP = {
     "ledger_bytes": "Size of the landing ledger file and its write-ahead log",
     "ledger_identities": "Message identities the landing ledger remembers (within dedupe_window)",
     "ledger_prune_runs": "Times the landing ledger was pruned of identities older than dedupe_window",
+    "ledger_land_seconds": "Time the landing protocol adds to one bulk after Spark staged it (ledger prepare, "
+                           "publication, ledger published), by table",
+    "ledger_lookup_seconds": "Time of one unit of work's question to the ledger: which messages landed already",
     "ledger_publish_retries": "Attempts to publish a prepared bulk that failed and are retried",
     "recovery_rolled_forward": "Prepared bulks of dead processes published by recovery",
     "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",

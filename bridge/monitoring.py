@@ -187,7 +187,7 @@ class MonitoringServer(Observer):
             label = f"{entry['source']}:{entry['queue']}"
             entry["listener_committed_per_second"] = self.rates.rates.get(label)
             entry["listener_messages"] = {name: counters.total(name, listener=label) for name in LISTENER_COUNTS}
-        doc["spark"]["master"] = self.bridge.config.spark.remote or self.bridge.config.spark.master
+        doc["spark"]["master"] = self.bridge.config.spark.shown
         problems = health_problems(doc)
         doc["health"] = {"healthy": not problems, "problems": problems}
         return doc

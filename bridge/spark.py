@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from mqbridge.config import SparkSection, TypeConfig
+from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.errors import ConfigError, SparkUnavailableError
 from mqbridge.landing import Landing
 from mqbridge.message import Bulk, Message, MessageResult
@@ -134,7 +134,7 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
         if not remote:
             spark.sparkContext.setLogLevel("WARN")
     except Exception as exc:
-        where = f"Spark Connect server {remote}" if remote else f"Spark (master {master})"
+        where = f"Spark Connect server {shown_remote(remote)}" if remote else f"Spark (master {master})"
         raise SparkUnavailableError(f"cannot start {where}: {_one_line(exc)}{_java_hint(remote)}") from exc
     return spark
 

@@ -23,6 +23,7 @@ from mqbridge.config.schema import (
     PreprocessorRef,
     SparkSection,
     TypeConfig,
+    shown_remote,
 )
 from mqbridge.config.sources import MemorySourceConfig, MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.errors import KeyedError
@@ -44,6 +45,7 @@ __all__ = [
     "SparkSection",
     "StompSourceConfig",
     "TypeConfig",
+    "shown_remote",
     "key_path",
     "load_config",
     "parse_config",

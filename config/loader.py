@@ -63,6 +63,8 @@ def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | Non
     file = None if path.startswith("<") and path.endswith(">") else Path(path)
     base_dir = file.absolute().parent if file is not None else Path.cwd()
     problems: list[Problem] = []
+    spark_section = raw.get("spark")
+    original_conf = dict(spark_section.get("conf") or {}) if isinstance(spark_section, dict) else {}
     raw = _substitute(raw, (), os.environ if env is None else env, base_dir, problems)
     if problems:
         raise _config_error(path, problems)
@@ -73,6 +75,9 @@ def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | Non
         raise _config_error(path, _problems(exc)) from None
     config._path = file
     config._base_dir = base_dir
+    conf = (raw.get("spark") or {}).get("conf") if isinstance(raw.get("spark"), dict) else None
+    config._referenced_conf = frozenset(
+        key for key, value in (conf or {}).items() if _REFERENCE.search(str(original_conf.get(key, ""))))
     return config
 
 

@@ -95,6 +95,25 @@ class LoggingSection(Model):
         return value.upper() if isinstance(value, str) else value
 
 
+#: A Spark Connect URL's parameters: sc://host:port/;token=…;user_id=… (names are case-insensitive).
+_REMOTE_PARAM = re.compile(r";([^;=/]+)=([^;]*)")
+#: Parameters of a Spark Connect URL that are credentials.
+_REMOTE_SECRETS = frozenset({"token"})
+#: spark.conf keys whose values are redacted wherever they came from (Spark's own `redaction.regex` idea).
+_SECRET_CONF_KEY = re.compile(r"secret|password|token|credential|access\.?key", re.IGNORECASE)
+
+
+def remote_secrets(remote: str) -> list[str]:
+    """The credential values (`token`) in a Spark Connect URL."""
+    return [value for name, value in _REMOTE_PARAM.findall(remote) if name.strip().lower() in _REMOTE_SECRETS and value]
+
+
+def shown_remote(remote: str) -> str:
+    """A Spark Connect URL with its credential parameters replaced by `***`."""
+    return _REMOTE_PARAM.sub(
+        lambda m: f";{m[1]}=***" if m[1].strip().lower() in _REMOTE_SECRETS and m[2] else m[0], remote)
+
+
 class SparkSection(Model):
     """`[spark]`: where Spark runs and where tables land."""
 
@@ -103,6 +122,12 @@ class SparkSection(Model):
     warehouse: Path = Field(default=Path("data/landing"), description="Root directory of landed tables")
     app_name: str = Field(default="mqbridge", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (values as strings)")
+
+    @property
+    def shown(self) -> str:
+        """Where Spark runs, as status pages and logs may show it: the master, or the Spark
+        Connect URL with its `token` parameter redacted."""
+        return shown_remote(self.remote) if self.remote else self.master
 
     @field_validator("remote")
     @classmethod
@@ -241,6 +266,8 @@ class BridgeConfig(Model):
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")
     _path: Path | None = PrivateAttr(None)
     _base_dir: Path | None = PrivateAttr(None)
+    #: The spark.conf keys whose values came from `${ENV:}`/`${FILE:}` (set by the loader).
+    _referenced_conf: frozenset[str] = PrivateAttr(frozenset())
 
     @model_validator(mode="after")
     def _cross_check(self) -> BridgeConfig:
@@ -302,4 +329,11 @@ class BridgeConfig(Model):
         for name, source in self.sources.items():
             if isinstance(source, (StompSourceConfig, MqSourceConfig)) and source.password is not None:
                 found[f"sources.{name}.password"] = source.password.get_secret_value()
+        for n, token in enumerate(remote_secrets(self.spark.remote or "")):
+            found[f"spark.remote.token[{n}]"] = token
+        for key, value in self.spark.conf.items():
+            # A value read from ${ENV:}/${FILE:} is kept out of files for a reason; a key named
+            # like a credential is one whatever its origin.
+            if key in self._referenced_conf or _SECRET_CONF_KEY.search(key):
+                found[f'spark.conf."{key}"'] = value
         return found

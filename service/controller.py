@@ -21,6 +21,7 @@ from typing import Any
 from mqbridge.app import run_bridge
 from mqbridge.config import BridgeConfig, load_config
 from mqbridge.errors import ConfigError
+from mqbridge.logsetup import RedactSecrets, setup_from_config
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +140,16 @@ class EventLogHandler(logging.Handler):
             (self._error if record.levelno >= logging.ERROR else self._warning)(text)
         except Exception:
             self.handleError(record)
+
+
+def configure_service_logging(config: BridgeConfig, event_log: logging.Handler | None = None) -> None:
+    """Logging of a service from its configuration: the configured file (or stderr), level and
+    format, and `event_log` (the Windows Event Log) beside it, every handler redacting the
+    configuration's secrets. Replaces whatever handlers the service host had set up before the
+    configuration was read (those could not know its secrets)."""
+    setup_from_config(config, force=True)
+    if event_log is not None:
+        for old in [f for f in event_log.filters if isinstance(f, RedactSecrets)]:
+            event_log.removeFilter(old)
+        event_log.addFilter(RedactSecrets(config.secrets().values()))
+        logging.getLogger().addHandler(event_log)

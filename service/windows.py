@@ -26,12 +26,12 @@ import win32serviceutil
 
 from mqbridge.config import BridgeConfig
 from mqbridge.errors import BridgeExitError
-from mqbridge.logsetup import setup_from_config
 from mqbridge.service.controller import (
     RUNNING,
     STOP_PENDING,
     EventLogHandler,
     ServiceController,
+    configure_service_logging,
     describe_exit,
 )
 
@@ -71,7 +71,9 @@ class MqbridgeService(win32serviceutil.ServiceFramework):
             self.controller.request_reload()
 
     def SvcDoRun(self) -> None:
-        logging.getLogger().addHandler(EventLogHandler(servicemanager.LogWarningMsg, servicemanager.LogErrorMsg))
+        # Until the configuration is read (its errors never hold a secret value), the Event Log
+        # alone; then the configured log file and a redacting Event Log (`_configure_logging`).
+        logging.getLogger().addHandler(_EVENT_LOG)
         servicemanager.LogMsg(servicemanager.EVENTLOG_INFORMATION_TYPE, servicemanager.PYS_SERVICE_STARTED,
                               (self._svc_name_, ""))
         code = self.controller.run()
@@ -80,8 +82,11 @@ class MqbridgeService(win32serviceutil.ServiceFramework):
         servicemanager.LogInfoMsg(f"{self._svc_name_}: {describe_exit(code)}")
 
 
+_EVENT_LOG = EventLogHandler(servicemanager.LogWarningMsg, servicemanager.LogErrorMsg)
+
+
 def _configure_logging(config: BridgeConfig) -> None:
-    setup_from_config(config)
+    configure_service_logging(config, _EVENT_LOG)
 
 
 def service_name(bridge_name: str) -> str:

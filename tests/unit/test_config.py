@@ -289,6 +289,28 @@ port = "hunter2-top-secret"
     assert message == "demo.toml: sources.amq.password: Input should be a valid string"
 
 
+def test_spark_connect_token_and_referenced_conf_values_are_secrets() -> None:
+    env = {"S3_KEY": "AKIA-from-env", "WAREHOUSE_OPT": "plain-from-env"}
+    cfg = parse(MINIMAL + """
+[spark]
+remote = "sc://spark.example:15002/;user_id=etl;token=tok-123-secret;session_id=x"
+[spark.conf]
+"spark.hadoop.fs.s3a.access.key" = "${ENV:S3_KEY}"
+"spark.sql.shuffle.partitions" = "4"
+"spark.some.option" = "${ENV:WAREHOUSE_OPT}"
+"spark.ssl.keyStorePassword" = "written-in-the-file"
+""", env)
+    secrets = cfg.secrets()
+    assert secrets["spark.remote.token[0]"] == "tok-123-secret"
+    assert secrets['spark.conf."spark.hadoop.fs.s3a.access.key"'] == "AKIA-from-env"
+    assert secrets['spark.conf."spark.some.option"'] == "plain-from-env"  # from ${ENV:}: could be anything
+    assert secrets['spark.conf."spark.ssl.keyStorePassword"'] == "written-in-the-file"  # named like a credential
+    assert 'spark.conf."spark.sql.shuffle.partitions"' not in secrets
+    assert cfg.spark.shown == "sc://spark.example:15002/;user_id=etl;token=***;session_id=x"
+    assert "tok-123" not in repr(cfg.spark.shown)
+    assert parse(MINIMAL).spark.shown == "local[*]"
+
+
 def test_mq_password_is_accepted_with_tls_or_explicit_consent() -> None:
     base = TYPES + 'kind = "mq"\nqueue_manager = "QM1"\nconn_name = "h(1414)"\npassword = "pw"\n'
     for extra in ('cipher_spec = "ANY_TLS12_OR_HIGHER"', "allow_plaintext_password = true"):

@@ -18,6 +18,7 @@ from mqbridge.service.controller import (
     STOPPED,
     EventLogHandler,
     ServiceController,
+    configure_service_logging,
     describe_exit,
 )
 from tests.support.configs import orders_config
@@ -149,3 +150,36 @@ def test_event_log_handler_routes_by_level() -> None:
         logger.removeHandler(handler)
     assert [w.endswith("slow broker") for w in warnings] == [True]
     assert [e.endswith("lost") for e in errors] == [True]
+
+
+def test_service_logging_writes_the_configured_file_and_redacts_the_event_log_too(tmp_path: Path) -> None:
+    """What the Windows service does once its configuration is read: a handler the service host
+    added before (the Event Log) no longer keeps the configured file from being used, and it
+    redacts the configuration's secrets like the file does."""
+    log_file = tmp_path / "logs" / "bridge.log"
+    config = parse_config(orders_config(f"""[logging]
+file = "{log_file}"
+[spark]
+remote = "sc://spark.example:15002/;token=tok-very-secret"
+"""))
+    warnings: list[str] = []
+    event_log = EventLogHandler(warnings.append, warnings.append)
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    root.addHandler(event_log)  # as SvcDoRun does before the configuration is read
+    try:
+        configure_service_logging(config, event_log)
+        logging.getLogger("test.service.redaction").warning("connecting with tok-very-secret")
+        configure_service_logging(config, event_log)  # a reload: one filter, one handler each
+        assert root.handlers.count(event_log) == 1 and len(event_log.filters) == 1
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            if handler is not event_log:
+                handler.close()
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+    assert [w.endswith("connecting with ***") for w in warnings] == [True]
+    written = log_file.read_text()
+    assert "connecting with ***" in written and "tok-very-secret" not in written
