@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str = "cumulative",
                  broker: str = "activemq", threads: int = 2, batch: int = 200, extra_bridge: str = "",
-                 extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml") -> Path:
+                 extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml",
+                 spark: str = 'master = "local[2]"') -> Path:
     """A configuration file for one STOMP queue, type `orders` landing in `<tmp_path>/landing/orders`,
-    the ledger in `<tmp_path>/state`."""
+    the ledger in `<tmp_path>/state`; `spark` is where Spark runs (`master = …` or `remote = …`)."""
     path = tmp_path / name
     path.write_text(f"""
 [bridge]
@@ -32,7 +33,7 @@ state_dir = "state"
 [monitoring]
 listen = ""
 [spark]
-master = "local[2]"
+{spark}
 warehouse = "landing"
 [types.orders]
 bulk_size = "128KB"

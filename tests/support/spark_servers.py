@@ -1,0 +1,135 @@
+"""Spark servers of a test, started from pyspark's own scripts, as an operator would start them: a
+Spark Connect server (`sbin/start-connect-server.sh`) and a standalone cluster (`bin/spark-class`
+running a Master and a Worker). Each binds 127.0.0.1 on free ports, keeps its logs, pid files and
+scratch space under the directory it is given, and is stopped (or killed) by the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pyspark
+
+from tests.support.exactly_once import free_port
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+#: A JVM that has not opened its port by then is reported with its log.
+START_TIMEOUT = 180.0
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait_for_port(port: int, *, open_: bool, timeout: float, what: str, log: Path | None) -> None:
+    deadline = time.monotonic() + timeout
+    while _port_open(port) != open_:
+        if time.monotonic() > deadline:
+            tail = ""
+            if log is not None and log.exists():
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"{what}: port {port} not {'open' if open_ else 'closed'} after {timeout:.0f}s\n{tail}")
+        time.sleep(0.2)
+
+
+def _spark_env(base: Path) -> dict[str, str]:
+    return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(base / "logs"),
+            "SPARK_PID_DIR": str(base / "pid"), "SPARK_IDENT_STRING": f"mqbridge-tests-{base.name}",
+            "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+class SparkConnectServer:
+    """A Spark Connect server on 127.0.0.1 with a local[2] Spark behind it."""
+
+    def __init__(self, base: Path, port: int | None = None) -> None:
+        self.base = base
+        self.port = port or free_port()
+        self.env = _spark_env(base)
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def _log(self) -> Path | None:
+        logs = sorted((self.base / "logs").glob("*.out"))
+        return logs[-1] if logs else None
+
+    def pid(self) -> int:
+        return int(next((self.base / "pid").glob("*.pid")).read_text().split()[0])
+
+    def start(self) -> None:
+        for sub in ("logs", "pid", "warehouse", "local"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", f"spark.connect.grpc.binding.port={self.port}",
+             "--conf", "spark.ui.enabled=false",
+             "--conf", f"spark.sql.warehouse.dir={self.base / 'warehouse'}",
+             "--conf", f"spark.local.dir={self.base / 'local'}"],
+            env=self.env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        _wait_for_port(self.port, open_=True, timeout=START_TIMEOUT, what="Spark Connect server", log=self._log())
+
+    def stop(self) -> None:
+        subprocess.run([str(SPARK_HOME / "sbin" / "stop-connect-server.sh")], env=self.env, check=False,
+                       stdout=subprocess.DEVNULL, timeout=120)
+        _wait_for_port(self.port, open_=False, timeout=60, what="Spark Connect server", log=self._log())
+
+    def kill(self) -> None:
+        """SIGKILL of the server's JVM (a crash, not a stop)."""
+        os.kill(self.pid(), signal.SIGKILL)
+        _wait_for_port(self.port, open_=False, timeout=30, what="Spark Connect server", log=self._log())
+
+
+class SparkStandalone:
+    """A standalone cluster on 127.0.0.1: one Master and one Worker (1 core, 1 GB), each a
+    `bin/spark-class` process of this test."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = free_port()
+        self.env = _spark_env(base)
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, *args: str) -> Path:
+        log = self.base / "logs" / f"{name}.log"
+        with open(log, "wb") as out:
+            self._procs.append(subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=self.env,
+                                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        return log
+
+    def start(self) -> None:
+        for sub in ("logs", "work"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        log = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                          "--port", str(self.port), "--webui-port", str(free_port()))
+        _wait_for_port(self.port, open_=True, timeout=START_TIMEOUT, what="Spark master", log=log)
+        log = self._spawn("worker", "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
+                          "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+                          "--work-dir", str(self.base / "work"))
+        deadline = time.monotonic() + START_TIMEOUT
+        while "Successfully registered with master" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or self._procs[-1].poll() is not None:
+                raise RuntimeError("Spark worker did not register:\n" + log.read_text(errors="replace")[-3000:])
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(30)
+        self._procs.clear()
