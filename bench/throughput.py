@@ -34,6 +34,7 @@ import stomp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import steady  # noqa: E402
 from bench.spark_write import make_bulk  # noqa: E402
 from mqbridge.app import build_app  # noqa: E402
 from mqbridge.config import TypeConfig, parse_config  # noqa: E402
@@ -180,7 +181,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="(b) runs per mode")
     parser.add_argument("--latency-rate", type=int, default=2000, help="messages/s in the latency phase")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--mode", default="inprocess", choices=("inprocess", "steady"),
+                        help="inprocess: (a)-(c) above, the bridge as an object of this process; steady: one real "
+                             "`mqbridge run` process read through its /metrics (bench/steady.py)")
+    steady.add_arguments(parser)
     args = parser.parse_args()
+    if args.mode == "steady":
+        steady.run(args)
+        return
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
 

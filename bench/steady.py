@@ -1,0 +1,356 @@
+"""Steady state and cold start as an operator runs the bridge: one `mqbridge run` process (the real
+CLI), its progress read from its own /metrics.
+
+    .venv/bin/python bench/throughput.py --mode steady [--warm 30000] [--measure 60000]
+
+1. W + N messages are put on a queue; a minimal stomp.py consumer (client-individual acks, one
+   ACK per message) drains them and the last N are timed: the raw consumer's rate.
+2. W + N messages are put on another queue; `mqbridge run` starts against it (exactly-once, the
+   default); /metrics is polled every 100 ms. The N after the first W committed are timed: the
+   bridge's steady rate. The same run gives the cold start: seconds from the process's start to the
+   first commit, to the first 1-second window at half the steady rate, and the rate over the first
+   W messages (from the first commit).
+3. While the same process keeps running, messages are put at half its steady rate for
+   `--latency-seconds`; put-to-commit p50/p99 come from the /metrics histogram as Prometheus's
+   `histogram_quantile` computes them (linear within a bucket).
+
+Also printed: CPU seconds of the broker, the bridge's Python and its Spark JVM over the timed N,
+Spark writes and their mean rows, and the peak resident memory of the bridge (Python and JVM apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import stomp
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL = 0.1
+
+
+@dataclass
+class Broker:
+    """Where the messages are: STOMP on 127.0.0.1:port, and how to log in."""
+
+    kind: str  # activemq | rabbitmq
+    port: int
+    user: str | None = None
+    password: str | None = None
+
+    def connection(self) -> stomp.Connection12:
+        host = "/" if self.kind == "rabbitmq" else None
+        conn = stomp.Connection12([("127.0.0.1", self.port)], auto_decode=False, vhost=host)
+        conn.connect(self.user, self.password, wait=True)
+        return conn
+
+    def prefetch_header(self, n: int) -> dict[str, str]:
+        return {"prefetch-count": str(n)} if self.kind == "rabbitmq" else {"activemq.prefetchSize": str(n)}
+
+    def source_toml(self) -> str:
+        lines = ['kind = "stomp"', f"port = {self.port}", f'broker = "{self.kind}"']
+        if self.user:
+            lines += [f'user = "{self.user}"', f'password = "{self.password}"', "allow_plaintext_password = true"]
+        return "\n".join(lines)
+
+    def process(self) -> psutil.Process | None:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == self.port and conn.pid:
+                return psutil.Process(conn.pid)
+        return None
+
+
+class _Receipts(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.events: dict[str, threading.Event] = {}
+        self.frames: queue.Queue = queue.Queue()
+
+    def on_receipt(self, frame):  # type: ignore[no-untyped-def]
+        event = self.events.get(frame.headers.get("receipt-id", ""))
+        if event is not None:
+            event.set()
+
+    def on_message(self, frame):  # type: ignore[no-untyped-def]
+        self.frames.put(frame)
+
+
+def put(broker: Broker, destination: str, n: int, size: int) -> float:
+    """Put `n` persistent messages of `size` bytes; waits for the broker's receipt of the last."""
+    body = os.urandom(size // 2).hex().encode()[:size]
+    conn = broker.connection()
+    listener = _Receipts()
+    conn.set_listener("r", listener)
+    start = time.perf_counter()
+    for _ in range(n):
+        conn.send(destination, body, headers={"persistent": "true"})
+    rid = uuid.uuid4().hex
+    listener.events[rid] = threading.Event()
+    conn.send(destination + ".sync", b"", headers={"receipt": rid})
+    if not listener.events[rid].wait(120):
+        raise TimeoutError("no receipt for the last message put")
+    rate = n / (time.perf_counter() - start)
+    conn.disconnect()
+    return rate
+
+
+def raw_consumer(broker: Broker, destination: str, warm: int, measure: int, prefetch: int) -> float:
+    """Drain warm + measure messages with one ACK each; the rate of the last `measure`."""
+    conn = broker.connection()
+    listener = _Receipts()
+    conn.set_listener("c", listener)
+    conn.subscribe(destination, id="raw", ack="client-individual", headers=broker.prefetch_header(prefetch))
+    start = 0.0
+    for i in range(warm + measure):
+        if i == warm:
+            start = time.perf_counter()
+        frame = listener.frames.get(timeout=60)
+        conn.ack(frame.headers["ack"])
+    rate = measure / (time.perf_counter() - start)
+    conn.disconnect()
+    return rate
+
+
+@dataclass
+class Sample:
+    """One reading of the bridge's /metrics."""
+
+    at: float
+    committed: float
+    writes: float
+    rows: float
+    latency_buckets: dict[float, float] = field(default_factory=dict)
+
+
+def read_metrics(url: str) -> Sample:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    totals: dict[str, float] = {}
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "mqbridge_put_to_commit_seconds_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+            else:
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return Sample(time.perf_counter(), totals.get("mqbridge_messages_committed_total", 0.0),
+                  totals.get("mqbridge_bulks_written_total", 0.0), totals.get("mqbridge_bulk_rows_total", 0.0), buckets)
+
+
+def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
+    """Prometheus's histogram_quantile over the samples between two readings of cumulative buckets."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = bound, count
+    return None
+
+
+class Usage:
+    """CPU seconds and peak RSS of the broker, the bridge's Python and its JVM children."""
+
+    def __init__(self, bridge: psutil.Process, broker: psutil.Process | None) -> None:
+        self.bridge, self.broker = bridge, broker
+        self.peak_python = self.peak_jvm = 0
+
+    def _cpu(self, proc: psutil.Process | None) -> float:
+        try:
+            times = proc.cpu_times() if proc is not None else None
+            return times.user + times.system if times else float("nan")
+        except psutil.Error:
+            return float("nan")
+
+    def jvms(self) -> list[psutil.Process]:
+        try:
+            return self.bridge.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def cpu(self) -> dict[str, float]:
+        return {"broker": self._cpu(self.broker), "bridge (python)": self._cpu(self.bridge),
+                "spark jvm": sum(self._cpu(p) for p in self.jvms())}
+
+    def sample_memory(self) -> None:
+        try:
+            self.peak_python = max(self.peak_python, self.bridge.memory_info().rss)
+            self.peak_jvm = max(self.peak_jvm, sum(p.memory_info().rss for p in self.jvms()))
+        except psutil.Error:
+            pass
+
+
+def bridge_toml(workdir: Path, broker: Broker, destination: str, port: int, args: argparse.Namespace) -> Path:
+    path = workdir / "bridge.toml"
+    path.write_text(f"""
+[bridge]
+control_interval = "1s"
+plugin_dirs = []
+state_dir = "state"
+[monitoring]
+listen = "127.0.0.1:{port}"
+[spark]
+master = "local[2]"
+warehouse = "landing"
+[collector]
+memory = "{args.collector_memory}"
+workers = 2
+[types.bench]
+bulk_size = "{args.bulk_size}"
+bulk_timeout = "2s"
+[sources.src]
+{broker.source_toml()}
+[[listeners]]
+source = "src"
+queue = "{destination}"
+threads = {args.threads}
+batch = {args.batch}
+wait = "200ms"
+message_type = "bench"
+backout_queue = "{destination}.backout"
+""")
+    return path
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, tick: Callable[[], None]) -> None:
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{what} not reached after {timeout:.0f}s")
+        tick()
+        time.sleep(POLL)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(args: argparse.Namespace) -> None:
+    broker = Broker(args.broker, args.port, args.user, args.password)
+    warm, measure = args.warm, args.measure
+    total = warm + measure
+    print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
+          f"bridge: {args.threads} threads x batch {args.batch}, bulk {args.bulk_size}, exactly-once, `mqbridge run`")
+    q1 = f"/queue/bench-raw-{uuid.uuid4().hex[:8]}"
+    print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
+    raw = raw_consumer(broker, q1, warm, measure, prefetch=min(args.batch, 1000))
+    print(f"(a) raw stomp.py consumer:      {raw:>9,.0f} msg/s  (last N of W + N, client-individual acks)")
+
+    workdir = Path(tempfile.mkdtemp(prefix="mqbridge-steady-"))
+    q2 = f"/queue/bench-bridge-{uuid.uuid4().hex[:8]}"
+    put(broker, q2, total, args.size)
+    port = free_port()
+    config = bridge_toml(workdir, broker, q2, port, args)
+    url = f"http://127.0.0.1:{port}/metrics"
+    started = time.perf_counter()
+    with open(workdir / "bridge.log", "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=workdir,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        usage = Usage(psutil.Process(proc.pid), broker.process())
+        last: list[Sample] = []
+        windows: list[tuple[float, float]] = []  # (seconds since start, committed)
+
+        def poll() -> None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mqbridge run exited with {proc.returncode}; see {workdir / 'bridge.log'}")
+            usage.sample_memory()
+            try:
+                sample = read_metrics(url)
+            except OSError:
+                return  # not listening yet
+            last[:] = [sample]
+            windows.append((sample.at - started, sample.committed))
+
+        def committed() -> float:
+            return last[0].committed if last else 0.0
+
+        wait_for(lambda: committed() > 0, 300, "the first commit", poll)
+        first_commit = last[0].at
+        wait_for(lambda: committed() >= warm, 600, f"{warm:,} committed", poll)
+        at_w, cpu_w = last[0], usage.cpu()
+        wait_for(lambda: committed() >= total, 600, f"{total:,} committed", poll)
+        at_end, cpu_end = last[0], usage.cpu()
+        steady = (at_end.committed - at_w.committed) / (at_end.at - at_w.at)
+        print(f"(b) mqbridge run, steady:       {steady:>9,.0f} msg/s  (the N after the first W)")
+        print(f"ratio (b)/(a):                  {steady / raw:>9.2f}")
+        used = {k: cpu_end[k] - cpu_w[k] for k in cpu_end}
+        print(f"    CPU seconds over N ({at_end.at - at_w.at:.1f}s wall, {psutil.cpu_count()} cores): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
+        writes = at_end.writes - at_w.writes
+        print(f"    Spark writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows")
+        # cold start, from the same fresh process
+        half = next((t for (t0, c0), (t, c) in zip(windows, windows[10:], strict=False) if (c - c0) / (t - t0) >= steady / 2), None)
+        cold_rate = warm / (at_w.at - first_commit)
+        print(f"(c) cold start: first commit {first_commit - started:.1f}s after start; half the steady rate "
+              f"(1s window) at {half:.1f}s" if half is not None else "(c) cold start: never reached half the steady rate")
+        print(f"    first W from the first commit: {cold_rate:,.0f} msg/s ({steady / cold_rate:.2f}x slower than steady); "
+              f"from the process start: {warm / (at_w.at - started):,.0f} msg/s")
+
+        # latency at half the steady rate, same process
+        rate = max(1.0, steady / 2)
+        n = int(rate * args.latency_seconds)
+        before = read_metrics(url)
+        body = b"x" * args.size
+        conn = broker.connection()
+        t0 = time.perf_counter()
+        for i in range(n):
+            delay = t0 + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            conn.send(q2, body, headers={"persistent": "true"})
+        conn.disconnect()
+        wait_for(lambda: committed() >= total + n, 300, "the latency phase committed", poll)
+        after = last[0]
+        p50 = histogram_quantile(0.5, before.latency_buckets, after.latency_buckets)
+        p99 = histogram_quantile(0.99, before.latency_buckets, after.latency_buckets)
+        print(f"(d) put-to-commit at {rate:,.0f} msg/s (half of steady): p50 {p50 * 1000:,.0f} ms, p99 {p99 * 1000:,.0f} ms "
+              f"(histogram_quantile over {n:,} messages)" if p50 is not None and p99 is not None else "(d) no latency samples")
+        print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, Spark JVM {usage.peak_jvm / 2**20:,.0f} MB "
+              f"(collector memory {args.collector_memory})")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if args.keep:
+            print(f"    kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--mode steady")
+    group.add_argument("--warm", type=int, default=30_000, help="W: messages committed before timing starts")
+    group.add_argument("--measure", type=int, default=60_000, help="N: messages timed after the first W")
+    group.add_argument("--broker", default="activemq", choices=("activemq", "rabbitmq"))
+    group.add_argument("--user", default=None, help="STOMP login (RabbitMQ: guest)")
+    group.add_argument("--password", default=None, help="STOMP passcode (RabbitMQ: guest)")
+    group.add_argument("--collector-memory", default="256MB")
+    group.add_argument("--keep", action="store_true", help="keep the work directory (config, log, table)")
