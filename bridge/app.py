@@ -25,7 +25,7 @@ from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import Landing
-from mqbridge.ledger import Ledger, ledger_path, owner_id
+from mqbridge.ledger import open_ledger, owner_id
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
@@ -142,11 +142,10 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
         log.warning("exactly_once = false: no landing ledger; a message redelivered after a crash or a "
                     "lost commit lands again (at-least-once: readers must de-duplicate by msg_id)")
         return None
-    path = ledger_path(config.resolve_path(config.bridge.state_dir))
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = open_ledger(config, owner=owner_id())
     if ledger.created:
         log.warning("landing ledger %s created: messages landed before it existed cannot be recognised "
-                    "if they are delivered again (at-least-once for them)", path)
+                    "if they are delivered again (at-least-once for them)", ledger.path)
     for listener in config.listeners:
         source = config.sources[listener.source]
         if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":

@@ -17,7 +17,7 @@ from typing import Any
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
-from mqbridge.ledger import Ledger, ledger_path, owner_id
+from mqbridge.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.plugins import PluginHost, report
 from mqbridge.status_cli import (
@@ -126,20 +126,22 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
-    print(f"ledger: {path}")
-    if not path.exists():
-        # Opening would create it: an operator asking about it must hear that it is not there.
-        print("  no ledger file (nothing landed with exactly_once yet, or state_dir is wrong)")
-        return 1
-    ledger = Ledger.open(path, owner=owner_id())
+    if cfg.ledger.url is None:
+        path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
+        if not path.exists():
+            # Opening would create it: an operator asking about it must hear that it is not there.
+            print(f"ledger: {path}")
+            print("  no ledger file (nothing landed with exactly_once yet, or state_dir is wrong)")
+            return 1
+    ledger = open_ledger(cfg, owner=owner_id())
+    print(f"ledger: {ledger.path}")
     try:
         stats = ledger.stats()
         oldest = datetime.fromtimestamp(stats.oldest, timezone.utc).isoformat(timespec="seconds") \
             if stats.oldest is not None else "-"
         print(f"  bulks        {stats.bulks['prepared']} prepared, {stats.bulks['published']} published")
         print(f"  identities   {stats.identities}")
-        print(f"  file size    {stats.file_bytes} bytes")
+        print(f"  {'file size' if cfg.ledger.url is None else 'table size':12} {stats.file_bytes} bytes")
         print(f"  oldest entry {oldest}")
         print(f"  prune runs   {stats.prune_runs}")
         if not args.verify:

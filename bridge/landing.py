@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mqbridge import failpoints
 from mqbridge.counters import Counters
-from mqbridge.ledger import Ledger, owner_alive
+from mqbridge.ledger import Ledger
 from mqbridge.observer import Observer
 from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir
 
@@ -77,7 +77,7 @@ class Landing(Observer):
         if rest:
             with self._recovering:
                 for bulk in self.ledger.prepared_holding(rest):
-                    if bulk.owner == self.owner or owner_alive(bulk.owner):
+                    if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
                         continue
                     if roll_forward(self.ledger, bulk):
                         log.warning("bulk %s of a process that is gone was rolled forward: its messages "
@@ -123,6 +123,7 @@ class Landing(Observer):
 
     # -- observer ------------------------------------------------------------------------------
     def on_tick(self, bridge: object) -> None:
+        self.ledger.heartbeat()
         now = time.monotonic()
         if now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY

@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -86,6 +87,18 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 def ledger_path(state_dir: Path) -> Path:
     """Where the ledger of a `[bridge] state_dir` lives."""
     return Path(state_dir) / LEDGER_FILE
+
+
+def open_ledger(config: Any, *, owner: str) -> Ledger:
+    """The ledger a configuration names: PostgreSQL when `[ledger] url` is set, else the SQLite
+    file under `[bridge] state_dir` (created on first use)."""
+    section = config.ledger
+    if section.url is not None:
+        from mqbridge.ledger_pg import PostgresLedger  # psycopg only for a PostgreSQL ledger
+
+        return PostgresLedger.open_url(section.url.get_secret_value(), owner=owner,
+                                       schema=section.database_schema, lease=section.lease)
+    return Ledger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)
 
 
 # -- owners -----------------------------------------------------------------------------------
@@ -142,10 +155,10 @@ class PreparedBulk:
 class LedgerStats:
     """What `Ledger.stats` reports (and `mqbridge ledger` prints)."""
 
-    path: Path
+    path: Path | str  # the file, or the database URL without its password
     bulks: dict[str, int]  # by state: "prepared", "published"
     identities: int
-    file_bytes: int  # the database file plus its write-ahead log
+    file_bytes: int  # the database file plus its write-ahead log (PostgreSQL: the tables' size)
     oldest: float | None  # epoch seconds of the oldest bulk's preparation, None when empty
     prune_runs: int
     last_prune: float | None
@@ -167,17 +180,61 @@ class Ledger:
     writes and most reads (the statements are short; SQLite would serialise the writers anyway),
     and a second one for `published`, the question every listener asks once per unit of work: in
     WAL mode a reader never waits for a writer, so listeners do not queue behind a bulk's
-    `prepare` and its fsync."""
+    `prepare` and its fsync.
 
-    def __init__(self, path: Path, owner: str, connection: sqlite3.Connection, created: bool) -> None:
-        self.path = path
+    The statements are written once, with `?` parameters; a subclass for another database
+    (`mqbridge.ledger_pg.PostgresLedger`) supplies its connections, its `_HOLDING` clause and
+    identity-list parameter, how a writer takes the lock, and how owners are judged alive.
+    """
+
+    #: See `_HOLDING`: the clause selecting the rows that hold the identities of one parameter.
+    HOLDING = _HOLDING
+    #: The exceptions of the database driver (wrapped in LedgerError).
+    ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    #: Increments the prune-run counter in `meta`.
+    COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
+                   "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def __init__(self, path: Path | str, owner: str, connection: Any, created: bool) -> None:
+        self.path = path  # a file, or a database URL without its password
         self.owner = owner
-        #: True when the file did not exist and was created by `open`.
+        #: True when the ledger did not exist and was created by `open`.
         self.created = created
         self._db = connection
         self._lock = threading.Lock()
-        self._reader: sqlite3.Connection | None = None  # for `published`, opened on first use
+        self._reader: Any = None  # for `published`, opened on first use
         self._reader_lock = threading.Lock()
+
+    # -- what a database backend supplies -------------------------------------------------------
+    def _sql(self, statement: str) -> str:
+        """`statement` in the driver's parameter style."""
+        return statement
+
+    def _identities_parameter(self, identities: Sequence[str]) -> Any:
+        return _json_list(identities)
+
+    def _begin_write(self, db: Any) -> None:
+        db.execute("BEGIN IMMEDIATE")
+
+    def _open_reader(self) -> Any:
+        reader = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                 check_same_thread=False)
+        reader.execute("PRAGMA query_only = ON")
+        return reader
+
+    def _size_bytes(self) -> int:
+        path = Path(self.path)
+        return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+
+    def owner_alive(self, owner: str) -> bool:
+        """Whether the process `owner` may still be running (see `owner_alive`)."""
+        return owner_alive(owner)
+
+    def heartbeat(self) -> None:
+        """Tell other processes this owner is alive (nothing to do where liveness is a pid)."""
+
+    def _execute(self, db: Any, statement: str, parameters: Sequence[Any] = ()) -> Any:
+        return db.execute(self._sql(statement), tuple(parameters))
 
     @classmethod
     def open(cls, path: Path, *, owner: str) -> Ledger:
@@ -241,46 +298,44 @@ class Ledger:
             raise
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> Iterator[Any]:
         with self._lock:
             try:
                 yield self._db
-            except sqlite3.Error as exc:
+            except self.ERRORS as exc:
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[Any]:
         """One transaction holding the write lock from its first statement."""
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                self._begin_write(self._db)
                 try:
                     yield self._db
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
                 self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
+            except self.ERRORS as exc:
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
     @contextmanager
-    def _read_concurrently(self) -> Iterator[sqlite3.Connection]:
+    def _read_concurrently(self) -> Iterator[Any]:
         with self._reader_lock:
             try:
                 if self._reader is None:
-                    self._reader = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
-                                                   isolation_level=None, check_same_thread=False)
-                    self._reader.execute("PRAGMA query_only = ON")
+                    self._reader = self._open_reader()
                 yield self._reader
-            except sqlite3.Error as exc:
+            except self.ERRORS as exc:
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of `identities` a published bulk holds."""
         found: set[str] = set()
         with self._read_concurrently() as db:
-            found.update(row[0] for row in db.execute(f"SELECT DISTINCT i.identity {_HOLDING}",
-                                                      (_json_list(identities), "published")))
+            found.update(row[0] for row in self._execute(db, f"SELECT DISTINCT i.identity {self.HOLDING}",
+                                                         (self._identities_parameter(identities), "published")))
         return found
 
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
@@ -290,41 +345,41 @@ class Ledger:
         identities."""
         unique = list(dict.fromkeys(identities))
         with self._write() as db:
-            taken = [row[0] for row in db.execute(f"SELECT DISTINCT i.identity {_HOLDING}",
-                                                  (_json_list(unique), "published"))]
+            taken = [row[0] for row in self._execute(db, f"SELECT DISTINCT i.identity {self.HOLDING}",
+                                                     (self._identities_parameter(unique), "published"))]
             if taken:
                 raise DuplicateIdentityError(f"bulk {bulk_id}: {len(taken)} identities already published "
                                              f"(e.g. {taken[0]!r})", taken)
-            db.execute("INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
-                       "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
-                       (bulk_id, table, json.dumps([list(m) for m in moves]), self.owner, time.time(),
-                        len(unique)))
-            db.executemany("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)",
-                           ((identity, bulk_id) for identity in unique))
+            self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
+                          "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
+                          (bulk_id, table, json.dumps([list(m) for m in moves]), self.owner, time.time(),
+                           len(unique)))
+            db.cursor().executemany(self._sql("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)"),
+                                    [(identity, bulk_id) for identity in unique])
 
     def prepared_holding(self, identities: Sequence[str]) -> list[PreparedBulk]:
         """The prepared (not yet published) bulks that hold any of `identities`."""
         found: dict[str, PreparedBulk] = {}
         with self._read() as db:
-            for bulk_id, table, moves, owner, prepared_at, count in db.execute(
-                    f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
-                    f"{_HOLDING}", (_json_list(identities), "prepared")):
+            for bulk_id, table, moves, owner, prepared_at, count in self._execute(
+                    db, f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
+                    f"{self.HOLDING}", (self._identities_parameter(identities), "prepared")):
                 found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
         return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
     def mark_published(self, bulk_id: str) -> None:
         """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""
         with self._write() as db:
-            changed = db.execute("UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
-                                 (time.time(), bulk_id)).rowcount
+            changed = self._execute(db, "UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
+                                    (time.time(), bulk_id)).rowcount
             if not changed:
                 raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
 
     def forget(self, bulk_id: str) -> None:
         """Delete a rolled-back bulk and its identities (nothing of it was published)."""
         with self._write() as db:
-            db.execute("DELETE FROM identities WHERE bulk_id = ?", (bulk_id,))
-            db.execute("DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+            self._execute(db, "DELETE FROM identities WHERE bulk_id = ?", (bulk_id,))
+            self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
 
     def in_progress(self) -> list[PreparedBulk]:
         """Every bulk in state prepared (of any owner), oldest first."""
@@ -344,7 +399,8 @@ class Ledger:
     def identities_of(self, bulk_id: str) -> list[str]:
         """The identities recorded for `bulk_id`."""
         with self._read() as db:
-            return [row[0] for row in db.execute("SELECT identity FROM identities WHERE bulk_id = ?", (bulk_id,))]
+            return [row[0] for row in self._execute(db, "SELECT identity FROM identities WHERE bulk_id = ?",
+                                                    (bulk_id,))]
 
     def bulk_sizes(self) -> dict[str, int]:
         """Each published bulk's identity count, by bulk_id: the number of rows a reader must see
@@ -358,14 +414,14 @@ class Ledger:
         identities (the dedupe window has passed for them). Returns the identities removed."""
         cutoff = time.time() - older_than
         with self._write() as db:
-            removed = db.execute(
-                "DELETE FROM identities WHERE bulk_id IN "
+            removed = self._execute(
+                db, "DELETE FROM identities WHERE bulk_id IN "
                 "(SELECT bulk_id FROM bulks WHERE state = 'published' AND published_at < ?)", (cutoff,)).rowcount
-            bulks = db.execute("DELETE FROM bulks WHERE state = 'published' AND published_at < ?",
-                               (cutoff,)).rowcount
-            db.execute("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
-                       "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_prune', ?)", (str(time.time()),))
+            bulks = self._execute(db, "DELETE FROM bulks WHERE state = 'published' AND published_at < ?",
+                                  (cutoff,)).rowcount
+            self._execute(db, self.COUNT_PRUNE)
+            self._execute(db, "INSERT INTO meta (key, value) VALUES ('last_prune', ?) "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(time.time()),))
         if bulks:
             log.info("ledger pruned %d bulks (%d identities) published before the dedupe window", bulks, removed)
         return removed
@@ -382,8 +438,7 @@ class Ledger:
                 meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             finally:
                 db.execute("COMMIT")
-        size = sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal"))
-                   if p.exists())
+        size = self._size_bytes()
         last_prune = meta.get("last_prune")
         return LedgerStats(self.path, bulks, identities, size, oldest, int(meta.get("prune_runs", 0)),
                            float(last_prune) if last_prune is not None else None)

@@ -145,7 +145,7 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
     """
     report = RecoveryReport()
     for bulk in ledger.in_progress():
-        if owner_alive(bulk.owner):
+        if ledger.owner_alive(bulk.owner):
             report.skipped_live += 1
             continue
         if roll_forward(ledger, bulk):

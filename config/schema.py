@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from mqbridge.config.base import (
     Duration,
@@ -47,6 +47,25 @@ class BridgeSection(Model):
                                                          "ledger, at-least-once; readers must de-duplicate")
     dedupe_window: Duration = Field(default=parse_duration("7d"), gt=0, description="How long the ledger "
                                     "remembers landed identities (a redelivery later than this lands again)")
+
+
+class LedgerSection(Model):
+    """`[ledger]`: where the landing ledger lives when it is not the embedded SQLite file under
+    `[bridge] state_dir` — a PostgreSQL database shared by bridges on several hosts."""
+
+    url: SecretStr | None = Field(default=None, description='PostgreSQL URL "postgresql://user:pass@host:5432/db" '
+                                  "(use ${ENV:...} or ${FILE:...} for the password); None: SQLite under state_dir")
+    database_schema: str = Field(default="mqbridge", pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+                                 description="PostgreSQL schema holding the ledger's tables (created on first use)")
+    lease: Duration = Field(default=parse_duration("60s"), gt=0, description="A bridge on another host whose "
+                            "heartbeat is older than this is taken for dead: its prepared bulks are finished by others")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("a ledger URL starts with postgresql:// (e.g. postgresql://bridge@db:5432/mqbridge)")
+        return value
 
 
 class MonitoringSection(Model):
@@ -95,6 +114,8 @@ class LoggingSection(Model):
         return value.upper() if isinstance(value, str) else value
 
 
+#: The password of a URL "scheme://user:password@host…".
+_URL_PASSWORD = re.compile(r"^[a-z]+://[^:/@]*:([^@/]+)@")
 #: A Spark Connect URL's parameters: sc://host:port/;token=…;user_id=… (names are case-insensitive).
 _REMOTE_PARAM = re.compile(r";([^;=/]+)=([^;]*)")
 #: Parameters of a Spark Connect URL that are credentials.
@@ -261,6 +282,7 @@ class BridgeConfig(Model):
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging")
     spark: SparkSection = Field(default_factory=SparkSection, description="Spark and the warehouse")
     collector: CollectorSection = Field(default_factory=CollectorSection, description="Collector limits")
+    ledger: LedgerSection = Field(default_factory=LedgerSection, description="Where the landing ledger lives")
     types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
     sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")
@@ -329,6 +351,12 @@ class BridgeConfig(Model):
         for name, source in self.sources.items():
             if isinstance(source, (StompSourceConfig, MqSourceConfig)) and source.password is not None:
                 found[f"sources.{name}.password"] = source.password.get_secret_value()
+        if self.ledger.url is not None:
+            url = self.ledger.url.get_secret_value()
+            found["ledger.url"] = url
+            password = _URL_PASSWORD.search(url)
+            if password:
+                found["ledger.url.password"] = password[1]
         for n, token in enumerate(remote_secrets(self.spark.remote or "")):
             found[f"spark.remote.token[{n}]"] = token
         for key, value in self.spark.conf.items():

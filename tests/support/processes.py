@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str = "cumulative",
                  broker: str = "activemq", threads: int = 2, batch: int = 200, extra_bridge: str = "",
                  extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml",
-                 spark: str = 'master = "local[2]"') -> Path:
+                 spark: str = 'master = "local[2]"', state_dir: str = "state") -> Path:
     """A configuration file for one STOMP queue, type `orders` landing in `<tmp_path>/landing/orders`,
     the ledger in `<tmp_path>/state`; `spark` is where Spark runs (`master = …` or `remote = …`)."""
     path = tmp_path / name
@@ -28,7 +28,7 @@ def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str
 name = "eo"
 control_interval = "1s"
 plugin_dirs = []
-state_dir = "state"
+state_dir = "{state_dir}"
 {extra_bridge}
 [monitoring]
 listen = ""

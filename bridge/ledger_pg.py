@@ -1,0 +1,159 @@
+"""The landing ledger in PostgreSQL (`[ledger] url`), for bridges on several hosts that share a
+queue and a warehouse but no local disk. The same records and statements as the embedded SQLite
+ledger (`mqbridge.ledger.Ledger`); what differs is said here.
+
+Durability. Every write is one transaction committed with PostgreSQL's defaults
+(`synchronous_commit = on`: the commit returns once its WAL record is flushed on the server, and
+on its synchronous standbys if the server has any). Writers serialise on one transaction-level
+advisory lock (`pg_advisory_xact_lock`), as SQLite's `BEGIN IMMEDIATE` serialises them, so a
+`prepare`'s check for published identities and its inserts are never interleaved with another
+bridge's.
+
+Owners on other hosts. A process id means nothing across hosts, so each bridge writes a heartbeat
+(`owners.last_seen`, the server's clock) when it opens the ledger and at every control tick; an
+owner on another host whose heartbeat is older than `[ledger] lease` is taken for dead, and the
+bulks it left prepared are finished by whichever bridge meets their messages first (or by its own
+next start). Owners on this host are judged by their pid, as with SQLite. A bridge that stalls for
+longer than the lease while holding a prepared bulk can thus see another bridge finish it: rolling
+forward is idempotent; a roll-back (another bridge landed the same messages first) makes the
+stalled bridge's publication fail and retry until it is restarted, never land twice.
+
+psycopg (`pip install "mqbridge[postgresql]"`) is imported when a PostgreSQL ledger is opened.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from mqbridge.errors import LedgerError
+from mqbridge.ledger import Ledger, owner_alive
+
+#: The advisory lock key every writer of one database takes ("mqbr" as a number).
+WRITE_LOCK = 0x6D716272
+#: The tables, in the configured schema; the same columns as the SQLite ledger's.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS bulks (
+    bulk_id      TEXT PRIMARY KEY,
+    table_name   TEXT NOT NULL,
+    moves        TEXT NOT NULL,
+    owner        TEXT NOT NULL,
+    state        TEXT NOT NULL CHECK (state IN ('prepared', 'published')),
+    prepared_at  DOUBLE PRECISION NOT NULL,
+    published_at DOUBLE PRECISION,
+    identities   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bulks_by_state ON bulks (state, published_at);
+CREATE TABLE IF NOT EXISTS identities (
+    identity TEXT NOT NULL,
+    bulk_id  TEXT NOT NULL,
+    PRIMARY KEY (identity, bulk_id)
+);
+CREATE INDEX IF NOT EXISTS identities_by_bulk ON identities (bulk_id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (owner TEXT PRIMARY KEY, last_seen TIMESTAMPTZ NOT NULL)
+"""
+_PASSWORD = re.compile(r"(^[a-z]+://[^:/@]*:)([^@/]+)(@)|(password\s*=\s*)(\S+)", re.IGNORECASE)
+
+
+def shown_url(url: str) -> str:
+    """`url` with its password replaced by `***`."""
+    return _PASSWORD.sub(lambda m: f"{m[1]}***{m[3]}" if m[1] else f"{m[4]}***", url)
+
+
+class PostgresLedger(Ledger):
+    """The ledger in a PostgreSQL schema; see the module docstring."""
+
+    HOLDING = ("FROM unnest(?::text[]) AS j(value) JOIN identities AS i ON i.identity = j.value "
+               "JOIN bulks AS b ON b.bulk_id = i.bulk_id WHERE b.state = ?")
+    COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
+                   "ON CONFLICT (key) DO UPDATE SET value = (CAST(meta.value AS INTEGER) + 1)::text")
+
+    def __init__(self, url: str, schema: str, lease: float, owner: str, connection: Any, created: bool) -> None:
+        super().__init__(shown_url(url), owner, connection, created)
+        self._url, self._schema, self._lease = url, schema, lease
+        import psycopg
+
+        self.ERRORS = (psycopg.Error,)
+
+    @classmethod
+    def open_url(cls, url: str, *, owner: str, schema: str = "mqbridge", lease: float = 60.0) -> PostgresLedger:
+        """Connect, create the schema and tables on first use, and write this owner's heartbeat.
+        Raises LedgerError (naming the server, never the password) when it cannot."""
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise LedgerError('[ledger] url needs psycopg: pip install "mqbridge[postgresql]"') from exc
+        try:
+            db = _connect(url, schema)
+        except psycopg.Error as exc:
+            raise LedgerError(f"ledger {shown_url(url)}: cannot connect: {_one_line(exc, url)}") from None
+        try:
+            db.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))  # first use by several bridges at once
+            try:
+                db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # the name is checked by the configuration
+                created = db.execute("SELECT to_regclass('bulks') IS NULL").fetchone()[0]
+                for statement in _SCHEMA.split(";"):
+                    db.execute(statement)
+            finally:
+                db.execute("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+            ledger = cls(url, schema, lease, owner, db, bool(created))
+            ledger.heartbeat()
+        except psycopg.Error as exc:
+            db.close()
+            raise LedgerError(f"ledger {shown_url(url)}: {_one_line(exc, url)}") from None
+        return ledger
+
+    # -- the backend hooks of Ledger ------------------------------------------------------------
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s")
+
+    def _identities_parameter(self, identities: Sequence[str]) -> Any:
+        return list(dict.fromkeys(identities))
+
+    def _begin_write(self, db: Any) -> None:
+        db.execute("BEGIN")
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+
+    def _open_reader(self) -> Any:
+        return _connect(self._url, self._schema)
+
+    def _size_bytes(self) -> int:
+        with self._read() as db:
+            row = db.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+                             (self._schema,)).fetchone()
+        return int(row[0])
+
+    def owner_alive(self, owner: str) -> bool:
+        """This host's owners by their pid; another host's by its heartbeat within the lease."""
+        host = owner.rsplit(":", 2)[0]
+        if host == socket.gethostname():
+            return owner_alive(owner)
+        with self._read() as db:
+            row = db.execute("SELECT last_seen > now() - make_interval(secs => %s) FROM owners WHERE owner = %s",
+                             (self._lease, owner)).fetchone()
+        return bool(row and row[0])
+
+    def heartbeat(self) -> None:
+        with self._read() as db:
+            db.execute("INSERT INTO owners (owner, last_seen) VALUES (%s, now()) "
+                       "ON CONFLICT (owner) DO UPDATE SET last_seen = now()", (self.owner,))
+
+
+def _connect(url: str, schema: str) -> Any:
+    import psycopg
+
+    db = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="mqbridge-ledger")
+    db.execute(f'SET search_path TO "{schema}"')  # the name is checked by the configuration
+    return db
+
+
+def _one_line(exc: BaseException, url: str) -> str:
+    text = " ".join(str(exc).split())
+    password = _PASSWORD.search(url)
+    if password and (password[2] or password[5]):
+        text = text.replace(password[2] or password[5], "***")
+    return text

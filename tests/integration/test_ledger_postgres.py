@@ -1,0 +1,117 @@
+"""The landing ledger in a real PostgreSQL (`[ledger] url`): the same records as the SQLite ledger,
+owners on other hosts judged by their heartbeat, secrets kept out of every message, and three
+`mqbridge run` processes with separate state_dirs sharing one queue and one ledger, two of them
+killed mid-stream: every message exactly once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqbridge.errors import DuplicateIdentityError, LedgerError
+from mqbridge.ledger_pg import PostgresLedger, shown_url
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import account, bodies
+from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
+from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+def test_records_bulks_and_identities_like_the_embedded_ledger(pg: PostgresServer) -> None:
+    ledger = PostgresLedger.open_url(pg.url, owner="host-a:100:1.00", schema="records")
+    try:
+        assert ledger.created and PASSWORD not in str(ledger.path)
+        ledger.prepare("b1", "orders", [("/t/_staging/x", "/t/part-b1-00000.parquet")], ["m1", "m2", "m2"])
+        assert ledger.published(["m1", "m3"]) == set()  # prepared is not published
+        assert [b.bulk_id for b in ledger.prepared_holding(["m2"])] == ["b1"]
+        ledger.mark_published("b1")
+        assert ledger.published(["m1", "m3", "m2"]) == {"m1", "m2"}
+        with pytest.raises(DuplicateIdentityError):
+            ledger.prepare("b2", "orders", [], ["m3", "m2"])
+        assert ledger.published(["m3"]) == set()  # the refused bulk recorded nothing
+        many = [f"id-{n}" for n in range(2500)]
+        ledger.prepare("big", "orders", [], many)
+        ledger.mark_published("big")
+        assert ledger.published(many + ["other"]) == set(many)
+        stats = ledger.stats()
+        assert stats.bulks == {"prepared": 0, "published": 2} and stats.identities == 2502 and stats.file_bytes > 0
+        assert ledger.prune(-1) == 2502  # everything is older than a negative window
+        assert ledger.stats().prune_runs == 1 and ledger.published(["m1"]) == set()
+    finally:
+        ledger.close()
+    again = PostgresLedger.open_url(pg.url, owner="host-a:100:1.00", schema="records")
+    assert not again.created
+    again.close()
+
+
+def test_owners_on_other_hosts_are_judged_by_their_heartbeat(pg: PostgresServer) -> None:
+    other = PostgresLedger.open_url(pg.url, owner="other-host:4242:1.00", schema="owners", lease=1.0)
+    mine = PostgresLedger.open_url(pg.url, owner="this-host:1:1.00", schema="owners", lease=1.0)
+    try:
+        assert mine.owner_alive("other-host:4242:1.00")  # its heartbeat is fresh
+        assert not mine.owner_alive("never-seen-host:1:1.00")
+        time.sleep(1.5)  # the lease passes without a heartbeat
+        assert not mine.owner_alive("other-host:4242:1.00")
+        other.heartbeat()
+        assert mine.owner_alive("other-host:4242:1.00")
+    finally:
+        other.close()
+        mine.close()
+
+
+def test_a_wrong_password_or_server_is_one_line_without_the_password(pg: PostgresServer) -> None:
+    wrong = pg.url.replace(PASSWORD, "not-the-password-123")
+    with pytest.raises(LedgerError) as info:
+        PostgresLedger.open_url(wrong, owner="h:1:1.00")
+    assert "not-the-password-123" not in str(info.value) and "password authentication failed" in str(info.value)
+    assert shown_url(wrong) in str(info.value)
+    with pytest.raises(LedgerError, match="cannot connect"):
+        PostgresLedger.open_url(f"postgresql://u:{PASSWORD}@127.0.0.1:1/db", owner="h:1:1.00")
+
+
+def test_three_bridges_on_one_queue_two_killed_mid_stream(tmp_path: Path, spark: Any, amq: AmqClient,
+                                                          pg: PostgresServer) -> None:
+    # Given 3,000 messages on one queue and three bridges with their own state_dir, one ledger
+    q = unique_queue("pg-three")
+    sent = bodies(3000, "pg")
+    amq.put_many(q, sent)
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "three"\n'
+    configs = [stomp_config(tmp_path, q, name=f"bridge{i}.toml", state_dir=f"state{i}", extra_bridge=ledger)
+               for i in range(3)]
+    # When two of them are killed at steps of the landing protocol while the third runs on
+    doomed = [mqbridge("run", "--config", str(configs[0]), failpoint="after_publish"),
+              mqbridge("run", "--config", str(configs[1]), failpoint="before_source_commit")]
+    survivor = mqbridge("run", "--config", str(configs[2]), "--until-idle", "10s")
+    outputs = []
+    for proc in doomed:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == -9, out
+        outputs.append(out)
+    out, _ = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, out
+    # and the killed ones are started again until idle
+    for config in configs[:2]:
+        outputs.append(run_until_idle(config))
+    # Then every message is in the table exactly once; the ledger agrees with the table
+    table = tmp_path / "landing" / "orders"
+    result = account(sent, landed(spark, table))
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
+    verify = subprocess.run([sys.executable, "-m", "mqbridge", "ledger", "--config", str(configs[2]), "--verify"], capture_output=True,
+                            text=True, timeout=60)
+    assert verify.returncode == 0 and "verify: OK" in verify.stdout, verify.stdout + verify.stderr
+    assert PASSWORD not in verify.stdout and "***" in verify.stdout
+    assert all(PASSWORD not in text for text in [out, *outputs])
