@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 Labels = tuple[tuple[str, str], ...]
 
 # Put-to-commit latency buckets in seconds.
+#: Events of one kind `Counters.record` keeps.
+RECENT_EVENTS = 50
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -59,7 +61,20 @@ class Counters:
         self._counters: dict[str, dict[Labels, float]] = {}
         self._gauges: dict[str, dict[Labels, float]] = {}
         self._histograms: dict[str, dict[Labels, Histogram]] = {}
+        self._events: dict[str, deque[dict[str, object]]] = {}
         self.started = time.time()
+
+    def record(self, kind: str, **fields: object) -> None:
+        """Keep a recent event of `kind` (the last `RECENT_EVENTS`), with its UTC time, for the
+        status page (e.g. moves to a backout queue and their reasons)."""
+        event = {"time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), **fields}
+        with self._lock:
+            self._events.setdefault(kind, deque(maxlen=RECENT_EVENTS)).append(event)
+
+    def events(self, kind: str) -> list[dict[str, object]]:
+        """The recent events of `kind`, oldest first."""
+        with self._lock:
+            return list(self._events.get(kind, ()))
 
     def inc(self, name: str, amount: float = 1, **labels: object) -> None:
         """Add `amount` to a monotonically increasing counter."""

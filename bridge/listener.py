@@ -371,6 +371,8 @@ class ListenerThread(threading.Thread):
             for move in moves:
                 log.warning("%s: moved message %s to backout queue %s: %s", spec.name,
                             move.message.msg_id, move.queue or "(source default)", move.reason)
+                self.counters.record("backout_moves", listener=spec.name, msg_id=move.message.msg_id,
+                                     queue=move.queue or "(source default)", reason=move.reason)
         if returns:
             self.counters.inc("messages_backed_out", len(returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])

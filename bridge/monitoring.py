@@ -1,4 +1,6 @@
-"""The monitoring endpoint (`[monitoring] listen`): /metrics, /status and /healthz over HTTP.
+"""The monitoring endpoint (`[monitoring] listen`): a status page, /metrics, /status, /healthz.
+
+    /          HTML: the status page (mqbridge.statuspage), refreshed from /status every few seconds
 
     /metrics   Prometheus text (mqbridge.metrics.BridgeMetrics, rendered at scrape time)
     /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
@@ -27,6 +29,7 @@ from mqbridge.errors import BridgeError
 from mqbridge.health import SparkProbe, health_problems
 from mqbridge.metrics import BridgeMetrics, process_info
 from mqbridge.observer import Observer
+from mqbridge.statuspage import PAGE
 
 if TYPE_CHECKING:
     from mqbridge.config import MonitoringSection
@@ -57,7 +60,9 @@ class _Handler(BaseHTTPRequestHandler):
         monitor = self.server.monitor
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         try:
-            if path == "/metrics":
+            if path in ("/", "/index.html"):
+                self._send(200, "text/html; charset=utf-8", PAGE.encode())
+            elif path == "/metrics":
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest(monitor.registry))
             elif path == "/status":
                 self._send(200, "application/json", json.dumps(monitor.status(), default=str).encode())
@@ -66,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = "ok\n" if not problems else "".join(f"{p}\n" for p in problems)
                 self._send(503 if problems else 200, "text/plain; charset=utf-8", body.encode())
             else:
-                self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics, /status or /healthz\n")
+                self._send(404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /status or /healthz\n")
         except Exception as exc:
             log.exception("monitoring: %s failed", path)
             self._send(500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode())
@@ -188,6 +193,8 @@ class MonitoringServer(Observer):
             entry["listener_committed_per_second"] = self.rates.rates.get(label)
             entry["listener_messages"] = {name: counters.total(name, listener=label) for name in LISTENER_COUNTS}
         doc["spark"]["master"] = self.bridge.config.spark.shown
+        doc["collector_limits"] = {"memory": self.bridge.config.collector.memory}
+        doc["recent_backout_moves"] = counters.events("backout_moves")
         problems = health_problems(doc)
         doc["health"] = {"healthy": not problems, "problems": problems}
         return doc

@@ -51,6 +51,7 @@ DEFAULT_CONF: dict[str, str] = {
 LOCAL_DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.log.level": "WARN",  # applies from JVM start, before setLogLevel can run
+    "spark.ui.showConsoleProgress": "false",  # no [Stage …] bars on the terminal of `mqbridge run`
 }
 
 LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destination", "put_timestamp",

@@ -23,7 +23,7 @@ PASSWORD = "pg-secret-Xy7"
 def _bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        raise RuntimeError(f"PostgreSQL's {name} not found: run scripts/postgresql.sh install")
+        raise RuntimeError(f"PostgreSQL's {name} not found: run scripts/test-tools.sh")
     return found[-1]
 
 

@@ -1,0 +1,73 @@
+"""The status page (`GET /` on the monitoring endpoint) in a real headless browser (Debian's
+`chromium`): it renders the live values of a running bridge — its listener, committed count, the
+messages moved to the backout queue with their reasons — and a screenshot is kept in the output."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_monitoring import config, get, monitored  # noqa: F401 -- a fixture
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import listener_toml, wait_for
+
+pytestmark = pytest.mark.integration
+
+JSON_TYPE = """
+[types.orders]
+format = "json"
+schema = "order_id STRING, amount DOUBLE"
+bulk_size = "1MB"
+bulk_timeout = "1s"
+"""
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("chromium is not installed: scripts/test-tools.sh installs it")
+    return found
+
+
+def browse(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on `url`, with time for the page's script to fetch /status and render."""
+    return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           "--hide-scrollbars", "--virtual-time-budget=8000", *args, url],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
+                                                 monitored: Any) -> None:  # noqa: F811
+    # Given a bridge that landed 40 orders and moved 2 malformed ones to its backout queue
+    q = unique_queue("page")
+    amq.put_many(q, [json.dumps({"order_id": f"o{i}", "amount": i}).encode() for i in range(40)]
+                 + [b"{not json", b"[1, 2"])
+    cfg = config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50))
+    bridge, monitor = monitored(cfg)
+    wait_for(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
+        "messages_moved_to_backout") == 42, 180, "42 messages settled")
+    code, html = get(monitor.url + "/")
+    assert code == 200 and "<title>mqbridge</title>" in html and "http" not in html.split("<script>")[0].lower()
+    # When a browser opens the page
+    result = browse(monitor.url + "/", "--dump-dom")
+    dom = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    # Then it shows the live values and the backout reasons
+    status = json.loads(get(monitor.url + "/status")[1])
+    listener = status["listeners"][0]
+    assert listener["name"] in dom and listener["phase"] in dom
+    assert ">40<" in dom  # committed, in the listeners table
+    assert dom.count("body is not valid JSON for schema") == 2
+    assert '<span id="health" class="ok">healthy</span>' in dom  # /status answered and says healthy
+    assert re.search(r'<span class="muted" id="updated">updated \d\d:\d\d:\d\d UTC</span>', dom)
+    # And a screenshot is kept for a person to look at
+    shot = tmp_path / "status-page.png"
+    result = browse(monitor.url + "/", f"--screenshot={shot}", "--window-size=1280,1000")
+    assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
+    print(f"status page screenshot: {shot}")
