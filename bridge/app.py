@@ -26,6 +26,7 @@ from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import Landing
 from mqbridge.ledger import open_ledger, owner_id
+from mqbridge.metrics import initialize_series
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
@@ -106,6 +107,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     `reload_event` are set by signal or service control handlers.
     """
     counters = counters or Counters()
+    initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners], ledger=config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     collector = BulkCollector(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import psutil
@@ -61,6 +61,24 @@ HELP = {
     "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",
     "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
 }
+
+#: Per-listener counters that exist (at 0) from the start, so that `increase()` and `rate()` in alert
+#: rules and dashboards see their first event, and every panel has a series to show.
+LISTENER_SERIES = ("messages_received", "messages_committed", "messages_backed_out", "messages_moved_to_backout",
+                   "messages_consumed_by_preprocessors", "messages_deduplicated")
+
+
+def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], *, ledger: bool) -> None:
+    """Create the per-listener counters at 0 for each (source, queue), with the labels the listener
+    threads use, and the ledger's error counter when there is a ledger."""
+    for source, queue in listeners:
+        label = f"{source}:{queue}"
+        for name in LISTENER_SERIES:
+            counters.inc(name, 0, listener=label, queue=queue)
+        counters.inc("listener_restarts", 0, listener=label)
+    if ledger:
+        counters.inc("ledger_publish_retries", 0)
+
 
 # CollectorStats field -> (metric name, help). Counters (monotonic) and gauges (current value).
 COLLECTOR_COUNTERS = {
