@@ -35,6 +35,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.errors import ConfigError, SparkUnavailableError
+from mqbridge.jvmlog import driver_log_conf, jvm_log_level
 from mqbridge.landing import Landing
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.publication import discard, staging_dir
@@ -50,7 +51,6 @@ DEFAULT_CONF: dict[str, str] = {
 #: Only for an in-process driver: a Spark Connect server's static settings cannot be changed.
 LOCAL_DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
-    "spark.log.level": "WARN",  # applies from JVM start, before setLogLevel can run
     "spark.ui.showConsoleProgress": "false",  # no [Stage …] bars on the terminal of `mqbridge run`
 }
 
@@ -126,6 +126,9 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     Raises SparkUnavailableError when Spark cannot be started or reached.
     """
     settings = {**DEFAULT_CONF, **({} if remote else LOCAL_DEFAULT_CONF), **dict(conf or {})}
+    level = jvm_log_level()
+    if not remote:
+        settings.update(driver_log_conf(settings, level))
     try:
         builder = SparkSession.builder.appName(app_name)
         builder = builder.remote(remote) if remote else builder.master(master)
@@ -133,7 +136,7 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
             builder = builder.config(key, str(value))
         spark = builder.getOrCreate()
         if not remote:
-            spark.sparkContext.setLogLevel("WARN")
+            spark.sparkContext.setLogLevel(level)
     except Exception as exc:
         where = f"Spark Connect server {shown_remote(remote)}" if remote else f"Spark (master {master})"
         raise SparkUnavailableError(f"cannot start {where}: {_one_line(exc)}{_java_hint(remote)}") from exc
