@@ -364,9 +364,11 @@ class ListenerThread(threading.Thread):
         again = self._preprocess(messages, good)
         still = {m.msg_id for m, _ in again.failed}
         blamed = [(m, exc) for m, exc in pre.failed if m.msg_id not in still]
+        if blamed:
+            log.warning("%s: the new plugin generation got no message of the unit of work through and raised on "
+                        "%d that the last good generation preprocessed: the unit runs on the last good one "
+                        "(first error: %s)", self.spec.name, len(blamed), blamed[0][1])
         for message, exc in blamed:
-            log.warning("%s: message %s: %s; preprocessed again with the last good plugin generation",
-                        self.spec.name, message.msg_id, exc)
             self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
             self._undo(chain, message, exc)
         chain.record(0, len(blamed))
