@@ -425,6 +425,16 @@ class ListenerThread(threading.Thread):
                 else:
                     retry.append((message, result.reason))
 
+        if moves and spec.backout_queue is None and not self.source.applies_backout_threshold:
+            # Nowhere to move them (threshold 0 needs no backout queue): give them back as failures,
+            # so the halt policy stops a message that can never land from going round forever.
+            for move in moves:
+                reason = f"{move.reason} (it cannot be moved aside: the listener has no backout_queue)"
+                self.tracker.failed(move.message.msg_id, reason)
+                halt = self._count_failure(move.message, reason) or halt
+                retry.append((move.message, reason))
+            moves = []
+
         returns = [m for m, _ in retry]
         if returns and not self.source.supports_partial_commit:
             landed = sum(1 for m in submitted if (r := results.get(m.msg_id)) is not None and r.ok)

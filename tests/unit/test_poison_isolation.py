@@ -20,7 +20,7 @@ from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES, parse_config
 from mqbridge.health import health_problems
 from mqbridge.listener import PlainChain
 from mqbridge.listeners.mq import MqSource
-from mqbridge.message import Message
+from mqbridge.message import Message, MessageResult
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import PoisonLog, SourceContext
 from tests.support.bridge import RunningBridge, run_until_idle, wait_for
@@ -101,6 +101,34 @@ def test_with_threshold_0_a_message_that_keeps_failing_halts_only_its_listener_a
     assert "backout_threshold is 0" in listener["last_error"] and "cannot parse this one" in listener["last_error"]
     [problem] = [p for p in health_problems(app.bridge.status()) if p.startswith("listener")]
     assert problem.startswith("listener mem:orders#1: not running, halted") and "failed 4 times" in problem
+
+
+def test_with_threshold_0_and_no_backout_queue_a_body_that_can_never_land_halts_instead_of_looping() -> None:
+    # Given threshold 0 and no backout queue, and one body the table can never take (say, bad JSON)
+    cfg, broker = memory_config(batch=10, threshold=0, backout_queue=None, extra="halt_after_failures = 3")
+    broker.put_many("orders", bodies(20))
+    attempts: collections.Counter[bytes] = collections.Counter()
+
+    def decide(message: Message) -> MessageResult | None:
+        attempts[message.body] += 1
+        return MessageResult.permanent(message.msg_id, "body is not valid JSON") if message.body == POISON else None
+
+    executor = RecordingExecutor(decide)
+    app = memory_app(cfg, executor)
+
+    # When the bridge runs until idle
+    assert run_until_idle(app.bridge, idle=0.3, timeout=60) == 1
+
+    # Then, with nowhere to move it, the message was given back 3 times and its listener halted
+    # (before: the commit failed, the listener restarted and the unit came back, without end);
+    # its neighbours landed once and the message is still on its queue
+    assert attempts[POISON] == 3
+    assert collections.Counter(executor.bodies()) == collections.Counter(b for b in bodies(20) if b != POISON)
+    assert [m.body for m in broker.browse("orders")] == [POISON]
+    assert app.bridge.counters.total("listener_restarts") == 0
+    [listener] = app.bridge.status()["listeners"]
+    assert listener["phase"] == "halted" and "no backout_queue" in listener["last_error"]
+    assert "body is not valid JSON" in listener["last_error"]
 
 
 def test_the_halt_policy_default_is_documented_in_the_schema() -> None:
