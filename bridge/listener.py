@@ -35,6 +35,7 @@ from mqbridge.errors import (
 from mqbridge.guard import IntakeGate
 from mqbridge.identity import identity_of
 from mqbridge.message import Message, MessageResult, Outcome
+from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
 from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source
 
 log = logging.getLogger(__name__)
@@ -43,77 +44,11 @@ log = logging.getLogger(__name__)
 ROLLBACK_PAUSE = 0.5
 
 
-class Chain(Protocol):
-    """An ordered preprocessor chain, fixed for one unit of work."""
-
-    def classify(self, message: Message) -> str | None:
-        """The message type chosen from the original content, or None for the default."""
-
-    def process(self, message: Message) -> Message | None:
-        """Run every preprocessor; None means a preprocessor consumed the message.
-        Raises PreprocessorError naming the preprocessor that failed."""
-
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        """Undo hook: the unit of work holding `message` is being rolled back."""
-
-    def fallback(self) -> Chain | None:
-        """The chain of the last good plugin generation, when this chain's generation was swapped
-        in by a reload and has not yet preprocessed a message without raising; else None."""
-
-    def record(self, succeeded: int, blamed: int) -> None:
-        """How this chain did on one unit of work: messages it preprocessed without raising, and
-        messages it raised on that its `fallback` chain preprocessed without raising."""
-
-
 class Deduplicator(Protocol):
     """The landing ledger as the listener loop sees it (`mqbridge.landing.Landing`)."""
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already landed."""
-
-
-class PlainChain:
-    """A chain of plain callables `message -> message | None`, in order."""
-
-    def __init__(self, steps: list[tuple[str, Callable[[Message], Message | None]]] | None = None) -> None:
-        self.steps = steps or []
-
-    def classify(self, message: Message) -> str | None:
-        return None
-
-    def process(self, message: Message) -> Message | None:
-        current: Message | None = message
-        for name, step in self.steps:
-            if current is None:
-                return None
-            try:
-                current = step(current)
-            except Exception as exc:
-                raise PreprocessorError(f"preprocessor {name!r} failed: {exc!r}", name) from exc
-        return current
-
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        return None
-
-    def fallback(self) -> Chain | None:
-        return None
-
-    def record(self, succeeded: int, blamed: int) -> None:
-        return None
-
-
-@dataclass
-class Preprocessed:
-    """One pass of a unit of work's messages through a chain."""
-
-    submitted: list[Message] = field(default_factory=list)
-    failed: list[tuple[Message, PreprocessorError]] = field(default_factory=list)
-    consumed: int = 0
-
-    @property
-    def succeeded(self) -> int:
-        """Messages the chain went through without raising (consumed ones included)."""
-        return len(self.submitted) + self.consumed
 
 
 @dataclass
@@ -330,23 +265,6 @@ class ListenerThread(threading.Thread):
         self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
                      deduplicated=len(landed_before))
 
-    def _preprocess(self, messages: list[Message], chain: Chain) -> Preprocessed:
-        """Classify and preprocess each message; a failure is noted and the unit goes on."""
-        out = Preprocessed()
-        for message in messages:
-            try:
-                message.message_type = chain.classify(message) or self.spec.message_type
-                processed = chain.process(message)
-            except PreprocessorError as exc:
-                out.failed.append((message, exc))
-                continue
-            if processed is None:
-                out.consumed += 1
-                continue
-            processed.identity = message.identity  # of the original, whatever the chain made
-            out.submitted.append(processed)
-        return out
-
     def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
         """Preprocess the unit; if the chain's plugin generation is new, has never got a message
         through, and failed here on every message, preprocess the whole unit again with the last
@@ -354,14 +272,14 @@ class ListenerThread(threading.Thread):
         generation does not share are blamed on the new one; they are not the messages' failures,
         so they count towards no backout threshold (the plugin host falls back for good after
         enough of them)."""
-        pre = self._preprocess(messages, chain)
+        pre = preprocess(messages, chain, self.spec.message_type)
         if not pre.failed or pre.succeeded:
             chain.record(pre.succeeded, 0)
             return chain, pre
         good = chain.fallback()
         if good is None:
             return chain, pre
-        again = self._preprocess(messages, good)
+        again = preprocess(messages, good, self.spec.message_type)
         still = {m.msg_id for m, _ in again.failed}
         blamed = [(m, exc) for m, exc in pre.failed if m.msg_id not in still]
         if blamed:
@@ -574,4 +492,5 @@ class ListenerThread(threading.Thread):
         return max(0.0, age) + (now_monotonic - message.received_monotonic)
 
 
-__all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "UnitResults"]
+__all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "Preprocessed",
+           "UnitResults"]

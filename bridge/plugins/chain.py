@@ -76,7 +76,7 @@ class Judge(Protocol):
 
 
 class PreprocessorChain:
-    """One unit of work's snapshot of a listener's chain (implements `mqbridge.listener.Chain`)."""
+    """One unit of work's snapshot of a listener's chain (implements `mqbridge.preprocess.Chain`)."""
 
     __slots__ = ("judge", "spec", "unit")
 
