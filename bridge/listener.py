@@ -134,6 +134,7 @@ class ListenerThread(threading.Thread):
         self.tracker = tracker
         # Suspects and failure counts of the queue (shared by its listener threads and restarts).
         self.poison = poison if poison is not None else PoisonLog()
+        self._isolating = False  # reading units of one (logged when it changes)
         self.state = ListenerState()
         self.failure: BaseException | None = None
         self._stop_event = threading.Event()
@@ -196,7 +197,12 @@ class ListenerThread(threading.Thread):
         at most ~1 s for the first (so a stop request is seen promptly)."""
         spec = self.spec
         # While the queue has suspects, units of one: a culprit then fails alone (see PoisonLog).
-        limit = 1 if self.poison.isolating else spec.batch
+        isolating = self.poison.isolating
+        if isolating != self._isolating:
+            self._isolating = isolating
+            log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
+                     if isolating else f"no suspects left: reading units of up to {spec.batch} messages again")
+        limit = 1 if isolating else spec.batch
         first = self.source.receive(timeout=min(1.0, max(spec.wait, 0.05)))
         if first is None:
             return []
