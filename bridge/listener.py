@@ -248,6 +248,10 @@ class ListenerThread(threading.Thread):
             halt = None
             for message, exc in pre.failed:
                 halt = self._count_failure(message, str(exc)) or halt
+            failed_ids = {m.msg_id for m, _ in pre.failed}
+            for message in todo:  # their preprocessing is undone too: nothing of the unit lands
+                if message.msg_id not in failed_ids:
+                    self._undo(chain, message, pre.failed[0][1])
             self._back_out(batch, str(pre.failed[0][1]), suspects=batch, halt=halt)
             return
         # Otherwise the unit goes on: on a source that commits in part, only the messages that
