@@ -149,10 +149,11 @@ class Bridge:
             threshold = cfg.backout_threshold
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
-                            backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity)
+                            backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
+                            halt_after_failures=cfg.halt_after_failures)
         thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
                                 shared.tracker, dedupe=self._dedupe,
-                                gate=self.guard.gate)
+                                gate=self.guard.gate, poison=shared.poison)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
@@ -340,7 +341,7 @@ class Bridge:
                 "source": slot.config.source,
                 "queue": slot.config.queue,
                 "alive": slot.alive,
-                "phase": state.phase if state else "restarting",
+                "phase": state.phase if state else ("halted" if slot.halted else "restarting"),
                 "units": state.units if state else 0,
                 "seconds_since_heartbeat": round(now - state.heartbeat, 1) if state else None,
                 "restarts": slot.restarts,

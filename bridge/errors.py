@@ -66,6 +66,12 @@ class BackoutFailedError(SourceError, HaltListener):
     """A poison message could not be moved anywhere; the listener must stop, never drop it."""
 
 
+class PoisonLoopError(HaltListener):
+    """A message keeps failing and no backout threshold will ever move it (`backout_threshold = 0`,
+    IBM MQ BOTHRESH(0)): its listener halts after `halt_after_failures` attempts instead of
+    delivering it again forever. The message stays on its queue."""
+
+
 class UnknownMessageTypeError(FatalError):
     """A message was handed to the collector for a type that has no executor registered."""
 

@@ -23,12 +23,20 @@ from typing import Protocol
 
 from mqbridge import failpoints
 from mqbridge.collector import BulkCollector
+from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
-from mqbridge.errors import BridgeError, IdentityError, PreprocessorError, UnknownMessageTypeError
+from mqbridge.errors import (
+    BridgeError,
+    IdentityError,
+    PoisonLoopError,
+    PreprocessorError,
+    UnknownMessageTypeError,
+)
 from mqbridge.guard import IntakeGate
 from mqbridge.identity import identity_of
 from mqbridge.message import Message, MessageResult, Outcome
-from mqbridge.source import BackoutMove, DeliveryTracker, Source
+from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
+from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source
 
 log = logging.getLogger(__name__)
 
@@ -36,49 +44,11 @@ log = logging.getLogger(__name__)
 ROLLBACK_PAUSE = 0.5
 
 
-class Chain(Protocol):
-    """An ordered preprocessor chain, fixed for one unit of work."""
-
-    def classify(self, message: Message) -> str | None:
-        """The message type chosen from the original content, or None for the default."""
-
-    def process(self, message: Message) -> Message | None:
-        """Run every preprocessor; None means a preprocessor consumed the message.
-        Raises PreprocessorError naming the preprocessor that failed."""
-
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        """Undo hook: the unit of work holding `message` is being rolled back."""
-
-
 class Deduplicator(Protocol):
     """The landing ledger as the listener loop sees it (`mqbridge.landing.Landing`)."""
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already landed."""
-
-
-class PlainChain:
-    """A chain of plain callables `message -> message | None`, in order."""
-
-    def __init__(self, steps: list[tuple[str, Callable[[Message], Message | None]]] | None = None) -> None:
-        self.steps = steps or []
-
-    def classify(self, message: Message) -> str | None:
-        return None
-
-    def process(self, message: Message) -> Message | None:
-        current: Message | None = message
-        for name, step in self.steps:
-            if current is None:
-                return None
-            try:
-                current = step(current)
-            except Exception as exc:
-                raise PreprocessorError(f"preprocessor {name!r} failed: {exc!r}", name) from exc
-        return current
-
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        return None
 
 
 @dataclass
@@ -94,6 +64,7 @@ class ListenerSpec:
     backout_threshold: int
     backout_queue: str | None
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
+    halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
 
 
 class UnitResults:
@@ -150,6 +121,7 @@ class ListenerThread(threading.Thread):
         tracker: DeliveryTracker,
         gate: IntakeGate | None = None,
         dedupe: Deduplicator | None = None,
+        poison: PoisonLog | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
         self.gate = gate  # closed by the memory guard: wait before the next batch
@@ -160,6 +132,9 @@ class ListenerThread(threading.Thread):
         self.chain_provider = chain_provider
         self.counters = counters
         self.tracker = tracker
+        # Suspects and failure counts of the queue (shared by its listener threads and restarts).
+        self.poison = poison if poison is not None else PoisonLog()
+        self._isolating = False  # reading units of one (logged when it changes)
         self.state = ListenerState()
         self.failure: BaseException | None = None
         self._stop_event = threading.Event()
@@ -221,12 +196,21 @@ class ListenerThread(threading.Thread):
         """Up to `batch` messages; waits at most `wait` once the first one has arrived, and
         at most ~1 s for the first (so a stop request is seen promptly)."""
         spec = self.spec
+        # While the queue has suspects, units of one: a culprit then fails alone (see PoisonLog).
+        isolating = self.poison.isolating
+        if isolating != self._isolating:
+            self._isolating = isolating
+            log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
+                     if isolating else f"no suspects left: reading units of up to {spec.batch} messages again")
+        limit = 1 if isolating else spec.batch
         first = self.source.receive(timeout=min(1.0, max(spec.wait, 0.05)))
         if first is None:
             return []
         batch = [first]
+        if limit == 1:
+            self.poison.read_alone(first.msg_id)
         deadline = time.monotonic() + spec.wait
-        while len(batch) < spec.batch and not self._stop_event.is_set():
+        while len(batch) < limit and not self._stop_event.is_set():
             remaining = deadline - time.monotonic()
             message = self.source.receive(timeout=max(0.0, min(remaining, 1.0)))
             if message is None:
@@ -243,36 +227,38 @@ class ListenerThread(threading.Thread):
     # -- one unit of work --------------------------------------------------------------------
     def _process(self, batch: list[Message]) -> None:
         spec = self.spec
-        chain = self.chain_provider()  # one snapshot for the whole unit of work
         moves: list[BackoutMove] = []
-        submitted: list[Message] = []
-        failed: list[tuple[Message, str]] = []  # preprocessor failures, given back on their own
-        consumed = 0
         landed_before = self._landed_before(batch, moves)
+        todo: list[Message] = []
         for message in batch:
             if message.msg_id in landed_before or any(m.message is message for m in moves):
                 continue
             if spec.backout_threshold and message.delivery_count > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
                 continue
-            try:
-                message.message_type = chain.classify(message) or spec.message_type
-                processed = chain.process(message)
-            except PreprocessorError as exc:
-                if not self.source.supports_partial_commit:
-                    self._rollback_after_preprocessor_error(batch, chain, exc)
-                    return
-                # Only the message the preprocessor failed on goes back (and counts towards
-                # its backout threshold); the rest of the unit of work carries on.
-                self._preprocessor_failed(message, chain, exc)
-                failed.append((message, str(exc)))
-                continue
-            if processed is None:
-                consumed += 1
-                continue
-            processed.identity = message.identity  # of the original, whatever the chain made
-            submitted.append(processed)
+            todo.append(message)
 
+        chain = self.chain_provider()  # one snapshot for the whole unit of work
+        chain, pre = self._preprocess_with_fallback(todo, chain)
+        for message, exc in pre.failed:
+            self._preprocessor_failed(message, chain, exc)
+        if pre.failed and not self.source.supports_partial_commit and self.dedupe is None:
+            # The unit can only be backed out whole, and without the ledger whatever lands now would
+            # land again when it comes back: land nothing, and read the whole unit again one by one.
+            halt = None
+            for message, exc in pre.failed:
+                halt = self._count_failure(message, str(exc)) or halt
+            failed_ids = {m.msg_id for m, _ in pre.failed}
+            for message in todo:  # their preprocessing is undone too: nothing of the unit lands
+                if message.msg_id not in failed_ids:
+                    self._undo(chain, message, pre.failed[0][1])
+            self._back_out(batch, str(pre.failed[0][1]), suspects=batch, halt=halt)
+            return
+        # Otherwise the unit goes on: on a source that commits in part, only the messages that
+        # failed are given back; on one that cannot (IBM MQ), the good messages land before the unit
+        # is backed out, and the ledger recognises them when they come back, one by one.
+
+        submitted = pre.submitted
         results = UnitResults(len(submitted))
         try:
             for message in submitted:
@@ -286,7 +272,35 @@ class ListenerThread(threading.Thread):
         if submitted:
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
-        self._finish(batch, submitted, results, moves, consumed, failed, deduplicated=len(landed_before))
+        self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
+                     deduplicated=len(landed_before))
+
+    def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
+        """Preprocess the unit; if the chain's plugin generation is new, has never got a message
+        through, and failed here on every message, preprocess the whole unit again with the last
+        good generation (a unit of work still runs on one generation). Failures that the last good
+        generation does not share are blamed on the new one; they are not the messages' failures,
+        so they count towards no backout threshold (the plugin host falls back for good after
+        enough of them)."""
+        pre = preprocess(messages, chain, self.spec.message_type)
+        if not pre.failed or pre.succeeded:
+            chain.record(pre.succeeded, 0)
+            return chain, pre
+        good = chain.fallback()
+        if good is None:
+            return chain, pre
+        again = preprocess(messages, good, self.spec.message_type)
+        still = {m.msg_id for m, _ in again.failed}
+        blamed = [(m, exc) for m, exc in pre.failed if m.msg_id not in still]
+        if blamed:
+            log.warning("%s: the new plugin generation got no message of the unit of work through and raised on "
+                        "%d that the last good generation preprocessed: the unit runs on the last good one "
+                        "(first error: %s)", self.spec.name, len(blamed), blamed[0][1])
+        for message, exc in blamed:
+            self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
+            self._undo(chain, message, exc)
+        chain.record(0, len(blamed))
+        return good, again
 
     def _await(self, results: UnitResults, submitted: list[Message]) -> None:
         """Wait for every submitted message's result. Rolling back while the collector still
@@ -314,17 +328,22 @@ class ListenerThread(threading.Thread):
     ) -> None:
         spec = self.spec
         retry: list[tuple[Message, str]] = []
+        culprits: list[Message] = []  # message failures (preprocessor): suspects if backed out whole
+        halt: PoisonLoopError | None = None
         for message, reason in failed or ():
+            halt = self._count_failure(message, reason) or halt
             if spec.backout_threshold and message.delivery_count >= spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message, reason), spec.backout_queue))
             else:
                 retry.append((message, reason))
+                culprits.append(message)
         for message in submitted:
             result = results.get(message.msg_id) or MessageResult.retryable(message.msg_id, "no result")
             if result.outcome is Outcome.PERMANENT:
                 moves.append(BackoutMove(message, result.reason, spec.backout_queue))
             elif result.outcome is Outcome.RETRYABLE:
                 self.tracker.failed(message.msg_id, result.reason)
+                halt = self._count_failure(message, result.reason) or halt
                 if (
                     self.source.supports_partial_commit
                     and spec.backout_threshold
@@ -333,6 +352,16 @@ class ListenerThread(threading.Thread):
                     moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
                 else:
                     retry.append((message, result.reason))
+
+        if moves and spec.backout_queue is None and not self.source.applies_backout_threshold:
+            # Nowhere to move them (threshold 0 needs no backout queue): give them back as failures,
+            # so the halt policy stops a message that can never land from going round forever.
+            for move in moves:
+                reason = f"{move.reason} (it cannot be moved aside: the listener has no backout_queue)"
+                self.tracker.failed(move.message.msg_id, reason)
+                halt = self._count_failure(move.message, reason) or halt
+                retry.append((move.message, reason))
+            moves = []
 
         returns = [m for m, _ in retry]
         if returns and not self.source.supports_partial_commit:
@@ -344,17 +373,17 @@ class ListenerThread(threading.Thread):
                 log.warning("%s: %d messages landed but their unit of work is backed out "
                             "(another type's write failed); they will be delivered and land again",
                             spec.name, landed)
-            self.source.rollback()
-            self.counters.inc("messages_backed_out", len(batch), **self._labels)
-            log.warning("%s: backed out %d messages: %s", spec.name, len(batch), retry[0][1])
-            self._pause_after_rollback()
+            self._back_out(batch, retry[0][1], suspects=culprits, halt=halt)
             return
 
         failpoints.hit("before_source_commit")
         self.source.commit(moves=moves, returns=returns)
         failpoints.hit("after_source_commit")
         returned_ids = {m.msg_id for m in returns}
-        self.tracker.forget([m.msg_id for m in batch if m.msg_id not in returned_ids])
+        gone = [m for m in batch if m.msg_id not in returned_ids]
+        self.tracker.forget([m.msg_id for m in gone])
+        self.poison.left_queue(m.msg_id for m in gone)
+        self.poison.forget(self._key(m) for m in gone)
         now = time.monotonic()
         self.counters.observe_many("put_to_commit_seconds", [
             self._latency(m, now) for m in submitted if m.msg_id not in returned_ids], **self._labels)
@@ -376,6 +405,57 @@ class ListenerThread(threading.Thread):
         if returns:
             self.counters.inc("messages_backed_out", len(returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])
+            if halt is not None:
+                raise halt
+            if len(returns) == len(batch):
+                self._pause_after_rollback()  # nothing of the unit got through: do not spin on it
+
+    def _back_out(self, batch: list[Message], reason: str, *, suspects: list[Message],
+                  halt: PoisonLoopError | None = None) -> None:
+        """Back the whole unit out (a source that cannot commit in part), then raise `halt` if
+        given. The `suspects` may hold the culprit: until they leave the queue, its listeners read
+        units of one (PoisonLog), so the culprit fails alone."""
+        spec = self.spec
+        if suspects and len(batch) > 1:
+            self.poison.suspect((m.msg_id for m in suspects), len(batch))
+        self.source.rollback()
+        self.counters.inc("messages_backed_out", len(batch), **self._labels)
+        log.warning("%s: backed out %d messages: %s", spec.name, len(batch), reason)
+        if suspects and len(batch) > 1:
+            log.warning("%s: reading units of one message until the suspect(s) %s fail or pass alone",
+                        spec.name, ", ".join(m.msg_id for m in suspects[:5]) + (" ..." if len(suspects) > 5 else ""))
+        if halt is not None:
+            raise halt
+        self._pause_after_rollback()
+
+    def _count_failure(self, message: Message, reason: str) -> PoisonLoopError | None:
+        """Count a failure of `message` (per message, across redeliveries and listener restarts).
+        When no backout threshold will ever move it and it failed `halt_after_failures` times,
+        the error that halts this listener (raised once the unit of work is ended)."""
+        failures = self.poison.failed(self._key(message))
+        limit = self.spec.halt_after_failures
+        if failures < limit or self._moving_threshold() > 0:
+            return None
+        where = "BOTHRESH is 0" if self.source.applies_backout_threshold else "backout_threshold is 0"
+        return PoisonLoopError(
+            f"message {message.msg_id} on {self.spec.queue} failed {failures} times and no backout threshold "
+            f"will move it ({where}); halted after halt_after_failures = {limit} attempts, the message stays on "
+            f"the queue. Last failure: {reason}. Fix the cause (or set a backout threshold and backout "
+            "queue) and restart the bridge")
+
+    def _moving_threshold(self) -> int:
+        """The delivery count at which a failing message is moved aside: the listener's own, or,
+        where the adapter applies it, the adapter's (IBM MQ: the queue's BOTHRESH, inquired at
+        connect). 0: nothing will ever move it."""
+        if self.source.applies_backout_threshold:
+            return int(getattr(self.source, "backout_threshold", 0) or 0)
+        return self.spec.backout_threshold
+
+    @staticmethod
+    def _key(message: Message) -> str:
+        """What a message's failures are counted by: its ledger identity (stable across
+        redeliveries on every broker), else its message id."""
+        return message.identity or message.msg_id
 
     def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[str]:
         """Give each message its identity (from the original, before preprocessing) and return the
@@ -398,23 +478,13 @@ class ListenerThread(threading.Thread):
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
         self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
         self.tracker.failed(message.msg_id, str(exc))
+        self._undo(chain, message, exc)
+
+    def _undo(self, chain: Chain, message: Message, exc: PreprocessorError) -> None:
         try:
             chain.on_submit_error(message, exc)
         except Exception:
             log.exception("%s: on_submit_error failed", self.spec.name)
-
-    def _rollback_after_preprocessor_error(self, batch: list[Message], chain: Chain, exc: PreprocessorError) -> None:
-        log.warning("%s: %s; rolling back %d messages", self.spec.name, exc, len(batch))
-        self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
-        for message in batch:
-            self.tracker.failed(message.msg_id, str(exc))
-            try:
-                chain.on_submit_error(message, exc)
-            except Exception:
-                log.exception("%s: on_submit_error failed", self.spec.name)
-        self.source.rollback()
-        self.counters.inc("messages_backed_out", len(batch), **self._labels)
-        self._pause_after_rollback()
 
     def _pause_after_rollback(self) -> None:
         """A unit of work that failed as a whole would otherwise be retried in a tight loop,
@@ -434,4 +504,5 @@ class ListenerThread(threading.Thread):
         return max(0.0, age) + (now_monotonic - message.received_monotonic)
 
 
-__all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "UnitResults"]
+__all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "Preprocessed",
+           "UnitResults"]

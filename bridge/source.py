@@ -152,12 +152,103 @@ class InDoubtLog:
             return msg_id in self._ids
 
 
+class PoisonLog:
+    """Message failures of one queue: how often each message failed on its own account, and which
+    messages are *suspects*. One per queue, shared by its listener threads and kept across their
+    restarts (not across a restart of the process).
+
+    Suspects. A unit of work that can only be backed out whole (IBM MQ) and was backed out because
+    of a message failure holds a culprit among its messages: those are suspects. While a queue has
+    suspects, its listeners read units of one message (as the IBM MQ JMS classes effectively do
+    after a backout), so a culprit fails alone and only its delivery count rises. Isolation ends
+    when every suspect has left the queue (committed or moved), or when `budget` messages were read
+    alone without meeting a suspect (another consumer took it): a backed-out unit comes back within
+    as many reads as it had messages.
+
+    Failures. Message failures (a preprocessor raised, a write result that counts towards a
+    backout threshold; never an outage) are counted per message across redeliveries, for the
+    listener's halt policy when no backout threshold will ever move the message.
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._suspects: OrderedDict[str, None] = OrderedDict()
+        self._budget = 0
+        self._failures: OrderedDict[str, int] = OrderedDict()
+        self._max = max_entries
+        self.isolated_reads = 0  # messages read alone while isolating (status, tests)
+
+    # -- suspects (by message id) ----------------------------------------------------------------
+    def suspect(self, msg_ids: Iterable[str], unit_size: int) -> None:
+        """A unit of `unit_size` messages was backed out because of a message failure; `msg_ids`
+        may have caused it."""
+        with self._lock:
+            for msg_id in msg_ids:
+                self._suspects[msg_id] = None
+                self._suspects.move_to_end(msg_id)
+            while len(self._suspects) > self._max:
+                self._suspects.popitem(last=False)
+            if self._suspects:
+                self._budget = max(self._budget, unit_size)
+
+    @property
+    def isolating(self) -> bool:
+        """Read units of one message: the queue has suspects."""
+        with self._lock:
+            return bool(self._suspects)
+
+    def is_suspect(self, msg_id: str) -> bool:
+        with self._lock:
+            return msg_id in self._suspects
+
+    def read_alone(self, msg_id: str) -> None:
+        """A message was read as a unit of one while isolating: a read that is not a suspect uses
+        up one of the budget, and an exhausted budget ends isolation."""
+        with self._lock:
+            self.isolated_reads += 1
+            if msg_id in self._suspects or not self._suspects:
+                return
+            self._budget -= 1
+            if self._budget <= 0:
+                self._suspects.clear()
+                self._budget = 0
+
+    def left_queue(self, msg_ids: Iterable[str]) -> None:
+        """These messages left the queue (committed, moved): no longer suspects, no failures."""
+        with self._lock:
+            for msg_id in msg_ids:
+                self._suspects.pop(msg_id, None)
+            if not self._suspects:
+                self._budget = 0
+
+    # -- failure counts (by message key: the ledger identity, else the message id) ---------------
+    def failed(self, key: str) -> int:
+        """Count one message failure of `key`; returns its failures so far, this one included."""
+        with self._lock:
+            count = self._failures.pop(key, 0) + 1
+            self._failures[key] = count
+            while len(self._failures) > self._max:
+                self._failures.popitem(last=False)
+            return count
+
+    def failures(self, key: str) -> int:
+        with self._lock:
+            return self._failures.get(key, 0)
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """These messages left the queue: stop counting their failures."""
+        with self._lock:
+            for key in keys:
+                self._failures.pop(key, None)
+
+
 @dataclass
 class QueueShared:
     """State shared by every listener thread of one (source, queue), across restarts."""
 
     tracker: DeliveryTracker = field(default_factory=DeliveryTracker)
     in_doubt: InDoubtLog = field(default_factory=InDoubtLog)
+    poison: PoisonLog = field(default_factory=PoisonLog)
 
 
 @dataclass(frozen=True)

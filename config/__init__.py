@@ -13,6 +13,7 @@ from mqbridge.config.base import parse_duration, parse_size
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.schema import (
     DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_HALT_AFTER_FAILURES,
     DEFAULT_PLUGIN_DIRS,
     BridgeConfig,
     BridgeSection,
@@ -31,6 +32,7 @@ from mqbridge.errors import KeyedError
 
 __all__ = [
     "DEFAULT_BACKOUT_THRESHOLD",
+    "DEFAULT_HALT_AFTER_FAILURES",
     "DEFAULT_PLUGIN_DIRS",
     "BridgeConfig",
     "BridgeSection",

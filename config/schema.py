@@ -220,6 +220,8 @@ class TypeConfig(Model):
 
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.
 DEFAULT_BACKOUT_THRESHOLD = 3
+#: Failures of one message, with no backout threshold to move it, before its listener halts.
+DEFAULT_HALT_AFTER_FAILURES = 10
 
 
 class PreprocessorRef(Model):
@@ -262,6 +264,10 @@ class ListenerConfig(Model):
         default=None, ge=0, description="Deliveries before a message is moved to the backout queue; 0 disables; "
                                         f"unset: {DEFAULT_BACKOUT_THRESHOLD} (IBM MQ: the queue's BOTHRESH)")
     backout_queue: str | None = Field(default=None, description="Where poison messages go; MQ: None uses BOQNAME")
+    halt_after_failures: int = Field(
+        default=DEFAULT_HALT_AFTER_FAILURES, ge=1,
+        description="With no backout threshold (backout_threshold = 0, IBM MQ BOTHRESH(0)): a message that "
+                    "failed this many times halts its listener (critical log, /healthz 503) instead of looping")
     prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
     identity: str = Field(default="msg_id", description="What recognises a redelivered message: msg_id, "
                                                         "header:NAME (a producer's id) or body-sha256")

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Protocol
 
 import pluggy
 
@@ -59,20 +60,32 @@ class ChainSpec:
     listener: str  # "source:queue"
     steps: tuple[Step, ...] = ()
     generation: int = 0
+    entry: int = 0  # the listener entry (its index in the configuration)
     classify_hook: pluggy.HookCaller | None = None  # mqbridge_classify of the generation
     plugin_names: Mapping[str, str] = field(default_factory=dict)  # pluggy name -> display name
 
 
+class Judge(Protocol):
+    """Who decides whether a newly swapped-in generation's chain is kept (the plugin host)."""
+
+    def fallback_spec(self, spec: ChainSpec) -> ChainSpec | None:
+        """The last good generation's chain for `spec`'s listener entry while `spec` is on trial."""
+
+    def record(self, spec: ChainSpec, succeeded: int, blamed: int) -> None:
+        """How `spec` did on one unit of work (see `PreprocessorChain.record`)."""
+
+
 class PreprocessorChain:
-    """One unit of work's snapshot of a listener's chain (implements `listeners.base.Chain`)."""
+    """One unit of work's snapshot of a listener's chain (implements `mqbridge.preprocess.Chain`)."""
 
-    __slots__ = ("spec", "unit")
+    __slots__ = ("judge", "spec", "unit")
 
-    def __init__(self, spec: ChainSpec, unit: int = 0) -> None:
+    def __init__(self, spec: ChainSpec, unit: int = 0, judge: Judge | None = None) -> None:
         self.spec = spec
         #: Sequence number of the unit of work, unique in the process and increasing in the
         #: order units took their snapshot (so also across a generation swap).
         self.unit = unit
+        self.judge = judge
 
     @property
     def listener(self) -> str:
@@ -172,6 +185,21 @@ class PreprocessorChain:
                                   self.listener, step.name, step.plugin, message.msg_id)
         finally:
             _current.reset(token)
+
+
+    def fallback(self) -> PreprocessorChain | None:
+        """The last good generation's chain, while this one's generation is on trial (swapped in by
+        a reload and no message got through it yet); else None."""
+        if self.judge is None:
+            return None
+        good = self.judge.fallback_spec(self.spec)
+        return None if good is None else PreprocessorChain(good, self.unit)
+
+    def record(self, succeeded: int, blamed: int) -> None:
+        """How this chain did on one unit of work: messages it got through, and messages it raised
+        on that the last good generation got through (`blamed`)."""
+        if self.judge is not None and (succeeded or blamed):
+            self.judge.record(self.spec, succeeded, blamed)
 
 
 def _checked_type(answer: object, who: str) -> str:

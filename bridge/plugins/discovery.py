@@ -62,6 +62,7 @@ class LoadError:
     message: str
     path: str | None = None
     line: int | None = None
+    unsafe: bool = False  # an unsafe file or folder (UnsafePluginPathError): refuses start
 
     @property
     def where(self) -> str:
@@ -218,7 +219,8 @@ def folder_candidates(folders: Iterable[Path], service_uid: int,
             files = sorted(p for p in folder.iterdir()
                            if p.suffix == ".py" and not p.name.startswith(("_", ".")))
         except (PluginError, OSError) as exc:
-            errors.append(LoadError(f"folder {folder}", str(exc), str(folder)))
+            errors.append(LoadError(f"folder {folder}", str(exc), str(folder),
+                                    unsafe=isinstance(exc, UnsafePluginPathError)))
             continue
         for path in files:
             if os.path.realpath(path) in skip:
@@ -227,7 +229,8 @@ def folder_candidates(folders: Iterable[Path], service_uid: int,
                 candidates.append(read_candidate(path, service_uid))
             except (PluginError, OSError) as exc:
                 errors.append(LoadError(path.stem, str(exc) if isinstance(exc, PluginError)
-                                        else f"{type(exc).__name__}: {exc}", str(path)))
+                                        else f"{type(exc).__name__}: {exc}", str(path),
+                                        unsafe=isinstance(exc, UnsafePluginPathError)))
     return candidates, errors
 
 

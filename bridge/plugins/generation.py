@@ -61,6 +61,7 @@ class Kept(enum.Enum):
     NEW_VERSION_FAILED = "new-version-failed"  # the changed file did not load or register
     UNSAFE = "unsafe"  # the file or its folder cannot be read safely any more
     STILL_NAMED = "still-named"  # the file was removed, but a listener names its preprocessors
+    REJECTED = "rejected"  # this version raised on every message after it was swapped in
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,14 @@ class GenerationBuilder:
     known_types: Collection[str] | None = None
 
     def build(self, candidates: Sequence[Candidate], scan_errors: Sequence[LoadError],
-              previous: Generation | None, static_errors: Sequence[LoadError] = ()) -> Generation:
-        """A new generation from `candidates`, falling back to `previous` plugin by plugin."""
-        gen = Generation(previous.number + 1 if previous else 1, _manager(), PreprocessorRegistry(),
-                         errors=[*static_errors, *scan_errors])
+              previous: Generation | None, static_errors: Sequence[LoadError] = (), *,
+              number: int | None = None, rejected: Mapping[str, tuple[Any, str]] | None = None) -> Generation:
+        """A new generation from `candidates`, falling back to `previous` plugin by plugin.
+        `rejected` maps plugin keys to (fingerprint, why) of versions that raised on every message
+        after a swap: a candidate with that fingerprint keeps its previous version."""
+        gen = Generation(number if number is not None else (previous.number + 1 if previous else 1), _manager(),
+                         PreprocessorRegistry(), errors=[*static_errors, *scan_errors])
+        rejected = rejected or {}
         old_plugins = previous.plugins if previous else {}
         unreadable = {str(Path(e.path).absolute()) for e in scan_errors if e.path}  # files and folders
         seen = set()
@@ -127,6 +132,9 @@ class GenerationBuilder:
             error: LoadError | None = None
             if old is not None and (cand.source is not Source.FOLDER or old.candidate.fingerprint == cand.fingerprint):
                 loaded = old  # unchanged: do not run it again
+            elif old is not None and cand.key in rejected and rejected[cand.key][0] == cand.fingerprint:
+                loaded = old  # this version raised on every message: the previous one goes on
+                gen.kept[cand.key] = KeptVersion(Kept.REJECTED, rejected[cand.key][1])
             else:
                 try:
                     loaded = cand.load()
@@ -207,7 +215,7 @@ class GenerationBuilder:
                     gen.problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}) routes to "
                                         f"unconfigured message type(s) {', '.join(sorted(unknown))}")
                 steps.append(Step(name, ptype.plugin, instance))
-            gen.chains[request.key] = ChainSpec(request.listener, tuple(steps), gen.number,
+            gen.chains[request.key] = ChainSpec(request.listener, tuple(steps), gen.number, request.key,
                                                 gen.pm.hook.mqbridge_classify, names)
 
     def _hint(self, gen: Generation, name: str) -> str:

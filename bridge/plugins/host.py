@@ -12,6 +12,7 @@ chains cannot be built is never swapped in.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -23,7 +24,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import ConfigError, PluginError
 from mqbridge.message import Message, MessageResult
 from mqbridge.observer import Observer
-from mqbridge.plugins.chain import PreprocessorChain
+from mqbridge.plugins.chain import ChainSpec, PreprocessorChain
 from mqbridge.plugins.discovery import (
     BUILTIN_PLUGINS,
     Candidate,
@@ -36,6 +37,7 @@ from mqbridge.plugins.discovery import (
     installed_entry_points,
     package_candidates,
 )
+from mqbridge.plugins.fallback import FALLBACK_AFTER, Probation, Trial, describe
 from mqbridge.plugins.generation import (
     ChainRequest,
     Generation,
@@ -59,7 +61,8 @@ class PluginHost(Observer):
                  counters: Counters | None = None, disabled: Collection[str] | None = None,
                  service_uid: int | None = None, known_types: Collection[str] | None = None,
                  entry_points: Callable[[], Iterable[Any]] | None = installed_entry_points,
-                 missing_dirs_ok: bool = False, config_file: Path | None = None) -> None:
+                 missing_dirs_ok: bool = False, config_file: Path | None = None,
+                 fallback_after: int = FALLBACK_AFTER) -> None:
         self.plugin_dirs = [Path(p) for p in plugin_dirs]
         self.missing_dirs_ok = missing_dirs_ok
         self.requests = {r.key: r for r in requests}
@@ -82,6 +85,13 @@ class PluginHost(Observer):
         self.reload_error = ""  # why the last reload was rejected ("" once one succeeds)
         self.reloaded_at: float | None = None
         self.chain_problems: list[str] = []  # start(strict=False) only
+        # Run-time fallback (mqbridge.plugins.fallback): chains on trial after a swap, file versions
+        # rejected because they raised on every message (key -> (fingerprint, why)), and the
+        # highest generation number swapped in (a rejected one's number is never reused).
+        self._probation = Probation(fallback_after)
+        self._rejected: dict[str, tuple[Any, str]] = {}
+        self._top = 0
+        self.fallback_note = ""  # the last fallback, for the status page
 
     @classmethod
     def from_config(cls, config: BridgeConfig, *, counters: Counters | None = None) -> PluginHost:
@@ -125,7 +135,9 @@ class PluginHost(Observer):
         if previous is not None and state == self._state:
             return None
         self._state = state
-        gen = self._last = self._builder.build(candidates, scan_errors, previous, self._static_errors)
+        number = max(previous.number, self._top) + 1 if previous is not None else None
+        gen = self._last = self._builder.build(candidates, scan_errors, previous, self._static_errors,
+                                               number=number, rejected=self._rejected)
         fallback = {gen.plugins[k].name for k, kept in gen.kept.items() if kept.why is not Kept.STILL_NAMED}
         self.counters.set("plugin_errors", len(gen.errors))
         texts = [f"plugin {e.plugin}: new version not loaded, the previous one keeps running: {e}"
@@ -133,7 +145,7 @@ class PluginHost(Observer):
         for index in self._report("errors", log.error, texts):
             self.counters.inc("plugin_load_errors", plugin=gen.errors[index].plugin)
         self._report("kept", log.warning, [f"plugin {gen.plugins[k].name}: {kept}" for k, kept in gen.kept.items()
-                                           if kept.why is Kept.STILL_NAMED])
+                                           if kept.why in (Kept.STILL_NAMED, Kept.REJECTED)])
         return gen
 
     def _report(self, kind: str, emit: Callable[..., None], texts: list[str]) -> list[int]:
@@ -154,12 +166,18 @@ class PluginHost(Observer):
         gen = self._build(None)
         assert gen is not None
         self.chain_problems = list(gen.problems)
-        if gen.problems and strict:
+        # An unsafe plugin file or folder refuses the start whatever the chains name: someone
+        # else may put code there that a later reload would run.
+        unsafe = [f"{e.message}" for e in gen.errors if e.unsafe]
+        if (gen.problems or unsafe) and strict:
             forget_modules(gen.module_names())
             where = f"{self._config_file}: " if self._config_file else ""
-            raise ConfigError(f"{where}preprocessor chains: " + "; ".join(gen.problems))
+            parts = ([f"unsafe plugin path: {'; '.join(unsafe)}"] if unsafe else []) + (
+                [f"preprocessor chains: {'; '.join(gen.problems)}"] if gen.problems else [])
+            raise ConfigError(where + "; ".join(parts))
         with self._lock:
             self._current = gen
+            self._top = gen.number
         self.counters.set("plugin_generation", gen.number)
         log.info("plugins: %s", ", ".join(f"{p.name} ({p.candidate.source.value})"
                                           for p in gen.plugins.values()) or "none")
@@ -175,7 +193,7 @@ class PluginHost(Observer):
             gen = self.current
             self._unit_seq += 1
             unit = self._unit_seq
-        return PreprocessorChain(gen.chains[index], unit)
+        return PreprocessorChain(gen.chains[index], unit, judge=self)
 
     def chain_provider(self, index: int) -> Callable[[], PreprocessorChain]:
         """What the listener of `config.listeners[index]` calls once per unit of work."""
@@ -211,6 +229,8 @@ class PluginHost(Observer):
             return False  # only errors changed: every plugin runs the version it ran before
         with self._lock:
             self._current = gen
+            self._top = gen.number
+            self._probation.start(gen, current)
         self.reloaded_at = time.time()
         forget_modules(current.module_names() - gen.module_names())
         self.counters.inc("plugin_reloads")
@@ -220,6 +240,44 @@ class PluginHost(Observer):
         log.info("plugins reloaded: generation %d (new or changed: %s; removed: %s)", gen.number,
                  ", ".join(changed) or "none", ", ".join(removed) or "none")
         return True
+
+    # -- run-time fallback (the chains' Judge) ----------------------------------------------
+    def fallback_spec(self, spec: ChainSpec) -> ChainSpec | None:
+        """The last good generation's chain while `spec` (of a newly swapped-in generation) is on
+        trial; else None."""
+        return self._probation.fallback_spec(spec)
+
+    def record(self, spec: ChainSpec, succeeded: int, blamed: int) -> None:
+        """One unit's outcome on `spec`: a success ends its trial; `fallback_after` blamed messages
+        without one swap the last good generation back in."""
+        trial = self._probation.record(spec, succeeded, blamed)
+        if trial is not None:
+            self._fall_back(trial, spec)
+
+    def _fall_back(self, trial: Trial, spec: ChainSpec) -> None:
+        bad, good = trial.generation, trial.good
+        with self._lock:
+            if self._current is not bad:
+                return  # another reload came first
+            self._current = good
+            self._probation.clear()
+        why = (f"raised on each of the first {trial.blamed} messages of {spec.listener} after generation "
+               f"{bad.number} was swapped in, and got none through")
+        for plugin in trial.changed:
+            if plugin.candidate.fingerprint is not None:
+                self._rejected[plugin.key] = (plugin.candidate.fingerprint, f"version rejected: it {why}")
+        forget_modules(bad.module_names() - good.module_names())
+        for plugin in good.plugins.values():  # retired by the swap; back in sys.modules while in use
+            if plugin.module_name:
+                sys.modules[plugin.module_name] = plugin.obj  # type: ignore[assignment]
+        previous = [describe(good.plugins[p.key]) for p in trial.changed if p.key in good.plugins]
+        self.fallback_note = (f"plugin {trial.describe()} {why}: fell back to generation {good.number}"
+                              + (f" ({', '.join(previous)})" if previous else ""))
+        self.counters.inc("plugin_fallbacks")
+        self.counters.set("plugin_generation", good.number)
+        log.warning("%s; the messages it failed were preprocessed again with generation %d and count towards "
+                    "no backout threshold. Fix the plugin file: a changed file is loaded again",
+                    self.fallback_note, good.number)
 
     # -- the bridge's observer ---------------------------------------------------------------
     def on_tick(self, bridge: Bridge) -> None:
@@ -256,6 +314,8 @@ class PluginHost(Observer):
             "errors": [e.as_dict() for e in self.errors],
             "reload_error": self.reload_error,
             "reloaded_at": self.reloaded_at,
+            "fallback": self.fallback_note,
+            "on_trial": self._probation.status(),
         }
 
     def describe(self) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, pu
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, InDoubtLog, SourceContext
+from mqbridge.source import BackoutMove, InDoubtLog, PoisonLog, SourceContext
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,12 @@ class MqSource:
         source = context.source
         assert isinstance(source, MqSourceConfig)
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,
-                   in_doubt=context.shared.in_doubt, appl_name=context.bridge_name)
+                   in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison)
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
-                 in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge") -> None:
+                 in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge",
+                 poison: PoisonLog | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -105,6 +106,8 @@ class MqSource:
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
                                   qmgr_name=config.queue_manager, appl_name=appl_name)
         self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
+        # The queue's suspects (see PoisonLog): a message this adapter moves at BOTHRESH leaves them.
+        self.poison = poison if poison is not None else PoisonLog()
         # Inquired at connect; the listener's configuration overrides BOTHRESH/BOQNAME.
         self.backout_threshold = 0
         self.backout_queue = ""
@@ -214,6 +217,8 @@ class MqSource:
                           f"{self.backout_threshold} of {self.destination}")
                 self._move(slot, reason, None, MQRC_BACKOUT_THRESHOLD_REACHED)
                 self._commit_if_only_moves()
+                self.poison.left_queue([slot.msg_id])  # (if the commit fails, it is got and moved again)
+                self.poison.forget([slot.msg_id])
                 continue
             slot.handed = True
             return self._to_message(slot)

@@ -48,12 +48,13 @@ class RecordingExecutor:
             return [m.body for m in self.landed]
 
 
-def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 3, extra: str = "") -> tuple[
-        BridgeConfig, MemoryBroker]:
+def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 3, extra: str = "",
+                  backout_queue: str | None = "orders.backout") -> tuple[BridgeConfig, MemoryBroker]:
     """One type `orders` read from queue `orders` of a fresh in-memory broker; backout queue
-    `orders.backout`; fast control loop and flushes."""
+    `orders.backout` (None: no backout queue); fast control loop and flushes."""
     name = f"unit-{next(_brokers)}"
     threshold_line = "" if threshold is None else f"backout_threshold = {threshold}"
+    backout_line = "" if backout_queue is None else f'backout_queue = "{backout_queue}"'
     cfg = parse_config(f"""
 [bridge]
 name = "unit"
@@ -74,7 +75,7 @@ message_type = "orders"
 threads = {threads}
 batch = {batch}
 wait = "50ms"
-backout_queue = "orders.backout"
+{backout_line}
 {threshold_line}
 {extra}
 """)

@@ -205,16 +205,24 @@ def test_writable_plugin_files_are_refused(tmp_path: Path, mode: int, why: str) 
     assert f"refusing to load plugins from {path}: {path} {why}" in str(info.value)
 
 
-@pytest.mark.parametrize("mode", [0o775, 0o757, 0o1777])
-def test_a_writable_plugin_folder_is_refused_even_with_the_sticky_bit(tmp_path: Path, mode: int) -> None:
+@pytest.mark.parametrize(("mode", "why"), [(0o775, "group-writable (mode 0775)"),
+                                           (0o757, "world-writable (mode 0757)"),
+                                           (0o1777, "world-writable (mode 1777)")])
+def test_a_writable_plugin_folder_refuses_the_start_even_if_no_chain_names_its_plugins(
+        tmp_path: Path, mode: int, why: str) -> None:
+    # Given a writable plugin folder (sticky bit or not) whose plugin no listener names
     folder = tmp_path / "plugins"
     write_plugin(folder, "stamp", STAMP.format(version="v1"))
     folder.chmod(mode)
-    host = make_host(folder)
-    host.start()
-    assert len(host.errors) == 1
-    assert f"refusing to load plugins from {folder}: {folder} is" in str(host.errors[0])
-    assert "stamp" not in {r["name"] for r in host.describe()}
+    host = make_host(folder, request("envelope"))
+    # Then the start is refused with the folder and why
+    with pytest.raises(ConfigError) as info:
+        host.start()
+    assert f"unsafe plugin path: refusing to load plugins from {folder}: {folder} is {why}" in str(info.value)
+    # (a listing does not start the bridge: it shows the folder as not loaded)
+    listing = make_host(folder, request("envelope"))
+    listing.start(strict=False)
+    assert len(listing.errors) == 1 and "stamp" not in {r["name"] for r in listing.describe()}
 
 
 def test_a_writable_directory_above_the_folder_is_refused_unless_sticky(tmp_path: Path) -> None:
@@ -237,7 +245,8 @@ def test_a_symlinked_file_is_checked_where_it_really_lives(tmp_path: Path) -> No
     folder.mkdir()
     (folder / "stamp.py").symlink_to(target)
     host = make_host(folder)
-    host.start()
+    with pytest.raises(ConfigError, match="unsafe plugin path"):
+        host.start()
     assert f"{unsafe} (a directory above {folder / 'stamp.py'}) is world-writable" in str(host.errors[0])
 
 
@@ -254,7 +263,11 @@ def test_plugin_files_must_belong_to_the_service_user_or_root(tmp_path: Path, ow
     path = write_plugin(tmp_path / "plugins", "stamp", STAMP.format(version="v1"))
     os.chown(path, owner, owner)
     host = make_host(tmp_path / "plugins", service_uid=service_uid)
-    host.start()
+    if refused:
+        with pytest.raises(ConfigError, match=f"unsafe plugin path: refusing to load plugins from {path}"):
+            host.start()
+    else:
+        host.start()
     loaded = "stamp" in {r["name"] for r in host.describe() if r["state"] == "loaded"}
     assert loaded is not refused
     if refused:
@@ -269,7 +282,8 @@ def test_a_folder_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     write_plugin(folder, "stamp", STAMP.format(version="v1"))
     os.chown(folder, 4343, 4343)
     host = make_host(folder, service_uid=4242)
-    host.start()
+    with pytest.raises(ConfigError, match="unsafe plugin path"):
+        host.start()
     assert f"{folder}: {folder} is owned by uid 4343" in str(host.errors[0])
 
 
