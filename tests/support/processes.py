@@ -21,7 +21,8 @@ def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str
                  extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml",
                  spark: str = 'master = "local[2]"', state_dir: str = "state") -> Path:
     """A configuration file for one STOMP queue, type `orders` landing in `<tmp_path>/landing/orders`,
-    the ledger in `<tmp_path>/state`; `spark` is where Spark runs (`master = …` or `remote = …`)."""
+    the ledger in `<tmp_path>/state`; `spark` is where Spark runs (`master = …` or `remote = …`), and may
+end with sub-tables of `[spark]` (`[spark.conf]`)."""
     path = tmp_path / name
     path.write_text(f"""
 [bridge]
@@ -33,8 +34,8 @@ state_dir = "{state_dir}"
 [monitoring]
 listen = ""
 [spark]
-{spark}
 warehouse = "landing"
+{spark}
 [types.orders]
 bulk_size = "128KB"
 bulk_timeout = "500ms"
