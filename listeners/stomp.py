@@ -165,10 +165,19 @@ class _Frames:
             return "the connection dropped"
         return f"no receipt within {timeout:g}s"
 
-    def error_receipts(self, errors_before: int) -> set[str]:
-        """Receipt ids named by the ERROR frames that came after the first `errors_before`."""
+    def refused(self, sends: Sequence[str], errors_before: int) -> str | None:
+        """Which of `sends` (receipt ids, in the order sent) an ERROR after the first
+        `errors_before` answered: the one it names (ActiveMQ), else the first without a receipt
+        (RabbitMQ names none; a broker answers one connection's frames in order)."""
         with self._changed:
-            return {rid for rid, _ in self.errors[errors_before:] if rid}
+            errors = self.errors[errors_before:]
+            named = {rid for rid, _ in errors if rid}
+            for rid in sends:
+                if rid in named:
+                    return rid
+            if errors and not named:
+                return next((rid for rid in sends if rid not in self._receipts), None)
+            return None
 
 
 class StompSource:
@@ -439,7 +448,7 @@ class StompSource:
         self._ack(acked if not self.cumulative else unit[-1:], tx, errors_before)
         failpoints.hit("after_source_ack")
         if tx is not None:
-            self._commit_transaction(tx, list(sends) if deferred else [], errors_before,
+            self._commit_transaction(tx, sends if deferred else {}, errors_before,
                                      [m.msg_id for m in acked])
         if returned and not self.cumulative:
             self._give_back([m for m in unit if m.msg_id in returned])
@@ -462,22 +471,32 @@ class StompSource:
         problem = self._frames.await_receipts(sends, errors_before, self.receipt_timeout)
         if not problem:
             return
-        named = self._frames.error_receipts(errors_before)
-        refused = [m for rid, m in sends.items() if m is not None and rid in named]
+        culprit = self._frames.refused(list(sends), errors_before)
+        move = sends.get(culprit) if culprit else None
         self._abort(tx)
-        if refused:
-            move = refused[0]
+        if move is not None:
             self._fail_unit(f"the broker refused to move message {move.message.msg_id} to {move.queue}: {problem}",
                             BackoutFailedError)
         self._fail_unit(f"{len(sends)} frames not confirmed: {problem}")
 
-    def _commit_transaction(self, tx: str, sends: list[str], errors_before: int, acked: list[str]) -> None:
+    def _commit_transaction(self, tx: str, sends: dict[str, BackoutMove | None], errors_before: int,
+                            acked: list[str]) -> None:
+        """COMMIT and wait for its receipt (and, on RabbitMQ, for the SENDs' receipts, which it
+        gives only now). A move refused now failed before the ACKs after it (RabbitMQ applies a
+        transaction's frames in order and stops at the first it refuses): BackoutFailedError.
+        No answer at all: the outcome is unknown (InDoubtError)."""
         receipt = f"rc-{tx}"
         self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
         problem = self._frames.await_receipts([receipt, *sends], errors_before, self.receipt_timeout)
-        if problem:
-            self._fail_unit(f"the commit of {len(acked)} messages on {self.destination} is in doubt ({problem}); "
-                            "they may be delivered again", InDoubtError, acked)
+        if not problem:
+            return
+        culprit = self._frames.refused(list(sends), errors_before)
+        move = sends.get(culprit) if culprit else None
+        if move is not None:
+            self._fail_unit(f"the broker refused to move message {move.message.msg_id} to {move.queue}: {problem}",
+                            BackoutFailedError)
+        self._fail_unit(f"the commit of {len(acked)} messages on {self.destination} is in doubt ({problem}); "
+                        "they may be delivered again", InDoubtError, acked)
 
     def _abort(self, tx: str | None) -> None:
         if tx is None:
@@ -568,8 +587,10 @@ def _error_text(frame: Any) -> str:
     """The broker's own reason in an ERROR frame: its `message` header and its body, one line."""
     text = frame.headers.get("message", "")
     body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body or "")
-    body = _one_line(body, 300)
-    return f"{text}: {body}" if text and body and body != text else (text or body or "(no reason given)")
+    body = _one_line(body.strip().split("\n", 1)[0], 300)  # a Java stack trace (ActiveMQ): its first line
+    if text and body and text not in body:
+        return f"{text}: {body}"
+    return body or text or "(no reason given)"
 
 
 def _header_int(headers: dict[str, str], name: str, problems: list[str]) -> int | None:
