@@ -436,7 +436,11 @@ class StompSource:
                 continue
             move = moving.get(message.msg_id)
             if move is not None:
-                sends[self._send_backout(message, move, tx)] = move
+                try:
+                    sends[self._send_backout(message, move, tx)] = move
+                except SourceConnectionError:
+                    self._refused_while_sending(move, errors_before)
+                    raise
         # RabbitMQ holds a transaction's frames until COMMIT and only then answers them (measured
         # on 3.10): there the SENDs' receipts are awaited with the COMMIT's, and a SEND it refuses
         # ends the connection before the ACKs that follow it are applied.
@@ -478,6 +482,16 @@ class StompSource:
             self._fail_unit(f"the broker refused to move message {move.message.msg_id} to {move.queue}: {problem}",
                             BackoutFailedError)
         self._fail_unit(f"{len(sends)} frames not confirmed: {problem}")
+
+    def _refused_while_sending(self, move: BackoutMove, errors_before: int) -> None:
+        """A SEND of a move broke the connection. If the broker said why first (ActiveMQ answers a
+        frame over its size limits with ERROR "The maximum data length was exceeded" and closes,
+        measured on 5.17), the move is refused: BackoutFailedError. Else it is an outage."""
+        frames = self._frames
+        frames.wait_for(lambda: frames.disconnected.is_set(), time.monotonic() + min(self.receipt_timeout, 5.0))
+        if len(frames.errors) > errors_before:
+            self._fail_unit(f"the broker refused to move message {move.message.msg_id} ({len(move.message.body)} "
+                            f"bytes) to {move.queue}: {frames.errors[errors_before][1]}", BackoutFailedError)
 
     def _commit_transaction(self, tx: str, sends: dict[str, BackoutMove | None], errors_before: int,
                             acked: list[str]) -> None:
