@@ -128,7 +128,9 @@ class _Frames:
         with self._changed:
             self.errors.append((frame.headers.get("receipt-id", ""), text))
             self._changed.notify_all()
-        log.error("STOMP ERROR frame: %s", text)
+            connected = self.connected
+        # An ERROR answering CONNECT is reported once, by `connect`, naming the source.
+        log.log(logging.ERROR if connected else logging.DEBUG, "STOMP ERROR frame: %s", text)
 
     def on_disconnected(self) -> None:
         self.disconnected.set()

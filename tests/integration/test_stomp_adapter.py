@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +21,13 @@ from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionEr
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.source import BackoutMove, DeliveryTracker
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import RABBIT_SOURCE
+from tests.support.processes import mqbridge, stomp_config
 from tests.support.sources import receive
 from tests.support.stomp_client import StompClient
 from tests.support.tcpproxy import TcpProxy
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 RABBIT = {"user": "guest", "password": SecretStr("guest"), "allow_plaintext_password": True}
 
@@ -195,3 +198,21 @@ def test_a_refused_message_alone_is_moved_without_waiting_for_a_unit(activemq: t
     src.close()
     assert [bytes(f.body) for f in amq.drain(q + ".backout")] == [b"too big for the bridge"]  # ... it is moved
     assert amq.depth(q) == 0
+
+
+# -- the same through `mqbridge run` -----------------------------------------------------------
+def test_a_bridge_whose_broker_refuses_connect_halts_that_listener_instead_of_looping(
+        tmp_path: Path, rabbitmq: tuple[str, int]) -> None:
+    # Given RabbitMQ and a source naming a virtual host that does not exist
+    q = f"/queue/test.refused.{uuid.uuid4().hex[:8]}"
+    config = stomp_config(tmp_path, q, port=rabbitmq[1], broker="rabbitmq", threads=1,
+                          extra_source=RABBIT_SOURCE.replace('vhost = "/"', 'vhost = "no-such-vhost"'))
+    # When the bridge runs until idle
+    proc = mqbridge("run", "--config", str(config), "--until-idle", "1s")
+    out, _ = proc.communicate(timeout=240)
+    # Then the listener halts at once with the broker's reason (no restart loop) and the run fails
+    assert proc.returncode == 1, out
+    reason = (f"STOMP broker 127.0.0.1:{rabbitmq[1]} (source 'amq') refused CONNECT: Bad CONNECT: "
+              "Virtual host 'no-such-vhost' access denied")
+    assert f"amq:{q}#1: halted: {reason}" in out, out
+    assert "restarting in" not in out and "ConnectFailedException" not in out, out
