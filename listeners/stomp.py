@@ -56,7 +56,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 
 from mqbridge import failpoints
 from mqbridge.config import StompSourceConfig
@@ -481,8 +481,7 @@ class StompSource:
         move = sends.get(culprit) if culprit else None
         self._abort(tx)
         if move is not None:
-            self._fail_unit(f"the broker refused to move message {move.message.msg_id} to {move.queue}: {problem}",
-                            BackoutFailedError)
+            self._move_refused(move, problem)
         self._fail_unit(f"{len(sends)} frames not confirmed: {problem}")
 
     def _refused_while_sending(self, move: BackoutMove, errors_before: int) -> None:
@@ -492,8 +491,11 @@ class StompSource:
         frames = self._frames
         frames.wait_for(lambda: frames.disconnected.is_set(), time.monotonic() + min(self.receipt_timeout, 5.0))
         if len(frames.errors) > errors_before:
-            self._fail_unit(f"the broker refused to move message {move.message.msg_id} ({len(move.message.body)} "
-                            f"bytes) to {move.queue}: {frames.errors[errors_before][1]}", BackoutFailedError)
+            self._move_refused(move, f"the broker answered with ERROR: {frames.errors[errors_before][1]}")
+
+    def _move_refused(self, move: BackoutMove, problem: str) -> NoReturn:
+        self._fail_unit(f"the broker refused to move message {move.message.msg_id} ({len(move.message.body)} bytes) "
+                        f"to {move.queue}: {problem}", BackoutFailedError)
 
     def _commit_transaction(self, tx: str, sends: dict[str, BackoutMove | None], errors_before: int,
                             acked: list[str]) -> None:
@@ -509,8 +511,7 @@ class StompSource:
         culprit = self._frames.refused(list(sends), errors_before)
         move = sends.get(culprit) if culprit else None
         if move is not None:
-            self._fail_unit(f"the broker refused to move message {move.message.msg_id} to {move.queue}: {problem}",
-                            BackoutFailedError)
+            self._move_refused(move, problem)
         self._fail_unit(f"the commit of {len(acked)} messages on {self.destination} is in doubt ({problem}); "
                         "they may be delivered again", InDoubtError, acked)
 
@@ -521,7 +522,7 @@ class StompSource:
             self._guard(lambda: self._conn.abort(transaction=tx), "abort")
 
     def _fail_unit(self, reason: str, error: type[SourceError] = SourceConnectionError,
-                   msg_ids: list[str] | None = None) -> None:
+                   msg_ids: list[str] | None = None) -> NoReturn:
         """Close the connection (the broker gives back every unacknowledged message) and raise."""
         conn, self._conn = self._conn, None
         if conn is not None:

@@ -6,6 +6,7 @@ set -euo pipefail
 
 BASE="$(realpath -m "${MQBRIDGE_AMQ_BASE:-.amq}")"
 PORT="${MQBRIDGE_STOMP_PORT:-61613}"
+MAX_FRAME="${MQBRIDGE_STOMP_MAX_FRAME:-104857600}"  # bytes; tests of oversized frames lower it
 HOME_DIR=/usr/share/activemq
 PIDFILE="$BASE/activemq.pid"
 
@@ -47,7 +48,7 @@ write_conf() {
       <tempUsage><tempUsage limit="2 gb"/></tempUsage>
     </systemUsage></systemUsage>
     <transportConnectors>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=104857600"/>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=${MAX_FRAME}"/>
     </transportConnectors>
   </broker>
 </beans>

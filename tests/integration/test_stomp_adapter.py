@@ -21,7 +21,7 @@ from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionEr
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.source import BackoutMove, DeliveryTracker
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import RABBIT_SOURCE
+from tests.support.exactly_once import RABBIT_SOURCE, private_activemq
 from tests.support.processes import mqbridge, stomp_config
 from tests.support.sources import receive
 from tests.support.stomp_client import StompClient
@@ -216,3 +216,29 @@ def test_a_bridge_whose_broker_refuses_connect_halts_that_listener_instead_of_lo
               "Virtual host 'no-such-vhost' access denied")
     assert f"amq:{q}#1: halted: {reason}" in out, out
     assert "restarting in" not in out and "ConnectFailedException" not in out, out
+
+
+def test_a_message_whose_move_exceeds_the_brokers_frame_limit_halts_the_listener(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a private ActiveMQ with a 64 KB STOMP frame limit and a message just under it: it can
+    # be put, but its move (which adds the mqbridge-* headers) cannot
+    limit = 65536
+    monkeypatch.setenv("MQBRIDGE_STOMP_MAX_FRAME", str(limit))
+    with private_activemq(tmp_path / "amq") as broker:
+        q = unique_queue("stomp-frame")
+        body = b"b" * (limit - 300)
+        with AmqClient("127.0.0.1", broker.port) as client:
+            client.put_many(q, [body])
+        src = source(("127.0.0.1", broker.port), q, backout=q + ".backout")
+        src.connect()
+        [got] = receive(src, 1)
+        # When the listener moves it, Then the broker refuses the frame and the listener halts
+        with pytest.raises(BackoutFailedError, match=rf"refused to move message .* \({len(body)} bytes\) to "
+                                                     rf"{q}.backout: .*maximum frame size") as info:
+            src.commit(moves=[BackoutMove(got, "bad", q + ".backout")])
+        assert decide(info.value) is Decision.HALT
+        src.close()
+        # and the message is still on its queue, not on the backout queue
+        with AmqClient("127.0.0.1", broker.port) as client:
+            assert [bytes(f.body) for f in client.drain(q)] == [body]
+            assert client.depth(q + ".backout") == 0
