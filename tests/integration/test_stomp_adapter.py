@@ -242,3 +242,26 @@ def test_a_message_whose_move_exceeds_the_brokers_frame_limit_halts_the_listener
         with AmqClient("127.0.0.1", broker.port) as client:
             assert [bytes(f.body) for f in client.drain(q)] == [body]
             assert client.depth(q + ".backout") == 0
+
+
+def test_activemq_refusing_bad_credentials_halts_the_listener_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a private ActiveMQ that lets only one user connect
+    monkeypatch.setenv("MQBRIDGE_AMQ_AUTH_USER", "bridge")
+    monkeypatch.setenv("MQBRIDGE_AMQ_AUTH_PASSWORD", "right-pw")
+    with private_activemq(tmp_path / "amq") as broker:
+        address = ("127.0.0.1", broker.port)
+        wrong = source(address, "/queue/test.auth", user="bridge", password=SecretStr("wrong-pw"),
+                       allow_plaintext_password=True)
+        # When the adapter connects with a bad password, Then it is refused with ActiveMQ's reason
+        with pytest.raises(SourceRefusedError) as info:
+            wrong.connect()
+        assert str(info.value) == (f"STOMP broker 127.0.0.1:{broker.port} (source 'src1') refused CONNECT: "
+                                   "User name [bridge] or password is invalid.")
+        assert decide(info.value) is Decision.HALT and "wrong-pw" not in str(info.value)
+        # and with the right one it connects
+        right = source(address, "/queue/test.auth", user="bridge", password=SecretStr("right-pw"),
+                       allow_plaintext_password=True)
+        right.connect()
+        assert right.receive(0.2) is None
+        right.close()
