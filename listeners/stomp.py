@@ -94,6 +94,8 @@ _REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON
 _NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
 _BAD_HEADER_PREFIX = "mqbridge-unparseable-"
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
+#: Seconds a closing connection waits for the broker to answer DISCONNECT before closing the socket.
+DISCONNECT_GRACE = 2.0
 #: Default of `receipt_timeout` (StompSourceConfig), for sources built without a configuration file.
 RECEIPT_TIMEOUT = 15.0
 
@@ -255,8 +257,10 @@ class StompSource:
                          headers={"client-id": f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
         except self._driver_errors as exc:
             _drop(conn)
-            raise SourceConnectionError(f"cannot connect to {where} for {self.destination}: "
-                                        f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+            # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
+            why = (f"{type(exc).__name__}: {exc}" if str(exc) else
+                   f"no TCP connection within {cfg.connect_timeout:g}s (refused or unreachable)")
+            raise SourceConnectionError(f"cannot connect to {where}: {why}") from exc
         answered = frames.wait_for(lambda: frames.connected or bool(frames.errors) or frames.disconnected.is_set(),
                                    deadline)
         if frames.errors:
@@ -289,7 +293,7 @@ class StompSource:
                     "subscribe")
         timeout = self.receipt_timeout if deadline is None else max(0.1, deadline - time.monotonic())
         problem = self._frames.await_receipts([receipt], errors_before, timeout)
-        if problem.startswith("the broker answered with ERROR"):
+        if len(self._frames.errors) > errors_before:
             raise SourceRefusedError(f"STOMP broker {self.config.host}:{self.config.port} (source {self.name!r}) "
                                      f"refused the subscription to {self.destination}: "
                                      f"{self._frames.errors[errors_before][1]}")
@@ -308,7 +312,7 @@ class StompSource:
         conn, self._conn = self._conn, None
         self._end_unit()  # unacked messages return to the queue when the connection closes
         if conn is not None:
-            _drop(conn)
+            _drop(conn, self._frames)
 
     def _guard(self, call: Any, what: str) -> Any:
         if self._conn is None or self._frames.disconnected.is_set():
@@ -526,7 +530,7 @@ class StompSource:
         """Close the connection (the broker gives back every unacknowledged message) and raise."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            _drop(conn)
+            _drop(conn, self._frames)
         if error is InDoubtError:
             raise InDoubtError(reason, msg_ids or [])
         raise error(f"{self.destination}: {reason}")
@@ -588,16 +592,23 @@ class StompSource:
             self._guard(lambda m=message: self._conn.nack(m.token, headers={"requeue": "true"}), "nack")
 
 
-def _drop(conn: Any) -> None:
-    """Close a stomp.py connection, whatever state it is in; never raises (the broker gives back
-    every unacknowledged message of a closed connection)."""
+def _drop(conn: Any, frames: _Frames | None = None) -> None:
+    """Close a stomp.py connection, whatever state it is in; never raises, never waits long. The
+    socket is closed in the end even if the broker does not answer DISCONNECT (stomp.py would keep
+    it open, heart-beating, until it does): a broker gives back every unacknowledged message of a
+    closed connection, and only of a closed one."""
     try:
         if conn.is_connected():
-            conn.disconnect()
-        else:
-            conn.transport.disconnect_socket()
+            conn.disconnect()  # the socket closes when the broker answers DISCONNECT ...
+            if frames is not None:
+                frames.wait_for(frames.disconnected.is_set, time.monotonic() + DISCONNECT_GRACE)
     except Exception:
-        log.debug("closing a STOMP connection failed", exc_info=True)
+        log.debug("disconnecting a STOMP connection failed", exc_info=True)
+    finally:
+        try:
+            conn.transport.disconnect_socket()  # ... or now
+        except Exception:
+            log.debug("closing a STOMP socket failed", exc_info=True)
 
 
 def _error_text(frame: Any) -> str:

@@ -53,6 +53,16 @@ def test_a_broker_that_accepts_tcp_but_never_answers_connect_times_out() -> None
         src.close()
 
 
+def test_a_port_nobody_listens_on_is_an_outage_with_a_clear_reason() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # free once closed
+    src = source(("127.0.0.1", port), "/queue/never", connect_timeout=1.0)
+    with pytest.raises(SourceConnectionError, match=rf"^cannot connect to STOMP broker 127.0.0.1:{port} "
+                                                    r"\(source 'src1'\): no TCP connection within 1s "
+                                                    r"\(refused or unreachable\)$"):
+        src.connect()
+
+
 def test_a_receipt_wait_ends_when_the_connection_drops(activemq: tuple[str, int], amq: AmqClient) -> None:
     # Given a unit of work, a receipt timeout far beyond the test's own limit, and a connection
     # that is cut when the COMMIT is sent (the broker never sees it)
