@@ -51,11 +51,9 @@ import contextlib
 import logging
 import queue
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
-from datetime import datetime, timezone
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mqbridge import failpoints
@@ -67,6 +65,7 @@ from mqbridge.errors import (
     SourceError,
     SourceRefusedError,
 )
+from mqbridge.listeners.stomp_frames import Frames, drop, header_int, one_line, put_time
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, DeliveryTracker, SourceContext
 
@@ -94,94 +93,6 @@ _REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON
 _NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
 _BAD_HEADER_PREFIX = "mqbridge-unparseable-"
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
-#: Seconds a closing connection waits for the broker to answer DISCONNECT before closing the socket.
-DISCONNECT_GRACE = 2.0
-#: Default of `receipt_timeout` (StompSourceConfig), for sources built without a configuration file.
-RECEIPT_TIMEOUT = 15.0
-
-
-class _Frames:
-    """stomp.py listener: MESSAGE frames go to a local queue that the listener thread reads;
-    CONNECTED, RECEIPT, ERROR and a lost connection wake whoever waits in `wait_for`."""
-
-    def __init__(self) -> None:
-        self.frames: queue.Queue[Any] = queue.Queue()
-        self.disconnected = threading.Event()
-        self.connected = False
-        self.errors: list[tuple[str, str]] = []  # (receipt-id or "", the broker's reason)
-        self._receipts: set[str] = set()
-        self._changed = threading.Condition()
-
-    def on_message(self, frame: Any) -> None:
-        self.frames.put(frame)
-
-    def on_connected(self, frame: Any) -> None:
-        with self._changed:
-            self.connected = True
-            self._changed.notify_all()
-
-    def on_receipt(self, frame: Any) -> None:
-        with self._changed:
-            self._receipts.add(frame.headers.get("receipt-id", ""))
-            self._changed.notify_all()
-
-    def on_error(self, frame: Any) -> None:
-        text = _error_text(frame)
-        with self._changed:
-            self.errors.append((frame.headers.get("receipt-id", ""), text))
-            self._changed.notify_all()
-            connected = self.connected
-        # An ERROR answering CONNECT is reported once, by `connect`, naming the source.
-        log.log(logging.ERROR if connected else logging.DEBUG, "STOMP ERROR frame: %s", text)
-
-    def on_disconnected(self) -> None:
-        self.disconnected.set()
-        self.frames.put(None)  # wake a waiting receive
-        with self._changed:
-            self._changed.notify_all()
-
-    def on_heartbeat_timeout(self) -> None:
-        self.on_disconnected()
-
-    def wait_for(self, condition: Callable[[], bool], deadline: float) -> bool:
-        """Wait until `condition()` holds (checked whenever a frame or a drop arrives) or
-        `deadline` (monotonic) passes; its last value."""
-        with self._changed:
-            return self._changed.wait_for(condition, timeout=max(0.0, deadline - time.monotonic()))
-
-    def await_receipts(self, receipts: Collection[str], errors_before: int, timeout: float) -> str:
-        """Wait for every one of `receipts`; "" once they all came, else why not: an ERROR frame
-        arrived (after the first `errors_before`), the connection dropped, or `timeout` passed."""
-        wanted = set(receipts)
-
-        def settled() -> bool:
-            return (wanted <= self._receipts or len(self.errors) > errors_before
-                    or self.disconnected.is_set())
-
-        self.wait_for(settled, time.monotonic() + timeout)
-        with self._changed:
-            if len(self.errors) > errors_before:
-                return "the broker answered with ERROR: " + "; ".join(e for _, e in self.errors[errors_before:])
-            if wanted <= self._receipts:
-                self._receipts -= wanted
-                return ""
-        if self.disconnected.is_set():
-            return "the connection dropped"
-        return f"no receipt within {timeout:g}s"
-
-    def refused(self, sends: Sequence[str], errors_before: int) -> str | None:
-        """Which of `sends` (receipt ids, in the order sent) an ERROR after the first
-        `errors_before` answered: the one it names (ActiveMQ), else the first without a receipt
-        (RabbitMQ names none; a broker answers one connection's frames in order)."""
-        with self._changed:
-            errors = self.errors[errors_before:]
-            named = {rid for rid, _ in errors if rid}
-            for rid in sends:
-                if rid in named:
-                    return rid
-            if errors and not named:
-                return next((rid for rid in sends if rid not in self._receipts), None)
-            return None
 
 
 class StompSource:
@@ -216,7 +127,7 @@ class StompSource:
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
         self._conn: Any = None
-        self._frames = _Frames()
+        self._frames = Frames()
         self._subscription = ""
         self._unit: list[Message] = []
         self._handed = 0  # messages of the unit that `receive` returned (the others are refused)
@@ -246,7 +157,7 @@ class StompSource:
         if cfg.ssl:
             conn.set_ssl(for_hosts=[(cfg.host, cfg.port)], key_file=_str(cfg.key_file),
                          cert_file=_str(cfg.cert_file), ca_certs=_str(cfg.ca_certs))
-        frames = self._frames = _Frames()
+        frames = self._frames = Frames()
         conn.set_listener("mqbridge", frames)
         password = cfg.password.get_secret_value() if cfg.password is not None else None
         where = f"STOMP broker {cfg.host}:{cfg.port} (source {self.name!r})"
@@ -256,7 +167,7 @@ class StompSource:
             conn.connect(username=cfg.user, passcode=password, wait=False,
                          headers={"client-id": f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
         except self._driver_errors as exc:
-            _drop(conn)
+            drop(conn)
             # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
             why = (f"{type(exc).__name__}: {exc}" if str(exc) else
                    f"no TCP connection within {cfg.connect_timeout:g}s (refused or unreachable)")
@@ -264,10 +175,10 @@ class StompSource:
         answered = frames.wait_for(lambda: frames.connected or bool(frames.errors) or frames.disconnected.is_set(),
                                    deadline)
         if frames.errors:
-            _drop(conn)
+            drop(conn)
             raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
         if not answered or not frames.connected:
-            _drop(conn)
+            drop(conn)
             why = (f"no answer to CONNECT within {cfg.connect_timeout:g}s (connect_timeout)" if not answered
                    else "the broker closed the connection during CONNECT")
             raise SourceConnectionError(f"cannot connect to {where}: {why}")
@@ -312,7 +223,7 @@ class StompSource:
         conn, self._conn = self._conn, None
         self._end_unit()  # unacked messages return to the queue when the connection closes
         if conn is not None:
-            _drop(conn, self._frames)
+            drop(conn, self._frames)
 
     def _guard(self, call: Any, what: str) -> Any:
         if self._conn is None or self._frames.disconnected.is_set():
@@ -368,18 +279,18 @@ class StompSource:
         msg_id = h[REQUEUE_ID] if requeued else h["message-id"]
         problems: list[str] = []
         count = self.tracker.delivered(msg_id)
-        broker_count = _header_int(h, "x-delivery-count", problems)
+        broker_count = header_int(h, "x-delivery-count", problems)
         if broker_count is not None:  # RabbitMQ quorum queues count for us (0 on first delivery)
             count = max(count, broker_count + 1)
         if requeued:  # a copy given back by an earlier commit: the count survives restarts
-            count = max(count, (_header_int(h, REQUEUE_COUNT, problems) or 0) + 1)
+            count = max(count, (header_int(h, REQUEUE_COUNT, problems) or 0) + 1)
             if h.get(REQUEUE_REASON) and self.tracker.last_reason(msg_id) is None:
                 self.tracker.failed(msg_id, h[REQUEUE_REASON])
-        put = _put_time(h, REQUEUE_TIMESTAMP if requeued else "timestamp", problems)
-        priority = _header_int(h, "priority", problems)
+        put = put_time(h, REQUEUE_TIMESTAMP if requeued else "timestamp", problems)
+        priority = header_int(h, "priority", problems)
         if priority is not None and not 0 <= priority <= 9:
             problems.append(f"header priority: {priority} is not 0-9")
-        _header_int(h, "expires", problems)
+        header_int(h, "expires", problems)
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()
         limit = self.config.max_message_size
         if limit is not None and len(body) > limit:
@@ -530,7 +441,7 @@ class StompSource:
         """Close the connection (the broker gives back every unacknowledged message) and raise."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            _drop(conn, self._frames)
+            drop(conn, self._frames)
         if error is InDoubtError:
             raise InDoubtError(reason, msg_ids or [])
         raise error(f"{self.destination}: {reason}")
@@ -541,7 +452,7 @@ class StompSource:
         headers.update({
             REQUEUE_ID: message.msg_id,
             REQUEUE_COUNT: str(message.delivery_count),
-            REQUEUE_REASON: _one_line(self.tracker.last_reason(message.msg_id) or ""),
+            REQUEUE_REASON: one_line(self.tracker.last_reason(message.msg_id) or ""),
         })
         if message.correlation_id:
             headers["correlation-id"] = message.correlation_id
@@ -555,7 +466,7 @@ class StompSource:
         headers = {k: v for k, v in message.headers.items() if k not in _NOT_COPIED}
         headers.update({
             "persistent": "true",  # ActiveMQ SENDs are non-persistent unless asked
-            "mqbridge-reason": _one_line(move.reason),
+            "mqbridge-reason": one_line(move.reason),
             "mqbridge-original-message-id": message.msg_id,
             "mqbridge-original-destination": message.destination,
             "mqbridge-delivery-count": str(message.delivery_count),
@@ -592,59 +503,6 @@ class StompSource:
             self._guard(lambda m=message: self._conn.nack(m.token, headers={"requeue": "true"}), "nack")
 
 
-def _drop(conn: Any, frames: _Frames | None = None) -> None:
-    """Close a stomp.py connection, whatever state it is in; never raises, never waits long. The
-    socket is closed in the end even if the broker does not answer DISCONNECT (stomp.py would keep
-    it open, heart-beating, until it does): a broker gives back every unacknowledged message of a
-    closed connection, and only of a closed one."""
-    try:
-        if conn.is_connected():
-            conn.disconnect()  # the socket closes when the broker answers DISCONNECT ...
-            if frames is not None:
-                frames.wait_for(frames.disconnected.is_set, time.monotonic() + DISCONNECT_GRACE)
-    except Exception:
-        log.debug("disconnecting a STOMP connection failed", exc_info=True)
-    finally:
-        try:
-            conn.transport.disconnect_socket()  # ... or now
-        except Exception:
-            log.debug("closing a STOMP socket failed", exc_info=True)
-
-
-def _error_text(frame: Any) -> str:
-    """The broker's own reason in an ERROR frame: its `message` header and its body, one line."""
-    text = frame.headers.get("message", "")
-    body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body or "")
-    body = _one_line(body.strip().split("\n", 1)[0], 300)  # a Java stack trace (ActiveMQ): its first line
-    if text and body and text not in body:
-        return f"{text}: {body}"
-    return body or text or "(no reason given)"
-
-
-def _header_int(headers: dict[str, str], name: str, problems: list[str]) -> int | None:
-    """The integer in header `name` (None if absent); an unparseable value adds to `problems`."""
-    text = headers.get(name)
-    if text is None or text == "":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        problems.append(f"header {name}: {_one_line(text, 60)!r} is not a number")
-        return None
-
-
-def _put_time(headers: dict[str, str], name: str, problems: list[str]) -> datetime | None:
-    """The put time in header `name` (ms since the epoch); None if absent or 0."""
-    millis = _header_int(headers, name, problems)
-    if not millis or millis < 0:
-        return None
-    try:
-        return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-    except (ValueError, OverflowError, OSError):
-        problems.append(f"header {name}: {millis} ms is not a time this bridge can store (past year 9999)")
-        return None
-
-
 def _set_aside(headers: dict[str, str]) -> dict[str, str]:
     """Numeric headers kept under another name, so that moving a message refused at the edge
     does not make the broker refuse the SEND over the same bad value."""
@@ -653,12 +511,3 @@ def _set_aside(headers: dict[str, str]) -> dict[str, str]:
 
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def _int(text: str | None) -> int:
-    return int(text) if text and text.isdigit() else 0
-
-
-def _one_line(text: str, limit: int = 1000) -> str:
-    """STOMP header values cannot hold newlines (stomp.py escapes them, other clients may not)."""
-    return " ".join(text.split())[:limit]
