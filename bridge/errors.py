@@ -44,6 +44,12 @@ class SourceConnectionError(SourceError):
     """The connection to a source is lost or cannot be made; reconnecting may help."""
 
 
+class SourceRefusedError(SourceError, HaltListener):
+    """The broker refused the connection or the subscription (bad credentials, unknown virtual host,
+    no permission on the queue): a configuration error, which reconnecting cannot mend. The message
+    names the source key and carries the broker's own reason."""
+
+
 class InDoubtError(SourceError):
     """A commit was sent but its outcome is unknown (e.g. MQRC 2009 on MQCMIT, no STOMP receipt).
 

@@ -14,6 +14,14 @@ Points, in the order of the protocol (see README "Delivery guarantees"):
     after_publish         the bulk's files are in the table; the ledger does not say published yet
     before_source_commit  the ledger says published; the source has not committed
     after_source_commit   the source committed the unit of work
+
+Inside a STOMP source commit (`mqbridge.listeners.stomp`), between `before_source_commit` and
+`after_source_commit`:
+
+    after_backout_send    the unit's backout moves / copies given back are sent (and, in
+                          commit_mode = "receipted", confirmed by their receipts); no ACK yet.
+                          Reached only by a unit that moves or gives back a message
+    after_source_ack      the unit's ACKs are sent (receipted: confirmed); no COMMIT yet
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ import signal
 log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
-POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_source_commit")
+POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
+          "after_source_ack", "after_source_commit")
 
 
 def hit(point: str) -> None:

@@ -68,28 +68,37 @@ class ListenerSpec:
 
 
 class UnitResults:
-    """Collects the per-message results of one unit of work from the collector's workers."""
+    """Collects the per-message results of one unit of work from the collector's workers.
 
-    def __init__(self, expected: int) -> None:
-        self._expected = expected
-        self._results: dict[str, MessageResult] = {}
+    Keyed per delivery (the Message object submitted), not per msg_id: two deliveries of one
+    message can be in flight at once (a redelivery after a lost connection, taken by another
+    listener thread while the first copy is still in a bulk), and one's result must not settle
+    the other. A result for a delivery of another unit is ignored; a delivery left without its
+    own result counts as retryable (`ListenerThread._finish`)."""
+
+    def __init__(self, submitted: Sequence[Message]) -> None:
+        self._mine = {id(m) for m in submitted}
+        self._expected = len(self._mine)
+        self._results: dict[int, MessageResult] = {}
         self._done = threading.Event()
         self._lock = threading.Lock()
-        if expected == 0:
+        if self._expected == 0:
             self._done.set()
 
     def __call__(self, message: Message, result: MessageResult) -> None:
         with self._lock:
-            self._results[message.msg_id] = result
+            if id(message) not in self._mine:
+                return  # the same msg_id, delivered to another unit
+            self._results[id(message)] = result
             if len(self._results) >= self._expected:
                 self._done.set()
 
     def wait(self, timeout: float) -> bool:
         return self._done.wait(timeout)
 
-    def get(self, msg_id: str) -> MessageResult | None:
+    def get(self, message: Message) -> MessageResult | None:
         with self._lock:
-            return self._results.get(msg_id)
+            return self._results.get(id(message))
 
 
 @dataclass
@@ -259,7 +268,7 @@ class ListenerThread(threading.Thread):
         # is backed out, and the ledger recognises them when they come back, one by one.
 
         submitted = pre.submitted
-        results = UnitResults(len(submitted))
+        results = UnitResults(submitted)
         try:
             for message in submitted:
                 self.collector.submit(message, results)
@@ -338,7 +347,7 @@ class ListenerThread(threading.Thread):
                 retry.append((message, reason))
                 culprits.append(message)
         for message in submitted:
-            result = results.get(message.msg_id) or MessageResult.retryable(message.msg_id, "no result")
+            result = results.get(message) or MessageResult.retryable(message.msg_id, "no result")
             if result.outcome is Outcome.PERMANENT:
                 moves.append(BackoutMove(message, result.reason, spec.backout_queue))
             elif result.outcome is Outcome.RETRYABLE:
@@ -365,7 +374,7 @@ class ListenerThread(threading.Thread):
 
         returns = [m for m, _ in retry]
         if returns and not self.source.supports_partial_commit:
-            landed = sum(1 for m in submitted if (r := results.get(m.msg_id)) is not None and r.ok)
+            landed = sum(1 for m in submitted if (r := results.get(m)) is not None and r.ok)
             if landed and self.dedupe is None:
                 # MQ cannot commit part of a unit of work: without the ledger, what landed will land
                 # again (with it, the redelivered copies are recognised and committed unlanded).

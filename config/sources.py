@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from mqbridge.config.base import Duration, Model, parse_duration
+from mqbridge.config.base import Duration, Model, Size, parse_duration
 from mqbridge.errors import KeyedError
 
 
@@ -21,13 +21,28 @@ class StompSourceConfig(Model):
     user: str | None = Field(default=None, description="Login")
     password: SecretStr | None = Field(default=None, description="Passcode (use ${ENV:...} or ${FILE:...})")
     broker: Literal["activemq", "rabbitmq", "artemis"] = Field(default="activemq", description="STOMP dialect")
-    vhost: str | None = Field(default=None, description="STOMP host header; default: host")
+    vhost: str | None = Field(default=None, description='STOMP host header (virtual host); default: "/" with '
+                                                         'broker = "rabbitmq", else host')
     heartbeat: Duration = Field(default=parse_duration("10s"), description="Heart-beat period; 0 disables")
     ack_mode: Literal["cumulative", "individual"] = Field(
         default="cumulative",
         description="cumulative: one ACK per unit of work (STOMP ack=client); "
                     "individual: one ACK per message (ack=client-individual)")
-    connect_timeout: Duration = Field(default=parse_duration("10s"), gt=0, description="Connect timeout")
+    commit_mode: Literal["transactional", "receipted"] | None = Field(
+        default=None,
+        description='transactional: moves, copies and ACKs in one STOMP transaction; receipted: each move or '
+                    'copy confirmed by its receipt, then the ACKs (safe where ACKs are not transactional); '
+                    'default: receipted with broker = "artemis", else transactional')
+    connect_timeout: Duration = Field(default=parse_duration("10s"), gt=0,
+                                      description="Longest wait for the whole connect (TCP, TLS, CONNECTED, "
+                                                  "subscription receipt)")
+    receipt_timeout: Duration = Field(default=parse_duration("15s"), gt=0,
+                                      description="Longest wait for a receipt (commit, move, ACK); ends at once "
+                                                  "when the connection drops")
+    max_message_size: Size | None = Field(default=None, gt=0,
+                                          description="Bodies larger than this go to the backout queue; "
+                                                      "default: no limit")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password without TLS (ssl = false)")
     ssl: bool = Field(default=False, description="Use TLS")
     ssl_insecure: bool = Field(default=False, description="Allow TLS without ca_certs (no server verification)")
     ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM)")
@@ -42,6 +57,15 @@ class StompSourceConfig(Model):
         if self.ssl and self.ca_certs is None and not self.ssl_insecure:
             raise KeyedError([(("ca_certs",), "ssl = true needs ca_certs: without it stomp.py does not verify "
                                               "the broker's certificate (set ssl_insecure = true to accept that)")])
+        if self.password is not None and not self.ssl and not self.allow_plaintext_password:
+            raise KeyedError([(("password",), "set with ssl = false: without TLS the STOMP passcode travels in "
+                                              "clear; set ssl = true (with ca_certs), or "
+                                              "allow_plaintext_password = true to accept the risk")])
+        if self.vhost is None and self.broker == "rabbitmq":
+            self.vhost = "/"  # RabbitMQ's default virtual host; the host name is never a vhost there
+        if self.commit_mode is None:
+            # Artemis acknowledges STOMP ACK frames at once, outside any transaction.
+            self.commit_mode = "receipted" if self.broker == "artemis" else "transactional"
         return self
 
 

@@ -20,21 +20,52 @@ Two acknowledgement modes (`ack_mode`):
   A returned message thus goes to the back of the queue.
 * ``individual`` (``ack: client-individual``): one ACK per removed message; messages to give back
   are simply not acknowledged and the subscription is replaced.
+
+Two commit modes (`commit_mode`); in both, every SEND (a backout move, a copy given back) asks for
+a receipt, and an ERROR frame during the unit fails it: the connection is closed, so the broker
+gives the whole unit back (a move the broker refuses raises BackoutFailedError: the listener halts
+rather than loop or drop the message).
+
+* ``transactional`` (default on ActiveMQ and RabbitMQ): BEGIN; the SENDs, confirmed by their
+  receipts; the ACKs; COMMIT with a receipt. RabbitMQ answers a transaction's frames only at COMMIT
+  (measured, 3.10), so there the SENDs' receipts are awaited together with the COMMIT's.
+* ``receipted`` (default for Artemis, whose ACK frames are never part of a transaction): the SENDs
+  outside any transaction, each confirmed by its receipt, then the ACKs, the last one with a
+  receipt. A crash between the two leaves a moved or given-back message on both queues: it is
+  duplicated at worst, never lost (with the landing ledger on, a copy given back carries its
+  original identity and is recognised as landed).
+
+Messages refused at the edge (a numeric header that does not parse, a `timestamp` past year 9999,
+a body over `max_message_size`) are not handed to the listener loop: they go to the listener's
+backout queue with the reason, with the unit they arrived in.
+
+Waits are bounded: the whole connect (TCP, TLS, CONNECTED, the subscription's receipt) by
+`connect_timeout`, each receipt by `receipt_timeout`; a lost connection ends a wait at once. A
+broker that answers CONNECT or SUBSCRIBE with ERROR (bad credentials, unknown virtual host, no
+permission) raises SourceRefusedError, which halts the listener instead of reconnecting forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import socket
-import threading
+import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 
+from mqbridge import failpoints
 from mqbridge.config import StompSourceConfig
-from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError
+from mqbridge.errors import (
+    BackoutFailedError,
+    InDoubtError,
+    SourceConnectionError,
+    SourceError,
+    SourceRefusedError,
+)
+from mqbridge.listeners.stomp_frames import Frames, drop, header_int, one_line, put_time
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, DeliveryTracker, SourceContext
 
@@ -57,40 +88,11 @@ REQUEUE_COUNT = "mqbridge-requeue-delivery-count"
 REQUEUE_TIMESTAMP = "mqbridge-requeue-timestamp"
 REQUEUE_REASON = "mqbridge-requeue-reason"
 _REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON}
+# Headers a broker parses as numbers: an unparseable value is moved aside (renamed) on a backout move,
+# or the broker would refuse the SEND (ActiveMQ answers a bad `priority` with ERROR and closes).
+_NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
+_BAD_HEADER_PREFIX = "mqbridge-unparseable-"
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
-RECEIPT_TIMEOUT = 15.0
-
-
-class _Frames:
-    """stomp.py listener: frames go to a local queue that the listener thread reads."""
-
-    def __init__(self) -> None:
-        self.frames: queue.Queue[Any] = queue.Queue()
-        self.receipts: dict[str, threading.Event] = {}
-        self.errors: list[str] = []
-        self.disconnected = threading.Event()
-
-    def on_message(self, frame: Any) -> None:
-        self.frames.put(frame)
-
-    def on_receipt(self, frame: Any) -> None:
-        event = self.receipts.get(frame.headers.get("receipt-id", ""))
-        if event is not None:
-            event.set()
-
-    def on_error(self, frame: Any) -> None:
-        text = frame.headers.get("message", "")
-        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body)
-        self.errors.append(f"{text} {body.strip()[:300]}".strip())
-        log.error("STOMP ERROR frame: %s", self.errors[-1])
-
-    def on_disconnected(self) -> None:
-        self.disconnected.set()
-        self.frames.put(None)  # wake a waiting receive
-
-    def on_heartbeat_timeout(self) -> None:
-        self.disconnected.set()
-        self.frames.put(None)
 
 
 class StompSource:
@@ -105,10 +107,11 @@ class StompSource:
         source, listener = context.source, context.listener
         assert isinstance(source, StompSourceConfig)
         return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
-                   tracker=context.shared.tracker, client_name=context.client_name)
+                   tracker=context.shared.tracker, client_name=context.client_name,
+                   backout_queue=listener.backout_queue)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
-                 tracker: DeliveryTracker, client_name: str = "mqbridge") -> None:
+                 tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None) -> None:
         import stomp.exception
 
         import stomp  # optional driver, imported where used
@@ -119,60 +122,94 @@ class StompSource:
         self.prefetch = max(1, prefetch)
         self.tracker = tracker
         self.client_name = client_name
+        self.backout_queue = backout_queue  # where messages refused at the edge go (bad header, too big)
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
         self._conn: Any = None
-        self._frames = _Frames()
+        self._frames = Frames()
         self._subscription = ""
         self._unit: list[Message] = []
+        self._handed = 0  # messages of the unit that `receive` returned (the others are refused)
+        self._refused: list[BackoutMove] = []  # refused at the edge, moved by the unit's commit
+        self._unit_errors = 0  # ERROR frames seen when the unit began: a later one fails the unit
         self.cumulative = config.ack_mode == "cumulative"
+        self.receipted = config.commit_mode == "receipted"
+        self.receipt_timeout = config.receipt_timeout
 
     # -- connection ----------------------------------------------------------------------------
     def connect(self) -> None:
+        """Connect and subscribe, all within `connect_timeout`. A broker that answers CONNECT or
+        SUBSCRIBE with ERROR (bad credentials, unknown virtual host, no permission) raises
+        SourceRefusedError (the listener halts); anything else raises SourceConnectionError."""
         cfg = self.config
+        deadline = time.monotonic() + cfg.connect_timeout
         heartbeat_ms = int(cfg.heartbeat * 1000)
         conn = self._stomp.Connection12(
             [(cfg.host, cfg.port)],
             heartbeats=(heartbeat_ms, heartbeat_ms),
             auto_decode=False,  # bodies are bytes, byte-exact
             reconnect_attempts_max=1,  # the control thread owns reconnecting, with backoff
-            timeout=cfg.connect_timeout,
+            timeout=cfg.connect_timeout,  # bounds the TCP connect and the TLS handshake
             vhost=cfg.vhost or cfg.host,
             keepalive=True,
         )
         if cfg.ssl:
             conn.set_ssl(for_hosts=[(cfg.host, cfg.port)], key_file=_str(cfg.key_file),
                          cert_file=_str(cfg.cert_file), ca_certs=_str(cfg.ca_certs))
-        self._frames = _Frames()
-        conn.set_listener("mqbridge", self._frames)
+        frames = self._frames = Frames()
+        conn.set_listener("mqbridge", frames)
         password = cfg.password.get_secret_value() if cfg.password is not None else None
+        where = f"STOMP broker {cfg.host}:{cfg.port} (source {self.name!r})"
         try:
-            conn.connect(username=cfg.user, passcode=password, wait=True,
+            # stomp.py's own wait for CONNECTED has no end (it waits in slices of timeout/10, forever):
+            # send CONNECT without waiting and wait here, up to the deadline.
+            conn.connect(username=cfg.user, passcode=password, wait=False,
                          headers={"client-id": f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
         except self._driver_errors as exc:
-            raise SourceConnectionError(
-                f"cannot connect to STOMP broker {cfg.host}:{cfg.port} for {self.destination}: "
-                f"{type(exc).__name__}: {exc}") from exc
-        if not conn.is_connected():
-            detail = "; ".join(self._frames.errors) or "connection refused or closed by the broker"
-            raise SourceConnectionError(f"cannot connect to STOMP broker {cfg.host}:{cfg.port}: {detail}")
+            drop(conn)
+            # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
+            why = (f"{type(exc).__name__}: {exc}" if str(exc) else
+                   f"no TCP connection within {cfg.connect_timeout:g}s (refused or unreachable)")
+            raise SourceConnectionError(f"cannot connect to {where}: {why}") from exc
+        answered = frames.wait_for(lambda: frames.connected or bool(frames.errors) or frames.disconnected.is_set(),
+                                   deadline)
+        if frames.errors:
+            drop(conn)
+            raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
+        if not answered or not frames.connected:
+            drop(conn)
+            why = (f"no answer to CONNECT within {cfg.connect_timeout:g}s (connect_timeout)" if not answered
+                   else "the broker closed the connection during CONNECT")
+            raise SourceConnectionError(f"cannot connect to {where}: {why}")
         self._conn = conn
-        self._subscribe()
-        log.info("connected to %s:%s, consuming %s (prefetch %d)", cfg.host, cfg.port,
-                 self.destination, self.prefetch)
+        self._subscribe(deadline)
+        log.info("connected to %s:%s, consuming %s (prefetch %d, %s commits)", cfg.host, cfg.port,
+                 self.destination, self.prefetch, cfg.commit_mode)
 
-    def _subscribe(self) -> None:
+    def _subscribe(self, deadline: float | None = None) -> None:
+        """Subscribe, confirmed by a receipt (an ERROR instead is a refusal: no permission)."""
         self._subscription = f"sub-{uuid.uuid4().hex[:12]}"
         headers = {"activemq.prefetchSize": str(self.prefetch)}
         if self.config.broker == "rabbitmq":
             headers = {"prefetch-count": str(self.prefetch)}
         elif self.config.broker == "artemis":
             headers = {"consumer-window-size": "-1"}
+        receipt = f"sub-{self._subscription}"
+        headers["receipt"] = receipt
+        errors_before = len(self._frames.errors)
         self._guard(lambda: self._conn.subscribe(self.destination, id=self._subscription,
                                                  ack=_ACK_HEADER[self.config.ack_mode],
                                                  headers=headers),
                     "subscribe")
+        timeout = self.receipt_timeout if deadline is None else max(0.1, deadline - time.monotonic())
+        problem = self._frames.await_receipts([receipt], errors_before, timeout)
+        if len(self._frames.errors) > errors_before:
+            raise SourceRefusedError(f"STOMP broker {self.config.host}:{self.config.port} (source {self.name!r}) "
+                                     f"refused the subscription to {self.destination}: "
+                                     f"{self._frames.errors[errors_before][1]}")
+        if problem:
+            raise SourceConnectionError(f"subscribing to {self.destination} failed: {problem}")
 
     def _resubscribe(self) -> None:
         """Replace the subscription so the broker redelivers every unacked message of it
@@ -184,14 +221,9 @@ class StompSource:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
-        self._unit = []  # unacked messages return to the queue when the connection closes
-        if conn is None:
-            return
-        try:
-            if conn.is_connected():
-                conn.disconnect()
-        except Exception:  # closing must never raise; the broker redelivers unacked messages
-            log.debug("disconnect from %s failed", self.destination, exc_info=True)
+        self._end_unit()  # unacked messages return to the queue when the connection closes
+        if conn is not None:
+            drop(conn, self._frames)
 
     def _guard(self, call: Any, what: str) -> Any:
         if self._conn is None or self._frames.disconnected.is_set():
@@ -201,40 +233,69 @@ class StompSource:
         except self._driver_errors as exc:
             raise SourceConnectionError(f"STOMP {what} on {self.destination} failed: {exc}") from exc
 
+    def _end_unit(self) -> tuple[list[Message], list[BackoutMove]]:
+        unit, refused = self._unit, self._refused
+        self._unit, self._refused, self._handed = [], [], 0
+        return unit, refused
+
     # -- unit of work ------------------------------------------------------------------------
     def receive(self, timeout: float) -> Message | None:
+        deadline = time.monotonic() + timeout
         while True:
             if self._frames.disconnected.is_set() or self._conn is None:
                 raise SourceConnectionError(f"STOMP connection for {self.destination} is lost")
             try:
-                frame = self._frames.frames.get(timeout=timeout)
+                frame = self._frames.frames.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return None
             if frame is None:
                 continue
             if frame.headers.get("subscription") != self._subscription:
                 continue  # prefetched by a replaced subscription: the broker redelivers it
-            message = self._to_message(frame)
+            if not self._unit:
+                self._unit_errors = len(self._frames.errors)
+            message, problem = self._to_message(frame)
             self._unit.append(message)
-            return message
+            if problem is None:
+                self._handed += 1
+                return message
+            self._refuse(message, problem)
 
-    def _to_message(self, frame: Any) -> Message:
+    def _refuse(self, message: Message, problem: str) -> None:
+        """A message refused at the edge (a header that does not parse, a body over
+        max_message_size) never reaches the listener loop: it is moved to the backout queue with
+        the reason, by the commit of the unit it arrived in, or at once if the listener holds
+        nothing of the unit yet (then the unit is this message alone)."""
+        log.warning("%s: message %s refused: %s; moving it to %s", self.destination, message.msg_id, problem,
+                    self.backout_queue or "(no backout queue)")
+        self._refused.append(BackoutMove(message, problem, self.backout_queue))
+        if self._handed == 0:
+            self.commit()
+
+    def _to_message(self, frame: Any) -> tuple[Message, str | None]:
+        """The message of a MESSAGE frame, and why it must be refused (None: it is fine)."""
         h = frame.headers
         requeued = REQUEUE_ID in h
         msg_id = h[REQUEUE_ID] if requeued else h["message-id"]
+        problems: list[str] = []
         count = self.tracker.delivered(msg_id)
-        if "x-delivery-count" in h:  # RabbitMQ quorum queues count for us (0 on first delivery)
-            count = max(count, int(h["x-delivery-count"]) + 1)
+        broker_count = header_int(h, "x-delivery-count", problems)
+        if broker_count is not None:  # RabbitMQ quorum queues count for us (0 on first delivery)
+            count = max(count, broker_count + 1)
         if requeued:  # a copy given back by an earlier commit: the count survives restarts
-            count = max(count, _int(h.get(REQUEUE_COUNT)) + 1)
+            count = max(count, (header_int(h, REQUEUE_COUNT, problems) or 0) + 1)
             if h.get(REQUEUE_REASON) and self.tracker.last_reason(msg_id) is None:
                 self.tracker.failed(msg_id, h[REQUEUE_REASON])
-        stamp = h.get(REQUEUE_TIMESTAMP if requeued else "timestamp", "")
-        put = None
-        if stamp.isdigit() and int(stamp) > 0:
-            put = datetime.fromtimestamp(int(stamp) / 1000, tz=timezone.utc)
+        put = put_time(h, REQUEUE_TIMESTAMP if requeued else "timestamp", problems)
+        priority = header_int(h, "priority", problems)
+        if priority is not None and not 0 <= priority <= 9:
+            problems.append(f"header priority: {priority} is not 0-9")
+        header_int(h, "expires", problems)
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()
-        return Message(
+        limit = self.config.max_message_size
+        if limit is not None and len(body) > limit:
+            problems.append(f"body of {len(body)} bytes is over max_message_size ({limit} bytes)")
+        message = Message(
             msg_id=msg_id,
             body=body,
             source=self.name,
@@ -248,75 +309,164 @@ class StompSource:
                      if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS and k not in _SEND_FRAME_HEADERS},
             token=h.get("ack", msg_id),
         )
+        if problems:
+            for name in _NUMERIC_HEADERS:
+                message.headers.pop(name, None)
+            message.headers.update(_set_aside(h))
+            return message, "refused at the source: " + "; ".join(problems)
+        return message, None
 
     def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
-        unit, self._unit = self._unit, []
+        """Remove the unit's messages, moving `moves` (and those refused at the edge) to their
+        backout queues and giving `returns` back, as `commit_mode` says (module docstring).
+
+        Raises SourceConnectionError (nothing removed: the unit comes back), BackoutFailedError
+        (the broker refused a move: the listener halts), InDoubtError (COMMIT sent, no receipt)."""
+        unit, refused = self._end_unit()
         if not unit:
             return
         returned = {m.msg_id for m in returns}
-        moving = {m.message.msg_id: m for m in moves}
-        acked = [m.msg_id for m in unit if m.msg_id not in returned]
+        moving = {m.message.msg_id: m for m in (*moves, *refused)}
+        acked = [m for m in unit if m.msg_id not in returned]
         if not acked:  # everything goes back: nothing to remove
             self._unit = unit
             self.rollback()
             return
-        tx = f"tx-{uuid.uuid4().hex}"
-        receipt = f"rc-{tx}"
-        done = self._frames.receipts[receipt] = threading.Event()
-        try:
+        if len(self._frames.errors) > self._unit_errors:
+            self._fail_unit("the broker sent ERROR during the unit of work: "
+                            + "; ".join(e for _, e in self._frames.errors[self._unit_errors:]))
+        for planned in moving.values():
+            if not planned.queue:
+                self._unit = unit  # given back when the listener closes the connection
+                raise BackoutFailedError(f"no backout queue configured for {self.destination}; cannot move "
+                                         f"message {planned.message.msg_id} ({planned.reason})")
+        tx = None if self.receipted else f"tx-{uuid.uuid4().hex}"
+        errors_before = len(self._frames.errors)
+        if tx is not None:
             self._guard(lambda: self._conn.begin(transaction=tx), "begin")
-            # The original as received, not what the preprocessors made of it.
-            for message in unit:
-                if message.msg_id in returned:
-                    if self.cumulative:
-                        self._send_requeue(message, tx)
-                    continue
-                move = moving.get(message.msg_id)
-                if move is not None:
-                    self._send_backout(message, move, tx)
-                if not self.cumulative:
-                    self._guard(lambda m=message: self._conn.ack(m.token, transaction=tx), "ack")
-            if self.cumulative:  # acknowledges every message of the unit, the last one included
-                self._guard(lambda: self._conn.ack(unit[-1].token, transaction=tx), "ack")
-            self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
-            if not done.wait(RECEIPT_TIMEOUT) or self._frames.disconnected.is_set() and not done.is_set():
-                raise InDoubtError(f"no receipt for the commit of {len(acked)} messages on "
-                                   f"{self.destination}; they may be delivered again", acked)
-            if returned and not self.cumulative:
-                self._give_back([m for m in unit if m.msg_id in returned])
-        except SourceConnectionError:
-            # The transaction dies with the connection: nothing was acked, all comes back.
-            self._unit = []
-            raise
-        finally:
-            self._frames.receipts.pop(receipt, None)
+        # The original as received, not what the preprocessors made of it.
+        sends: dict[str, BackoutMove | None] = {}  # receipt -> the move (None: a copy given back)
+        for message in unit:
+            if message.msg_id in returned:
+                if self.cumulative:
+                    sends[self._send_requeue(message, tx)] = None
+                continue
+            move = moving.get(message.msg_id)
+            if move is not None:
+                try:
+                    sends[self._send_backout(message, move, tx)] = move
+                except SourceConnectionError:
+                    self._refused_while_sending(move, errors_before)
+                    raise
+        # RabbitMQ holds a transaction's frames until COMMIT and only then answers them (measured
+        # on 3.10): there the SENDs' receipts are awaited with the COMMIT's, and a SEND it refuses
+        # ends the connection before the ACKs that follow it are applied.
+        deferred = tx is not None and self.config.broker == "rabbitmq"
+        if sends and not deferred:
+            self._confirm(sends, errors_before, tx)
+        if sends:
+            failpoints.hit("after_backout_send")
+        self._ack(acked if not self.cumulative else unit[-1:], tx, errors_before)
+        failpoints.hit("after_source_ack")
+        if tx is not None:
+            self._commit_transaction(tx, sends if deferred else {}, errors_before,
+                                     [m.msg_id for m in acked])
+        if returned and not self.cumulative:
+            self._give_back([m for m in unit if m.msg_id in returned])
 
-    def _send_requeue(self, message: Message, tx: str) -> None:
-        """Put `message` back on the source queue as a copy that keeps its identity."""
+    def _ack(self, messages: Sequence[Message], tx: str | None, errors_before: int) -> None:
+        """ACK `messages` (cumulative: the unit's last message acknowledges all of it). Outside a
+        transaction (receipted) the last ACK asks for a receipt: a broker answers one connection's
+        frames in order, so it confirms every ACK before it."""
+        receipt = None if tx is not None else f"ack-{uuid.uuid4().hex}"
+        for i, message in enumerate(messages, 1):
+            rid = receipt if i == len(messages) else None
+            self._guard(lambda m=message, r=rid: self._conn.ack(m.token, transaction=tx, receipt=r), "ack")
+        if receipt is not None:
+            self._confirm({receipt: None}, errors_before, tx)
+
+    def _confirm(self, sends: dict[str, BackoutMove | None], errors_before: int, tx: str | None) -> None:
+        """Wait for the receipts of `sends`. A refused move raises BackoutFailedError, anything
+        else SourceConnectionError; the transaction (if any) is aborted first and the connection
+        closed, so the broker gives the whole unit back."""
+        problem = self._frames.await_receipts(sends, errors_before, self.receipt_timeout)
+        if not problem:
+            return
+        culprit = self._frames.refused(list(sends), errors_before)
+        move = sends.get(culprit) if culprit else None
+        self._abort(tx)
+        if move is not None:
+            self._move_refused(move, problem)
+        self._fail_unit(f"{len(sends)} frames not confirmed: {problem}")
+
+    def _refused_while_sending(self, move: BackoutMove, errors_before: int) -> None:
+        """A SEND of a move broke the connection. If the broker said why first (ActiveMQ answers a
+        frame over its size limits with ERROR "The maximum data length was exceeded" and closes,
+        measured on 5.17), the move is refused: BackoutFailedError. Else it is an outage."""
+        frames = self._frames
+        frames.wait_for(lambda: frames.disconnected.is_set(), time.monotonic() + min(self.receipt_timeout, 5.0))
+        if len(frames.errors) > errors_before:
+            self._move_refused(move, f"the broker answered with ERROR: {frames.errors[errors_before][1]}")
+
+    def _move_refused(self, move: BackoutMove, problem: str) -> NoReturn:
+        self._fail_unit(f"the broker refused to move message {move.message.msg_id} ({len(move.message.body)} bytes) "
+                        f"to {move.queue}: {problem}", BackoutFailedError)
+
+    def _commit_transaction(self, tx: str, sends: dict[str, BackoutMove | None], errors_before: int,
+                            acked: list[str]) -> None:
+        """COMMIT and wait for its receipt (and, on RabbitMQ, for the SENDs' receipts, which it
+        gives only now). A move refused now failed before the ACKs after it (RabbitMQ applies a
+        transaction's frames in order and stops at the first it refuses): BackoutFailedError.
+        No answer at all: the outcome is unknown (InDoubtError)."""
+        receipt = f"rc-{tx}"
+        self._guard(lambda: self._conn.commit(transaction=tx, headers={"receipt": receipt}), "commit")
+        problem = self._frames.await_receipts([receipt, *sends], errors_before, self.receipt_timeout)
+        if not problem:
+            return
+        culprit = self._frames.refused(list(sends), errors_before)
+        move = sends.get(culprit) if culprit else None
+        if move is not None:
+            self._move_refused(move, problem)
+        self._fail_unit(f"the commit of {len(acked)} messages on {self.destination} is in doubt ({problem}); "
+                        "they may be delivered again", InDoubtError, acked)
+
+    def _abort(self, tx: str | None) -> None:
+        if tx is None:
+            return
+        with contextlib.suppress(SourceConnectionError):  # a transaction dies with its connection
+            self._guard(lambda: self._conn.abort(transaction=tx), "abort")
+
+    def _fail_unit(self, reason: str, error: type[SourceError] = SourceConnectionError,
+                   msg_ids: list[str] | None = None) -> NoReturn:
+        """Close the connection (the broker gives back every unacknowledged message) and raise."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            drop(conn, self._frames)
+        if error is InDoubtError:
+            raise InDoubtError(reason, msg_ids or [])
+        raise error(f"{self.destination}: {reason}")
+
+    def _send_requeue(self, message: Message, tx: str | None) -> str:
+        """Put `message` back on the source queue as a copy that keeps its identity; the receipt id."""
         headers = {k: v for k, v in message.headers.items() if k not in _NOT_REQUEUED}
         headers.update({
-            "transaction": tx,
             REQUEUE_ID: message.msg_id,
             REQUEUE_COUNT: str(message.delivery_count),
-            REQUEUE_REASON: _one_line(self.tracker.last_reason(message.msg_id) or ""),
+            REQUEUE_REASON: one_line(self.tracker.last_reason(message.msg_id) or ""),
         })
         if message.correlation_id:
             headers["correlation-id"] = message.correlation_id
         if message.put_timestamp is not None:
             headers[REQUEUE_TIMESTAMP] = str(int(message.put_timestamp.timestamp() * 1000))
-        self._guard(lambda: self._conn.send(self.destination, message.body, headers=headers),
-                    "send back to the source queue")
+        return self._send(self.destination, message.body, headers, tx, "send back to the source queue")
 
-    def _send_backout(self, message: Message, move: BackoutMove, tx: str) -> None:
+    def _send_backout(self, message: Message, move: BackoutMove, tx: str | None) -> str:
         queue_name = move.queue
-        if not queue_name:
-            raise SourceError(f"no backout queue configured for {self.destination}; "
-                              f"cannot move message {message.msg_id}")
+        assert queue_name, "checked by commit"
         headers = {k: v for k, v in message.headers.items() if k not in _NOT_COPIED}
         headers.update({
             "persistent": "true",  # ActiveMQ SENDs are non-persistent unless asked
-            "transaction": tx,
-            "mqbridge-reason": _one_line(move.reason),
+            "mqbridge-reason": one_line(move.reason),
             "mqbridge-original-message-id": message.msg_id,
             "mqbridge-original-destination": message.destination,
             "mqbridge-delivery-count": str(message.delivery_count),
@@ -326,10 +476,18 @@ class StompSource:
             headers["correlation-id"] = message.correlation_id
         if message.put_timestamp is not None:
             headers["mqbridge-original-timestamp"] = str(int(message.put_timestamp.timestamp() * 1000))
-        self._guard(lambda: self._conn.send(queue_name, message.body, headers=headers), "send to backout queue")
+        return self._send(queue_name, message.body, headers, tx, "send to backout queue")
+
+    def _send(self, destination: str, body: bytes, headers: dict[str, str], tx: str | None, what: str) -> str:
+        receipt = f"send-{uuid.uuid4().hex}"
+        headers["receipt"] = receipt
+        if tx is not None:
+            headers["transaction"] = tx
+        self._guard(lambda: self._conn.send(destination, body, headers=headers), what)
+        return receipt
 
     def rollback(self) -> None:
-        unit, self._unit = self._unit, []
+        unit, _refused = self._end_unit()
         if unit:
             self._give_back(unit)
 
@@ -345,14 +503,11 @@ class StompSource:
             self._guard(lambda m=message: self._conn.nack(m.token, headers={"requeue": "true"}), "nack")
 
 
+def _set_aside(headers: dict[str, str]) -> dict[str, str]:
+    """Numeric headers kept under another name, so that moving a message refused at the edge
+    does not make the broker refuse the SEND over the same bad value."""
+    return {f"{_BAD_HEADER_PREFIX}{k}": headers[k] for k in _NUMERIC_HEADERS if k in headers}
+
+
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def _int(text: str | None) -> int:
-    return int(text) if text and text.isdigit() else 0
-
-
-def _one_line(text: str, limit: int = 1000) -> str:
-    """STOMP header values cannot hold newlines (stomp.py escapes them, other clients may not)."""
-    return " ".join(text.split())[:limit]

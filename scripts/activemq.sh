@@ -6,6 +6,8 @@ set -euo pipefail
 
 BASE="$(realpath -m "${MQBRIDGE_AMQ_BASE:-.amq}")"
 PORT="${MQBRIDGE_STOMP_PORT:-61613}"
+MAX_FRAME="${MQBRIDGE_STOMP_MAX_FRAME:-104857600}"  # bytes; tests of oversized frames lower it
+AUTH_USER="${MQBRIDGE_AMQ_AUTH_USER:-}"  # set (with MQBRIDGE_AMQ_AUTH_PASSWORD): only that user may connect
 HOME_DIR=/usr/share/activemq
 PIDFILE="$BASE/activemq.pid"
 
@@ -22,6 +24,12 @@ install() {
 
 write_conf() {
     mkdir -p "$BASE/conf" "$BASE/data"
+    local plugins=""
+    if [ -n "$AUTH_USER" ]; then
+        plugins="<plugins><simpleAuthenticationPlugin anonymousAccessAllowed=\"false\"><users>
+      <authenticationUser username=\"$AUTH_USER\" password=\"${MQBRIDGE_AMQ_AUTH_PASSWORD:?}\" groups=\"users\"/>
+    </users></simpleAuthenticationPlugin></plugins>"
+    fi
     cp /etc/activemq/instances-available/main/log4j2.properties "$BASE/conf/" 2>/dev/null || true
     cat >"$BASE/conf/activemq.xml" <<XML
 <beans xmlns="http://www.springframework.org/schema/beans"
@@ -41,13 +49,14 @@ write_conf() {
       </policyEntries></policyMap>
     </destinationPolicy>
     <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>
+    $plugins
     <systemUsage><systemUsage>
       <memoryUsage><memoryUsage limit="512 mb"/></memoryUsage>
       <storeUsage><storeUsage limit="8 gb"/></storeUsage>
       <tempUsage><tempUsage limit="2 gb"/></tempUsage>
     </systemUsage></systemUsage>
     <transportConnectors>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=104857600"/>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=${MAX_FRAME}"/>
     </transportConnectors>
   </broker>
 </beans>

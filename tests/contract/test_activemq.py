@@ -6,8 +6,17 @@ from __future__ import annotations
 import pytest
 
 from mqbridge.listeners.stomp import StompSource
-from tests.support.contract import SourceContract
-from tests.support.harnesses import ActiveMqCumulative, ActiveMqIndividual
+from tests.support.contract import (
+    SourceContract,
+    check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing,
+)
+from tests.support.harnesses import (
+    ActiveMqCumulative,
+    ActiveMqIndividual,
+    ActiveMqIndividualReceipted,
+    ActiveMqReceipted,
+    StompHarness,
+)
 from tests.support.sources import receive
 
 pytestmark = pytest.mark.integration
@@ -19,6 +28,18 @@ class TestActiveMqCumulative(SourceContract):
 
 class TestActiveMqIndividual(SourceContract):
     harness = ActiveMqIndividual
+
+
+class TestActiveMqReceipted(SourceContract):
+    """commit_mode = "receipted" (no STOMP transaction), as on Artemis."""
+
+    harness = ActiveMqReceipted
+
+
+class TestActiveMqIndividualReceipted(SourceContract):
+    """commit_mode = "receipted" (no STOMP transaction), as on Artemis."""
+
+    harness = ActiveMqIndividualReceipted
 
 
 def test_a_message_given_back_by_cumulative_commit_keeps_its_count_across_restarts(
@@ -46,3 +67,13 @@ def test_a_message_given_back_by_cumulative_commit_keeps_its_count_across_restar
         restarted.commit()
     finally:
         harness.close()
+
+
+@pytest.mark.parametrize("harness", [ActiveMqReceipted, ActiveMqIndividualReceipted], ids=["cumulative", "individual"])
+def test_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(
+        request: pytest.FixtureRequest, harness: type[StompHarness]) -> None:
+    broker = harness.start(request)
+    try:
+        check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(broker)
+    finally:
+        broker.close()

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.contract import SourceContract
-from tests.support.harnesses import RabbitMqCumulative, RabbitMqIndividual
+from tests.support.contract import (
+    SourceContract,
+    check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing,
+)
+from tests.support.harnesses import (
+    RabbitMqCumulative,
+    RabbitMqIndividual,
+    RabbitMqIndividualReceipted,
+    RabbitMqReceipted,
+    StompHarness,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -16,3 +25,25 @@ class TestRabbitMqCumulative(SourceContract):
 
 class TestRabbitMqIndividual(SourceContract):
     harness = RabbitMqIndividual
+
+
+class TestRabbitMqReceipted(SourceContract):
+    """commit_mode = "receipted" (no STOMP transaction), as on Artemis."""
+
+    harness = RabbitMqReceipted
+
+
+class TestRabbitMqIndividualReceipted(SourceContract):
+    """commit_mode = "receipted" (no STOMP transaction), as on Artemis."""
+
+    harness = RabbitMqIndividualReceipted
+
+
+@pytest.mark.parametrize("harness", [RabbitMqReceipted, RabbitMqIndividualReceipted], ids=["cumulative", "individual"])
+def test_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(
+        request: pytest.FixtureRequest, harness: type[StompHarness]) -> None:
+    broker = harness.start(request)
+    try:
+        check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(broker)
+    finally:
+        broker.close()

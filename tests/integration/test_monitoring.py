@@ -267,7 +267,7 @@ def test_source_password_never_appears_in_the_log(tmp_path: Path, spark: Any, am
 level = "DEBUG"
 format = "json"
 file = "{log_file}"
-""", source=f'user = "bridge"\npassword = "{secret}"')
+""", source=f'user = "bridge"\npassword = "{secret}"\nallow_plaintext_password = true')
     setup_from_config(cfg, force=True)
     # When the bridge runs and also logs its configuration and status in every way it can
     bridge = build_app(cfg, spark=spark).bridge

@@ -225,3 +225,29 @@ class SourceContract:
         fresh.commit()
         fresh.close()
         assert broker.bodies(queue) == []
+
+
+def check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(broker: Harness) -> None:
+    """commit_mode = "receipted" (no transaction): a connection lost after the moves and copies
+    were confirmed and before the ACK leaves them in place *and* gives the unit back: the moved
+    message is on both queues, a copy given back comes twice; nothing is lost."""
+    queue = broker.new_queue()
+    broker.put(queue, [b"poison", b"back", b"landed"])
+    source = broker.source(queue, cuttable=True)
+    source.connect()
+    got = {m.body: m for m in receive(source, 3)}
+    broker.cut_after_puts(source)
+    with pytest.raises(SourceConnectionError):
+        source.commit(moves=[BackoutMove(got[b"poison"], "bad", broker.backout_queue(queue))],
+                      returns=[got[b"back"]])
+    source.close()
+    assert broker.moved(queue) == [(b"poison", "bad")]
+    fresh = broker.source(queue)
+    fresh.connect()
+    again = receive(fresh, 4 if source.cumulative else 3)  # type: ignore[attr-defined]
+    copies = [b"back"] if source.cumulative else []  # type: ignore[attr-defined]
+    assert sorted(m.body for m in again) == sorted([b"back", b"landed", b"poison", *copies])
+    assert fresh.receive(0.5) is None
+    fresh.commit()
+    fresh.close()
+    assert broker.bodies(queue) == []

@@ -149,7 +149,7 @@ def private_activemq(base: Path) -> Iterator[PrivateActiveMQ]:
 
 # -- RabbitMQ ---------------------------------------------------------------------------------
 RABBIT = ("127.0.0.1", 61623)
-RABBIT_SOURCE = 'user = "guest"\npassword = "guest"\nvhost = "/"'
+RABBIT_SOURCE = 'user = "guest"\npassword = "guest"\nallow_plaintext_password = true\nvhost = "/"'
 
 
 class _Frames(stomp.ConnectionListener):

@@ -236,7 +236,8 @@ def test_env_and_file_substitution_anywhere_in_strings(tmp_path: Path) -> None:
     text = MINIMAL.replace('kind = "stomp"', f'''kind = "stomp"
 host = "${{ENV:HOST_PREFIX}}-${{ENV:HOST_SUFFIX}}.example.org"
 user = "${{FILE:{tmp_path / 'user'}}}"
-password = "${{FILE:secrets/pw}}"''') + '[spark.conf]\n"spark.a" = "${env:KEEP_FOR_SPARK}"\n'
+password = "${{FILE:secrets/pw}}"
+allow_plaintext_password = true''') + '[spark.conf]\n"spark.a" = "${env:KEEP_FOR_SPARK}"\n'
     cfg = parse_config(text, str(tmp_path / "bridge.toml"), env={"HOST_PREFIX": "mq", "HOST_SUFFIX": "01"})
     amq = cfg.sources["amq"]
     assert isinstance(amq, StompSourceConfig)
@@ -264,7 +265,7 @@ def test_unset_variable_and_unreadable_file_are_errors(tmp_path: Path) -> None:
 # -- secrets ----------------------------------------------------------------------------------
 def test_secrets_are_not_in_errors_nor_repr() -> None:
     env = {"PW": "hunter2-top-secret"}
-    stomp = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"')
+    stomp = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"\nallow_plaintext_password = true')
     cfg = parse(stomp, env)
     assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg)
     mq = TYPES + SOURCE + """
@@ -316,6 +317,33 @@ def test_mq_password_is_accepted_with_tls_or_explicit_consent() -> None:
     for extra in ('cipher_spec = "ANY_TLS12_OR_HIGHER"', "allow_plaintext_password = true"):
         cfg = parse(base.replace('kind = "mq"', '[sources.amq]\nkind = "mq"') + extra + "\n" + LISTENER)
         assert isinstance(cfg.sources["amq"], MqSourceConfig)
+
+
+def test_stomp_password_without_tls_is_refused_unless_allowed() -> None:
+    with_password = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"')
+    message = error(with_password, {"PW": "hunter2-top-secret"})
+    assert message.startswith("demo.toml: sources.amq.password: set with ssl = false: without TLS the STOMP "
+                              "passcode travels in clear") and "hunter2" not in message
+    for extra in ("allow_plaintext_password = true", 'ssl = true\nca_certs = "/etc/ca.pem"'):
+        cfg = parse(with_password.replace('kind = "stomp"', 'kind = "stomp"\n' + extra), {"PW": "pw"})
+        assert isinstance(cfg.sources["amq"], StompSourceConfig)
+
+
+@pytest.mark.parametrize(("broker", "vhost", "commit_mode"), [
+    ("activemq", None, "transactional"), ("rabbitmq", "/", "transactional"), ("artemis", None, "receipted")])
+def test_stomp_defaults_follow_the_broker(broker: str, vhost: str | None, commit_mode: str) -> None:
+    amq = parse(MINIMAL.replace('kind = "stomp"', f'kind = "stomp"\nbroker = "{broker}"')).sources["amq"]
+    assert isinstance(amq, StompSourceConfig)
+    assert (amq.vhost, amq.commit_mode, amq.receipt_timeout, amq.max_message_size) == (vhost, commit_mode, 15.0, None)
+
+
+def test_stomp_commit_mode_timeouts_and_message_size_are_configurable() -> None:
+    amq = parse(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "artemis"\ncommit_mode = "transactional"'
+                                '\nreceipt_timeout = "2s"\nmax_message_size = "1MB"\nvhost = "v1"')).sources["amq"]
+    assert isinstance(amq, StompSourceConfig)
+    assert (amq.commit_mode, amq.receipt_timeout, amq.max_message_size, amq.vhost) == ("transactional", 2.0, 1 << 20, "v1")
+    assert "sources.amq.max_message_size" in error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nmax_message_size = 0'))
+    assert "sources.amq.commit_mode" in error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\ncommit_mode = "auto"'))
 
 
 MQ = TYPES + '[sources.qm]\nkind = "mq"\nqueue_manager = "QM1"\nconn_name = "h(1414)"\n'

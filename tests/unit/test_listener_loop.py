@@ -118,3 +118,20 @@ def test_a_consuming_preprocessor_commits_without_landing() -> None:
     assert executor.bodies() == [b"keep", b"keep"]
     assert broker.depth("orders") == 0
     assert app.bridge.counters.total("messages_consumed_by_preprocessors") == 1
+
+
+def test_two_deliveries_of_one_message_in_flight_do_not_share_a_result() -> None:
+    # Given a redelivered copy of a message in this unit while its first copy (same msg_id, other
+    # unit) is still in a bulk
+    from mqbridge.listener import UnitResults
+
+    first = Message(msg_id="ID:1", body=b"x", source="s", destination="/queue/q")
+    again = Message(msg_id="ID:1", body=b"x", source="s", destination="/queue/q", redelivered=True)
+    results = UnitResults([again])
+    # When the first copy's result arrives (the collector hands a msg_id's result to every handler)
+    results(first, MessageResult.success("ID:1"))
+    # Then it does not settle this unit's copy, whose own result does
+    assert not results.wait(0) and results.get(again) is None
+    results(again, MessageResult.retryable("ID:1", "write failed"))
+    assert results.wait(0) and results.get(again) == MessageResult.retryable("ID:1", "write failed")
+    assert results.get(first) is None

@@ -14,7 +14,7 @@ from mqbridge.reload import ConfigReloader, changed_keys
 from tests.support.configs import orders_config
 
 BASE = orders_config('[bridge]\ncontrol_interval = "5s"\n{max_rss}\n[logging]\nlevel = "{level}"\n'
-                     '[collector]\nworkers = {workers}', source='password = "{password}"')
+                     '[collector]\nworkers = {workers}', source='password = "{password}"\nallow_plaintext_password = true')
 
 
 def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one", max_rss: str = "") -> Any:

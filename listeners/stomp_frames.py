@@ -1,0 +1,161 @@
+"""The STOMP adapter's frame plumbing on stomp.py (`mqbridge.listeners.stomp`): the connection
+listener that hands MESSAGE frames to the listener thread and lets it wait, bounded, for CONNECTED,
+receipts and ERROR frames (a lost connection ends every wait at once); closing a connection for
+sure; reading header values that may not parse."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
+
+#: Seconds a closing connection waits for the broker to answer DISCONNECT before closing the socket.
+DISCONNECT_GRACE = 2.0
+
+
+class Frames:
+    """stomp.py listener: MESSAGE frames go to a local queue that the listener thread reads;
+    CONNECTED, RECEIPT, ERROR and a lost connection wake whoever waits in `wait_for`."""
+
+    def __init__(self) -> None:
+        self.frames: queue.Queue[Any] = queue.Queue()
+        self.disconnected = threading.Event()
+        self.connected = False
+        self.errors: list[tuple[str, str]] = []  # (receipt-id or "", the broker's reason)
+        self._receipts: set[str] = set()
+        self._changed = threading.Condition()
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.put(frame)
+
+    def on_connected(self, frame: Any) -> None:
+        with self._changed:
+            self.connected = True
+            self._changed.notify_all()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self._changed:
+            self._receipts.add(frame.headers.get("receipt-id", ""))
+            self._changed.notify_all()
+
+    def on_error(self, frame: Any) -> None:
+        text = error_text(frame)
+        with self._changed:
+            self.errors.append((frame.headers.get("receipt-id", ""), text))
+            self._changed.notify_all()
+            connected = self.connected
+        # An ERROR answering CONNECT is reported once, by `connect`, naming the source.
+        log.log(logging.ERROR if connected else logging.DEBUG, "STOMP ERROR frame: %s", text)
+
+    def on_disconnected(self) -> None:
+        self.disconnected.set()
+        self.frames.put(None)  # wake a waiting receive
+        with self._changed:
+            self._changed.notify_all()
+
+    def on_heartbeat_timeout(self) -> None:
+        self.on_disconnected()
+
+    def wait_for(self, condition: Callable[[], bool], deadline: float) -> bool:
+        """Wait until `condition()` holds (checked whenever a frame or a drop arrives) or
+        `deadline` (monotonic) passes; its last value."""
+        with self._changed:
+            return self._changed.wait_for(condition, timeout=max(0.0, deadline - time.monotonic()))
+
+    def await_receipts(self, receipts: Collection[str], errors_before: int, timeout: float) -> str:
+        """Wait for every one of `receipts`; "" once they all came, else why not: an ERROR frame
+        arrived (after the first `errors_before`), the connection dropped, or `timeout` passed."""
+        wanted = set(receipts)
+
+        def settled() -> bool:
+            return (wanted <= self._receipts or len(self.errors) > errors_before
+                    or self.disconnected.is_set())
+
+        self.wait_for(settled, time.monotonic() + timeout)
+        with self._changed:
+            if len(self.errors) > errors_before:
+                return "the broker answered with ERROR: " + "; ".join(e for _, e in self.errors[errors_before:])
+            if wanted <= self._receipts:
+                self._receipts -= wanted
+                return ""
+        if self.disconnected.is_set():
+            return "the connection dropped"
+        return f"no receipt within {timeout:g}s"
+
+    def refused(self, sends: Sequence[str], errors_before: int) -> str | None:
+        """Which of `sends` (receipt ids, in the order sent) an ERROR after the first
+        `errors_before` answered: the one it names (ActiveMQ), else the first without a receipt
+        (RabbitMQ names none; a broker answers one connection's frames in order)."""
+        with self._changed:
+            errors = self.errors[errors_before:]
+            named = {rid for rid, _ in errors if rid}
+            for rid in sends:
+                if rid in named:
+                    return rid
+            if errors and not named:
+                return next((rid for rid in sends if rid not in self._receipts), None)
+            return None
+
+
+def drop(conn: Any, frames: Frames | None = None) -> None:
+    """Close a stomp.py connection, whatever state it is in; never raises, never waits long. The
+    socket is closed in the end even if the broker does not answer DISCONNECT (stomp.py would keep
+    it open, heart-beating, until it does): a broker gives back every unacknowledged message of a
+    closed connection, and only of a closed one."""
+    try:
+        if conn.is_connected():
+            conn.disconnect()  # the socket closes when the broker answers DISCONNECT ...
+            if frames is not None:
+                frames.wait_for(frames.disconnected.is_set, time.monotonic() + DISCONNECT_GRACE)
+    except Exception:
+        log.debug("disconnecting a STOMP connection failed", exc_info=True)
+    finally:
+        try:
+            conn.transport.disconnect_socket()  # ... or now
+        except Exception:
+            log.debug("closing a STOMP socket failed", exc_info=True)
+
+
+def error_text(frame: Any) -> str:
+    """The broker's own reason in an ERROR frame: its `message` header and its body, one line."""
+    text = frame.headers.get("message", "")
+    body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body or "")
+    body = one_line(body.strip().split("\n", 1)[0], 300)  # a Java stack trace (ActiveMQ): its first line
+    if text and body and text not in body:
+        return f"{text}: {body}"
+    return body or text or "(no reason given)"
+
+
+def header_int(headers: dict[str, str], name: str, problems: list[str]) -> int | None:
+    """The integer in header `name` (None if absent); an unparseable value adds to `problems`."""
+    text = headers.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        problems.append(f"header {name}: {one_line(text, 60)!r} is not a number")
+        return None
+
+
+def put_time(headers: dict[str, str], name: str, problems: list[str]) -> datetime | None:
+    """The put time in header `name` (ms since the epoch); None if absent or 0."""
+    millis = header_int(headers, name, problems)
+    if not millis or millis < 0:
+        return None
+    try:
+        return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        problems.append(f"header {name}: {millis} ms is not a time this bridge can store (past year 9999)")
+        return None
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """STOMP header values cannot hold newlines (stomp.py escapes them, other clients may not)."""
+    return " ".join(text.split())[:limit]
