@@ -14,6 +14,11 @@ Points, in the order of the protocol (see README "Delivery guarantees"):
     after_publish         the bulk's files are in the table; the ledger does not say published yet
     before_source_commit  the ledger says published; the source has not committed
     after_source_commit   the source committed the unit of work
+
+One point changes behaviour instead of killing (`active`), the first time it is reached:
+
+    spark_write_hang      the next bulk write never ends (until its job group is cancelled by
+                          `[spark] write_timeout`)
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_source_commit")
+_fired: set[str] = set()
 
 
 def hit(point: str) -> None:
@@ -41,3 +47,13 @@ def hit(point: str) -> None:
     if action == "exit" or not hasattr(signal, "SIGKILL"):
         os._exit(137)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def active(point: str) -> bool:
+    """True the first time `point` is reached if the environment names it (behaviour failpoints)."""
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not wanted or wanted.partition(":")[0] != point or point in _fired:
+        return False
+    _fired.add(point)
+    log.critical("failpoint %s reached", point)
+    return True
