@@ -19,6 +19,11 @@ One point changes behaviour instead of killing (`active`), the first time it is 
 
     spark_write_hang      the next bulk write never ends (until its job group is cancelled by
                           `[spark] write_timeout`)
+
+and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
+
+    spark_poison_body:TEXT  a bulk write fails inside Spark (assert_true) when a body contains TEXT;
+                            probe writes, which hold no message, succeed
 """
 
 from __future__ import annotations
@@ -57,3 +62,12 @@ def active(point: str) -> bool:
     _fired.add(point)
     log.critical("failpoint %s reached", point)
     return True
+
+
+def value(point: str) -> str | None:
+    """The text after `point:` if the environment names `point` (every time), else None."""
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not wanted:
+        return None
+    name, _, text = wanted.partition(":")
+    return text if name == point and text else None

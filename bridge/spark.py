@@ -510,12 +510,17 @@ class SparkExecutor:
         # published below; at-least-once: appended straight into the table.
         target = staging_dir(self._path, landing.owner, bulk.bulk_id) if landing is not None else self._path
         mode = "overwrite" if landing is not None else "append"
+        poison = failpoints.value("spark_poison_body")
+        if poison is not None:  # test only: Spark fails the write of a bulk holding this body
+            df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
+                                        F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
         writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
         if failpoints.active("spark_write_hang"):
             # Test only: a write that never ends, without a UDF (Java's Thread.sleep through SQL
             # reflection, interruptible by a job-group cancel): see failpoints.
-            writer = df.selectExpr("*", "reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)) AS _hang") \
-                .drop("_hang").write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+            # A filter that keeps every row (a dropped column would be optimised away).
+            hang = "length(coalesce(reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)), '')) >= 0"
+            writer = df.where(hang).write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
         try:
             self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
         except BaseException:
