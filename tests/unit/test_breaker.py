@@ -280,3 +280,29 @@ def test_run_until_idle_gives_up_on_a_sink_unavailable_past_the_limit(monkeypatc
     assert run_until_idle(app.bridge, idle=0.3, timeout=60) == 1
     assert "until_idle_outage_limit" in app.bridge.gave_up and "sink orders" in app.bridge.gave_up
     assert broker.depth("orders") == 2 and broker.depth("orders.backout") == 0
+
+
+def test_the_health_probe_never_waits_longer_than_ping_wait_for_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mqbridge.health import SparkProbe, health_problems
+
+    monkeypatch.setattr("mqbridge.health.PING_WAIT", 0.1)
+    release = threading.Event()
+    probe = SparkProbe(lambda: object(), max_age=0.0, ping=lambda _session: release.wait(30) and None)
+    try:
+        # A ping that hangs (a py4j call to a stuck JVM): the answer comes from state
+        assert probe.check() is False
+        status = probe.status()
+        assert status["reachable"] is False and "no answer from Spark within" in status["error"]
+        assert any(p.startswith("spark: not reachable") for p in health_problems({"listeners": [{"name": "a#1", "alive": True, "phase": "receiving"}], "spark": status}))
+    finally:
+        release.set()
+
+
+def test_an_open_sink_is_a_health_problem_with_its_reason() -> None:
+    from mqbridge.health import health_problems
+
+    breakers = SinkBreakers(["orders"], Counters(), probe_max=60.0)
+    breakers.trip("orders", "Spark write failed: the Spark JVM is gone")
+    status = {"listeners": [{"name": "a#1", "alive": True, "phase": "paused"}], **breakers.status_fields()}
+    [problem] = health_problems(status)
+    assert problem.startswith("sink orders: unavailable since ") and "the Spark JVM is gone" in problem
