@@ -18,6 +18,7 @@ The bulk is parsed once: the write job itself reports the corrupt rows through a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -408,6 +409,7 @@ class SparkExecutor:
         own error) if the sink cannot be written to."""
         owner = self.landing.owner if self.landing is not None else owner_id()
         target = staging_dir(self._path, owner, "probe")
+        existed = self._path.exists()
         try:
             spark = self.sessions.get()
             df = spark.range(1).selectExpr("id", "current_timestamp() AS probed_at")
@@ -420,6 +422,10 @@ class SparkExecutor:
             raise
         finally:
             discard(target)
+            if not existed:  # leave no empty table directory behind (readers could not infer a schema)
+                for empty in (target.parents[1], self._path):
+                    with contextlib.suppress(OSError):
+                        empty.rmdir()
 
     def _outage(self, exc: BaseException) -> str:
         """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
@@ -428,9 +434,10 @@ class SparkExecutor:
         session = self.sessions.current
         gone = jvm_gone(session)
         if gone or _connection_lost(exc):
-            if session is not None:
+            if session is not None and not _is_connect(session):  # Spark Connect: see the README
                 self.sessions.reset(session, "py4j lost its JVM" if gone else _one_line(exc))
-            return f"the Spark JVM is gone ({_one_line(exc)})"
+            what = "Spark Connect server unreachable" if _is_connect(session) else "the Spark JVM is gone"
+            return f"{what} ({_one_line(exc)})"
         return ""
 
     def _guarded(self, spark: SparkSession, what: str, write: Callable[[], object]) -> None:
