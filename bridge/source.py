@@ -112,6 +112,8 @@ class DeliveryTracker:
         with self._lock:
             for msg_id in msg_ids:
                 self._outages[msg_id] = self._outages.get(msg_id, 0) + 1
+            while len(self._outages) > self._max:  # ids that never come back (per-delivery ids)
+                del self._outages[next(iter(self._outages))]
 
     def outage_give_backs(self, msg_id: str) -> int:
         """How many of the message's deliveries were given back for an outage (not to be counted

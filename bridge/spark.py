@@ -416,10 +416,7 @@ class SparkExecutor:
             self._guarded(spark, f"probe of {self.table}",
                           lambda: df.write.mode("overwrite").parquet(str(target)))
         except Exception as exc:
-            outage = self._outage(exc)
-            if outage:
-                raise SinkOutageError(outage) from exc
-            raise
+            raise SinkOutageError(self._outage(exc) or _one_line(exc)) from exc
         finally:
             discard(target)
             if not existed:  # leave no empty table directory behind (readers could not infer a schema)
