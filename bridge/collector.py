@@ -16,6 +16,11 @@ type are merged into the one taken next (fewer, bigger writes). A message stays 
 message-id list (`is_bulk_mode_on`) and its bytes stay counted until its result has been
 handed to every handler, so memory is the backpressure that slows listeners down.
 
+A bulk whose write failed is triaged before its results are handed out (`mqbridge.triage`): a
+probe write decides outage (the sink's circuit breaker opens, `mqbridge.breaker`) or message
+failure (the bulk is bisected so that only the culprits come back). While a sink's breaker is
+open its bulks are answered with outage results without a write.
+
 Threading: one lock and one condition guard all state; executors and result handlers are
 always called without the lock, on the worker threads.
 """
