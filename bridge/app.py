@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqbridge import __version__
+from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
@@ -110,12 +111,14 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners], ledger=config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
+    breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
     collector = BulkCollector(
         CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
                         workers=config.collector.workers),
         {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout) for name, t in config.types.items()},
-        counters=counters,
+        counters=counters, breakers=breakers,
     )
+    breakers.probe = collector.probe
     for name in config.types:
         collector.register_result_handler(plugins.observe_result, message_type=name)
     landing = open_landing(config, counters)
@@ -123,14 +126,16 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     warehouse = config.resolve_path(config.spark.warehouse)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None
-        else (lambda: executors_for(sessions.get(), warehouse, config.types, landing=landing)))
+        else (lambda: executors_for(sessions, warehouse, config.types, landing=landing,
+                                    write_timeout=config.spark.write_timeout)))
     guard = MemoryGuard(config.bridge.max_rss, counters)
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,
                     source_factory=source_factory, counters=counters, guard=guard,
                     # Plugins before the configuration file: a reload request rescans plugins first.
-                    observers=[plugins, ConfigReloader(), guard, *([landing] if landing else []), *observers],
-                    dedupe=landing, stop_event=stop_event, reload_event=reload_event)
+                    observers=[plugins, ConfigReloader(), guard, breakers, *([landing] if landing else []),
+                               *observers],
+                    dedupe=landing, stop_event=stop_event, reload_event=reload_event, breakers=breakers)
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)

@@ -16,6 +16,11 @@ type are merged into the one taken next (fewer, bigger writes). A message stays 
 message-id list (`is_bulk_mode_on`) and its bytes stay counted until its result has been
 handed to every handler, so memory is the backpressure that slows listeners down.
 
+A bulk whose write failed is triaged before its results are handed out (`mqbridge.triage`): a
+probe write decides outage (the sink's circuit breaker opens, `mqbridge.breaker`) or message
+failure (the bulk is bisected so that only the culprits come back). While a sink's breaker is
+open its bulks are answered with outage results without a write.
+
 Threading: one lock and one condition guard all state; executors and result handlers are
 always called without the lock, on the worker threads.
 """
@@ -31,6 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mqbridge import triage
+from mqbridge.breaker import SinkBreakers
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.message import Bulk, Message, MessageResult
@@ -48,7 +55,12 @@ _WORKER_WAIT = 1.0
 
 
 class Executor(Protocol):
-    """Writes a bulk (to Spark) and reports one result per message of the bulk."""
+    """Writes a bulk (to Spark) and reports one result per message of the bulk.
+
+    An executor may also have `probe()`: one tiny write to its sink that raises if the sink cannot
+    be written to. With it, a failed bulk is triaged (`mqbridge.triage`: outage or culprits) and
+    an open circuit breaker can close again; without it, results are taken as they come.
+    """
 
     def execute(self, bulk: Bulk) -> list[MessageResult]: ...
 
@@ -90,6 +102,9 @@ class CollectorStats:
     backpressure_waits: int = 0  # submits that had to wait for memory (once per submit)
     coalesced_bulks: int = 0  # queued bulks merged into another bulk of their type
     handler_errors: int = 0  # result handler calls that raised
+    outage_bulks: int = 0  # bulks answered with outage results (write failed for the sink, or breaker open)
+    bisect_writes: int = 0  # extra writes spent isolating the culprits of failed bulks
+    isolated_culprits: int = 0  # messages found to fail on their own (while the sink took writes)
 
 
 class BulkCollector:
@@ -99,11 +114,14 @@ class BulkCollector:
     drains it. `clock` is the time base of bulk age (it must match
     `Message.received_monotonic`, hence `time.monotonic`); tests pass a fake one. `counters`,
     when given, receives a `bulk_write_seconds` histogram sample per executed bulk.
+
+    `breakers` (the sinks' circuit breakers): a bulk of a sink whose breaker is open gets outage
+    results at once, without a write; a write the triage calls an outage opens the breaker.
     """
 
     def __init__(self, limits: CollectorLimits, types: Mapping[str, TypeLimits], *,
                  clock: Callable[[], float] = time.monotonic, tick: float = 0.05,
-                 counters: Counters | None = None) -> None:
+                 counters: Counters | None = None, breakers: SinkBreakers | None = None) -> None:
         if limits.memory <= 0 or limits.max_bulks < 1 or limits.workers < 1:
             raise ValueError(f"collector limits must be positive: {limits}")
         self.limits = limits
@@ -111,6 +129,7 @@ class BulkCollector:
         self._clock = clock
         self._tick = tick
         self._counters = counters
+        self.breakers = breakers
         self._lock = threading.Lock()
         # Signalled whenever bulks are queued, a type finishes, memory is released or we close.
         self._changed = threading.Condition(self._lock)
@@ -381,13 +400,18 @@ class BulkCollector:
         delivered = 0
         try:
             started = time.perf_counter()
-            try:
-                results = list(executor.execute(bulk))
-                error = None
-            except Exception as exc:
-                results, error = [], exc
-                log.error("executor for %r failed on bulk %s (%d messages); all retryable",
-                          bulk.message_type, bulk.bulk_id, len(messages), exc_info=exc)
+            breakers = self.breakers
+            if breakers is not None and breakers.is_open(bulk.message_type):
+                # Writing would fail like the last write did: give the messages back at once.
+                reason = breakers[bulk.message_type].describe()
+                pairs = [(m, MessageResult.sink_outage(m.msg_id, reason, bulk.bulk_id)) for m in messages]
+                with self._lock:
+                    self._stats.outage_bulks += 1
+                delivered = self._deliver(pairs)
+                return
+            pairs = self._execute(bulk, messages, executor)
+            verdict = triage.settle(bulk.message_type, pairs, probe=getattr(executor, "probe", None),
+                                    run=lambda part: self._execute(part, list(part.messages), executor))
             elapsed = time.perf_counter() - started
             with self._lock:
                 self._stats.executed_bulks += 1
@@ -395,9 +419,15 @@ class BulkCollector:
                 self._stats.executed_bytes += sum(m.size for m in messages)
                 self._stats.execute_seconds_total += elapsed
                 self._stats.last_execute_seconds = elapsed
+                self._stats.bisect_writes += verdict.bisect_writes
+                self._stats.isolated_culprits += verdict.culprits
+                if verdict.outage:
+                    self._stats.outage_bulks += 1
+            if verdict.outage and breakers is not None:
+                breakers.trip(bulk.message_type, verdict.outage)
             if self._counters is not None:
                 self._counters.observe("bulk_write_seconds", elapsed, type=bulk.message_type)
-            delivered = self._deliver(_match_results(bulk, messages, results, error))
+            delivered = self._deliver(verdict.pairs)
         finally:
             with self._changed:
                 # Anything not delivered (an internal error) is released without a result, so
@@ -406,6 +436,27 @@ class BulkCollector:
                     self._release_locked(message)
                 self._executing.discard(bulk.message_type)
                 self._changed.notify_all()
+
+    @staticmethod
+    def _execute(bulk: Bulk, messages: list[Message], executor: Executor) -> list[tuple[Message, MessageResult]]:
+        """Run the executor on `bulk` and pair each message with its result (never raises)."""
+        try:
+            results = list(executor.execute(bulk))
+            error = None
+        except Exception as exc:
+            results, error = [], exc
+            log.error("executor for %r failed on bulk %s (%d messages); all retryable",
+                      bulk.message_type, bulk.bulk_id, len(messages), exc_info=exc)
+        return _match_results(bulk, messages, results, error)
+
+    def probe(self, message_type: str) -> None:
+        """One probe write to the sink of `message_type` (raises if it cannot be written to). An
+        executor without `probe` is taken as available."""
+        with self._lock:
+            executor = self._executors.get(message_type)
+        probe = getattr(executor, "probe", None)
+        if probe is not None:
+            probe()
 
     def _deliver(self, pairs: list[tuple[Message, MessageResult]]) -> int:
         """Hand each result to its producer handlers and the type's observers, then release

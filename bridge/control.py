@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.breaker import AllOpenGate, SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
@@ -102,11 +103,16 @@ class Bridge:
                  observers: Sequence[Observer] = (),
                  dedupe: Deduplicator | None = None,
                  stop_event: threading.Event | None = None,
-                 reload_event: threading.Event | None = None) -> None:
+                 reload_event: threading.Event | None = None,
+                 breakers: SinkBreakers | None = None) -> None:
         self.config = config
         self.counters = counters
         self.collector = collector
         self.guard = guard  # pauses listener intake while the process is above [bridge] max_rss
+        #: The sinks' circuit breakers: pause the intake of the listeners feeding an unavailable sink.
+        self.breakers = breakers
+        #: Why `run(until_idle=...)` gave up waiting (a sink unavailable too long); "" otherwise.
+        self.gave_up = ""
         self._executors = executors  # called once, at start (it may start Spark)
         self._chain_factory = chain_factory
         self._source_factory = source_factory
@@ -127,6 +133,8 @@ class Bridge:
         for name, executor in self._executors().items():
             self.collector.register_executor(name, executor)
         self.collector.start()
+        if self.breakers is not None:
+            self.breakers.start()
         for entry, cfg in enumerate(self.config.listeners):
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, entry, index, f"{cfg.source}:{cfg.queue}#{index}"))
@@ -151,9 +159,13 @@ class Bridge:
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
                             halt_after_failures=cfg.halt_after_failures)
+        gates = [self.guard.gate]
+        sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
+        if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it
+            gates.append(sink_gate)
         thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
                                 shared.tracker, dedupe=self._dedupe,
-                                gate=self.guard.gate, poison=shared.poison)
+                                gate=AllOpenGate(gates), poison=shared.poison)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
@@ -245,7 +257,10 @@ class Bridge:
     def idle(self) -> bool:
         """Every listener thread is connected, waiting, holding nothing; the collector is empty.
         A halted listener (see `_reap`) will not read again, so it does not count against idleness;
-        `run` reports it in its exit code."""
+        `run` reports it in its exit code. An unavailable sink is never idle: its messages are still
+        on the queues."""
+        if self.breakers is not None and self.breakers.open_breakers():
+            return False
         if not self.slots:
             return True
         for slot in self.slots:
@@ -271,7 +286,9 @@ class Bridge:
         rate = c.gauge("errors_per_second") or 0.0
         alive = sum(1 for s in self.slots if s.alive)
         flushed = ",".join(f"{k}={v}" for k, v in sorted(stats.flushed.items())) or "-"
-        return (f"threads {alive}/{len(self.slots)} created={c.total('listener_threads_created'):.0f} "
+        sinks = self.breakers.summary() if self.breakers is not None else ""
+        return (f"{sinks + ' | ' if sinks else ''}"
+                f"threads {alive}/{len(self.slots)} created={c.total('listener_threads_created'):.0f} "
                 f"errors/s={rate:.2f} | received={c.total('messages_received'):.0f} "
                 f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
                 f"backout_queue={c.total('messages_moved_to_backout'):.0f} | collector {stats.messages} msgs "
@@ -302,6 +319,8 @@ class Bridge:
                 log.info("%s", self.summary())
                 self._notify("on_tick")
             self._notify("on_wake")
+            if until_idle is not None and self._outage_too_long():
+                break
             if until_idle is not None:
                 if self.idle() and now - self.last_activity() >= until_idle:
                     if idle_since is None:
@@ -316,10 +335,23 @@ class Bridge:
         log.info("%s", self.summary())
         if self.fatal is not None:
             return 2
+        if self.gave_up:
+            log.error("run --until-idle gave up: %s; the messages are still on their queues", self.gave_up)
+            return 1
         halted = [s for s in self.slots if s.halted]
         for slot in halted:
             log.error("%s stopped reading: %s; its messages are still on the queue", slot.name, slot.last_error)
         return 0 if ok and not halted else 1
+
+    def _outage_too_long(self) -> bool:
+        """`run --until-idle`: a sink unavailable for `[spark] until_idle_outage_limit` ends the run."""
+        limit = self.config.spark.until_idle_outage_limit
+        for breaker in self.breakers.open_breakers() if self.breakers is not None else ():
+            if breaker.unavailable_for() >= limit:
+                self.gave_up = (f"{breaker.describe()} (for {breaker.unavailable_for():.0f}s, "
+                                f"[spark] until_idle_outage_limit is {limit:.0f}s)")
+                return True
+        return False
 
     def _notify(self, event: Event) -> None:
         """Call the Observer method named `event` on every observer; one that raises is logged and kept."""
@@ -353,6 +385,7 @@ class Bridge:
             "ready": self._ready,
             "stopping": self.stop_event.is_set(),
             "fatal": str(self.fatal) if self.fatal else "",
+            "gave_up": self.gave_up,
             "listeners": listeners,
             "collector": {k: v for k, v in vars(stats).items()},
             **self._status_fields(),
@@ -376,6 +409,8 @@ class Bridge:
         its results awaited), then close the collector. All within `shutdown_timeout`."""
         self.stop_event.set()
         deadline = time.monotonic() + self.config.bridge.shutdown_timeout
+        if self.breakers is not None:
+            self.breakers.stop(timeout=0.0)  # no new probes; a running one ends with the process
         threads = [s.thread for s in self.slots if s.thread is not None]
         for thread in threads:
             thread.stop()

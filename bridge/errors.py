@@ -141,6 +141,16 @@ class SparkUnavailableError(BridgeError):
     """Spark could not be started or reached."""
 
 
+class SinkOutageError(BridgeError):
+    """A sink (a type's table) cannot take writes for any message: Spark or its JVM is gone, the
+    table path is unwritable, or a write exceeded `[spark] write_timeout`. Never the message's
+    fault: the messages are given back without counting towards their backout threshold."""
+
+
+class SparkWriteTimeoutError(SinkOutageError):
+    """A Spark write ran longer than `[spark] write_timeout`; its job group was cancelled."""
+
+
 class StatusUnreachableError(BridgeError):
     """`mqbridge status`: the endpoint did not answer, or answered something that is not a
     bridge's status."""

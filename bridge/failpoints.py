@@ -22,6 +22,16 @@ Inside a STOMP source commit (`mqbridge.listeners.stomp`), between `before_sourc
                           commit_mode = "receipted", confirmed by their receipts); no ACK yet.
                           Reached only by a unit that moves or gives back a message
     after_source_ack      the unit's ACKs are sent (receipted: confirmed); no COMMIT yet
+
+One point changes behaviour instead of killing (`active`), the first time it is reached:
+
+    spark_write_hang      the next bulk write never ends (until its job group is cancelled by
+                          `[spark] write_timeout`)
+
+and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
+
+    spark_poison_body:TEXT  a bulk write fails inside Spark (assert_true) when a body contains TEXT;
+                            probe writes, which hold no message, succeed
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ log = logging.getLogger(__name__)
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
           "after_source_ack", "after_source_commit")
+_fired: set[str] = set()
 
 
 def hit(point: str) -> None:
@@ -50,3 +61,22 @@ def hit(point: str) -> None:
     if action == "exit" or not hasattr(signal, "SIGKILL"):
         os._exit(137)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def active(point: str) -> bool:
+    """True the first time `point` is reached if the environment names it (behaviour failpoints)."""
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not wanted or wanted.partition(":")[0] != point or point in _fired:
+        return False
+    _fired.add(point)
+    log.critical("failpoint %s reached", point)
+    return True
+
+
+def value(point: str) -> str | None:
+    """The text after `point:` if the environment names `point` (every time), else None."""
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not wanted:
+        return None
+    name, _, text = wanted.partition(":")
+    return text if name == point and text else None

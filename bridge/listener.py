@@ -242,7 +242,7 @@ class ListenerThread(threading.Thread):
         for message in batch:
             if message.msg_id in landed_before or any(m.message is message for m in moves):
                 continue
-            if spec.backout_threshold and message.delivery_count > spec.backout_threshold:
+            if spec.backout_threshold and self._counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
                 continue
             todo.append(message)
@@ -339,9 +339,10 @@ class ListenerThread(threading.Thread):
         retry: list[tuple[Message, str]] = []
         culprits: list[Message] = []  # message failures (preprocessor): suspects if backed out whole
         halt: PoisonLoopError | None = None
+        outages: list[Message] = []  # given back because the sink is down: they count for nothing
         for message, reason in failed or ():
             halt = self._count_failure(message, reason) or halt
-            if spec.backout_threshold and message.delivery_count >= spec.backout_threshold:
+            if spec.backout_threshold and self._counted(message) >= spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message, reason), spec.backout_queue))
             else:
                 retry.append((message, reason))
@@ -350,13 +351,16 @@ class ListenerThread(threading.Thread):
             result = results.get(message) or MessageResult.retryable(message.msg_id, "no result")
             if result.outcome is Outcome.PERMANENT:
                 moves.append(BackoutMove(message, result.reason, spec.backout_queue))
+            elif result.outage:  # the sink is down, not the message: give it back, uncounted
+                outages.append(message)
+                retry.append((message, result.reason))
             elif result.outcome is Outcome.RETRYABLE:
                 self.tracker.failed(message.msg_id, result.reason)
                 halt = self._count_failure(message, result.reason) or halt
                 if (
                     self.source.supports_partial_commit
                     and spec.backout_threshold
-                    and message.delivery_count >= spec.backout_threshold
+                    and self._counted(message) >= spec.backout_threshold
                 ):
                     moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
                 else:
@@ -382,10 +386,13 @@ class ListenerThread(threading.Thread):
                 log.warning("%s: %d messages landed but their unit of work is backed out "
                             "(another type's write failed); they will be delivered and land again",
                             spec.name, landed)
+            if len(outages) == len(returns):  # only the sink's fault: no delivery of this unit counts
+                self.tracker.gave_back_in_outage(m.msg_id for m in batch)
             self._back_out(batch, retry[0][1], suspects=culprits, halt=halt)
             return
 
         failpoints.hit("before_source_commit")
+        self.tracker.gave_back_in_outage(m.msg_id for m in outages)
         self.source.commit(moves=moves, returns=returns)
         failpoints.hit("after_source_commit")
         returned_ids = {m.msg_id for m in returns}
@@ -499,6 +506,11 @@ class ListenerThread(threading.Thread):
         """A unit of work that failed as a whole would otherwise be retried in a tight loop,
         burning the messages' backout counts in milliseconds."""
         self._stop_event.wait(ROLLBACK_PAUSE)
+
+    def _counted(self, message: Message) -> int:
+        """The deliveries that count towards the backout threshold: those not given back because
+        the sink was unavailable (`DeliveryTracker.gave_back_in_outage`)."""
+        return message.delivery_count - self.tracker.outage_give_backs(message.msg_id)
 
     def _exhausted_reason(self, message: Message, reason: str | None = None) -> str:
         last = reason or self.tracker.last_reason(message.msg_id) or "unknown"

@@ -53,18 +53,26 @@ class Outcome(enum.Enum):
     """What became of one message in Spark."""
 
     SUCCESS = "success"
-    RETRYABLE = "retryable"  # the whole write failed; delivering it again may succeed
+    RETRYABLE = "retryable"  # the write failed; delivering it again may succeed (see `outage`)
     PERMANENT = "permanent"  # this message can never land (e.g. its body does not parse)
 
 
 @dataclass(frozen=True, slots=True)
 class MessageResult:
-    """The result of consumption of one message, reported by an executor."""
+    """The result of consumption of one message, reported by an executor.
+
+    `outage` (only with RETRYABLE) says the failure is the sink's, not the message's: Spark is
+    down or unreachable, its JVM died, the table path is unwritable, a write timed out
+    (`mqbridge.triage` decides it with a probe write). The listener gives such a message back
+    without counting the delivery towards its backout threshold. Code that does not know the flag
+    sees an ordinary RETRYABLE result, which is the safe reading.
+    """
 
     msg_id: str
     outcome: Outcome
     reason: str = ""
     bulk_id: str = ""
+    outage: bool = False
 
     @property
     def ok(self) -> bool:
@@ -77,6 +85,11 @@ class MessageResult:
     @classmethod
     def retryable(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
         return cls(msg_id, Outcome.RETRYABLE, reason, bulk_id)
+
+    @classmethod
+    def sink_outage(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
+        """RETRYABLE because the sink is unavailable: never counts towards a backout threshold."""
+        return cls(msg_id, Outcome.RETRYABLE, reason, bulk_id, outage=True)
 
     @classmethod
     def permanent(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:

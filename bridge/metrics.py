@@ -59,6 +59,9 @@ HELP = {
     "ledger_publish_retries": "Attempts to publish a prepared bulk that failed and are retried",
     "recovery_rolled_forward": "Prepared bulks of dead processes published by recovery",
     "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",
+    "sink_available": "1 while the sink (a message type's table) takes writes, 0 while its circuit breaker is open",
+    "sink_breaker_opens": "Times a sink's circuit breaker opened (an outage: Spark down, JVM gone, path unwritable, timeout)",
+    "sink_probes": "Probe writes to unavailable sinks, by result (ok closes the breaker)",
     "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
 }
 

@@ -4,8 +4,9 @@
 
     /metrics   Prometheus text (mqbridge.metrics.BridgeMetrics, rendered at scrape time)
     /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
-    /healthz   200 "ok" while every listener thread is connected and Spark is reachable,
-               else 503 with one problem per line
+    /healthz   200 "ok" while every listener thread is connected, every sink is available (no
+               circuit breaker open) and Spark is reachable, else 503 with one problem per line.
+               Answered from state: never waits on Spark for more than health.PING_WAIT
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
 interfaces unless configured); port 0 picks a free port, readable from `port` afterwards.
@@ -206,4 +207,5 @@ class MonitoringServer(Observer):
 
     def _health_view(self) -> dict[str, Any]:
         status = self.bridge.status()
-        return {"healthy": not health_problems(status), "spark_reachable": status["spark"]["reachable"]}
+        return {"healthy": not health_problems(status), "spark_reachable": status["spark"]["reachable"],
+                "sinks": {name: bool(s.get("available")) for name, s in (status.get("sinks") or {}).items()}}

@@ -92,6 +92,7 @@ class DeliveryTracker:
         self._lock = threading.Lock()
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._reasons: dict[str, str] = {}
+        self._outages: dict[str, int] = {}
         self._max = max_entries
 
     def delivered(self, msg_id: str) -> int:
@@ -102,7 +103,23 @@ class DeliveryTracker:
             while len(self._counts) > self._max:
                 old, _ = self._counts.popitem(last=False)
                 self._reasons.pop(old, None)
+                self._outages.pop(old, None)
             return count
+
+    def gave_back_in_outage(self, msg_ids: Iterable[str]) -> None:
+        """These messages go back to the source because their sink is unavailable (an outage):
+        the delivery this causes must not count towards their backout threshold."""
+        with self._lock:
+            for msg_id in msg_ids:
+                self._outages[msg_id] = self._outages.get(msg_id, 0) + 1
+            while len(self._outages) > self._max:  # ids that never come back (per-delivery ids)
+                del self._outages[next(iter(self._outages))]
+
+    def outage_give_backs(self, msg_id: str) -> int:
+        """How many of the message's deliveries were given back for an outage (not to be counted
+        towards its backout threshold); in memory, like the counts."""
+        with self._lock:
+            return self._outages.get(msg_id, 0)
 
     def failed(self, msg_id: str, reason: str) -> None:
         """Remember why the last delivery failed, for the backout queue's reason header."""
@@ -120,6 +137,7 @@ class DeliveryTracker:
             for msg_id in msg_ids:
                 self._counts.pop(msg_id, None)
                 self._reasons.pop(msg_id, None)
+                self._outages.pop(msg_id, None)
 
 
 class InDoubtLog:

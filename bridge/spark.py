@@ -18,6 +18,7 @@ The bulk is parsed once: the write job itself reports the corrupt rows through a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -25,18 +26,21 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
+from mqbridge import failpoints
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
-from mqbridge.errors import ConfigError, SparkUnavailableError
+from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, SparkWriteTimeoutError
 from mqbridge.jvmlog import driver_log_conf, jvm_log_level
 from mqbridge.landing import Landing
+from mqbridge.ledger import owner_id
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.publication import discard, staging_dir
 
@@ -82,6 +86,11 @@ WRITE_OPTIONS: dict[str, str] = {
 }
 #: Bytes of message bodies per written Parquet file (and Spark task) of one bulk, at most.
 FILE_BYTES = 128 << 20
+#: `[spark] write_timeout` when an executor is built without one (tests, benchmarks).
+DEFAULT_WRITE_TIMEOUT = 600.0
+#: After a write exceeded its timeout, its job group is cancelled again this often until the
+#: write returns (a cancel only reaches jobs already submitted).
+CANCEL_EVERY = 1.0
 _CORRUPT = "_mqbridge_corrupt_record"
 _INVALID = "body is not valid JSON for schema"
 
@@ -143,14 +152,84 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     return spark
 
 
+def _is_connect(session: Any) -> bool:
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def jvm_gone(session: Any) -> bool:
+    """True when the in-process driver's JVM (py4j's java child process) has exited or its
+    SparkContext is stopped; never a py4j call, so it cannot hang. Always False for Spark Connect."""
+    if session is None or _is_connect(session):
+        return False
+    try:
+        context = session.sparkContext
+        proc = getattr(context._gateway, "proc", None)
+        if proc is not None and proc.poll() is not None:
+            return True
+        return context._jsc is None
+    except Exception:  # an attribute pyspark no longer has: take the session as broken
+        return True
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """The error (or one it was raised from) is py4j losing its connection to the JVM."""
+    from py4j.protocol import Py4JNetworkError
+
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionError, Py4JNetworkError)):
+            return True
+        text = str(seen)
+        if "Answer from Java side is empty" in text or "Error while sending or receiving" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _forget_local_session(session: Any) -> None:
+    """Make pyspark forget a session whose JVM is gone, so that the next `getOrCreate` starts a new
+    JVM instead of returning the dead session (pyspark's own `stop` gives up half-way when the JVM
+    does not answer)."""
+    from pyspark import SparkContext
+    from pyspark.sql.context import SQLContext
+
+    context = getattr(session, "_sc", None)
+    try:
+        if context is not None:
+            context.stop()
+    except Exception as exc:  # expected: the JVM is gone
+        log.debug("stopping the dead SparkContext: %s", _one_line(exc))
+    try:
+        if context is not None and getattr(context, "_accumulatorServer", None):
+            context._accumulatorServer.shutdown()
+            context._accumulatorServer = None
+    except Exception:
+        log.debug("accumulator server shutdown failed", exc_info=True)
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
 class SparkSessions:
     """The process's SparkSession for one `[spark]` section: started on first `get()` (when the
-    bridge starts its executors), never by a health probe (`current` is None until then)."""
+    bridge starts its executors), never by a health probe (`current` is None until then).
 
-    def __init__(self, section: SparkSection, session: SparkSession | None = None) -> None:
+    When the in-process driver's JVM dies (killed, out of memory), `reset` forgets the session and
+    the next `get()` starts a new one; every executor asks `get()` for each write, so all of them
+    pick the new session up. `section` None: only the session given is ever used (tests).
+    """
+
+    def __init__(self, section: SparkSection | None, session: SparkSession | None = None) -> None:
         self.section = section
         self._session = session
         self._lock = threading.Lock()
+        self.recreated = 0  # sessions started again after the JVM was gone
 
     @property
     def current(self) -> SparkSession | None:
@@ -160,17 +239,39 @@ class SparkSessions:
     def get(self) -> SparkSession:
         """The session, started now if needed (SparkUnavailableError if it cannot be)."""
         with self._lock:
+            if self._session is not None and jvm_gone(self._session):
+                self._forget_locked(self._session, "its JVM is gone")
             if self._session is None:
                 s = self.section
+                if s is None:
+                    raise SparkUnavailableError("the SparkSession given to the bridge is gone and cannot be "
+                                                "started again (no [spark] section)")
                 self._session = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
                                                      conf=s.conf)
+                if self.recreated:
+                    log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
             return self._session
 
+    def reset(self, broken: SparkSession, why: str) -> None:
+        """`broken` failed in a way only a new session can cure: forget it (once, whoever calls)."""
+        with self._lock:
+            if self._session is broken:
+                self._forget_locked(broken, why)
 
-def executors_for(spark: SparkSession, warehouse: Path, types: Mapping[str, TypeConfig], *,
-                  landing: Landing | None = None) -> dict[str, SparkExecutor]:
+    def _forget_locked(self, broken: SparkSession, why: str) -> None:
+        log.critical("Spark: the SparkSession is unusable (%s); a new one is started for the next write", why)
+        self._session = None
+        if self.section is not None:
+            self.recreated += 1
+            if not _is_connect(broken):
+                _forget_local_session(broken)
+
+
+def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
+                  landing: Landing | None = None,
+                  write_timeout: float = DEFAULT_WRITE_TIMEOUT) -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given)."""
-    return {name: SparkExecutor(spark, warehouse, name, type_cfg, landing=landing)
+    return {name: SparkExecutor(spark, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout)
             for name, type_cfg in types.items()}
 
 
@@ -247,18 +348,23 @@ class SparkExecutor:
 
     `execute` never raises: a failed write makes every message RETRYABLE (except those already
     known to be PERMANENT); a JSON body that does not fit the schema is PERMANENT for that message
-    alone and the rest of the bulk lands.
+    alone and the rest of the bulk lands. A write that cannot be the messages' fault is an outage
+    (`MessageResult.sink_outage`): the JVM is gone (the session is then started again for the next
+    write), Spark cannot be started, or the write ran longer than `write_timeout` (its job group
+    is cancelled). Any other failure is triaged by the collector with `probe`.
 
     Counters (read without a lock; each is updated by one assignment): `last_write_seconds` is the
     wall time of the last successful execute's Spark work (DataFrame, JSON check, append);
     `rows_written`, `bytes_written` (bytes of landed bodies) and `writes` are totals.
     """
 
-    def __init__(self, spark: SparkSession, warehouse: Path, message_type: str, config: TypeConfig, *,
-                 landing: Landing | None = None) -> None:
+    def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
+                 *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT) -> None:
         # `config` was validated at load (format and schema agree, the table is a valid name);
         # only the DDL itself needs Spark's own parser, hence a session, to be checked.
-        self.spark = spark
+        self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
+        self.sessions.get()  # the DDL check below needs a live session
+        self.write_timeout = write_timeout
         self.message_type = message_type
         self.table = config.table or message_type
         self.format = config.format
@@ -277,6 +383,11 @@ class SparkExecutor:
         """The table's directory."""
         return self._path
 
+    @property
+    def spark(self) -> SparkSession:
+        """The current session (started again if its JVM is gone)."""
+        return self.sessions.get()
+
     def execute(self, bulk: Bulk) -> list[MessageResult]:
         """Land `bulk`; one result per message, in the bulk's order."""
         results: list[MessageResult | None] = [None] * len(bulk.messages)
@@ -284,14 +395,95 @@ class SparkExecutor:
             with self._lock:
                 self._execute(bulk, results)
         except Exception as exc:
-            reason = f"Spark write failed: {_one_line(exc)}"
+            outage = self._outage(exc)
+            reason = f"Spark write failed: {outage or _one_line(exc)}"
             log.warning("type %s: bulk %s (%d messages) not written to %s: %s", self.message_type,
                         bulk.bulk_id, len(bulk.messages), self._path, reason)
             log.debug("type %s: bulk %s write failure", self.message_type, bulk.bulk_id, exc_info=True)
+            make = MessageResult.sink_outage if outage else MessageResult.retryable
             for i, message in enumerate(bulk.messages):
                 if results[i] is None:  # messages known to be PERMANENT stay so
-                    results[i] = MessageResult.retryable(message.msg_id, reason, bulk.bulk_id)
+                    results[i] = make(message.msg_id, reason, bulk.bulk_id)
         return [r for r in results if r is not None]
+
+    def probe(self) -> None:
+        """One probe write for this sink: a row into `<table>/_staging/<owner>/probe` (where this
+        process stages its bulks, so recovery removes it if the process dies meanwhile), then removed.
+        Starts a new SparkSession first if the JVM is gone. Raises (SinkOutageError or Spark's
+        own error) if the sink cannot be written to."""
+        owner = self.landing.owner if self.landing is not None else owner_id()
+        target = staging_dir(self._path, owner, "probe")
+        existed = self._path.exists()
+        try:
+            spark = self.sessions.get()
+            df = spark.range(1).selectExpr("id", "current_timestamp() AS probed_at")
+            self._guarded(spark, f"probe of {self.table}",
+                          lambda: df.write.mode("overwrite").parquet(str(target)))
+        except Exception as exc:
+            raise SinkOutageError(self._outage(exc) or _one_line(exc)) from exc
+        finally:
+            discard(target)
+            if not existed:  # leave no empty table directory behind (readers could not infer a schema)
+                for empty in (target.parents[1], self._path):
+                    with contextlib.suppress(OSError):
+                        empty.rmdir()
+
+    def _outage(self, exc: BaseException) -> str:
+        """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
+        if isinstance(exc, SparkWriteTimeoutError | SparkUnavailableError):
+            return str(exc)
+        session = self.sessions.current
+        gone = jvm_gone(session)
+        if gone or _connection_lost(exc):
+            if session is not None and not _is_connect(session):  # Spark Connect: see the README
+                self.sessions.reset(session, "py4j lost its JVM" if gone else _one_line(exc))
+            what = "Spark Connect server unreachable" if _is_connect(session) else "the Spark JVM is gone"
+            return f"{what} ({_one_line(exc)})"
+        return ""
+
+    def _guarded(self, spark: SparkSession, what: str, write: Callable[[], object]) -> None:
+        """Run `write` (one Spark action) in its own job group; past `write_timeout`, cancel the
+        group (again every CANCEL_EVERY until the write returns) and raise SparkWriteTimeoutError."""
+        group = f"mqbridge-{self.message_type}-{threading.get_ident()}-{time.monotonic_ns()}"
+        done, fired = threading.Event(), threading.Event()
+        connect = _is_connect(spark)
+
+        def watch() -> None:
+            if done.wait(self.write_timeout):
+                return
+            fired.set()
+            log.error("type %s: %s running for more than write_timeout %.0fs: cancelling its Spark jobs",
+                      self.message_type, what, self.write_timeout)
+            while not done.is_set():
+                try:
+                    if connect:
+                        spark.interruptTag(group)
+                    else:
+                        spark.sparkContext.cancelJobGroup(group)
+                except Exception as exc:
+                    log.warning("type %s: cancelling the %s failed: %s", self.message_type, what, _one_line(exc))
+                done.wait(CANCEL_EVERY)
+
+        if connect:
+            spark.addTag(group)
+        else:
+            spark.sparkContext.setJobGroup(group, f"mqbridge {what}", interruptOnCancel=True)
+        watcher = threading.Thread(target=watch, name=f"spark-timeout-{self.message_type}", daemon=True)
+        watcher.start()
+        try:
+            write()
+        except Exception as exc:
+            if fired.is_set():
+                raise SparkWriteTimeoutError(f"{what} exceeded write_timeout ({self.write_timeout:.0f}s); its "
+                                             f"Spark jobs were cancelled") from exc
+            raise
+        finally:
+            done.set()
+            if connect:
+                try:
+                    spark.removeTag(group)
+                except Exception:
+                    log.debug("removeTag failed", exc_info=True)
 
     # -- internals -------------------------------------------------------------------------
     def _execute(self, bulk: Bulk, results: list[MessageResult | None]) -> None:
@@ -305,7 +497,8 @@ class SparkExecutor:
         if not keep:
             return
         start = time.perf_counter()
-        df = self.spark.createDataFrame(self._arrow_table(bulk, keep))
+        spark = self.sessions.get()
+        df = spark.createDataFrame(self._arrow_table(bulk, keep))
         observation: Observation | None = None
         if self.schema is None:
             # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
@@ -325,7 +518,23 @@ class SparkExecutor:
         # published below; at-least-once: appended straight into the table.
         target = staging_dir(self._path, landing.owner, bulk.bulk_id) if landing is not None else self._path
         mode = "overwrite" if landing is not None else "append"
-        df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode).parquet(str(target))
+        poison = failpoints.value("spark_poison_body")
+        if poison is not None:  # test only: Spark fails the write of a bulk holding this body
+            df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
+                                        F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
+        writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+        if failpoints.active("spark_write_hang"):
+            # Test only: a write that never ends, without a UDF (Java's Thread.sleep through SQL
+            # reflection, interruptible by a job-group cancel): see failpoints.
+            # A filter that keeps every row (a dropped column would be optimised away).
+            hang = "length(coalesce(reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)), '')) >= 0"
+            writer = df.where(hang).write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+        try:
+            self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
+        except BaseException:
+            if landing is not None:
+                discard(target)  # the staged part, if any; nothing reads or publishes it
+            raise
         # Without a ledger the rows are in the table from here on: nothing below may fail in a way
         # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
         if observation is not None:

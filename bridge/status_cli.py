@@ -91,6 +91,16 @@ def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) ->
     state = {True: "reachable", False: f"NOT reachable: {spark.get('error')}", None: "not checked"}[spark.get("reachable")]
     out.append(f"spark      {state} ({spark.get('master', '?')}); {c.get('executed_bulks', 0)} bulk writes, "
                f"{c.get('execute_seconds_total', 0):.1f}s in total")
+    for name, sink in sorted((status.get("sinks") or {}).items()):
+        if sink.get("available", True):
+            line = f"available ({sink.get('opens', 0)} outages, {sink.get('probes', 0)} probes so far)"
+        else:
+            wait = sink.get("next_probe_seconds")
+            line = (f"UNAVAILABLE since {sink.get('unavailable_since')}, next probe in "
+                    f"{'?' if wait is None else f'{wait:.0f}'}s: {sink.get('reason')}")
+            if sink.get("last_probe_error"):
+                line += f"; last probe: {sink['last_probe_error']}"
+        out.append(f"sink       {name}: {line}")
     plugins = status.get("plugins")
     if plugins:
         names = ", ".join(p.get("name", "?") for p in plugins.get("plugins", [])) or "none"

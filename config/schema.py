@@ -143,6 +143,12 @@ class SparkSection(Model):
     warehouse: Path = Field(default=Path("data/landing"), description="Root directory of landed tables")
     app_name: str = Field(default="mqbridge", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (values as strings)")
+    write_timeout: Duration = Field(default=parse_duration("10m"), gt=0, description="A bulk or probe write running "
+                                    "longer is cancelled (its Spark job group) and counts as an outage of the sink")
+    probe_interval_max: Duration = Field(default=parse_duration("1m"), gt=0, description="Longest wait between two "
+                                         "probe writes of an unavailable sink (the wait doubles from 1s up to this)")
+    until_idle_outage_limit: Duration = Field(default=parse_duration("10m"), gt=0, description="`run --until-idle` "
+                                              "ends with exit code 1 once a sink has been unavailable this long")
 
     @property
     def shown(self) -> str:

@@ -67,20 +67,26 @@ def test_two_types_over_two_queues_land_exactly_once(tmp_path: Path, spark, amq:
 
 
 def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp_path: Path, spark, amq: AmqClient) -> None:
-    # Given the orders table's path is a regular file, so every Spark write fails
+    # Given the orders table's path is a regular file, so every Spark write fails, and the default
+    # backout threshold (3)
     q = unique_queue("sparkfail")
     bodies = [f"m{i}".encode() for i in range(300)]
     amq.put_many(q, bodies)
     (tmp_path / "landing").mkdir()
     blocker = tmp_path / "landing" / "orders"
     blocker.write_text("not a directory")
-    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener(q, "orders", threshold=1000))
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener_toml(q, "orders", threshold=None))
     bridge = build_app(cfg, spark=spark).bridge
     running = RunningBridge(bridge, until_idle=2.0)
 
-    # When writes have failed a few times, the messages are still on the source queue
-    wait_for(lambda: bridge.counters.total("messages_backed_out") >= 600, 120, "two rounds of backouts")
+    # When the write has failed: an outage, the sink's breaker opens, the messages go back and the
+    # listener pauses intake; probes keep failing (more often than the threshold)
+    assert bridge.breakers is not None
+    wait_for(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") > 0,
+             120, "the breaker of sink orders to fail three probes")
     assert bridge.counters.total("messages_committed") == 0
+    assert amq.depth(q + ".backout") == 0
+    assert [entry["phase"] for entry in bridge.status()["listeners"]] == ["paused"]
     # ... and once the fault is cleared they land
     blocker.unlink()
     assert running.wait() == 0
@@ -88,18 +94,19 @@ def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp
     rows = read_table(spark, tmp_path / "landing" / "orders")
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
     assert len({r.msg_id for r in rows}) == len(rows)
-    assert max(r.delivery_count for r in rows) >= 3
     assert any(r.redelivered for r in rows)
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert bridge.counters.total("messages_moved_to_backout") == 0
 
 
-def test_message_failing_every_time_reaches_backout_queue_after_threshold(tmp_path: Path, spark, amq: AmqClient) -> None:
-    # Given a type whose table can never be written, and a healthy one, on one queue each
+def test_message_failing_every_time_reaches_backout_queue_after_threshold(tmp_path: Path, spark, amq: AmqClient,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a message whose Spark write always fails (the failpoint makes Spark's own write fail for
+    # a bulk holding it, while probe writes succeed), and a healthy type on another queue
+    monkeypatch.setenv("MQBRIDGE_FAILPOINT", "spark_poison_body:poison ")
     q_bad, q_good = unique_queue("poison"), unique_queue("good")
     amq.put(q_bad, b"poison \xff body", headers={"x-k": "v"})
     amq.put_many(q_good, [f"g{i}".encode() for i in range(50)])
-    (tmp_path / "landing").mkdir()
-    (tmp_path / "landing" / "broken").write_text("blocks the table directory")
     cfg = make_config(tmp_path, RAW_TYPE.format(name="broken") + RAW_TYPE.format(name="good")
                       + listener(q_bad, "broken", threshold=3) + listener(q_good, "good"))
 
@@ -113,6 +120,7 @@ def test_message_failing_every_time_reaches_backout_queue_after_threshold(tmp_pa
     assert frame.body == b"poison \xff body"
     assert frame.headers["mqbridge-delivery-count"] == "3"
     assert "backout threshold is 3" in frame.headers["mqbridge-reason"]
+    assert "failed on its own while the sink takes writes" in frame.headers["mqbridge-reason"]
     assert frame.headers["x-k"] == "v" and frame.headers["persistent"] == "true"
     assert frame.headers["mqbridge-original-destination"] == q_bad
     assert amq.depth(q_bad) == 0

@@ -77,7 +77,7 @@ def fake_bridge(threads: list[threading.Thread]) -> Any:
                            config=SimpleNamespace(bridge=SimpleNamespace(shutdown_timeout=30.0)))
 
 
-def test_watchdog_pings_only_when_due_and_every_listener_is_alive(notify_socket: tuple[str, socket.socket]) -> None:
+def test_watchdog_pings_when_due_while_the_control_loop_runs_even_with_a_stuck_or_dead_listener(notify_socket: tuple[str, socket.socket]) -> None:
     path, sock = notify_socket
     sock.settimeout(0.2)
     release = threading.Event()
@@ -107,14 +107,21 @@ def test_watchdog_pings_only_when_due_and_every_listener_is_alive(notify_socket:
         hooks.on_wake(bridge)
         assert messages() == ["WATCHDOG=1"]
 
-        # A stuck listener, then a dead one: no pings, systemd's watchdog will fire
+        # A stuck listener, then a dead one: the control loop still wakes, so the pings go on
+        # (the listener shows in /healthz and STATUS; killing the process would cure nothing)
         bridge.slots[0].reported_stuck = True
         clock.now += 2
         hooks.on_wake(bridge)
-        assert messages() == []
+        assert messages() == ["WATCHDOG=1"]
         bridge.slots[0].reported_stuck = False
         release.set()
         alive.join()
+        clock.now += 1.1
+        hooks.on_wake(bridge)
+        assert messages() == ["WATCHDOG=1"]
+        # Shutting down: no pings (systemd's TimeoutStopSec applies)
+        bridge.stop_event.set()
+        clock.now += 1.1
         hooks.on_wake(bridge)
         assert messages() == []
     finally:

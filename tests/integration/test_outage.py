@@ -1,0 +1,181 @@
+"""An outage is not poison, on the real parts: `mqbridge run --until-idle` (a subprocess) on the shared
+ActiveMQ and a real local Spark, default `backout_threshold` (3).
+
+- the table path blocked by a file for ~20 s (tests run as root, so chmod would not block: a file
+  stands where the table directory should be), then freed;
+- the Spark JVM (py4j's java child process) killed with SIGKILL while bulks are being written;
+- a bulk write that hangs (failpoint `spark_write_hang`: Java's Thread.sleep through SQL reflection,
+  cancelled by the job group) with a short `[spark] write_timeout`;
+- one message that makes Spark's write fail (failpoint `spark_poison_body`: assert_true inside the
+  write) while probe writes succeed: only that message reaches the backout queue.
+
+Each time every other message lands exactly once (counted per body) and nothing is on the backout
+queue that should not be.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from mqbridge.status_cli import run_status
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files, wait_until
+from tests.support.processes import landed, leftovers, mqbridge, stomp_config
+
+pytestmark = pytest.mark.integration
+
+
+def outage_config(tmp_path: Path, queue: str, *, spark: str = "", **kwargs: Any) -> tuple[Path, str]:
+    """`stomp_config` with the monitoring endpoint on a free port and extra `[spark]` keys."""
+    port = free_port()
+    path = stomp_config(tmp_path, queue, **kwargs)
+    text = path.read_text().replace('listen = ""', f'listen = "127.0.0.1:{port}"')
+    text = text.replace('warehouse = "landing"', f'warehouse = "landing"\nprobe_interval_max = "2s"\n{spark}')
+    path.write_text(text)
+    return path, f"http://127.0.0.1:{port}"
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except (urllib.error.URLError, OSError):
+        return 0, ""
+
+
+def sink(url: str, name: str = "orders") -> dict[str, Any]:
+    code, text = get(url + "/status")
+    return json.loads(text).get("sinks", {}).get(name, {}) if code == 200 else {}
+
+
+def start(config: Path, *, failpoint: str | None = None, idle: str = "3s") -> OutputReader:
+    return OutputReader(mqbridge("run", "--config", str(config), "--until-idle", idle, failpoint=failpoint))
+
+
+def finish(run: OutputReader, timeout: float = 300) -> str:
+    code = run.wait(timeout)
+    if code is None:
+        run.terminate()
+        raise AssertionError(f"the bridge did not end within {timeout:.0f}s:\n{run.text()[-5000:]}")
+    assert code == 0, run.text()[-5000:]
+    return run.text()
+
+
+def test_an_unwritable_table_path_pauses_the_sink_and_moves_nothing(tmp_path: Path, spark: Any,
+                                                                     amq: AmqClient) -> None:
+    # Given 600 messages, the default backout threshold, and a file where the table directory goes
+    q = unique_queue("outage-path")
+    sent = bodies(600, "op")
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=100)
+    (tmp_path / "landing").mkdir()
+    blocker = tmp_path / "landing" / "orders"
+    blocker.write_text("not a directory")
+    run = start(config)
+    try:
+        # When the bridge runs: the sink's breaker opens and says so everywhere
+        wait_until(lambda: sink(url).get("available") is False, 180, "the breaker of sink orders to open")
+        code, health = get(url + "/healthz")
+        assert code == 503 and "sink orders: unavailable since" in health, health
+        exit_code, report = run_status(url)
+        assert exit_code == 1 and "UNAVAILABLE since" in report, report
+        _, metrics = get(url + "/metrics")
+        assert 'mqbridge_sink_available{type="orders"} 0.0' in metrics
+        # ... for about 20 s, while probes keep failing
+        opened = time.monotonic()
+        wait_until(lambda: time.monotonic() - opened >= 20 and sink(url).get("probe_failures", 0) >= 3,
+                   120, "20 s of outage and 3 failed probes")
+        assert amq.depth(q + ".backout") == 0
+        # Then the path is fixed
+        blocker.unlink()
+        out = finish(run)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+    assert "probe write succeeded; available again" in out
+    rows = landed(spark, tmp_path / "landing" / "orders")
+    accounting = account(sent, rows)
+    assert accounting.clean, str(accounting)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert leftovers(tmp_path / "landing" / "orders") == []
+
+
+def test_a_killed_spark_jvm_is_replaced_and_nothing_is_lost(tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given 3,000 messages being landed in small bulks
+    q = unique_queue("outage-jvm")
+    sent = bodies(3000, "jv")
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=100)
+    table = tmp_path / "landing" / "orders"
+    run = start(config)
+    try:
+        wait_until(lambda: published_files(table) >= 2, 180, "the first bulks to land")
+        # When the JVM (the bridge's java child process) is killed with SIGKILL under load
+        [java] = [p for p in psutil.Process(run.proc.pid).children(recursive=True) if "java" in p.name()]
+        java.kill()
+        out = finish(run)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+    # Then a new session was started, and every message landed exactly once
+    assert "new SparkSession started" in out, out[-5000:]
+    rows = landed(spark, table)
+    accounting = account(sent, rows)
+    assert accounting.clean, str(accounting)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert leftovers(table) == []
+
+
+def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_path: Path, spark: Any,
+                                                                          amq: AmqClient) -> None:
+    # Given a bridge whose first bulk write hangs, with write_timeout = 5s
+    q = unique_queue("outage-hang")
+    sent = bodies(400, "hg")
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=100, spark='write_timeout = "5s"')
+    run = start(config, failpoint="spark_write_hang")
+    try:
+        # When the timeout fires, the status says why
+        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
+                   "the write timeout to be reported in /status")
+        out = finish(run)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+    assert "failpoint spark_write_hang reached" in out
+    assert "running for more than write_timeout 5s: cancelling its Spark jobs" in out
+    rows = landed(spark, tmp_path / "landing" / "orders")
+    accounting = account(sent, rows)
+    assert accounting.clean, str(accounting)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+def test_one_message_failing_the_spark_write_is_isolated_and_its_neighbours_land(tmp_path: Path, spark: Any,
+                                                                                amq: AmqClient) -> None:
+    # Given 300 messages, one of which makes Spark's write fail, in units of 300
+    q = unique_queue("outage-bisect")
+    sent = bodies(300, "bs")
+    poison = sent[137]
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=300, threads=1)
+    run = start(config, failpoint="spark_poison_body:bs-00137:")
+    out = finish(run)
+    # Then only that message is on the backout queue, every other landed once, no breaker opened
+    rows = landed(spark, tmp_path / "landing" / "orders")
+    accounting = account([b for b in sent if b != poison], rows)
+    assert accounting.clean, str(accounting)
+    moved = amq.drain(q + ".backout")
+    assert [m.body for m in moved] == [poison]
+    assert "failed on its own while the sink takes writes" in moved[0].headers["mqbridge-reason"]
+    assert "isolated as the cause" in out and "sink orders unavailable" not in out
+    assert amq.depth(q) == 0
