@@ -26,7 +26,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,11 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
         builder = builder.remote(remote) if remote else builder.master(master)
         for key, value in settings.items():
             builder = builder.config(key, str(value))
-        spark = builder.getOrCreate()
+        # Spark Connect: `create`, never the cached default session, which a restarted server no
+        # longer knows (see SparkSessions.reset).
+        spark = builder.create() if remote else builder.getOrCreate()
+        if remote:
+            _fail_fast(spark)
         if not remote:
             spark.sparkContext.setLogLevel(level)
     except Exception as exc:
@@ -188,6 +192,31 @@ def _connection_lost(exc: BaseException) -> bool:
     return False
 
 
+#: Spark Connect errors after which the session is gone for good (the server restarted): a new
+#: session must be created (measured on pyspark 4.3: NO_ACTIVE_SESSION after a server restart).
+_CONNECT_SESSION_LOST = ("NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION", "SESSION_CHANGED", "SESSION_CLOSED",
+                         "SESSION_NOT_FOUND")
+#: Spark Connect (gRPC) errors of a server that does not answer.
+_CONNECT_UNAVAILABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused")
+
+
+def _error_texts(exc: BaseException) -> Iterator[str]:
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return
+        yield str(seen)
+        seen = seen.__cause__ or seen.__context__
+
+
+def _connect_session_lost(exc: BaseException) -> bool:
+    return any(mark in text for text in _error_texts(exc) for mark in _CONNECT_SESSION_LOST)
+
+
+def _connect_unavailable(exc: BaseException) -> bool:
+    return any(mark in text for text in _error_texts(exc) for mark in _CONNECT_UNAVAILABLE)
+
+
 def _forget_local_session(session: Any) -> None:
     """Make pyspark forget a session whose JVM is gone, so that the next `getOrCreate` starts a new
     JVM instead of returning the dead session (pyspark's own `stop` gives up half-way when the JVM
@@ -214,6 +243,25 @@ def _forget_local_session(session: Any) -> None:
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
     SQLContext._instantiatedContext = None
+
+
+#: Spark Connect client retries of a call the server does not answer: 5 tries over about 3 s.
+#: pyspark's default keeps retrying for at least 10 minutes, during which a write blocks and no
+#: outage is seen; the bridge's circuit breaker probes and resumes on its own instead.
+CONNECT_RETRIES, CONNECT_BACKOFF_MS, CONNECT_MAX_BACKOFF_MS = 4, 200, 2000
+
+
+def _fail_fast(spark: Any) -> None:
+    """Give a Spark Connect session a short retry policy (CONNECT_RETRIES, doubling backoff)."""
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, backoff_multiplier=2.0,
+                                                       initial_backoff=CONNECT_BACKOFF_MS,
+                                                       max_backoff=CONNECT_MAX_BACKOFF_MS)])
+    except Exception as exc:  # a pyspark without this API: its own retries apply
+        log.warning("Spark Connect: cannot shorten the client's retries (%s); an unreachable server is seen "
+                    "as an outage only after pyspark's own retries (about 10 minutes)", _one_line(exc))
 
 
 class SparkSessions:
@@ -433,12 +481,18 @@ class SparkExecutor:
         if isinstance(exc, SparkWriteTimeoutError | SparkUnavailableError):
             return str(exc)
         session = self.sessions.current
+        if session is not None and _is_connect(session):
+            if _connect_session_lost(exc):  # the server restarted: only a new session gets through
+                self.sessions.reset(session, f"the Spark Connect server no longer knows it ({_one_line(exc)})")
+                return f"Spark Connect session lost ({_one_line(exc)})"
+            if _connection_lost(exc) or _connect_unavailable(exc):
+                return f"Spark Connect server unreachable ({_one_line(exc)})"
+            return ""
         gone = jvm_gone(session)
         if gone or _connection_lost(exc):
-            if session is not None and not _is_connect(session):  # Spark Connect: see the README
+            if session is not None:
                 self.sessions.reset(session, "py4j lost its JVM" if gone else _one_line(exc))
-            what = "Spark Connect server unreachable" if _is_connect(session) else "the Spark JVM is gone"
-            return f"{what} ({_one_line(exc)})"
+            return f"the Spark JVM is gone ({_one_line(exc)})"
         return ""
 
     def _guarded(self, spark: SparkSession, what: str, write: Callable[[], object]) -> None:

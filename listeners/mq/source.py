@@ -59,7 +59,7 @@ from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, pu
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, InDoubtLog, PoisonLog, SourceContext
+from mqbridge.source import BackoutMove, DeliveryTracker, InDoubtLog, PoisonLog, SourceContext
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,13 @@ class MqSource:
         source = context.source
         assert isinstance(source, MqSourceConfig)
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,
-                   in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison)
+                   in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison,
+                   tracker=context.shared.tracker)
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
                  in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge",
-                 poison: PoisonLog | None = None) -> None:
+                 poison: PoisonLog | None = None, tracker: DeliveryTracker | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -108,6 +109,9 @@ class MqSource:
         self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
         # The queue's suspects (see PoisonLog): a message this adapter moves at BOTHRESH leaves them.
         self.poison = poison if poison is not None else PoisonLog()
+        # The queue's record of units backed out because a sink was down: those rollbacks raised
+        # BackoutCount but must not count towards BOTHRESH (an outage is not poison).
+        self.tracker = tracker if tracker is not None else DeliveryTracker()
         # Inquired at connect; the listener's configuration overrides BOTHRESH/BOQNAME.
         self.backout_threshold = 0
         self.backout_queue = ""
@@ -212,9 +216,12 @@ class MqSource:
             if slot is None:
                 self._commit_if_only_moves()
                 return None
-            if self.backout_threshold > 0 and slot.backout_count >= self.backout_threshold:
+            counted = slot.backout_count - self.tracker.outage_give_backs(slot.msg_id)
+            if self.backout_threshold > 0 and counted >= self.backout_threshold:
                 reason = (f"BackoutCount {slot.backout_count} reached the backout threshold "
-                          f"{self.backout_threshold} of {self.destination}")
+                          f"{self.backout_threshold} of {self.destination}"
+                          + (f" ({slot.backout_count - counted} backouts during sink outages not counted)"
+                             if counted != slot.backout_count else ""))
                 self._move(slot, reason, None, MQRC_BACKOUT_THRESHOLD_REACHED)
                 self._commit_if_only_moves()
                 self.poison.left_queue([slot.msg_id])  # (if the commit fails, it is got and moved again)

@@ -69,3 +69,4 @@ def test_standalone_cluster_lands_exactly_once_across_a_kill(tmp_path: Path, spa
     assert "ledger recovery: 1 bulks rolled forward" in out, out[-3000:]
     # both runs were applications of the cluster, their tasks run by its worker
     assert len(list((standalone.base / "work").glob("app-*"))) == 2
+

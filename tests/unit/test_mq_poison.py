@@ -194,3 +194,30 @@ def test_pymqi_1_drivers_keep_properties_on_moves_without_headers(qm) -> None:
     src.commit(moves=[BackoutMove(message, "bad")])
     assert qm.queue("ORDERS.BACKOUT").visible()[0].prop("app") == "shop"
     src.close()
+
+
+def test_backouts_during_a_sink_outage_do_not_count_towards_bothresh(qm) -> None:
+    """A unit backed out because its sink was down raised BackoutCount, but an outage is not
+    poison: the adapter discounts the give-backs the listener recorded for the queue."""
+    from mqbridge.listeners.mq.mapping import hex_id
+    from mqbridge.source import DeliveryTracker
+
+    msg_id = qm.put("ORDERS", b"outage victim", backout_count=3)  # BOTHRESH is 3
+    tracker = DeliveryTracker()
+    src = MqSource("qm", make_source(qm, "ORDERS").config, "ORDERS", driver=pymqi_fake, tracker=tracker)
+    src.connect()
+    try:
+        tracker.gave_back_in_outage([hex_id(msg_id)])
+        message = src.receive(1.0)
+        assert message is not None and message.body == b"outage victim"  # handed out, not moved
+        assert qm.queue("ORDERS.BACKOUT").depth == 0
+        src.rollback()
+    finally:
+        src.close()
+    # without the record it is moved, as before
+    plain = make_source(qm, "ORDERS")
+    plain.connect()
+    try:
+        assert plain.receive(0.3) is None and qm.queue("ORDERS.BACKOUT").depth == 1
+    finally:
+        plain.close()
