@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from mqbridge import __version__
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
+from mqbridge.containers import type_tables
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
@@ -80,8 +81,7 @@ class App:
         if self.landing is None:
             return
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
-        tables = sorted({warehouse / (t.table or name) for name, t in self.config.types.items()})
-        report = recover(self.landing.ledger, tables)
+        report = recover(self.landing.ledger, list(type_tables(warehouse, self.config.types)))
         counters = self.bridge.counters
         counters.inc("recovery_rolled_forward", report.rolled_forward)
         counters.inc("recovery_rolled_back", report.rolled_back)

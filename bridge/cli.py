@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("config", help="configuration file (TOML)")
-    tables = sub.add_parser("tables", help="show what has landed in each message type's table")
+    tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
+                                           "size, oldest and newest put_timestamp")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
@@ -100,27 +101,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    # pyspark is imported (about a second) only by the commands that use Spark.
-    from mqbridge.spark import LANDED_COLUMNS, create_spark_session
+    from mqbridge.containers import containers, type_tables
 
     cfg = load_config(args.config)
-    setup_logging("WARNING")
-    spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-tables", conf=cfg.spark.conf)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
     print(f"warehouse: {warehouse}")
-    for name, type_cfg in cfg.types.items():
-        path = warehouse / (type_cfg.table or name)
-        if not path.exists():
-            print(f"  {name:<16} (no rows yet)   {path}")
-            continue
-        df = spark.read.parquet(str(path))
-        rows = df.count()
-        distinct = df.select("msg_id").distinct().count()
-        days = sorted(r[0].isoformat() for r in df.select("put_date").distinct().collect())
-        extra = [c for c in df.columns if c not in LANDED_COLUMNS]
-        print(f"  {name:<16} {rows:>8} rows  {distinct:>8} distinct msg_id  put_date {', '.join(days)}"
-              f"{'  parsed columns: ' + ', '.join(extra) if extra else ''}\n  {'':<16} {path}")
+    for path, names in type_tables(warehouse, cfg.types).items():
+        found = containers(path)
+        print(f"  {path.relative_to(warehouse)}  (types: {', '.join(names)})"
+              f"{'' if found else '  no rows yet'}")
+        for c in found:
+            oldest = c.oldest.isoformat(timespec="milliseconds") if c.oldest else "-"
+            newest = c.newest.isoformat(timespec="milliseconds") if c.newest else "-"
+            print(f"    put_date={c.put_date}  {c.rows:>9} rows  {c.bytes:>12} bytes  {len(c.files):>4} files  "
+                  f"oldest {oldest}  newest {newest}")
     return 0
 
 

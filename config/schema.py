@@ -23,6 +23,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.tables import is_template, render, template_problem
 from mqbridge.errors import KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -165,7 +166,8 @@ class TypeConfig(Model):
 
     bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
     bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
-    table: str = Field(default="", description="Directory under the warehouse; empty: the type's name")
+    table: str = Field(default="", description="Directory under the warehouse, or a template such as "
+                                               "\"{source}_{destination}\" (config.tables); empty: the type's name")
     format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
     schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
     _name: str = PrivateAttr("")
@@ -173,7 +175,12 @@ class TypeConfig(Model):
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:
-        if value:
+        if value and is_template(value):
+            problem = template_problem(value)
+            if problem:
+                raise ValueError(problem)
+            check_table(render(value, source="s", destination="d", message_type="t"))
+        elif value:
             check_table(value)
         return value
 
