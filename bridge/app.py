@@ -31,6 +31,7 @@ from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.publication import recover
+from mqbridge.purge import recover_purges
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.spark import SparkSessions, executors_for
@@ -77,11 +78,15 @@ class App:
 
     def recover(self) -> None:
         """Before any listener connects: roll every bulk a dead process left prepared forward, and
-        remove staging and `_temporary` leftovers (exactly-once only)."""
+        remove staging and `_temporary` leftovers, and finish or roll back purges killed mid-run
+        (exactly-once only)."""
         if self.landing is None:
             return
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
-        report = recover(self.landing.ledger, list(type_tables(warehouse, self.config.types)))
+        tables = list(type_tables(warehouse, self.config.types))
+        report = recover(self.landing.ledger, tables)
+        for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge)
+            recover_purges(table)
         counters = self.bridge.counters
         counters.inc("recovery_rolled_forward", report.rolled_forward)
         counters.inc("recovery_rolled_back", report.rolled_back)

@@ -12,8 +12,11 @@ Listing reads only Parquet footers (row counts and `put_timestamp` statistics), 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,10 +24,14 @@ from typing import Any
 
 from mqbridge.config import TypeConfig
 from mqbridge.config.tables import render, table_dirs
+from mqbridge.errors import PurgeError
 from mqbridge.message import Bulk
 
 #: The order of rows inside a written file: by partition first (Spark's writer needs it), then the key.
 SORT_COLUMNS = ("put_date", "put_timestamp")
+#: The file whose lock serialises publications into a table with a purge's swap (hidden from readers).
+LOCK_FILE = "_mqbridge.lock"
+PURGE_LOCK_FILE = "_mqbridge.purge.lock"
 PARTITION = re.compile(r"put_date=(\d{4}-\d{2}-\d{2})")
 
 
@@ -127,3 +134,48 @@ def _utc(value: object) -> datetime:
     if isinstance(value, datetime):
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
     raise TypeError(f"put_timestamp statistics are not timestamps: {value!r}")
+
+
+@contextlib.contextmanager
+def table_lock(table: Path) -> Iterator[None]:
+    """Hold the table's lock (every thread and process of this host that publishes into or
+    purges `table` takes it): an exclusive lock on `<table>/_mqbridge.lock`, blocking."""
+    os.makedirs(table, exist_ok=True)
+    fd = os.open(table / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock(fd)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def purge_lock(table: Path) -> Iterator[None]:
+    """Hold the right to purge `table` (one purge per table at a time); PurgeError at once if another
+    thread or process of this host holds it."""
+    fd = os.open(table / PURGE_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            _lock(fd, blocking=False)
+        except OSError as exc:
+            raise PurgeError(f"table {table}: another purge is running on it") from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, blocking: bool = True) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: a byte-range lock, retried (msvcrt gives up after 10 s)
+        import msvcrt
+
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+                return
+            except OSError:
+                if not blocking:
+                    raise
+                time.sleep(0.1)
+    fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,6 +14,11 @@ Points, in the order of the protocol (see README "Delivery guarantees"):
     after_publish         the bulk's files are in the table; the ledger does not say published yet
     before_source_commit  the ledger says published; the source has not committed
     after_source_commit   the source committed the unit of work
+
+and of a purge (`mqbridge.purge`), per container:
+
+    purge_before_swap     the new container is built beside the live one
+    purge_after_swap      the new container is live; the old one is not removed yet
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import signal
 log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
-POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_source_commit")
+POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_source_commit",
+          "purge_before_swap", "purge_after_swap")
 
 
 def hit(point: str) -> None:

@@ -170,6 +170,8 @@ class TypeConfig(Model):
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
     format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
     schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
+    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
+                                       "this are designated by `mqbridge purge`; None: kept until purged by hand")
     _name: str = PrivateAttr("")
 
     @field_validator("table")
@@ -202,6 +204,21 @@ class TypeConfig(Model):
     def table_name(self) -> str:
         """The table directory: `table`, or the type's name when not set."""
         return self.table or self._name
+
+
+class PurgeSection(Model):
+    """`[purge]`: the purge cost model's starting values and margin (README "Retention and purge")."""
+
+    delete_row_seconds: float | None = Field(default=None, gt=0, description="Seconds per row rewritten by "
+                                             "delete; None: learned from past runs (state_dir)")
+    copy_row_seconds: float | None = Field(default=None, gt=0, description="Seconds per surviving row copied; "
+                                           "None: learned")
+    container_seconds: float | None = Field(default=None, ge=0, description="Seconds to create a container, "
+                                            "swap it in and drop the old one; None: learned")
+    margin: float = Field(default=0.1, ge=0, description="Copy-and-drop is chosen only when its estimate plus "
+                                                          "this fraction is below delete's")
+    grace: Duration = Field(default=parse_duration("10s"), description="How long a replaced container's "
+                            "files are kept for readers that listed them before the swap")
 
 
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.
@@ -268,6 +285,7 @@ class BridgeConfig(Model):
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging")
     spark: SparkSection = Field(default_factory=SparkSection, description="Spark and the warehouse")
     collector: CollectorSection = Field(default_factory=CollectorSection, description="Collector limits")
+    purge: PurgeSection = Field(default_factory=PurgeSection, description="Purge cost model")
     types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
     sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")
