@@ -277,10 +277,20 @@ class Purger:
 
 def recover_purges(table: Path) -> int:
     """Finish or roll back what killed purges left under `table` (see the module docstring);
-    the number of purges found."""
+    the number of purges found. A purge running now (another process holds the table's purge
+    lock) is left alone."""
     root = table / WORK
     if not root.is_dir():
         return 0
+    try:
+        with purge_lock(table):
+            return _recover(table, root)
+    except PurgeError:
+        log.info("table %s: a purge is running; its work directory is left to it", table)
+        return 0
+
+
+def _recover(table: Path, root: Path) -> int:
     found = 0
     for work in sorted(p for p in root.iterdir() if p.is_dir()):
         found += 1
@@ -300,6 +310,8 @@ def recover_purges(table: Path) -> int:
             log.warning("purge %s of %s: killed before its swap; the new container is discarded (rolled back)",
                         work.name, container or table)
         shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
     return found
 
 

@@ -215,3 +215,65 @@ backout_queue = "/queue/orders.backout"
     proc = mqbridge("purge", "--config", str(config), "--where", "no_such_column = 1")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "cannot designate rows" in out and "no_such_column" in out, out
+
+
+PURGE_CONFIG = """
+[bridge]
+state_dir = "state"
+plugin_dirs = []
+[spark]
+master = "local[1]"
+warehouse = "landing"
+[purge]
+grace = "0s"
+[types.orders]
+[sources.amq]
+kind = "stomp"
+[[listeners]]
+source = "amq"
+queue = "/queue/orders"
+message_type = "orders"
+backout_queue = "/queue/orders.backout"
+"""
+
+
+@pytest.mark.parametrize(("failpoint", "args", "survive"), [
+    ("purge_before_swap", ["--where", NINETY_PERCENT, "--strategy", "copy"], 100),
+    ("purge_after_swap", ["--where", NINETY_PERCENT, "--strategy", "copy"], 100),
+    ("purge_after_swap", ["--where", NINETY_PERCENT, "--strategy", "delete"], 100),
+    ("purge_after_swap", ["--older-than", "1d"], 5),  # drop
+])
+def test_a_purge_killed_mid_run_leaves_a_readable_table_and_is_finished_at_the_next_start(
+        spark: Any, tmp_path: Path, failpoint: str, args: list[str], survive: int) -> None:
+    # Given a container of 1,000 rows (for the drop: and 5 rows of the next day, which survive)
+    table = land_container(spark, tmp_path / "landing", tmp_path / "state", next_day=5 if survive == 5 else 0)
+    config = tmp_path / "bridge.toml"
+    config.write_text(PURGE_CONFIG)
+    before = rows_of(spark, table)
+
+    # When `mqbridge purge` is killed (SIGKILL) at the failpoint
+    proc = mqbridge("purge", "--config", str(config), *args, failpoint=failpoint)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == -9 and f"failpoint {failpoint} reached" in out, out
+
+    # Then the table is readable at once: the old container before the swap, the new one after
+    seen = rows_of(spark, table)
+    expected = {k: v for k, v in before.items()
+                if k.startswith("d") or (survive == 100 and int(k[1:]) % 10 == 0)}
+    assert seen == (before if failpoint == "purge_before_swap" else expected)
+    assert (table / WORK).is_dir()  # what the killed run left, hidden from readers
+
+    # When the next purge starts (recovery first), with nothing designated
+    proc = mqbridge("purge", "--config", str(config), "--where", "false")
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+
+    # Then the killed run was rolled back (before the swap) or finished (after); nothing is left over
+    assert rows_of(spark, table) == (before if failpoint == "purge_before_swap" else expected)
+    assert not (table / WORK).exists()
+    assert [p.name for p in table.rglob("_mqbridge_purge_*")] == []
+    if failpoint == "purge_before_swap":  # and purging again now leaves exactly the survivors
+        proc = mqbridge("purge", "--config", str(config), *args)
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out
+        assert rows_of(spark, table) == expected
