@@ -150,7 +150,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
                                    container_seconds=p.container_seconds)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf)
-    purger = Purger(spark, model, grace=p.grace)
+    purger = Purger(spark, model)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
     now = datetime.now(timezone.utc)
     for path, names in type_tables(warehouse, types).items():

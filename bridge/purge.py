@@ -15,7 +15,8 @@ either the old container or the new one, never a mix. The swap holds the table's
 (`containers.table_lock`), which every publication into the table also takes, so it never blocks
 landing for longer than one publication; files that landed in the container after the count are
 carried into the new container before the swap (they were not designated). The old files stay
-`grace` seconds for readers that listed them before the swap, then are removed.
+no longer than the run. A reader whose listing of the container raced with the swap may fail with
+a missing file (Spark: FAILED_READ_FILE.FILE_NOT_EXIST) and must read again; it never gets a mix.
 
 Crash safety. Everything a run writes is under `<table>/_purge/<work>/` with a `journal.json`; the
 new container holds a marker file `_mqbridge_purge_<work>`. `recover_purges` (at every start of
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from mqbridge import failpoints
 from mqbridge.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
@@ -53,6 +55,8 @@ from mqbridge.purge_costs import CostModel, Estimate
 log = logging.getLogger(__name__)
 
 WORK = "_purge"
+#: The column naming each row's source file while delete rewrites files one by one.
+SOURCE = "_mqbridge_source_file"
 MARKER = "_mqbridge_purge_"
 JOURNAL = "journal.json"
 STRATEGIES = ("auto", "delete", "copy")
@@ -135,7 +139,6 @@ class Purger:
     spark: Any
     model: CostModel
     counters: Counters = field(default_factory=Counters)
-    grace: float = 10.0
     stop: threading.Event = field(default_factory=threading.Event)
 
     def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
@@ -174,10 +177,7 @@ class Purger:
         return plans
 
     def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
-        """Purge each planned container (yielding its result as it is done), then, `grace`
-        seconds after the last swap, remove the old files."""
-        done: list[Path] = []
-        last_swap = 0.0
+        """Purge each planned container, yielding its result as it is done."""
         locks = contextlib.ExitStack()
         for table in sorted({plan.table for plan in plans}):
             locks.enter_context(purge_lock(table))
@@ -186,15 +186,13 @@ class Purger:
                 if self.stop.is_set():
                     break
                 work = plan.table / WORK / f"{uuid.uuid4().hex[:12]}-{plan.put_date}"
-                result = self._purge(plan, designation, work)
-                last_swap = time.monotonic()
-                done.append(work)
+                try:
+                    result = self._purge(plan, designation, work)
+                finally:
+                    _finish(work)  # the old container after the swap; the unused new one on an error
                 self._account(result)
                 yield result
         finally:
-            self.stop.wait(max(0.0, last_swap + self.grace - time.monotonic()) if done else 0.0)
-            for work in done:
-                _finish(work)
             locks.close()
 
     # -- one container -------------------------------------------------------------------------
@@ -211,22 +209,23 @@ class Purger:
             for name in plan.untouched:
                 os.link(plan.path / name, new / name)
             if plan.partial:
-                written = self._rewrite(plan, plan.partial, designation, work)
+                written = self._rewrite(plan, plan.partial, designation, work, per_file=True)
         elif strategy == "copy":
-            written = self._rewrite(plan, sorted(plan.files), designation, work)
+            written = self._rewrite(plan, sorted(plan.files), designation, work, per_file=False)
         elif not any(data_files(d) for d in _partition_dirs(plan.table) if d != plan.path):
             # The table's last container: an empty one takes its place, or Spark could no longer
             # read the table at all (it infers the schema from a file).
             import pyarrow.parquet as pq
 
             schema = pq.read_schema(plan.path / next(iter(plan.files)))
-            pq.write_table(schema.empty_table(), new / f"part-purge-{work.name}-empty.parquet")
+            pq.write_table(schema.empty_table(), new / sorted(plan.files)[0])
         (new / marker).touch()
         _fsync_dir(new)
         failpoints.hit("purge_before_swap")
         with table_lock(plan.table):
             current = {p.name for p in data_files(plan.path)}
-            for name in sorted(current - set(plan.files)):  # landed after the count: not designated
+            landed = sorted(current - set(plan.files))
+            for name in landed:  # landed after the count: not designated
                 os.link(plan.path / name, new / name)
             swapped = bool(data_files(new))
             if swapped:
@@ -234,6 +233,10 @@ class Purger:
             else:  # nothing survives: the container goes in one rename
                 os.rename(plan.path, work / "old")
         failpoints.hit("purge_after_swap")
+        if landed:
+            log.info("purge of %s: %d files landed during the purge were carried into the new container",
+                     plan.path, len(landed))
+            self.counters.inc("purge_files_carried", len(landed))
         seconds = time.perf_counter() - start
         if swapped:
             (plan.path / marker).unlink()
@@ -242,8 +245,16 @@ class Purger:
         self.model.learn(strategy, seconds, rows_rewritten=rewritten, rows_copied=plan.rows - plan.designated)
         return result
 
-    def _rewrite(self, plan: ContainerPlan, names: list[str], designation: Designation, work: Path) -> int:
-        """Write the surviving rows of `names` (files of the container) into `work/new`; their count."""
+    def _rewrite(self, plan: ContainerPlan, names: list[str], designation: Designation, work: Path, *,
+                 per_file: bool) -> int:
+        """Write the surviving rows of `names` (files of the container) into `work/new`; their count.
+
+        Every new file takes the name of one of `names` (per_file: each file's survivors under its
+        own name; else the compacted files under the first names): the new container's names are
+        a subset of the old one's. A reader lists a directory's names first and then looks each
+        one up by path (Hadoop's local file system); if the swap falls between the two, it finds
+        only names of the new container, with their new content: the new container, never a mix.
+        """
         from pyspark.sql import functions as F
 
         from mqbridge.spark import FILE_BYTES, WRITE_OPTIONS
@@ -254,12 +265,24 @@ class Purger:
         df = (self.spark.read.option("basePath", str(plan.table)).option("mergeSchema", "true").parquet(*files)
               .where(~F.expr(designation.sql)))
         out = work / "spark"
-        (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
-           .write.options(**WRITE_OPTIONS).partitionBy("put_date").mode("overwrite").parquet(str(out)))
+        if per_file:  # one task and one output file per input file, in a directory named after it
+            df = df.withColumn(SOURCE, F.col("_metadata.file_name")).repartition(SOURCE)
+            (df.sortWithinPartitions(SOURCE, *SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
+               .partitionBy("put_date", SOURCE).parquet(str(out)))
+            for directory in (out / plan.path.name).glob(f"{SOURCE}=*"):
+                [path] = directory.glob("part-*.parquet")
+                _fsync(path)
+                os.replace(path, work / "new" / unquote(directory.name.partition("=")[2]))
+            return survivors
+        writer = (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
+                  .write.options(**WRITE_OPTIONS).mode("overwrite"))
+        writer.partitionBy("put_date").parquet(str(out))
         written = sorted((out / plan.path.name).glob("part-*.parquet"))
-        for n, path in enumerate(written):
+        if len(written) > len(names):
+            raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(names)} old ones")
+        for path, name in zip(written, sorted(names)[:len(written)], strict=True):
             _fsync(path)
-            os.replace(path, work / "new" / f"part-purge-{work.name}-{n:05d}.parquet")
+            os.replace(path, work / "new" / name)
         return survivors
 
     def _account(self, result: ContainerResult) -> None:

@@ -217,8 +217,6 @@ class PurgeSection(Model):
                                             "swap it in and drop the old one; None: learned")
     margin: float = Field(default=0.1, ge=0, description="Copy-and-drop is chosen only when its estimate plus "
                                                           "this fraction is below delete's")
-    grace: Duration = Field(default=parse_duration("10s"), description="How long a replaced container's "
-                            "files are kept for readers that listed them before the swap")
 
 
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.

@@ -88,7 +88,7 @@ def test_the_cost_model_picks_the_strategy_and_only_survivors_remain(
     table = land_container(spark, tmp_path / "landing", tmp_path / "state", next_day=5 if strategy == "drop" and not last else 0)
     before = rows_of(spark, table)
     files_before = files_state(table)
-    purger = Purger(spark, fixed_costs(tmp_path), counters=Counters(), grace=0.0)
+    purger = Purger(spark, fixed_costs(tmp_path), counters=Counters())
 
     # When the purge is planned, nothing changes (what --dry-run prints)
     [plan] = purger.plan(table, designation)
@@ -140,7 +140,7 @@ def test_learned_costs_move_towards_the_measured_ones_and_an_operator_value_over
     table = land_container(spark, tmp_path / "landing", tmp_path / "state")
     costs = tmp_path / "state" / "purge_costs.json"
     model = CostModel(costs)
-    purger = Purger(spark, model, grace=0.0)
+    purger = Purger(spark, model)
     designation = Designation(where=NINETY_PERCENT)
 
     for _ in range(2):
@@ -176,7 +176,6 @@ plugin_dirs = []
 master = "local[1]"
 warehouse = "landing"
 [purge]
-grace = "0s"
 delete_row_seconds = 0.00001
 copy_row_seconds = 0.00001
 container_seconds = 0
@@ -225,7 +224,6 @@ plugin_dirs = []
 master = "local[1]"
 warehouse = "landing"
 [purge]
-grace = "0s"
 [types.orders]
 [sources.amq]
 kind = "stomp"
