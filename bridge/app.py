@@ -32,6 +32,7 @@ from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.publication import recover
 from mqbridge.purge import recover_purges
+from mqbridge.purge_schedule import PurgeScheduler
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.spark import SparkSessions, executors_for
@@ -134,6 +135,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                     # Plugins before the configuration file: a reload request rescans plugins first.
                     observers=[plugins, ConfigReloader(), guard, *([landing] if landing else []), *observers],
                     dedupe=landing, stop_event=stop_event, reload_event=reload_event)
+    if config.purge.interval is not None:
+        if landing is None:
+            log.warning("[purge] interval is ignored with exactly_once = false: Spark appends into the tables "
+                        "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
+        else:
+            bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)

@@ -215,6 +215,8 @@ class PurgeSection(Model):
                                            "None: learned")
     container_seconds: float | None = Field(default=None, ge=0, description="Seconds to create a container, "
                                             "swap it in and drop the old one; None: learned")
+    interval: Duration | None = Field(default=None, gt=0, description="Run every type's retention on the "
+                                      "bridge's own thread this often; None (default): only `mqbridge purge`")
     margin: float = Field(default=0.1, ge=0, description="Copy-and-drop is chosen only when its estimate plus "
                                                           "this fraction is below delete's")
 

@@ -30,13 +30,14 @@ MISSING_FILE = re.compile(r"FILE_NOT_EXIST|FileNotFound|does not exist")
 DESIGNATED = "msg_id LIKE 'm%' AND try_cast(substring(msg_id, 2) AS INT) % 10 != 0"
 
 
-def land_old_rows(spark: Any, tmp_path: Path) -> list[bytes]:
-    """1,000 rows put in the last seconds (today's container, where the stream lands too), in 10 files."""
+def land_old_rows(spark: Any, tmp_path: Path, age: timedelta = timedelta(0)) -> list[bytes]:
+    """1,000 rows put in the last seconds (today's container, where the stream lands too), or
+    `age` earlier, in 10 files."""
     ledger = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders"), landing=landing)
     sent = bodies(OLD, "old")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(timezone.utc) - age
     for b in range(10):
         bulk = Bulk("orders")
         for n in range(b * 100, (b + 1) * 100):
@@ -111,3 +112,46 @@ def test_purge_while_landing_goes_on_loses_nothing_and_readers_see_old_or_new(
     assert failures == []
     assert seen and set(seen) <= {OLD, len(survivors)}, sorted(set(seen))
     print(f"{len(seen)} reads, {len(raced)} raced with the swap (missing file, read again)")
+
+
+@pytest.mark.timeout(900)
+def test_the_scheduled_purge_drops_an_expired_container_while_the_bridge_lands(
+        spark: Any, tmp_path: Path, amq: AmqClient) -> None:
+    # Given 1,000 rows put two days ago, and a bridge whose type keeps one day, purging every second
+    land_old_rows(spark, tmp_path, age=timedelta(days=2))
+    table = tmp_path / "landing" / "orders"
+    [expired] = list(table.glob("put_date=*"))
+    q = unique_queue("purge-scheduled")
+    config = stomp_config(tmp_path, q, threads=1, batch=50)
+    config.write_text(config.read_text().replace("[types.orders]\n", '[types.orders]\nretention = "1d"\n')
+                      + '[purge]\ninterval = "1s"\n')
+    stream: list[bytes] = []
+    done = threading.Event()
+
+    def produce() -> None:  # until the expired container is gone
+        with AmqClient() as producer:
+            n = 0
+            while not done.is_set():
+                batch = [f"new-{n + i:06d}:".encode() + bytes(range(256)) for i in range(20)]
+                producer.put_many(q, batch)
+                stream.extend(batch)
+                n += 20
+                done.wait(0.05)
+
+    producer = threading.Thread(target=produce, name="test-producer")
+    producer.start()
+    # When the bridge runs while messages keep coming
+    bridge = OutputReader(mqbridge("run", "--config", str(config), "--until-idle", "3s"))
+    try:
+        wait_until(lambda: not expired.exists(), 300, "the scheduled purge to drop the expired container")
+    finally:
+        done.set()
+        producer.join(60)
+    assert bridge.wait(300) == 0, bridge.text()
+
+    # Then the expired rows are gone, the stream is in the table exactly once, and the bridge said so
+    accounting = account(stream, landed(spark, table))
+    assert accounting.clean, str(accounting)
+    assert amq.depth(q) == 0 and leftovers(table) == [] and not (table / "_purge").exists()
+    assert re.search(r"purge orders put_date=\S+: designated 1000/1000, .* strategy drop", bridge.text()), \
+        bridge.text()
