@@ -22,6 +22,7 @@ from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
+from mqbridge.containers import type_tables
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
@@ -32,6 +33,8 @@ from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.publication import recover
+from mqbridge.purge import recover_purges
+from mqbridge.purge_schedule import PurgeScheduler
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.spark import SparkSessions, executors_for
@@ -78,12 +81,15 @@ class App:
 
     def recover(self) -> None:
         """Before any listener connects: roll every bulk a dead process left prepared forward, and
-        remove staging and `_temporary` leftovers (exactly-once only)."""
+        remove staging and `_temporary` leftovers, and finish or roll back purges killed mid-run
+        (exactly-once only)."""
         if self.landing is None:
             return
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
-        tables = sorted({warehouse / (t.table or name) for name, t in self.config.types.items()})
+        tables = list(type_tables(warehouse, self.config.types))
         report = recover(self.landing.ledger, tables)
+        for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge)
+            recover_purges(table)
         counters = self.bridge.counters
         counters.inc("recovery_rolled_forward", report.rolled_forward)
         counters.inc("recovery_rolled_back", report.rolled_back)
@@ -136,6 +142,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                     observers=[plugins, ConfigReloader(), guard, breakers, *([landing] if landing else []),
                                *observers],
                     dedupe=landing, stop_event=stop_event, reload_event=reload_event, breakers=breakers)
+    if config.purge.interval is not None:
+        if landing is None:
+            log.warning("[purge] interval is ignored with exactly_once = false: Spark appends into the tables "
+                        "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
+        else:
+            bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)

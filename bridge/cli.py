@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib.metadata import entry_points
 from types import FrameType
 from typing import Any
@@ -61,8 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("config", help="configuration file (TOML)")
-    tables = sub.add_parser("tables", help="show what has landed in each message type's table")
+    tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
+                                           "size, oldest and newest put_timestamp")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
+                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
+    purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    purge.add_argument("--type", action="append", default=None, metavar="NAME",
+                       help="only this message type's tables (repeatable; default: every type)")
+    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+                       help="designate rows put longer ago than this (default: the type's retention)")
+    purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
+                                                                    "condition (with --older-than: both)")
+    purge.add_argument("--strategy", choices=("auto", "delete", "copy"), default="auto",
+                       help="auto: the cheaper estimate (default); a container whose rows are all "
+                            "designated is always dropped")
+    purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
+    purge.set_defaults(handler=cmd_purge)
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
@@ -100,28 +115,72 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    # pyspark is imported (about a second) only by the commands that use Spark.
-    from mqbridge.spark import LANDED_COLUMNS, create_spark_session
+    from mqbridge.containers import containers, type_tables
+
+    cfg = load_config(args.config)
+    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    print(f"warehouse: {warehouse}")
+    for path, names in type_tables(warehouse, cfg.types).items():
+        found = containers(path)
+        print(f"  {path.relative_to(warehouse)}  (types: {', '.join(names)})"
+              f"{'' if found else '  no rows yet'}")
+        for c in found:
+            oldest = c.oldest.isoformat(timespec="milliseconds") if c.oldest else "-"
+            newest = c.newest.isoformat(timespec="milliseconds") if c.newest else "-"
+            print(f"    put_date={c.put_date}  {c.rows:>9} rows  {c.bytes:>12} bytes  {len(c.files):>4} files  "
+                  f"oldest {oldest}  newest {newest}")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from mqbridge.containers import type_tables
+    from mqbridge.purge import Designation, Purger, recover_purges
+    from mqbridge.purge_costs import CostModel
+    from mqbridge.spark import create_spark_session
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
+    unknown = sorted(set(args.type or ()) - set(cfg.types))
+    if unknown:
+        raise ConfigError(f"--type {', '.join(unknown)}: not a configured type (configured: {', '.join(cfg.types)})")
+    types = {name: t for name, t in cfg.types.items() if not args.type or name in args.type}
+    p = cfg.purge
+    model = CostModel.in_state_dir(cfg.resolve_path(cfg.bridge.state_dir), margin=p.margin,
+                                   delete_row_seconds=p.delete_row_seconds, copy_row_seconds=p.copy_row_seconds,
+                                   container_seconds=p.container_seconds)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-tables", conf=cfg.spark.conf)
+                                 app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf)
+    purger = Purger(spark, model)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
-    print(f"warehouse: {warehouse}")
-    for name, type_cfg in cfg.types.items():
-        path = warehouse / (type_cfg.table or name)
-        if not path.exists():
-            print(f"  {name:<16} (no rows yet)   {path}")
+    now = datetime.now(timezone.utc)
+    for path, names in type_tables(warehouse, types).items():
+        ages = [r for n in names if (r := types[n].retention) is not None]
+        age = args.older_than if args.older_than is not None else (min(ages) if ages else None)
+        table = path.relative_to(warehouse)
+        if age is None and not args.where:
+            print(f"{table}: no retention and no --older-than or --where: nothing designated")
             continue
-        df = spark.read.parquet(str(path))
-        rows = df.count()
-        distinct = df.select("msg_id").distinct().count()
-        days = sorted(r[0].isoformat() for r in df.select("put_date").distinct().collect())
-        extra = [c for c in df.columns if c not in LANDED_COLUMNS]
-        print(f"  {name:<16} {rows:>8} rows  {distinct:>8} distinct msg_id  put_date {', '.join(days)}"
-              f"{'  parsed columns: ' + ', '.join(extra) if extra else ''}\n  {'':<16} {path}")
+        if not args.dry_run:
+            recover_purges(path)
+        designation = Designation(cutoff=now - timedelta(seconds=age) if age is not None else None,
+                                  where=args.where)
+        plans = purger.plan(path, designation, args.strategy)
+        print(f"{table}: designated: {designation.describe()}; {len(plans)} containers affected"
+              f"{' (dry run: nothing changed)' if args.dry_run else ''}")
+        lines = {id(plan): _purge_line(plan) for plan in plans}
+        if args.dry_run:
+            for plan in plans:
+                print(lines[id(plan)])
+            continue
+        for result in purger.run(plans, designation):
+            print(f"{lines[id(result.plan)]}  measured {result.seconds:.3f}s", flush=True)
     return 0
+
+
+def _purge_line(plan: Any) -> str:
+    e = plan.estimate
+    return (f"  put_date={plan.put_date}  designated {plan.designated}/{plan.rows}  "
+            f"estimated delete {e.delete_seconds:.3f}s  copy-and-drop {e.copy_seconds:.3f}s  strategy {e.strategy}")
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

@@ -137,6 +137,11 @@ class DuplicateIdentityError(BridgeError):
         self.identities = identities
 
 
+class PurgeError(BridgeError):
+    """A purge cannot run: its `--where` is not valid SQL for the table, another purge holds the
+    table, or its designation is empty where one was required. The message names the table."""
+
+
 class SparkUnavailableError(BridgeError):
     """Spark could not be started or reached."""
 

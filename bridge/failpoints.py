@@ -32,6 +32,11 @@ and one (`value`) makes Spark itself fail every bulk write that holds a chosen m
 
     spark_poison_body:TEXT  a bulk write fails inside Spark (assert_true) when a body contains TEXT;
                             probe writes, which hold no message, succeed
+
+Killing points of a purge (`mqbridge.purge`), per container:
+
+    purge_before_swap     the new container is built beside the live one
+    purge_after_swap      the new container is live; the old one is not removed yet
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
-          "after_source_ack", "after_source_commit")
+          "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap")
 _fired: set[str] = set()
 
 

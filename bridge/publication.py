@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqbridge.containers import table_lock
 from mqbridge.errors import LedgerError, PublicationError
 from mqbridge.ledger import Ledger, PreparedBulk, owner_alive
 
@@ -88,14 +89,19 @@ def publish(moves: Sequence[tuple[str, str]]) -> None:
     if lost:
         raise PublicationError(f"{len(lost)} staged files are gone and not published: {', '.join(lost[:3])}")
     directories: set[str] = set()
-    for staged, final in moves:
-        if not os.path.exists(staged):
-            continue  # moved before a crash (the target exists: checked above)
-        target_dir = os.path.dirname(final)
-        os.makedirs(target_dir, exist_ok=True)
-        _fsync(staged)  # content on disk before the name is: Spark does not fsync its files
-        os.replace(staged, final)
-        directories.add(target_dir)
+    # A purge swaps a container directory under the same lock: no file lands in a container
+    # between the purge's last look at it and the swap (mqbridge.purge).
+    with contextlib.ExitStack() as locks:
+        for table in sorted({os.path.dirname(os.path.dirname(final)) for _, final in moves}):
+            locks.enter_context(table_lock(Path(table)))
+        for staged, final in moves:
+            if not os.path.exists(staged):
+                continue  # moved before a crash (the target exists: checked above)
+            target_dir = os.path.dirname(final)
+            os.makedirs(target_dir, exist_ok=True)
+            _fsync(staged)  # content on disk before the name is: Spark does not fsync its files
+            os.replace(staged, final)
+            directories.add(target_dir)
     for directory in sorted(directories):
         _fsync(directory)
 

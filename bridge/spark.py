@@ -37,6 +37,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from mqbridge import failpoints
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
+from mqbridge.containers import SORT_COLUMNS, tables_of
 from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, SparkWriteTimeoutError
 from mqbridge.jvmlog import driver_log_conf, jvm_log_level
 from mqbridge.landing import Landing
@@ -51,6 +52,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Spark's default (INT96) writes no min/max statistics: readers could not skip files by put_timestamp.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 #: Only for an in-process driver: a Spark Connect server's static settings cannot be changed.
 LOCAL_DEFAULT_CONF: dict[str, str] = {
@@ -414,13 +417,13 @@ class SparkExecutor:
         self.sessions.get()  # the DDL check below needs a live session
         self.write_timeout = write_timeout
         self.message_type = message_type
-        self.table = config.table or message_type
+        self.table = config.table or message_type  # a template such as "{destination}" (containers.py)
         self.format = config.format
         self.schema: StructType | None = (parse_schema(message_type, config.schema_ddl)
                                           if config.schema_ddl else None)
-        self._path = Path(warehouse) / self.table
+        self.warehouse = Path(warehouse)
+        self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
-        self._lock = _path_lock(self._path.absolute())
         self.last_write_seconds = 0.0
         self.rows_written = 0
         self.bytes_written = 0
@@ -428,7 +431,7 @@ class SparkExecutor:
 
     @property
     def path(self) -> Path:
-        """The table's directory."""
+        """The table's directory (of a template: with its placeholders, see `tables_of`)."""
         return self._path
 
     @property
@@ -440,8 +443,7 @@ class SparkExecutor:
         """Land `bulk`; one result per message, in the bulk's order."""
         results: list[MessageResult | None] = [None] * len(bulk.messages)
         try:
-            with self._lock:
-                self._execute(bulk, results)
+            self._execute(bulk, results)
         except Exception as exc:
             outage = self._outage(exc)
             reason = f"Spark write failed: {outage or _one_line(exc)}"
@@ -548,8 +550,17 @@ class SparkExecutor:
                 if reason is not None:
                     results[i] = MessageResult.permanent(message.msg_id, reason, bulk.bulk_id)
         keep = [i for i, r in enumerate(results) if r is None]
-        if not keep:
-            return
+        groups = tables_of(self.table, bulk, keep)
+        for n, (table, rows) in enumerate(groups.items()):
+            # One ledger bulk per table: a bulk spread over several destinations lands per table.
+            ledger_bulk_id = bulk.bulk_id if len(groups) == 1 else f"{bulk.bulk_id}.{n}"
+            path = self.warehouse / table
+            with _path_lock(path.absolute()):
+                self._write(bulk, rows, table, path, ledger_bulk_id, results)
+
+    def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path, ledger_bulk_id: str,
+               results: list[MessageResult | None]) -> None:
+        messages = bulk.messages
         start = time.perf_counter()
         spark = self.sessions.get()
         df = spark.createDataFrame(self._arrow_table(bulk, keep))
@@ -566,11 +577,13 @@ class SparkExecutor:
         # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
         # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
         df = df.coalesce(max(1, math.ceil(sum(len(messages[i].body) for i in keep) / FILE_BYTES)))
-        existed = self._path.exists()
+        # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
+        df = df.sortWithinPartitions(*SORT_COLUMNS)
+        existed = path.exists()
         landing = self.landing
         # Exactly-once: the bulk goes to its own staging directory, which no reader lists, and is
         # published below; at-least-once: appended straight into the table.
-        target = staging_dir(self._path, landing.owner, bulk.bulk_id) if landing is not None else self._path
+        target = staging_dir(path, landing.owner, ledger_bulk_id) if landing is not None else path
         mode = "overwrite" if landing is not None else "append"
         poison = failpoints.value("spark_poison_body")
         if poison is not None:  # test only: Spark fails the write of a bulk holding this body
@@ -597,7 +610,7 @@ class SparkExecutor:
         landed = [i for i in keep if results[i] is None]
         if landing is not None:
             if landed:
-                landing.land(bulk.bulk_id, self.table, self._path, target,
+                landing.land(ledger_bulk_id, table, path, target,
                              [messages[i].identity or messages[i].msg_id for i in landed])
             else:
                 discard(target)
@@ -605,14 +618,14 @@ class SparkExecutor:
             results[i] = MessageResult.success(messages[i].msg_id, bulk.bulk_id)
         if not landed:
             if not existed:  # an append of no rows leaves a directory Spark cannot read back
-                shutil.rmtree(self._path, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)
             return
         self.last_write_seconds = time.perf_counter() - start
         self.rows_written += len(landed)
         self.bytes_written += sum(len(messages[i].body) for i in landed)
         self.writes += 1
         log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
-                  len(landed), self._path, self.last_write_seconds)
+                  len(landed), path, self.last_write_seconds)
 
     def _arrow_table(self, bulk: Bulk, rows: list[int]) -> pa.Table:
         picked: list[Message] = [bulk.messages[i] for i in rows]

@@ -23,6 +23,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.tables import is_template, render, template_problem
 from mqbridge.errors import KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -192,15 +193,23 @@ class TypeConfig(Model):
 
     bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
     bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
-    table: str = Field(default="", description="Directory under the warehouse; empty: the type's name")
+    table: str = Field(default="", description="Directory under the warehouse, or a template such as "
+                                               "\"{source}_{destination}\" (config.tables); empty: the type's name")
     format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
     schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
+    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
+                                       "this are designated by `mqbridge purge`; None: kept until purged by hand")
     _name: str = PrivateAttr("")
 
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:
-        if value:
+        if value and is_template(value):
+            problem = template_problem(value)
+            if problem:
+                raise ValueError(problem)
+            check_table(render(value, source="s", destination="d", message_type="t"))
+        elif value:
             check_table(value)
         return value
 
@@ -222,6 +231,21 @@ class TypeConfig(Model):
     def table_name(self) -> str:
         """The table directory: `table`, or the type's name when not set."""
         return self.table or self._name
+
+
+class PurgeSection(Model):
+    """`[purge]`: the purge cost model's starting values and margin (README "Retention and purge")."""
+
+    delete_row_seconds: float | None = Field(default=None, gt=0, description="Seconds per row rewritten by "
+                                             "delete; None: learned from past runs (state_dir)")
+    copy_row_seconds: float | None = Field(default=None, gt=0, description="Seconds per surviving row copied; "
+                                           "None: learned")
+    container_seconds: float | None = Field(default=None, ge=0, description="Seconds to create a container, "
+                                            "swap it in and drop the old one; None: learned")
+    interval: Duration | None = Field(default=None, gt=0, description="Run every type's retention on the "
+                                      "bridge's own thread this often; None (default): only `mqbridge purge`")
+    margin: float = Field(default=0.1, ge=0, description="Copy-and-drop is chosen only when its estimate plus "
+                                                          "this fraction is below delete's")
 
 
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.
@@ -295,6 +319,7 @@ class BridgeConfig(Model):
     spark: SparkSection = Field(default_factory=SparkSection, description="Spark and the warehouse")
     collector: CollectorSection = Field(default_factory=CollectorSection, description="Collector limits")
     ledger: LedgerSection = Field(default_factory=LedgerSection, description="Where the landing ledger lives")
+    purge: PurgeSection = Field(default_factory=PurgeSection, description="Purge cost model")
     types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
     sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")

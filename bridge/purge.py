@@ -1,0 +1,385 @@
+"""Purge: remove designated rows from the containers (`put_date` partitions) of landed tables,
+by delete, copy-and-drop or drop, whichever the cost model (`mqbridge.purge_costs`) says is cheaper.
+
+For each table one Spark job counts, per container and per file, the rows and the designated rows
+(`put_timestamp` older than a cutoff and/or a SQL condition). Then, per container with designated rows:
+
+* drop   every row designated: the container directory is renamed away in one step.
+* delete the files that hold designated *and* surviving rows are rewritten without the designated
+         ones; files of designated rows only are left out; the other files are kept (hard links).
+* copy   every surviving row is written into new files (a compacted container).
+
+Delete and copy build the new container under `<table>/_purge/<run>-<date>/new` (readers skip `_`
+names), then swap it with the live directory in one `renameat2(RENAME_EXCHANGE)`: a reader lists
+either the old container or the new one, never a mix. The swap holds the table's lock
+(`containers.table_lock`), which every publication into the table also takes, so it never blocks
+landing for longer than one publication; files that landed in the container after the count are
+carried into the new container before the swap (they were not designated). The old files stay
+no longer than the run. A reader whose listing of the container raced with the swap may fail with
+a missing file (Spark: FAILED_READ_FILE.FILE_NOT_EXIST) and must read again; it never gets a mix.
+
+Crash safety. Everything a run writes is under `<table>/_purge/<work>/` with a `journal.json`; the
+new container holds a marker file `_mqbridge_purge_<work>`. `recover_purges` (at every start of
+`mqbridge run` and `mqbridge purge`) finishes what a killed run left: marker in the live
+container → the swap happened: the marker and the old files go (rolled forward); otherwise the
+new container is thrown away (rolled back). The table is readable throughout. The ledger is not
+touched: purged identities stay in the de-duplication window, so a redelivered copy of a purged
+message is still recognised as landed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import math
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from mqbridge import failpoints
+from mqbridge.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
+from mqbridge.counters import Counters
+from mqbridge.errors import PurgeError
+from mqbridge.purge_costs import CostModel, Estimate
+
+log = logging.getLogger(__name__)
+
+WORK = "_purge"
+#: The column naming each row's source file while delete rewrites files one by one.
+SOURCE = "_mqbridge_source_file"
+MARKER = "_mqbridge_purge_"
+JOURNAL = "journal.json"
+STRATEGIES = ("auto", "delete", "copy")
+
+
+@dataclass(frozen=True)
+class Designation:
+    """What a purge designates: rows put before `cutoff`, and/or rows matching `where` (Spark SQL)."""
+
+    cutoff: datetime | None = None
+    where: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cutoff is None and not self.where:
+            raise PurgeError("nothing designated: give an age (--older-than, or [types.X] retention) or --where")
+
+    @property
+    def sql(self) -> str:
+        """The condition as one Spark SQL expression (a NULL result does not designate)."""
+        parts = []
+        if self.cutoff is not None:
+            # unix_micros: independent of the session time zone.
+            micros = int(self.cutoff.astimezone(timezone.utc).timestamp() * 1_000_000)
+            parts.append(f"unix_micros(put_timestamp) < {micros}")
+        if self.where:
+            parts.append(f"({self.where})")
+        return f"coalesce({' AND '.join(parts)}, false)"
+
+    def describe(self) -> str:
+        parts = [f"put before {self.cutoff.isoformat(timespec='seconds')}"] if self.cutoff else []
+        return " and ".join(parts + ([f"where {self.where}"] if self.where else []))
+
+
+@dataclass
+class ContainerPlan:
+    """One container with designated rows: its files at the count, per file (rows, designated)."""
+
+    table: Path
+    put_date: str
+    files: dict[str, tuple[int, int]]
+    estimate: Estimate
+
+    @property
+    def path(self) -> Path:
+        return self.table / f"put_date={self.put_date}"
+
+    @property
+    def rows(self) -> int:
+        return sum(r for r, _ in self.files.values())
+
+    @property
+    def designated(self) -> int:
+        return sum(d for _, d in self.files.values())
+
+    @property
+    def partial(self) -> list[str]:
+        """Files holding designated and surviving rows."""
+        return sorted(f for f, (r, d) in self.files.items() if 0 < d < r)
+
+    @property
+    def untouched(self) -> list[str]:
+        return sorted(f for f, (_, d) in self.files.items() if d == 0)
+
+
+@dataclass
+class ContainerResult:
+    """What one container's purge did."""
+
+    plan: ContainerPlan
+    strategy: str
+    seconds: float
+    rows_deleted: int
+    rows_written: int  # rows Spark wrote into new files (delete: of rewritten files; copy: every survivor)
+
+
+@dataclass
+class Purger:
+    """Plans and runs purges of the tables under one warehouse (see the module docstring)."""
+
+    spark: Any
+    model: CostModel
+    counters: Counters = field(default_factory=Counters)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
+        """The containers of `table` with designated rows, oldest first, each with its estimate
+        (and `strategy` when not "auto"; "drop" whenever every row is designated)."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+
+        if not any(data_files(d) for d in _partition_dirs(table)):
+            return []
+        df = self.spark.read.parquet(str(table))
+        try:
+            counted = (df.select(F.col("put_date").cast("string").alias("put_date"),
+                                 F.col("_metadata.file_name").alias("file"),
+                                 F.expr(designation.sql).cast("long").alias("designated"))
+                       .groupBy("put_date", "file")
+                       .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
+                       .collect())
+        except AnalysisException as exc:
+            raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
+                             f"{str(exc).strip().splitlines()[0]}") from exc
+        by_date: dict[str, dict[str, tuple[int, int]]] = {}
+        for row in counted:
+            by_date.setdefault(row["put_date"], {})[row["file"]] = (int(row["rows"]), int(row["designated"]))
+        plans = []
+        for put_date, files in sorted(by_date.items()):
+            plan = ContainerPlan(table, put_date, files, Estimate(0.0, 0.0, "none"))
+            if plan.designated == 0:
+                continue
+            rewritten = sum(files[f][0] for f in plan.partial)
+            estimate = self.model.estimate(plan.rows, plan.designated, rewritten)
+            if strategy != "auto" and estimate.strategy != "drop":
+                estimate = Estimate(estimate.delete_seconds, estimate.copy_seconds, strategy)
+            plan.estimate = estimate
+            plans.append(plan)
+        return plans
+
+    def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
+        """Purge each planned container, yielding its result as it is done."""
+        locks = contextlib.ExitStack()
+        for table in sorted({plan.table for plan in plans}):
+            locks.enter_context(purge_lock(table))
+        try:
+            for plan in plans:
+                if self.stop.is_set():
+                    break
+                work = plan.table / WORK / f"{uuid.uuid4().hex[:12]}-{plan.put_date}"
+                try:
+                    result = self._purge(plan, designation, work)
+                finally:
+                    _finish(work)  # the old container after the swap; the unused new one on an error
+                self._account(result)
+                yield result
+        finally:
+            locks.close()
+
+    # -- one container -------------------------------------------------------------------------
+    def _purge(self, plan: ContainerPlan, designation: Designation, work: Path) -> ContainerResult:
+        strategy = plan.estimate.strategy
+        start = time.perf_counter()
+        new = work / "new"
+        new.mkdir(parents=True)
+        _write_json(work / JOURNAL, {"container": plan.path.name, "strategy": strategy,
+                                     "started": datetime.now(timezone.utc).isoformat()})
+        marker = MARKER + work.name
+        written = 0
+        if strategy == "delete":
+            for name in plan.untouched:
+                os.link(plan.path / name, new / name)
+            if plan.partial:
+                written = self._rewrite(plan, plan.partial, designation, work, per_file=True)
+        elif strategy == "copy":
+            written = self._rewrite(plan, sorted(plan.files), designation, work, per_file=False)
+        elif not any(data_files(d) for d in _partition_dirs(plan.table) if d != plan.path):
+            # The table's last container: an empty one takes its place, or Spark could no longer
+            # read the table at all (it infers the schema from a file).
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(plan.path / next(iter(plan.files)))
+            pq.write_table(schema.empty_table(), new / sorted(plan.files)[0])
+        (new / marker).touch()
+        _fsync_dir(new)
+        failpoints.hit("purge_before_swap")
+        with table_lock(plan.table):
+            current = {p.name for p in data_files(plan.path)}
+            landed = sorted(current - set(plan.files))
+            for name in landed:  # landed after the count: not designated
+                os.link(plan.path / name, new / name)
+            swapped = bool(data_files(new))
+            if swapped:
+                _exchange(new, plan.path)
+            else:  # nothing survives: the container goes in one rename
+                os.rename(plan.path, work / "old")
+        failpoints.hit("purge_after_swap")
+        if landed:
+            log.info("purge of %s: %d files landed during the purge were carried into the new container",
+                     plan.path, len(landed))
+            self.counters.inc("purge_files_carried", len(landed))
+        seconds = time.perf_counter() - start
+        if swapped:
+            (plan.path / marker).unlink()
+        result = ContainerResult(plan, strategy, seconds, plan.designated, written)
+        rewritten = sum(plan.files[f][0] for f in plan.partial)
+        self.model.learn(strategy, seconds, rows_rewritten=rewritten, rows_copied=plan.rows - plan.designated)
+        return result
+
+    def _rewrite(self, plan: ContainerPlan, names: list[str], designation: Designation, work: Path, *,
+                 per_file: bool) -> int:
+        """Write the surviving rows of `names` (files of the container) into `work/new`; their count.
+
+        Every new file takes the name of one of `names` (per_file: each file's survivors under its
+        own name; else the compacted files under the first names): the new container's names are
+        a subset of the old one's. A reader lists a directory's names first and then looks each
+        one up by path (Hadoop's local file system); if the swap falls between the two, it finds
+        only names of the new container, with their new content: the new container, never a mix.
+        """
+        from pyspark.sql import functions as F
+
+        from mqbridge.spark import FILE_BYTES, WRITE_OPTIONS
+
+        files = [str(plan.path / name) for name in names]
+        size = sum((plan.path / name).stat().st_size for name in names)
+        survivors = sum(plan.files[n][0] - plan.files[n][1] for n in names)
+        df = (self.spark.read.option("basePath", str(plan.table)).option("mergeSchema", "true").parquet(*files)
+              .where(~F.expr(designation.sql)))
+        out = work / "spark"
+        if per_file:  # one task and one output file per input file, in a directory named after it
+            df = df.withColumn(SOURCE, F.col("_metadata.file_name")).repartition(SOURCE)
+            (df.sortWithinPartitions(SOURCE, *SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
+               .partitionBy("put_date", SOURCE).parquet(str(out)))
+            for directory in (out / plan.path.name).glob(f"{SOURCE}=*"):
+                [path] = directory.glob("part-*.parquet")
+                _fsync(path)
+                os.replace(path, work / "new" / unquote(directory.name.partition("=")[2]))
+            return survivors
+        writer = (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
+                  .write.options(**WRITE_OPTIONS).mode("overwrite"))
+        writer.partitionBy("put_date").parquet(str(out))
+        written = sorted((out / plan.path.name).glob("part-*.parquet"))
+        if len(written) > len(names):
+            raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(names)} old ones")
+        for path, name in zip(written, sorted(names)[:len(written)], strict=True):
+            _fsync(path)
+            os.replace(path, work / "new" / name)
+        return survivors
+
+    def _account(self, result: ContainerResult) -> None:
+        c, strategy = self.counters, result.strategy
+        c.inc("purge_containers", strategy=strategy)
+        c.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
+        c.inc("purge_rows_written", result.rows_written, strategy=strategy)
+        if strategy == "drop":
+            c.inc("purge_containers_dropped")
+        estimate = result.plan.estimate
+        c.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
+                  estimate.delete_seconds, strategy=strategy)
+        c.observe("purge_measured_seconds", result.seconds, strategy=strategy)
+
+
+def recover_purges(table: Path) -> int:
+    """Finish or roll back what killed purges left under `table` (see the module docstring);
+    the number of purges found. A purge running now (another process holds the table's purge
+    lock) is left alone."""
+    root = table / WORK
+    if not root.is_dir():
+        return 0
+    try:
+        with purge_lock(table):
+            return _recover(table, root)
+    except PurgeError:
+        log.info("table %s: a purge is running; its work directory is left to it", table)
+        return 0
+
+
+def _recover(table: Path, root: Path) -> int:
+    found = 0
+    for work in sorted(p for p in root.iterdir() if p.is_dir()):
+        found += 1
+        try:
+            container = table / json.loads((work / JOURNAL).read_text())["container"]
+        except (OSError, ValueError, KeyError):
+            container = None  # killed before its journal was written: nothing was swapped
+        marker = MARKER + work.name
+        if (work / "old").is_dir():
+            log.warning("purge %s of %s: the container was dropped; its files are removed now (rolled forward)",
+                        work.name, container)
+        elif container is not None and (container / marker).exists():
+            (container / marker).unlink()
+            log.warning("purge %s of %s: the new container was in place; old files removed (rolled forward)",
+                        work.name, container)
+        else:
+            log.warning("purge %s of %s: killed before its swap; the new container is discarded (rolled back)",
+                        work.name, container or table)
+        shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
+    return found
+
+
+def _finish(work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        work.parent.rmdir()  # the table's _purge directory, once no other run uses it
+
+
+def _partition_dirs(table: Path) -> list[Path]:
+    return [p for p in table.iterdir() if p.is_dir() and p.name.startswith("put_date=")] if table.is_dir() else []
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise PurgeError("this system has no renameat2 (Linux 3.15+, glibc 2.28+): a container cannot be "
+                         "swapped atomically")
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise PurgeError(f"cannot swap {a} and {b}: {os.strerror(err)} (the file system must support "
+                         "RENAME_EXCHANGE: ext4, xfs, btrfs, tmpfs)")
+    _fsync_dir(b.parent)
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    path.write_text(json.dumps(data) + "\n")
+    _fsync(path)
+    _fsync_dir(path.parent)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "nt":
+        _fsync(path)

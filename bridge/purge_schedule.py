@@ -1,0 +1,102 @@
+"""The scheduled purge: `[purge] interval` runs each type's retention on its own thread while the
+listeners keep landing (off by default).
+
+Every `interval` the thread purges, table by table, the rows whose `put_timestamp` is older than
+their type's `retention` (types without one are skipped), exactly as `mqbridge purge` would with no
+`--where`: the same cost model and learned costs, the same swap under the table lock (landing waits
+at most one swap), the same recovery. A failed round is logged and the next one runs as planned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mqbridge.containers import type_tables
+from mqbridge.counters import Counters
+from mqbridge.observer import Observer
+from mqbridge.purge import Designation, Purger
+from mqbridge.purge_costs import CostModel
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
+
+log = logging.getLogger(__name__)
+
+
+class PurgeScheduler(Observer):
+    """Starts the purge thread when the bridge is ready and stops it when the bridge stops."""
+
+    def __init__(self, config: BridgeConfig, session: Callable[[], Any], counters: Counters) -> None:
+        assert config.purge.interval is not None
+        self.interval = config.purge.interval
+        self.config = config
+        self._session = session  # the bridge's SparkSession, started by its executors
+        self.counters = counters
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rounds = 0
+        self.last_error: str | None = None
+        p = config.purge
+        self.model = CostModel.in_state_dir(config.resolve_path(config.bridge.state_dir), margin=p.margin,
+                                            delete_row_seconds=p.delete_row_seconds,
+                                            copy_row_seconds=p.copy_row_seconds,
+                                            container_seconds=p.container_seconds)
+
+    def on_ready(self, bridge: object) -> None:
+        self._thread = threading.Thread(target=self._loop, name="mqbridge-purge", daemon=True)
+        self._thread.start()
+
+    def on_stopping(self, bridge: object) -> None:
+        # A round in progress ends after its current container (a swap is never interrupted).
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"purge": {"interval": self.interval, "rounds": self.rounds, "last_error": self.last_error}}
+
+    def _loop(self) -> None:
+        next_round = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            if time.monotonic() < next_round:
+                self._stop.wait(min(1.0, next_round - time.monotonic()))
+                continue
+            try:
+                self.run_round()
+                self.last_error = None
+            except Exception as exc:  # logged here, the boundary that handles it; next round as planned
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.counters.inc("purge_failures")
+                log.error("scheduled purge failed (next round in %.0fs)", self.interval, exc_info=True)
+            self.rounds += 1
+            next_round = time.monotonic() + self.interval
+
+    def run_round(self) -> None:
+        """Purge every table of every type with a retention, once."""
+        cfg = self.config
+        warehouse = cfg.resolve_path(cfg.spark.warehouse)
+        types = {name: t for name, t in cfg.types.items() if t.retention is not None}
+        purger = Purger(self._session(), self.model, counters=self.counters, stop=self._stop)
+        now = datetime.now(timezone.utc)
+        self.counters.inc("purge_runs")
+        for table, names in type_tables(warehouse, types).items():
+            if self._stop.is_set():
+                return
+            age = min(r for n in names if (r := types[n].retention) is not None)
+            self._purge_table(purger, table, Designation(cutoff=now - timedelta(seconds=age)))
+
+    def _purge_table(self, purger: Purger, table: Path, designation: Designation) -> None:
+        if not table.is_dir():
+            return
+        plans = purger.plan(table, designation)
+        for result in purger.run(plans, designation):
+            e = result.plan.estimate
+            log.info("purge %s put_date=%s: designated %d/%d, estimated delete %.3fs copy-and-drop %.3fs, "
+                     "strategy %s, measured %.3fs", table.name, result.plan.put_date, result.plan.designated,
+                     result.plan.rows, e.delete_seconds, e.copy_seconds, result.strategy, result.seconds)

@@ -1,0 +1,66 @@
+"""Table templates: `[types.X] table = "{source}_{destination}"` lands one table per queue.
+
+A template's placeholders are `{source}` (the source's configured name), `{destination}` (the
+queue or topic the message was read from) and `{type}` (the message type). Each value is
+sanitised into a directory name before it is put in: a leading STOMP prefix (`/queue/`,
+`/topic/`, `/temp-queue/`, `/temp-topic/`) is dropped, the rest is lower-cased, every character
+other than a-z 0-9 `_ . -` becomes `_`, and leading `_ . -` are removed (Spark and Parquet readers
+skip directories whose name starts with `_` or `.`). So `/queue/Orders.EU` becomes `orders.eu` and
+the IBM MQ queue `APP.ORDERS` becomes `app.orders`. Two destinations that sanitise to the same name
+share one table; their rows differ in the `destination` column.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PLACEHOLDERS = ("source", "destination", "type")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+_PREFIX = re.compile(r"^/(?:queue|topic|temp-queue|temp-topic)/", re.IGNORECASE)
+_UNSAFE = re.compile(r"[^a-z0-9_.-]")
+#: Longest sanitised value (file systems allow 255 bytes per name; the template adds its own text).
+MAX_PART = 100
+
+
+def is_template(table: str) -> bool:
+    """True when `table` has a `{placeholder}`."""
+    return "{" in table or "}" in table
+
+
+def template_problem(table: str) -> str | None:
+    """Why `table` is not a valid template (unknown placeholder, stray brace), or None."""
+    for name in _FIELD.findall(table):
+        if name not in PLACEHOLDERS:
+            return (f"unknown placeholder {{{name}}} in table template {table!r} "
+                    f"(known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})")
+    if "{" in _FIELD.sub("", table) or "}" in _FIELD.sub("", table):
+        return f"unbalanced brace in table template {table!r}"
+    return None
+
+
+def sanitise(value: str) -> str:
+    """`value` as one directory name (see the module docstring); "unnamed" if nothing is left."""
+    text = _UNSAFE.sub("_", _PREFIX.sub("", value.strip()).lower()).lstrip("_.-")
+    return text[:MAX_PART] or "unnamed"
+
+
+def render(table: str, *, source: str, destination: str, message_type: str) -> str:
+    """The table directory for one message: `table` with its placeholders filled in, sanitised."""
+    if not is_template(table):
+        return table
+    values = {"source": source, "destination": destination, "type": message_type}
+    return _FIELD.sub(lambda m: sanitise(values[m[1]]), table)
+
+
+def glob_pattern(table: str) -> str:
+    """A glob matching every directory `table` can render to (each placeholder as `*`)."""
+    return _FIELD.sub("*", table)
+
+
+def table_dirs(warehouse: Path, table: str) -> list[Path]:
+    """The existing directories of `table` (a template's, found by `glob_pattern`) under `warehouse`."""
+    if not is_template(table):
+        return [warehouse / table]
+    return sorted(p for p in warehouse.glob(glob_pattern(table))
+                  if p.is_dir() and not p.name.startswith(("_", ".")))
