@@ -10,6 +10,7 @@ monitoring server has its own, so several bridges in one process (tests) do not 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
@@ -166,13 +167,30 @@ def process_info() -> dict[str, Any]:
             "threads": proc.num_threads(),
             "uptime_seconds": round(time.time() - proc.create_time(), 1),
         }
-    try:
-        info["open_files"] = len(proc.open_files())
-        info["connections"] = len(proc.net_connections(kind="inet"))
-    except (psutil.AccessDenied, OSError):  # some platforms restrict these
-        info.setdefault("open_files", None)
-        info["connections"] = None
+    info.update(_file_and_connection_counts(proc))
     return info
+
+
+#: How long the open-file and connection counts are reused. Counting connections reads every line
+#: of /proc/net/tcp*: a scrape computed it twice (the metrics and the health view's status), and a
+#: poll of /metrics every 100 ms took a third of the bridge's Python time (py-spy, bench --mode steady).
+COUNTS_MAX_AGE = 5.0
+_counts: tuple[float, dict[str, Any]] = (float("-inf"), {})
+_counts_lock = threading.Lock()
+
+
+def _file_and_connection_counts(proc: psutil.Process) -> dict[str, Any]:
+    global _counts
+    with _counts_lock:
+        at, counts = _counts
+        if time.monotonic() - at < COUNTS_MAX_AGE:
+            return counts
+        try:
+            counts = {"open_files": len(proc.open_files()), "connections": len(proc.net_connections(kind="inet"))}
+        except (psutil.AccessDenied, OSError):  # some platforms restrict these
+            counts = {"open_files": None, "connections": None}
+        _counts = (time.monotonic(), counts)
+        return counts
 
 
 def process_families(info: Mapping[str, Any]) -> Iterator[Metric]:
