@@ -188,9 +188,11 @@ def test_a_broken_connection_mid_batch_is_reconnected_and_nothing_is_lost(tmp_pa
     assert qm.queue("ORDERS").depth == 0
 
 
-def test_until_idle_ends_with_an_error_when_a_listener_halted(tmp_path: Path, spark, qm) -> None:
-    # Given a poison message whose backout queue and dead-letter queue both refuse it, beside a
-    # healthy queue
+def test_until_idle_ends_with_an_error_when_a_listener_halted(tmp_path: Path, spark, qm,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a poison message (its Spark write always fails; probe writes succeed) whose backout
+    # queue and dead-letter queue both refuse it, beside a healthy queue
+    monkeypatch.setenv("MQBRIDGE_FAILPOINT", "spark_poison_body:poison")
     qm.define_queue("BROKEN.IN", backout_threshold=1, backout_queue="BROKEN.BOQ")
     qm.define_queue("BROKEN.BOQ").put_inhibited = True
     qm.define_queue("SYSTEM.DEAD.LETTER.QUEUE").put_inhibited = True
