@@ -25,7 +25,10 @@ from tests.support.processes import landed, leftovers, mqbridge, stomp_config
 pytestmark = pytest.mark.integration
 
 OLD = 1000
-MISSING_FILE = re.compile(r"FILE_NOT_EXIST|FileNotFound|does not exist")
+#: A read whose listing straddled the swap fails (README: retried, never a mix): a listed name is gone,
+#: or now names the new container's file of that name, whose footer is not where the listing said
+#: (seen once in CI: CANNOT_READ_FILE_FOOTER).
+MISSING_FILE = re.compile(r"FILE_NOT_EXIST|FileNotFound|does not exist|CANNOT_READ_FILE_FOOTER|Could not read footer")
 #: Of the rows landed before the purge (msg_id m0…m999), all but every tenth; none of the stream's.
 DESIGNATED = "msg_id LIKE 'm%' AND try_cast(substring(msg_id, 2) AS INT) % 10 != 0"
 
