@@ -163,6 +163,11 @@ class AllOpenGate(IntakeGate):
         super().__init__()
         self.gates = list(gates)
 
+    def add(self, gate: IntakeGate) -> None:
+        """Wait for `gate` too from now on (the sink of a type a classify hook routed messages to)."""
+        if all(gate is not known for known in self.gates):
+            self.gates = [*self.gates, gate]  # a new list: readers iterate a snapshot without a lock
+
     def open(self) -> None:
         raise TypeError("open the gates an AllOpenGate is made of")
 

@@ -136,6 +136,10 @@ class BulkCollector:
         self._executors: dict[str, Executor] = {}
         self._type_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
         self._msg_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
+        # The producer of each delivery in the collector, by id() of the Message submitted: two
+        # deliveries may share a msg_id (an MQ unit holding one MsgId twice, a redelivery taken by
+        # another listener while the first copy is still in a bulk) and each must get its own result.
+        self._delivery_handlers: dict[int, ResultHandler] = {}
         self._active: dict[str, Bulk] = {}  # insertion order = age order (count flush)
         self._queue: list[Bulk] = []  # the to-be-processed list, FIFO
         self._executing: set[str] = set()  # types with a bulk on a worker right now
@@ -257,11 +261,8 @@ class BulkCollector:
                 raise UnknownMessageTypeError(
                     f"no executor for message type {mtype!r} (registered: {sorted(self._executors)})")
             self._wait_for_memory_locked(size, timeout, stop)
-            if self._held[message.msg_id]:
-                log.warning("message %s submitted while already held; its handlers will see the "
-                            "first result only", message.msg_id)
-            if handler is not None and handler not in self._msg_handlers[message.msg_id]:
-                self._msg_handlers[message.msg_id].append(handler)
+            if handler is not None:
+                self._delivery_handlers[id(message)] = handler
             bulk = self._active.get(mtype)
             if bulk is None:
                 bulk = self._active[mtype] = Bulk(mtype, created=self._clock())
@@ -463,9 +464,7 @@ class BulkCollector:
         the messages, all in one go (one lock round and one wake-up per bulk, not per message).
         Returns how many were delivered."""
         with self._lock:
-            calls = [(message, result, self._msg_handlers.pop(message.msg_id, [])
-                      + self._type_handlers.get(message.message_type, []))
-                     for message, result in pairs]
+            calls = [(message, result, self._handlers_of_locked(message)) for message, result in pairs]
         errors = 0
         for message, result, handlers in calls:
             for handler in handlers:
@@ -481,7 +480,15 @@ class BulkCollector:
             self._changed.notify_all()
         return len(pairs)
 
+    def _handlers_of_locked(self, message: Message) -> list[ResultHandler]:
+        handlers = self._msg_handlers.pop(message.msg_id, []) if message.msg_id in self._msg_handlers else []
+        own = self._delivery_handlers.pop(id(message), None)
+        if own is not None:
+            handlers.append(own)
+        return handlers + self._type_handlers.get(message.message_type, [])
+
     def _release_locked(self, message: Message) -> None:
+        self._delivery_handlers.pop(id(message), None)  # released without a result
         self._stats.bytes -= message.size
         self._stats.messages -= 1
         self._held[message.msg_id] -= 1
@@ -492,7 +499,8 @@ class BulkCollector:
 def _match_results(bulk: Bulk, messages: list[Message], results: list[MessageResult],
                    error: Exception | None) -> list[tuple[Message, MessageResult]]:
     """Pair each message with its result by msg_id; a message without one gets a retryable
-    result (the executor raised, or returned too few / unknown results)."""
+    result (the executor raised, or returned too few / unknown results). Messages sharing a msg_id
+    take that id's results in order: executors report in the bulk's order."""
     by_id: dict[str, list[MessageResult]] = defaultdict(list)
     for result in results:
         by_id[result.msg_id].append(result)

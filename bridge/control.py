@@ -165,7 +165,8 @@ class Bridge:
             gates.append(sink_gate)
         thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
                                 shared.tracker, dedupe=self._dedupe,
-                                gate=AllOpenGate(gates), poison=shared.poison)
+                                gate=AllOpenGate(gates), poison=shared.poison,
+                                sink_gate=self.breakers.gate if self.breakers is not None else None)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()

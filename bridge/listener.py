@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mqbridge import failpoints
+from mqbridge.breaker import AllOpenGate
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
@@ -131,9 +132,15 @@ class ListenerThread(threading.Thread):
         gate: IntakeGate | None = None,
         dedupe: Deduplicator | None = None,
         poison: PoisonLog | None = None,
+        sink_gate: Callable[[str], IntakeGate | None] | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
-        self.gate = gate  # closed by the memory guard: wait before the next batch
+        # Closed by the memory guard or by the breaker of a sink this listener feeds: wait before
+        # the next batch. `sink_gate(type)` gives the breaker's gate of a type the classify hook
+        # routes messages to; it is added to `gate` (an AllOpenGate) once this listener feeds it.
+        self.gate = gate
+        self.sink_gate = sink_gate
+        self._fed: set[str] = {spec.message_type}
         self.dedupe = dedupe  # the landing ledger (exactly-once), or None (at-least-once)
         self.spec = spec
         self.source = source
@@ -240,7 +247,7 @@ class ListenerThread(threading.Thread):
         landed_before = self._landed_before(batch, moves)
         todo: list[Message] = []
         for message in batch:
-            if message.msg_id in landed_before or any(m.message is message for m in moves):
+            if id(message) in landed_before or any(m.message is message for m in moves):
                 continue
             if spec.backout_threshold and self._counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
@@ -257,9 +264,9 @@ class ListenerThread(threading.Thread):
             halt = None
             for message, exc in pre.failed:
                 halt = self._count_failure(message, str(exc)) or halt
-            failed_ids = {m.msg_id for m, _ in pre.failed}
+            failed = {id(m) for m, _ in pre.failed}
             for message in todo:  # their preprocessing is undone too: nothing of the unit lands
-                if message.msg_id not in failed_ids:
+                if id(message) not in failed:
                     self._undo(chain, message, pre.failed[0][1])
             self._back_out(batch, str(pre.failed[0][1]), suspects=batch, halt=halt)
             return
@@ -279,6 +286,7 @@ class ListenerThread(threading.Thread):
             self.source.rollback()
             raise
         if submitted:
+            self._feeding({m.message_type for m in submitted})
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
         self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
@@ -299,8 +307,8 @@ class ListenerThread(threading.Thread):
         if good is None:
             return chain, pre
         again = preprocess(messages, good, self.spec.message_type)
-        still = {m.msg_id for m, _ in again.failed}
-        blamed = [(m, exc) for m, exc in pre.failed if m.msg_id not in still]
+        still = {id(m) for m, _ in again.failed}
+        blamed = [(m, exc) for m, exc in pre.failed if id(m) not in still]
         if blamed:
             log.warning("%s: the new plugin generation got no message of the unit of work through and raised on "
                         "%d that the last good generation preprocessed: the unit runs on the last good one "
@@ -310,6 +318,22 @@ class ListenerThread(threading.Thread):
             self._undo(chain, message, exc)
         chain.record(0, len(blamed))
         return good, again
+
+    def _feeding(self, types: set[str]) -> None:
+        """Pause for the sinks of other types too, once messages were routed to them: a listener
+        whose units hold messages for an unavailable sink would only have them given back."""
+        new = types - self._fed
+        if not new:
+            return
+        self._fed |= new
+        if self.sink_gate is None or not isinstance(self.gate, AllOpenGate):
+            return
+        for message_type in sorted(new):
+            gate = self.sink_gate(message_type)
+            if gate is not None:
+                self.gate.add(gate)
+                log.info("%s: feeds message type %r too: pauses while its sink is unavailable",
+                         self.spec.name, message_type)
 
     def _await(self, results: UnitResults, submitted: list[Message]) -> None:
         """Wait for every submitted message's result. Rolling back while the collector still
@@ -337,7 +361,7 @@ class ListenerThread(threading.Thread):
     ) -> None:
         spec = self.spec
         retry: list[tuple[Message, str]] = []
-        culprits: list[Message] = []  # message failures (preprocessor): suspects if backed out whole
+        culprits: list[Message] = []  # message failures (preprocessor, write): suspects if backed out whole
         halt: PoisonLoopError | None = None
         outages: list[Message] = []  # given back because the sink is down: they count for nothing
         for message, reason in failed or ():
@@ -365,6 +389,7 @@ class ListenerThread(threading.Thread):
                     moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
                 else:
                     retry.append((message, result.reason))
+                    culprits.append(message)  # the write failed for it, not for the sink (triage)
 
         if moves and spec.backout_queue is None and not self.source.applies_backout_threshold:
             # Nowhere to move them (threshold 0 needs no backout queue): give them back as failures,
@@ -395,7 +420,7 @@ class ListenerThread(threading.Thread):
         self.tracker.gave_back_in_outage(m.msg_id for m in outages)
         self.source.commit(moves=moves, returns=returns)
         failpoints.hit("after_source_commit")
-        returned_ids = {m.msg_id for m in returns}
+        returned_ids = {m.msg_id for m in returns}  # (returns are preprocessed copies of `batch`)
         gone = [m for m in batch if m.msg_id not in returned_ids]
         self.tracker.forget([m.msg_id for m in gone])
         self.poison.left_queue(m.msg_id for m in gone)
@@ -473,11 +498,12 @@ class ListenerThread(threading.Thread):
         redeliveries on every broker), else its message id."""
         return message.identity or message.msg_id
 
-    def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[str]:
+    def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[int]:
         """Give each message its identity (from the original, before preprocessing) and return the
         msg_ids of those the ledger shows as landed already: a redelivery after a crash or a lost
         commit, which is committed without landing again. Every message is checked, not only those
         flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
+        Deliveries are named by `id()`, not msg_id: an MQ unit may hold two messages with one MsgId.
         A message without its identity (a missing header) is moved to the backout queue."""
         if self.dedupe is None:
             return set()
@@ -488,7 +514,7 @@ class ListenerThread(threading.Thread):
                 moves.append(BackoutMove(message, str(exc), self.spec.backout_queue))
         known = [m for m in batch if m.identity]
         landed = self.dedupe.published([m.identity for m in known])
-        return {m.msg_id for m in known if m.identity in landed}
+        return {id(m) for m in known if m.identity in landed}
 
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)

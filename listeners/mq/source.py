@@ -351,9 +351,8 @@ class MqSource:
             raise SourceError(f"{self._where}: IBM MQ commits or backs out a unit of work whole; "
                               "returning some of its messages is not possible (supports_partial_commit is False)")
         self._require()
-        by_id = {slot.msg_id: slot for slot in self._unit}
         for move in moves:
-            slot = by_id.get(move.message.msg_id)
+            slot = self._slot_of(move.message)
             if slot is None:
                 raise SourceError(f"{self._where}: message {move.message.msg_id} is not in the unit of work")
             if slot.moved:
@@ -362,6 +361,14 @@ class MqSource:
             code = MQRC_BACKOUT_THRESHOLD_REACHED if threshold and slot.backout_count >= threshold else MQFB_APPL_FIRST
             self._move(slot, move.reason, move.queue, code)
         self._commit_unit()
+
+    def _slot_of(self, message: Message) -> UnitSlot | None:
+        """The unit's slot of this delivery: its token (which preprocessed copies keep), not its
+        MsgId, since an application may put two messages with one MsgId and both can be in a unit."""
+        for slot in self._unit:
+            if slot is message.token:
+                return slot
+        return next((slot for slot in self._unit if slot.msg_id == message.msg_id), None)
 
     def rollback(self) -> None:
         qmgr = self._require()

@@ -42,7 +42,8 @@ def qm() -> Iterator[FakeQueueManagerServer]:
     server.close()
 
 
-def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders") -> Any:
+def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders",
+              type_extra: str = "") -> Any:
     body = f"""
 [sources.qm]
 kind = "mq"
@@ -55,7 +56,7 @@ conn_name = "mqhost(1414)"
 [types.{name}]
 bulk_size = "2MB"
 bulk_timeout = "1s"
-"""
+""" + type_extra
     return make_config(tmp_path, body + listeners)
 
 
@@ -211,3 +212,32 @@ def test_until_idle_ends_with_an_error_when_a_listener_halted(tmp_path: Path, sp
     assert [s.name for s in bridge.slots if s.halted] == ["qm:BROKEN.IN#1"]
     assert qm.queue("BROKEN.IN").depth == 1
     assert len(read_table(spark, tmp_path / "landing" / "good")) == 20
+
+
+def test_two_messages_with_one_msgid_in_a_unit_each_get_their_own_result(tmp_path: Path, spark, qm) -> None:
+    # Given an application that put two messages with one MsgId into one unit of work, between
+    # neighbours: a JSON type, the first twin's body not JSON (it can never land: a permanent
+    # failure, moved to BOQNAME in this very unit), the second a good order. The ledger's identity
+    # is the body's digest (under "msg_id" the two are one message to the ledger by definition)
+    qm.define_queue("DUP.IN", backout_threshold=3, backout_queue="DUP.BOQ")
+    qm.define_queue("DUP.BOQ")
+    good = [f'{{"id": "n{i}"}}'.encode() for i in range(10)]
+    bad_twin, good_twin = b"not json {", b'{"id": "good twin"}'
+    qm.put_many("DUP.IN", good[:5])
+    twin_id = qm.put("DUP.IN", bad_twin, msg_id=b"APP-CHOSEN-ID")
+    assert qm.put("DUP.IN", good_twin, msg_id=b"APP-CHOSEN-ID") == twin_id
+    qm.put_many("DUP.IN", good[5:])
+    cfg = mq_config(tmp_path, qm, listener("DUP.IN", "dup", batch=100, extra='identity = "body-sha256"\n'),
+                    types="dup", type_extra='format = "json"\nschema = "id STRING"\n')
+
+    # When the bridge runs until idle
+    assert run_until_idle(mq_bridge(cfg, spark)) == 0
+
+    # Then the bad twin alone was moved (its own body, in the first unit: BackoutCount 0), and
+    # the good twin landed with every neighbour, exactly once
+    [moved] = qm.queue("DUP.BOQ").visible()
+    assert moved.data == bad_twin and moved.msg_id == twin_id
+    assert moved.prop("mqbridge_delivery_count") == "1", "the unit was backed out: a twin lost its result"
+    landed = collections.Counter(row["id"] for row in read_table(spark, tmp_path / "landing" / "dup"))
+    assert landed == collections.Counter([f"n{i}" for i in range(10)] + ["good twin"])
+    assert qm.queue("DUP.IN").depth == 0

@@ -1,8 +1,8 @@
 """An outage is not poison, on the real parts: `mqbridge run --until-idle` (a subprocess) on the shared
 ActiveMQ and a real local Spark, default `backout_threshold` (3).
 
-- the table path blocked by a file for ~20 s (tests run as root, so chmod would not block: a file
-  stands where the table directory should be), then freed;
+- the table path blocked by a file for ~30 s (tests run as root, so chmod would not block: a file stands
+  where the table directory should be), then freed;
 - the Spark JVM (py4j's java child process) killed with SIGKILL while bulks are being written;
 - a bulk write that hangs (failpoint `spark_write_hang`: Java's Thread.sleep through SQL reflection,
   cancelled by the job group) with a short `[spark] write_timeout`;
@@ -91,10 +91,10 @@ def test_an_unwritable_table_path_pauses_the_sink_and_moves_nothing(tmp_path: Pa
         assert exit_code == 1 and "UNAVAILABLE since" in report, report
         _, metrics = get(url + "/metrics")
         assert 'mqbridge_sink_available{type="orders"} 0.0' in metrics
-        # ... for about 20 s, while probes keep failing
+        # ... for about 30 s, while probes keep failing
         opened = time.monotonic()
-        wait_until(lambda: time.monotonic() - opened >= 20 and sink(url).get("probe_failures", 0) >= 3,
-                   120, "20 s of outage and 3 failed probes")
+        wait_until(lambda: time.monotonic() - opened >= 30 and sink(url).get("probe_failures", 0) >= 3,
+                   120, "30 s of outage and 3 failed probes")
         assert amq.depth(q + ".backout") == 0
         # Then the path is fixed
         blocker.unlink()

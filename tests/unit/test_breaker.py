@@ -9,11 +9,13 @@ from collections import Counter
 
 import pytest
 
+from mqbridge.app import build_app
 from mqbridge.breaker import AllOpenGate, SinkBreaker, SinkBreakers
 from mqbridge.counters import Counters
 from mqbridge.guard import IntakeGate
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
-from mqbridge.source import DeliveryTracker
+from mqbridge.preprocess import PlainChain
+from mqbridge.source import DeliveryTracker, open_source
 from mqbridge.triage import settle
 from tests.support.bridge import run_until_idle
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
@@ -306,3 +308,50 @@ def test_an_open_sink_is_a_health_problem_with_its_reason() -> None:
     status = {"listeners": [{"name": "a#1", "alive": True, "phase": "paused"}], **breakers.status_fields()}
     [problem] = health_problems(status)
     assert problem.startswith("sink orders: unavailable since ") and "the Spark JVM is gone" in problem
+
+
+class RouteAudits(PlainChain):
+    """A classify hook sending bodies that start with "audit" to type `audit`."""
+
+    def classify(self, message: Message) -> str | None:
+        return "audit" if message.body.startswith(b"audit") else None
+
+
+def test_a_listener_pauses_for_the_sink_of_a_type_its_classify_hook_routes_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mqbridge.breaker.PROBE_INITIAL", 0.05)
+    # Given a listener of type orders whose classify hook routes audits to type audit, whose sink is down
+    cfg, broker = memory_config(batch=10, extra='[types.audit]\nbulk_timeout = "100ms"\n')
+    sent = [f"m{i}".encode() if i % 3 else f"audit{i}".encode() for i in range(30)]
+    broker.put_many("orders", sent)
+    orders, audit = RecordingExecutor(), SwitchableExecutor()
+    audit.down.set()
+    app = build_app(cfg, executors={"orders": orders, "audit": audit}, source_factory=open_source,
+                    chain_factory=lambda _entry: lambda: RouteAudits())
+    bridge = app.bridge
+    bridge.start()
+    runner = threading.Thread(target=bridge.run, kwargs={"until_idle": 0.3}, daemon=True)
+    runner.start()
+    try:
+        # When the audit sink's breaker is open
+        for _ in range(200):
+            if bridge.breakers is not None and bridge.breakers.is_open("audit"):
+                break
+            threading.Event().wait(0.05)
+        assert bridge.breakers is not None and bridge.breakers.is_open("audit")
+        # Then the listener stops reading (paused at its gate) instead of taking the given-back
+        # messages again and again while probes keep failing
+        threading.Event().wait(0.5)
+        received = bridge.counters.total("messages_received")
+        probes = audit.probes
+        threading.Event().wait(1.0)
+        assert audit.probes > probes, "the breaker keeps probing"
+        assert bridge.counters.total("messages_received") == received
+        # And once the sink is back every message lands once, nothing on the backout queue
+        audit.down.clear()
+        runner.join(30)
+        assert not runner.is_alive()
+    finally:
+        bridge.stop()
+        runner.join(10)
+    assert Counter(orders.bodies() + audit.bodies()) == Counter(sent)
+    assert broker.depth("orders") == 0 and broker.depth("orders.backout") == 0

@@ -613,3 +613,25 @@ def test_a_raising_handler_does_not_break_the_others(make: Factory, caplog: pyte
         wait_until(lambda: collector.stats().messages == 0)
     assert collector.stats().handler_errors == 2 and collector.stats().bytes == 0
     assert "observer bug" in caplog.text
+
+
+def test_two_deliveries_with_one_msg_id_each_get_their_own_result(make: Factory) -> None:
+    # Given two deliveries sharing a msg_id in one bulk (an MQ unit holding one MsgId twice), each
+    # submitted with its own producer handler, and an executor failing the first one for good
+    def first_fails(bulk: Bulk) -> list[MessageResult]:
+        return [MessageResult.permanent(m.msg_id, "bad body") if m.body.startswith(b"bad")
+                else MessageResult.success(m.msg_id) for m in bulk.messages]
+
+    collector, _ = make(("a",), executors={"a": RecordingExecutor(first_fails)})
+    bad, good = msg("twin"), msg("twin")
+    bad.body = b"bad" + bad.body[3:]
+    seen: list[tuple[Message, MessageResult]] = []
+    collector.submit(bad, lambda m, r: seen.append((m, r)))
+    collector.submit(good, lambda m, r: seen.append((m, r)))
+    # When the bulk is executed
+    collector.flush()
+    wait_until(lambda: len(seen) == 2)
+    # Then each delivery got its own result: neither masks the other
+    outcomes = {id(m): r.outcome for m, r in seen}
+    assert outcomes == {id(bad): Outcome.PERMANENT, id(good): Outcome.SUCCESS}
+    assert not collector.is_bulk_mode_on("twin")
