@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from importlib.metadata import entry_points
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
@@ -265,7 +265,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_from_config(cfg, args.log_level)
     stop, reload = threading.Event(), threading.Event()
     install_signal_handlers(stop, reload)
-    return run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload)
+    end_process(run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload))
+
+
+def end_process(code: int) -> NoReturn:
+    """End `mqbridge run` with `code` once the bridge has shut down, without the interpreter's
+    teardown. Why: by now everything the bridge owns is closed (listeners committed or backed
+    out, bulks landed, the ledger closed), but library objects still run code at teardown, and
+    some of it can block forever: a Spark Connect session left from before a server restart closes
+    its gRPC channel in `__del__`, which hangs at interpreter exit. A service that does not end
+    after its work is done gets killed by systemd instead. (The JVM of a local session exits by
+    itself when our end of its pipe closes.)"""
+    lingering = [t.name for t in threading.enumerate()
+                 if t.is_alive() and not t.daemon and t is not threading.current_thread()]
+    if lingering:
+        log.debug("ending with library threads still running: %s", ", ".join(lingering))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -142,16 +142,19 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     if not remote:
         settings.update(driver_log_conf(settings, level))
     try:
-        builder = SparkSession.builder.appName(app_name)
-        builder = builder.remote(remote) if remote else builder.master(master)
-        for key, value in settings.items():
-            builder = builder.config(key, str(value))
-        # Spark Connect: `create`, never the cached default session, which a restarted server no
-        # longer knows (see SparkSessions.reset).
-        spark = builder.create() if remote else builder.getOrCreate()
         if remote:
+            # `create`, never the cached default session, which a restarted server no longer knows
+            # (see SparkSessions.reset); with no options, so that nothing is sent to the server
+            # before the short retry policy is in place (pyspark's own retries an unreachable
+            # server for about 10 minutes, which would hang the start).
+            spark = SparkSession.builder.remote(remote).create()
             _fail_fast(spark)
-        if not remote:
+            _set_connect_conf(spark, settings)
+        else:
+            builder = SparkSession.builder.appName(app_name).master(master)
+            for key, value in settings.items():
+                builder = builder.config(key, str(value))
+            spark = builder.getOrCreate()
             spark.sparkContext.setLogLevel(level)
     except Exception as exc:
         where = f"Spark Connect server {shown_remote(remote)}" if remote else f"Spark (master {master})"
@@ -265,6 +268,19 @@ def _fail_fast(spark: Any) -> None:
     except Exception as exc:  # a pyspark without this API: its own retries apply
         log.warning("Spark Connect: cannot shorten the client's retries (%s); an unreachable server is seen "
                     "as an outage only after pyspark's own retries (about 10 minutes)", _one_line(exc))
+
+
+def _set_connect_conf(spark: Any, settings: Mapping[str, Any]) -> None:
+    """Set the session's configuration on the Connect server, as pyspark's builder would: a
+    static setting the server refuses to change (its own) is skipped; anything else (the server
+    unreachable) raises."""
+    from pyspark.errors import AnalysisException
+
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, str(value))
+        except AnalysisException as exc:  # e.g. CANNOT_MODIFY_CONFIG for a static setting
+            log.debug("Spark Connect: %s not set: %s", key, _one_line(exc))
 
 
 class SparkSessions:

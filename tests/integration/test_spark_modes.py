@@ -1,18 +1,24 @@
 """The same exactly-once run in each way Spark can be reached: a Spark Connect server and a
 standalone cluster, each started from pyspark's own scripts (local mode is the default of every
 other integration test). `mqbridge run` is killed with SIGKILL after publishing its first bulk,
-then started again: every message lands exactly once, byte-identical, nothing is left behind."""
+then started again: every message lands exactly once, byte-identical, nothing is left behind.
+And the Connect server stopped and started again under load: the breaker opens, the bridge
+takes a new session, every message lands once, none is moved, and the run ends by itself."""
 
 from __future__ import annotations
 
+import re
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.test_outage import finish, get, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies
+from tests.support.exactly_once import account, bodies, wait_until
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
 
@@ -70,3 +76,49 @@ def test_standalone_cluster_lands_exactly_once_across_a_kill(tmp_path: Path, spa
     # both runs were applications of the cluster, their tasks run by its worker
     assert len(list((standalone.base / "work").glob("app-*"))) == 2
 
+
+
+def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Path, spark: Any, amq: AmqClient,
+                                                                   connect_server: SparkConnectServer) -> None:
+    # Given 6,000 messages, the default backout threshold, and a bridge on the Connect server
+    q = unique_queue("modes-restart")
+    sent = bodies(6000, "cr")
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=100, spark=f'remote = "{connect_server.url}"')
+    run = start(config)
+    try:
+        # When the server is stopped (sbin/stop-connect-server.sh) once the first bulks are committed
+        wait_until(lambda: committed(url) >= 500, 180, "the first 500 commits")
+        connect_server.stop()
+        # ... the sink's breaker opens, and stays open while the server is down
+        wait_until(lambda: sink(url).get("available") is False, 120, "the breaker of sink orders to open")
+        time.sleep(5)
+        assert amq.depth(q + ".backout") == 0
+        # ... and started again (a new server: it knows none of the bridge's sessions)
+        connect_server.start()
+        out = finish(run, timeout=300)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+        print(run.text()[-8000:])  # shown if the test fails
+        if not connect_server_running(connect_server):
+            connect_server.start()  # for the module's other tests
+    # Then the bridge ended by itself, every message landed exactly once, none was moved
+    assert "probe write succeeded; available again" in out
+    accounting = account(sent, landed(spark, tmp_path / "landing" / "orders"))
+    assert accounting.clean, f"{accounting}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert leftovers(tmp_path / "landing" / "orders") == []
+
+
+def committed(url: str) -> float:
+    _, text = get(url + "/metrics")
+    return sum(float(v) for v in re.findall(r"^mqbridge_messages_committed_total\{[^}]*\} (\S+)", text, re.M))
+
+
+def connect_server_running(server: SparkConnectServer) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        return True
+    except OSError:
+        return False
