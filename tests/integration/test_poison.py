@@ -106,7 +106,8 @@ def qm() -> Iterator[FakeQueueManagerServer]:
     server.close()
 
 
-def mq_bridge(tmp_path: Path, spark: Any, qm: FakeQueueManagerServer, listen: str = "") -> tuple[Bridge, Any]:
+def mq_bridge(tmp_path: Path, spark: Any, qm: FakeQueueManagerServer, listen: str = "",
+              preprocessors: str = '["explode"]') -> tuple[Bridge, Any]:
     write_plugin(tmp_path, "explode", EXPLODE)
     body = f"""
 [sources.qm]
@@ -115,7 +116,7 @@ queue_manager = "{qm.name}"
 channel = "DEV.APP.SVRCONN"
 conn_name = "mqhost(1414)"
 """ + types("orders") + listener_toml("ORDERS", "orders", source="qm", batch=500, threshold=None, backout=None,
-                                      preprocessors='["explode"]')
+                                      preprocessors=preprocessors)
     cfg = plugin_config(tmp_path, body)
 
     def factory(context: SourceContext) -> MqSource:
@@ -145,6 +146,31 @@ def test_mq_bothresh_3_one_poison_message_in_a_unit_of_500_reaches_boqname_alone
     # ... and only the culprit's BackoutCount reached BOTHRESH: it alone is on BOQNAME
     [moved] = qm.queue("ORDERS.BOQ").visible()
     assert moved.data == POISON and moved.prop("mqbridge_delivery_count") == "4"
+    assert qm.queue("ORDERS").depth == 0
+
+
+def test_mq_bothresh_3_one_message_failing_the_spark_write_in_a_unit_of_500_reaches_boqname_alone(
+        tmp_path: Path, spark: Any, qm: FakeQueueManagerServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given BOTHRESH 3 / BOQNAME and the same 500 messages, the poison one now failing Spark's own
+    # write (failpoint: assert_true inside the write) while probe writes succeed
+    monkeypatch.setenv("MQBRIDGE_FAILPOINT", "spark_poison_body:poison")
+    qm.define_queue("ORDERS", backout_threshold=3, backout_queue="ORDERS.BOQ")
+    qm.define_queue("ORDERS.BOQ")
+    qm.put_many("ORDERS", BODIES)
+    bridge, plugins = mq_bridge(tmp_path, spark, qm, preprocessors="[]")
+
+    # When the bridge runs until idle
+    assert run_until_idle(bridge) == 0
+    plugins.close()
+
+    # Then triage isolated the culprit (bisecting the bulk), the 499 landed once in the first unit
+    # and were recognised in the ledger when they came back one by one; only the culprit's
+    # BackoutCount reached BOTHRESH
+    assert_neighbours_landed_once(rows_of(spark, tmp_path, "orders"))
+    assert bridge.counters.total("messages_deduplicated") == 499
+    [moved] = qm.queue("ORDERS.BOQ").visible()
+    assert moved.data == POISON and moved.prop("mqbridge_delivery_count") == "4"
+    assert "failed on its own" in moved.prop("mqbridge_reason") or "threshold" in moved.prop("mqbridge_reason")
     assert qm.queue("ORDERS").depth == 0
 
 
