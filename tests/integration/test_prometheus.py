@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from mqbridge.app import run_bridge
+from mqbridge.config import parse_config
 from tests.integration.test_monitoring import config, free_port
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import listener_toml, wait_for
@@ -80,3 +81,48 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
     finally:
         stop.set()
         runner.join(120)
+
+
+def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given the shipped rules with one change in a test copy: the breaker alert's `for: 1m` is 5s,
+    # so that the test does not wait a minute (the expression itself is the shipped one)
+    rules = ALERTS.read_text()
+    shipped = re.search(r"- alert: MqbridgeSinkUnavailable\n(.*?\n)\s*- alert:", rules, re.S)
+    assert shipped is not None and "for: 1m" in shipped.group(1)
+    fast = tmp_path / "alerts.yml"
+    fast.write_text(rules.replace(shipped.group(1), shipped.group(1).replace("for: 1m", "for: 5s")))
+    # ... and a bridge whose table path is blocked (a file where the directory goes)
+    q = unique_queue("prom-outage")
+    amq.put_many(q, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(20)])
+    port = free_port()
+    config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}")
+    path = tmp_path / "bridge.toml"
+    text = path.read_text().replace("[spark]\n", '[spark]\nprobe_interval_max = "2s"\n', 1)
+    path.write_text(text)
+    cfg = parse_config(text, str(path))
+    (tmp_path / "landing").mkdir(exist_ok=True)
+    blocker = tmp_path / "landing" / "orders"
+    blocker.write_text("not a directory")
+    stop = threading.Event()
+    runner = threading.Thread(target=run_bridge, args=(cfg,), kwargs={"stop_event": stop}, name="test-prom-outage")
+    runner.start()
+    try:
+        with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], [fast]) as prom:
+            # When the sink is unavailable: the breaker alert fires, naming the sink
+            def breaker_alert() -> list[dict[str, Any]]:
+                return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "MqbridgeSinkUnavailable"]
+
+            wait_for(lambda: any(a["state"] == "firing" for a in breaker_alert()), 120, "the breaker alert to fire")
+            [alert] = breaker_alert()
+            assert alert["labels"]["type"] == "orders"
+            # Then, the path fixed, the sink is available again and the alert resolves
+            blocker.unlink()
+            wait_for(lambda: [r["value"][1] for r in prom.query('mqbridge_sink_available{type="orders"}')] == ["1"],
+                     120, "mqbridge_sink_available back to 1")
+            wait_for(lambda: breaker_alert() == [], 60, "the breaker alert to resolve")
+            wait_for(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
+                     == ["20"], 120, "the 20 messages committed")
+    finally:
+        stop.set()
+        runner.join(120)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
