@@ -64,6 +64,16 @@ HELP = {
     "sink_breaker_opens": "Times a sink's circuit breaker opened (an outage: Spark down, JVM gone, path unwritable, timeout)",
     "sink_probes": "Probe writes to unavailable sinks, by result (ok closes the breaker)",
     "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
+    "plugin_fallbacks": "Times a new plugin generation that raised on every message was replaced by the last good one",
+    "purge_runs": "Scheduled retention rounds started ([purge] interval)",
+    "purge_failures": "Scheduled retention rounds that failed (logged; the next round runs as planned)",
+    "purge_containers": "Containers (put_date partitions) purged, by strategy: delete, copy or drop",
+    "purge_containers_dropped": "Containers removed whole because every row in them was designated",
+    "purge_rows_deleted": "Rows removed by purges, by strategy",
+    "purge_rows_written": "Surviving rows rewritten by purges (the work delete and copy do), by strategy",
+    "purge_files_carried": "Files landed into a container while it was being purged, carried into the new container",
+    "purge_estimated_seconds": "The cost model's estimate for the strategy chosen, per purged container",
+    "purge_measured_seconds": "Measured duration of a container's purge, by strategy (compare with the estimate)",
 }
 
 #: Per-listener counters that exist (at 0) from the start, so that `increase()` and `rate()` in alert

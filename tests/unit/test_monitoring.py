@@ -235,3 +235,20 @@ def test_status_command_renders_an_unhealthy_bridge(server: MonitoringServer) ->
     assert "  ! no listener threads started" in text
     for heading in ("LISTENER THREAD", "collector ", "spark ", "memory     guard off", "process    pid"):
         assert heading in text
+
+
+def test_every_counter_name_the_code_uses_has_a_help_text() -> None:
+    # Each name passed to Counters.inc/set/observe/observe_many anywhere in the package renders
+    # with its own help text on /metrics (a missing one would fall back to the bare name)
+    import re
+    from pathlib import Path
+
+    import mqbridge
+    from mqbridge.metrics import HELP
+
+    root = Path(mqbridge.__file__).parent
+    used = {name for path in root.rglob("*.py")
+            for name in re.findall(r"(?:counters|\bc)\.(?:inc|set|observe|observe_many)\(\s*\"([a-z_]+)\"",
+                                     path.read_text())}
+    assert len(used) > 30, used
+    assert sorted(used - set(HELP)) == []
