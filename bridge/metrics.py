@@ -68,6 +68,8 @@ HELP = {
     "purge_runs": "Scheduled retention rounds started ([purge] interval)",
     "purge_failures": "Scheduled retention rounds that failed (logged; the next round runs as planned)",
     "purge_containers": "Containers (put_date partitions) purged, by strategy: delete, copy or drop",
+    "purge_containers_skipped": "Containers the scheduled retention left for a later round: designated rows "
+                                "at or below [purge] threshold",
     "purge_containers_dropped": "Containers removed whole because every row in them was designated",
     "purge_rows_deleted": "Rows removed by purges, by strategy",
     "purge_rows_written": "Surviving rows rewritten by purges (the work delete and copy do), by strategy",

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def due(designated: int, rows: int, threshold: float) -> bool:
+    """Whether the scheduled retention purges a container now: more than `threshold` of its rows
+    designated, or all of them (dropping a container costs next to nothing)."""
+    return designated > 0 and (designated >= rows or designated > threshold * rows)
+
+
 class PurgeScheduler(Observer):
     """Starts the purge thread when the bridge is ready and stops it when the bridge stops."""
 
@@ -43,6 +49,7 @@ class PurgeScheduler(Observer):
         self.rounds = 0
         self.last_error: str | None = None
         p = config.purge
+        self.threshold = p.threshold
         self.model = CostModel.in_state_dir(config.resolve_path(config.bridge.state_dir), margin=p.margin,
                                             delete_row_seconds=p.delete_row_seconds,
                                             copy_row_seconds=p.copy_row_seconds,
@@ -94,7 +101,16 @@ class PurgeScheduler(Observer):
     def _purge_table(self, purger: Purger, table: Path, designation: Designation) -> None:
         if not table.is_dir():
             return
-        plans = purger.plan(table, designation)
+        plans = []
+        for plan in purger.plan(table, designation):
+            if due(plan.designated, plan.rows, self.threshold):
+                plans.append(plan)
+                continue
+            # The seed's rule: purging pays once enough of a container is designated; until then
+            # the designated rows wait for a later round (readers filter by put_timestamp anyway).
+            log.info("purge %s put_date=%s: designated %d/%d, below the threshold %.2f: not purged this round",
+                     table.name, plan.put_date, plan.designated, plan.rows, self.threshold)
+            self.counters.inc("purge_containers_skipped")
         for result in purger.run(plans, designation):
             e = result.plan.estimate
             log.info("purge %s put_date=%s: designated %d/%d, estimated delete %.3fs copy-and-drop %.3fs, "

@@ -246,6 +246,9 @@ class PurgeSection(Model):
                                       "bridge's own thread this often; None (default): only `mqbridge purge`")
     margin: float = Field(default=0.1, ge=0, description="Copy-and-drop is chosen only when its estimate plus "
                                                           "this fraction is below delete's")
+    threshold: float = Field(default=0.5, ge=0, lt=1, description="The scheduled retention purges a container "
+                             "only when more than this fraction of its rows is designated (default: more "
+                             "designated than not); a container whose rows are all designated is always dropped")
 
 
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.

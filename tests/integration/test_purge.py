@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mqbridge.config import TypeConfig
+from mqbridge.config import TypeConfig, parse_config
 from mqbridge.containers import containers
 from mqbridge.counters import Counters
 from mqbridge.landing import Landing
@@ -20,6 +20,7 @@ from mqbridge.ledger import Ledger, owner_id
 from mqbridge.message import Bulk, Message
 from mqbridge.purge import WORK, Designation, Purger
 from mqbridge.purge_costs import CostModel
+from mqbridge.purge_schedule import PurgeScheduler, due
 from mqbridge.spark import LANDED_COLUMNS, SparkExecutor
 from tests.support.processes import mqbridge
 
@@ -275,3 +276,62 @@ def test_a_purge_killed_mid_run_leaves_a_readable_table_and_is_finished_at_the_n
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out
         assert rows_of(spark, table) == expected
+
+
+def scheduler(tmp_path: Path, spark: Any, cutoff: datetime, threshold: float) -> PurgeScheduler:
+    """The bridge's scheduled purge for a type whose retention ends at `cutoff` now."""
+    retention = int((datetime.now(timezone.utc) - cutoff).total_seconds())
+    config = parse_config(f"""
+[bridge]
+name = "purge-threshold"
+state_dir = "{tmp_path / 'state'}"
+[monitoring]
+listen = ""
+[spark]
+warehouse = "{tmp_path / 'landing'}"
+[types.orders]
+retention = "{retention}s"
+[purge]
+interval = "1h"
+threshold = {threshold}
+delete_row_seconds = 1e-5
+copy_row_seconds = 1e-5
+container_seconds = 0.0
+[sources.amq]
+kind = "stomp"
+host = "127.0.0.1"
+[[listeners]]
+source = "amq"
+queue = "/queue/unused"
+backout_queue = "/queue/unused.backout"
+message_type = "orders"
+""")
+    return PurgeScheduler(config, lambda: spark, Counters())
+
+
+def test_the_scheduled_retention_purges_a_container_only_past_the_threshold(spark: Any, tmp_path: Path) -> None:
+    # Given one container of 1,000 rows put one a minute from midnight on, and a retention that
+    # designates the first 240 (put before 04:00): 24% of the container
+    table = land_container(spark, tmp_path / "landing", tmp_path / "state")
+    before = files_state(table)
+    cutoff = T0 + timedelta(hours=4, seconds=-30)  # (whole seconds of retention from now: a margin)
+    # When a scheduled round runs with the default threshold (more designated than not)
+    default = scheduler(tmp_path, spark, cutoff, 0.5)
+    default.run_round()
+    # Then the container is left for a later round, untouched, and the skip is counted
+    assert files_state(table) == before
+    assert default.counters.total("purge_containers_skipped") == 1
+    assert default.counters.total("purge_containers") == 0
+    # When the threshold is below the designated share
+    low = scheduler(tmp_path, spark, cutoff, 0.2)
+    low.run_round()
+    # Then the designated rows are purged and every other row is kept
+    assert sorted(rows_of(spark, table)) == sorted(f"m{n}" for n in range(240, ROWS))
+    assert low.counters.total("purge_containers_skipped") == 0 and low.counters.total("purge_containers") == 1
+
+
+def test_a_container_is_due_past_the_threshold_or_when_every_row_is_designated() -> None:
+    assert not due(0, 10, 0.0)
+    assert not due(5, 10, 0.5) and due(6, 10, 0.5)
+    assert due(10, 10, 0.99) and due(1, 1, 0.5)
+    assert due(1, 10, 0.0)
