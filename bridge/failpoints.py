@@ -27,6 +27,8 @@ One point changes behaviour instead of killing (`active`), the first time it is 
 
     spark_write_hang      the next bulk write never ends (until its job group is cancelled by
                           `[spark] write_timeout`)
+    purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
+                          jobs are cancelled at shutdown)
 
 and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
 
@@ -51,6 +53,10 @@ ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
           "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap")
 _fired: set[str] = set()
+
+#: Test only: a Spark filter that keeps every row and never ends (Java's Thread.sleep through SQL
+#: reflection, no UDF; interrupted by a job cancel). A dropped column would be optimised away.
+HANG_FILTER = "length(coalesce(reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)), '')) >= 0"
 
 
 def hit(point: str) -> None:

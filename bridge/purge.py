@@ -264,6 +264,8 @@ class Purger:
         survivors = sum(plan.files[n][0] - plan.files[n][1] for n in names)
         df = (self.spark.read.option("basePath", str(plan.table)).option("mergeSchema", "true").parquet(*files)
               .where(~F.expr(designation.sql)))
+        if failpoints.active("purge_write_hang"):  # test only: never ends until cancelled
+            df = df.where(failpoints.HANG_FILTER)
         out = work / "spark"
         if per_file:  # one task and one output file per input file, in a directory named after it
             df = df.withColumn(SOURCE, F.col("_metadata.file_name")).repartition(SOURCE)

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: The Spark job group (a tag on Spark Connect) of the purge thread's jobs.
+JOB_GROUP = "mqbridge-purge"
+#: Longest wait at shutdown for a container in progress before its Spark jobs are cancelled.
+STOP_WAIT = 15.0
+
+
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def due(designated: int, rows: int, threshold: float) -> bool:
     """Whether the scheduled retention purges a container now: more than `threshold` of its rows
     designated, or all of them (dropping a container costs next to nothing)."""
@@ -50,6 +60,8 @@ class PurgeScheduler(Observer):
         self.last_error: str | None = None
         p = config.purge
         self.threshold = p.threshold
+        # Shutdown waits this long for a container in progress, then as long again after cancelling.
+        self.stop_wait = min(STOP_WAIT, config.bridge.shutdown_timeout / 4)
         self.model = CostModel.in_state_dir(config.resolve_path(config.bridge.state_dir), margin=p.margin,
                                             delete_row_seconds=p.delete_row_seconds,
                                             copy_row_seconds=p.copy_row_seconds,
@@ -60,10 +72,44 @@ class PurgeScheduler(Observer):
         self._thread.start()
 
     def on_stopping(self, bridge: object) -> None:
-        # A round in progress ends after its current container (a swap is never interrupted).
+        """Stop the purge thread within `stop_wait` (twice, at worst), not whenever its container is done.
+
+        A round ends after its current container; a container that takes longer has its Spark jobs
+        cancelled: before the swap that only throws the new container away (the live one is
+        untouched), and the swap itself is a few renames, never a Spark job. A thread still running
+        after that is left behind (daemon): whatever it leaves is finished or rolled back by the
+        recovery at the next start, as after a kill."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join(self.stop_wait)
+        if not thread.is_alive():
+            return
+        log.warning("shutdown: the purge still runs after %.0fs: cancelling its Spark jobs (the container "
+                    "being purged stays as it was)", self.stop_wait)
+        self._cancel_jobs()
+        thread.join(self.stop_wait)
+        if thread.is_alive():
+            log.error("shutdown: the purge thread did not end; going on without it (the next start finishes "
+                      "or rolls back what it leaves)")
+
+    def _tag_jobs(self, spark: Any) -> None:
+        """Name this thread's Spark jobs (thread-local in Spark), so that shutdown can cancel them."""
+        if _is_connect(spark):
+            spark.addTag(JOB_GROUP)
+        else:
+            spark.sparkContext.setJobGroup(JOB_GROUP, "mqbridge scheduled purge", interruptOnCancel=True)
+
+    def _cancel_jobs(self) -> None:
+        try:
+            spark = self._session()
+            if _is_connect(spark):
+                spark.interruptTag(JOB_GROUP)
+            else:
+                spark.sparkContext.cancelJobGroup(JOB_GROUP)
+        except Exception as exc:  # Spark gone: nothing of ours is running there either
+            log.warning("shutdown: cannot cancel the purge's Spark jobs: %s", exc)
 
     def status_fields(self) -> dict[str, Any]:
         return {"purge": {"interval": self.interval, "rounds": self.rounds, "last_error": self.last_error}}
@@ -89,7 +135,9 @@ class PurgeScheduler(Observer):
         cfg = self.config
         warehouse = cfg.resolve_path(cfg.spark.warehouse)
         types = {name: t for name, t in cfg.types.items() if t.retention is not None}
-        purger = Purger(self._session(), self.model, counters=self.counters, stop=self._stop)
+        spark = self._session()
+        self._tag_jobs(spark)
+        purger = Purger(spark, self.model, counters=self.counters, stop=self._stop)
         now = datetime.now(timezone.utc)
         self.counters.inc("purge_runs")
         for table, names in type_tables(warehouse, types).items():

@@ -607,11 +607,8 @@ class SparkExecutor:
                                         F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
         writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
         if failpoints.active("spark_write_hang"):
-            # Test only: a write that never ends, without a UDF (Java's Thread.sleep through SQL
-            # reflection, interruptible by a job-group cancel): see failpoints.
-            # A filter that keeps every row (a dropped column would be optimised away).
-            hang = "length(coalesce(reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)), '')) >= 0"
-            writer = df.where(hang).write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+            # Test only: a write that never ends, interruptible by a job-group cancel.
+            writer = df.where(failpoints.HANG_FILTER).write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
         try:
             self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
         except BaseException:

@@ -160,3 +160,38 @@ def test_the_scheduled_purge_drops_an_expired_container_while_the_bridge_lands(
     assert amq.depth(q) == 0 and leftovers(table) == [] and not (table / "_purge").exists()
     assert re.search(r"purge orders put_date=\S+: designated 1000/1000, .* strategy drop", bridge.text()), \
         bridge.text()
+
+
+@pytest.mark.timeout(600)
+def test_shutdown_cancels_a_scheduled_purge_that_takes_too_long_and_the_table_stays_whole(
+        spark: Any, tmp_path: Path) -> None:
+    # Given a container 72% designated by its type's retention (a copy or delete: a Spark job) and
+    # a purge whose rewrite never ends (failpoint purge_write_hang), under `mqbridge run`
+    from tests.integration.test_purge import ROWS, T0, land_container
+
+    table = land_container(spark, tmp_path / "landing", tmp_path / "state")
+    retention = int((datetime.now(timezone.utc) - (T0 + timedelta(hours=12))).total_seconds())
+    config = stomp_config(tmp_path, unique_queue("purge-shutdown"), threads=1, extra_bridge='shutdown_timeout = "40s"')
+    config.write_text(config.read_text().replace("[types.orders]\n", f'[types.orders]\nretention = "{retention}s"\n')
+                      + '[purge]\ninterval = "1s"\nthreshold = 0.2\n')
+    run = OutputReader(mqbridge("run", "--config", str(config), failpoint="purge_write_hang"))
+    try:
+        wait_until(lambda: "failpoint purge_write_hang reached" in run.text(), 180, "the purge's rewrite to hang")
+        # When the service is told to stop
+        stopped = datetime.now(timezone.utc)
+        run.proc.terminate()
+        code = run.wait(120)
+        took = (datetime.now(timezone.utc) - stopped).total_seconds()
+    finally:
+        if run.wait(0) is None:
+            run.proc.kill()
+    # Then it ended within its shutdown deadline, having cancelled the purge's Spark jobs
+    assert code is not None, run.text()[-3000:]
+    assert took < 40 + 10, (took, run.text()[-3000:])
+    assert "cancelling its Spark jobs" in run.text(), run.text()[-3000:]
+    # and the container is whole: every row is there (nothing purged, nothing lost); the next start
+    # (mqbridge purge does the same recovery) leaves no purge work behind
+    assert len({r.msg_id for r in spark.read.parquet(str(table)).collect()}) == ROWS
+    out = mqbridge("purge", "--config", str(config), "--older-than", "36500d", "--dry-run")
+    assert out.wait(120) == 0, out.stdout.read() if out.stdout else ""
+    assert not (table / "_purge").exists() or not any((table / "_purge").iterdir())
