@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
@@ -32,6 +32,7 @@ from mqbridge.metrics import initialize_series
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
+from mqbridge.progress import ProgressLine
 from mqbridge.publication import recover
 from mqbridge.purge import recover_purges
 from mqbridge.purge_schedule import PurgeScheduler
@@ -178,9 +179,20 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
 
 def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,
                stop_event: threading.Event | None = None,
-               reload_event: threading.Event | None = None) -> int:
+               reload_event: threading.Event | None = None,
+               progress: TextIO | None = None) -> int:
     """Build and run a bridge as the CLI and the service wrappers do, with the observers that
-    installed packages contribute (sd_notify under systemd); return the exit code."""
-    app = build_app(config, stop_event=stop_event, reload_event=reload_event,
-                    observers=installed_observers(config))
-    return app.run(until_idle=until_idle)
+    installed packages contribute (sd_notify under systemd); return the exit code. `progress` (a
+    terminal) gets the live progress line instead of the per-tick summary log line."""
+    observers = installed_observers(config)
+    line = ProgressLine(progress).attach() if progress is not None else None
+    if line is not None:
+        observers.append(line)
+    app = build_app(config, stop_event=stop_event, reload_event=reload_event, observers=observers)
+    if line is not None:
+        app.bridge.summary_level = logging.DEBUG
+    try:
+        return app.run(until_idle=until_idle)
+    finally:
+        if line is not None:
+            line.detach()

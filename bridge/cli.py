@@ -265,7 +265,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_from_config(cfg, args.log_level)
     stop, reload = threading.Event(), threading.Event()
     install_signal_handlers(stop, reload)
-    end_process(run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload))
+    # A person watching a terminal gets one live progress line; a service's journal, a pipe or CI
+    # keep the per-tick summary as a log line.
+    progress = sys.stderr if args.until_idle is not None and sys.stderr.isatty() else None
+    end_process(run_bridge(cfg, until_idle=args.until_idle, stop_event=stop, reload_event=reload,
+                           progress=progress))
 
 
 def end_process(code: int) -> NoReturn:

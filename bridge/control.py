@@ -111,6 +111,8 @@ class Bridge:
         self.guard = guard  # pauses listener intake while the process is above [bridge] max_rss
         #: The sinks' circuit breakers: pause the intake of the listeners feeding an unavailable sink.
         self.breakers = breakers
+        #: The level of the per-tick summary line (DEBUG under the terminal's live progress line).
+        self.summary_level = logging.INFO
         #: Why `run(until_idle=...)` gave up waiting (a sink unavailable too long); "" otherwise.
         self.gave_up = ""
         self._executors = executors  # called once, at start (it may start Spark)
@@ -317,7 +319,7 @@ class Bridge:
             if now >= next_summary:
                 next_summary = now + interval
                 self.measure_rates()
-                log.info("%s", self.summary())
+                log.log(self.summary_level, "%s", self.summary())
                 self._notify("on_tick")
             self._notify("on_wake")
             if until_idle is not None and self._outage_too_long():
