@@ -27,6 +27,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from mqbridge import failpoints
+from mqbridge.catalog import CatalogRegistrar
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.containers import SORT_COLUMNS, tables_of
 from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, SparkWriteTimeoutError
@@ -335,10 +337,14 @@ class SparkSessions:
 
 
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
-                  landing: Landing | None = None,
-                  write_timeout: float = DEFAULT_WRITE_TIMEOUT) -> dict[str, SparkExecutor]:
-    """One executor per configured message type (exactly-once through `landing` when given)."""
-    return {name: SparkExecutor(spark, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout)
+                  landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+                  catalog: bool = False) -> dict[str, SparkExecutor]:
+    """One executor per configured message type (exactly-once through `landing` when given);
+    `catalog`: each landed table is registered in the session's catalog (`mqbridge.catalog`)."""
+    sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
+    registrar = CatalogRegistrar(sessions.get) if catalog else None
+    return {name: SparkExecutor(sessions, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout,
+                                catalog=registrar)
             for name, type_cfg in types.items()}
 
 
@@ -410,6 +416,12 @@ def _json_precheck(body: bytes) -> str | None:
     return None
 
 
+def put_date_of(message: Message) -> str:
+    """The `put_date` partition a message lands in: the UTC date of its put (else receive) time."""
+    when = message.put_timestamp or message.received_timestamp
+    return (when if when.tzinfo is None else when.astimezone(timezone.utc)).date().isoformat()
+
+
 class SparkExecutor:
     """Appends bulks of one message type to <warehouse>/<table> as Parquet partitioned by put_date.
 
@@ -426,7 +438,8 @@ class SparkExecutor:
     """
 
     def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
-                 *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT) -> None:
+                 *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+                 catalog: CatalogRegistrar | None = None) -> None:
         # `config` was validated at load (format and schema agree, the table is a valid name);
         # only the DDL itself needs Spark's own parser, hence a session, to be checked.
         self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
@@ -440,6 +453,7 @@ class SparkExecutor:
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
+        self.catalog = catalog  # registers each table by name once it holds published rows
         self.last_write_seconds = 0.0
         self.rows_written = 0
         self.bytes_written = 0
@@ -573,6 +587,9 @@ class SparkExecutor:
             path = self.warehouse / table
             with _path_lock(path.absolute()):
                 self._write(bulk, rows, table, path, ledger_bulk_id, results)
+            landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
+            if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows
+                self.catalog.register(table, path, {put_date_of(m) for m in landed})
 
     def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path, ledger_bulk_id: str,
                results: list[MessageResult | None]) -> None:

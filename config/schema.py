@@ -144,6 +144,8 @@ class SparkSection(Model):
     warehouse: Path = Field(default=Path("data/landing"), description="Root directory of landed tables")
     app_name: str = Field(default="mqbridge", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (values as strings)")
+    catalog: bool = Field(default=False, description="Register each landed table in the session's catalog "
+                          "(the one `conf` configures, e.g. a Hive metastore) so it is read by name")
     write_timeout: Duration = Field(default=parse_duration("10m"), gt=0, description="A bulk or probe write running "
                                     "longer is cancelled (its Spark job group) and counts as an outage of the sink")
     probe_interval_max: Duration = Field(default=parse_duration("1m"), gt=0, description="Longest wait between two "
