@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping
+from typing import Any
 
 #: Loggers whose warnings say nothing an operator can act on.
 _QUIET = ("org.apache.spark.util.Utils", "org.apache.hadoop.util.NativeCodeLoader")
@@ -59,3 +60,47 @@ def driver_log_conf(settings: Mapping[str, str], level: str) -> dict[str, str]:
 def _remove(path: str) -> None:
     with contextlib.suppress(OSError):
         os.remove(path)
+
+
+#: Lines of the driver JVM's standard error that say nothing an operator can act on: the JVM's
+#: notice for the incubator module that Spark's launcher always adds (`--add-modules
+#: jdk.incubator.vector`, hard-coded in its JavaModuleOptions; Java prints it for any incubator module).
+_JVM_NOISE = ("WARNING: Using incubator modules:",)
+
+
+def launch_driver_gateway(conf: Mapping[str, str]) -> None:
+    """Start the in-process driver's JVM (py4j gateway) as pyspark would for `conf`, unless one
+    runs, with its standard error through a pipe: each line is copied to our standard error, except
+    `_JVM_NOISE`, which goes to the log at DEBUG. pyspark's `getOrCreate` then uses this gateway."""
+    import subprocess
+    import sys
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                                 popen_kwargs={"stderr": subprocess.PIPE})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+    stream = gateway.proc.stderr
+    threading.Thread(target=_copy_jvm_stderr, args=(stream, sys.stderr), name="spark-jvm-stderr",
+                     daemon=True).start()
+
+
+def _copy_jvm_stderr(source: Any, target: Any) -> None:
+    """Until the JVM ends (end of file): its lines to `target`, noise to the log."""
+    log = logging.getLogger("mqbridge.jvm")
+    for raw in iter(source.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        if line.startswith(_JVM_NOISE):
+            log.debug("JVM: %s", line.rstrip())
+            continue
+        try:
+            target.write(line)
+            target.flush()
+        except (OSError, ValueError):  # our stderr closed: keep draining, or the JVM would block
+            continue

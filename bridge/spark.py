@@ -41,7 +41,7 @@ from mqbridge.catalog import CatalogRegistrar
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.containers import SORT_COLUMNS, tables_of
 from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, SparkWriteTimeoutError
-from mqbridge.jvmlog import driver_log_conf, jvm_log_level
+from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing import Landing
 from mqbridge.ledger import owner_id
 from mqbridge.message import Bulk, Message, MessageResult
@@ -153,6 +153,8 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
             _fail_fast(spark)
             _set_connect_conf(spark, settings)
         else:
+            launch_driver_gateway({**{k: str(v) for k, v in settings.items()},
+                                   "spark.master": master, "spark.app.name": app_name})
             builder = SparkSession.builder.appName(app_name).master(master)
             for key, value in settings.items():
                 builder = builder.config(key, str(value))
