@@ -59,4 +59,7 @@ def test_a_terminal_gets_one_live_progress_line_and_a_pipe_gets_log_lines(tmp_pa
     piped = run_until_idle(stomp_config(tmp_path / "pipe", q2, threads=1, batch=100))
     # Then there is no progress line, and the per-tick summary is a log line
     assert CLEAR not in piped and "received 300" not in piped
+    # and neither output has a raw JVM line (Spark's launcher makes Java print one at every start)
+    assert "Using incubator modules" not in piped and "Using incubator modules" not in out
+    assert "[Stage " not in piped and "[Stage " not in out
     assert "committed=300" in piped
