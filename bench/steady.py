@@ -216,6 +216,7 @@ listen = "127.0.0.1:{port}"
 [spark]
 master = "local[2]"
 warehouse = "landing"
+writer = "{args.writer}"
 [collector]
 memory = "{args.collector_memory}"
 workers = 2
@@ -266,7 +267,8 @@ def run(args: argparse.Namespace) -> None:
     warm, measure = args.warm, args.measure
     total = warm + measure
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
-          f"bridge: {args.threads} threads x batch {args.batch}, bulk {args.bulk_size}, exactly-once, `mqbridge run`")
+          f"bridge: {args.threads} threads x batch {args.batch}, bulk {args.bulk_size}, exactly-once, "
+          f"writer {args.writer}, `mqbridge run`")
     q1 = f"/queue/bench-raw-{uuid.uuid4().hex[:8]}"
     print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
     raw = raw_consumer(broker, q1, warm, measure, prefetch=min(args.batch, 1000))
@@ -366,3 +368,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--password", default=None, help="STOMP passcode (RabbitMQ: guest)")
     group.add_argument("--collector-memory", default="256MB")
     group.add_argument("--keep", action="store_true", help="keep the work directory (config, log, table)")
+    group.add_argument("--writer", default="auto", choices=("auto", "arrow", "spark"),
+                       help="[spark] writer: who writes the bulks' Parquet files")

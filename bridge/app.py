@@ -134,7 +134,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None
         else (lambda: executors_for(sessions, warehouse, config.types, landing=landing,
-                                    write_timeout=config.spark.write_timeout, catalog=config.spark.catalog)))
+                                    write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
+                                    writer=config.spark.writer, conf=config.spark.conf)))
     guard = MemoryGuard(config.bridge.max_rss, counters)
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,

@@ -25,15 +25,15 @@ Inside a STOMP source commit (`mqbridge.listeners.stomp`), between `before_sourc
 
 One point changes behaviour instead of killing (`active`), the first time it is reached:
 
-    spark_write_hang      the next bulk write never ends (until its job group is cancelled by
-                          `[spark] write_timeout`)
+    spark_write_hang      the next bulk write by Spark never ends (until its job group is cancelled
+                          by `[spark] write_timeout`); a pyarrow write (`[spark] writer`) is not hung
     purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
                           jobs are cancelled at shutdown)
 
 and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
 
-    spark_poison_body:TEXT  a bulk write fails inside Spark (assert_true) when a body contains TEXT;
-                            probe writes, which hold no message, succeed
+    spark_poison_body:TEXT  a bulk write fails when a body contains TEXT: inside Spark (assert_true),
+                            or before pyarrow writes; probe writes, which hold no message, succeed
 
 Killing points of a purge (`mqbridge.purge`), per container:
 

@@ -36,7 +36,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from mqbridge import failpoints
+from mqbridge import failpoints, parquet_writer
 from mqbridge.catalog import CatalogRegistrar
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.containers import SORT_COLUMNS, tables_of
@@ -45,7 +45,7 @@ from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gatewa
 from mqbridge.landing import Landing
 from mqbridge.ledger import owner_id
 from mqbridge.message import Bulk, Message, MessageResult
-from mqbridge.publication import discard, staging_dir
+from mqbridge.publication import discard, publish, staged_moves, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -340,14 +340,37 @@ class SparkSessions:
 
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
                   landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
-                  catalog: bool = False) -> dict[str, SparkExecutor]:
+                  catalog: bool = False, writer: str = "auto",
+                  conf: Mapping[str, str] | None = None) -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given);
-    `catalog`: each landed table is registered in the session's catalog (`mqbridge.catalog`)."""
+    `catalog`: each landed table is registered in the session's catalog (`mqbridge.catalog`);
+    `writer` and `conf` (the `[spark]` settings): who writes raw bulks (`arrow_codec`)."""
     sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
     registrar = CatalogRegistrar(sessions.get) if catalog else None
+    codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf or {})})
     return {name: SparkExecutor(sessions, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout,
-                                catalog=registrar)
+                                catalog=registrar, arrow=codec)
             for name, type_cfg in types.items()}
+
+
+def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -> str | None:
+    """The pyarrow codec raw bulks are written with (`mqbridge.parquet_writer`), or None when Spark
+    writes them: `writer` "spark"; "auto" with Spark Connect (the warehouse is the server's) or a
+    codec pyarrow does not write. ConfigError for "arrow" with such a codec."""
+    if writer == "spark":
+        return None
+    codec = parquet_writer.codec_of(conf)
+    if writer == "arrow":
+        if codec is None:
+            raise ConfigError(f"spark.writer = \"arrow\": pyarrow does not write the Parquet codec "
+                              f"{conf.get(parquet_writer.CODEC_KEY)!r} ({parquet_writer.CODEC_KEY}); "
+                              f"use one of {', '.join(parquet_writer.CODECS)} or writer = \"spark\"")
+        return codec
+    if writer != "auto":
+        raise ConfigError(f"spark.writer: expected auto, arrow or spark, got {writer!r}")
+    section = sessions.section
+    remote = section.remote if section is not None else _is_connect(sessions.current)
+    return None if remote else codec
 
 
 def _java_hint(remote: str | None) -> str:
@@ -441,7 +464,7 @@ class SparkExecutor:
 
     def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
                  *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
-                 catalog: CatalogRegistrar | None = None) -> None:
+                 catalog: CatalogRegistrar | None = None, arrow: str | None = None) -> None:
         # `config` was validated at load (format and schema agree, the table is a valid name);
         # only the DDL itself needs Spark's own parser, hence a session, to be checked.
         self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
@@ -455,6 +478,8 @@ class SparkExecutor:
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
+        # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.parquet_writer`), else None.
+        self.arrow = arrow if self.schema is None else None
         self.catalog = catalog  # registers each table by name once it holds published rows
         self.last_write_seconds = 0.0
         self.rows_written = 0
@@ -597,41 +622,22 @@ class SparkExecutor:
                results: list[MessageResult | None]) -> None:
         messages = bulk.messages
         start = time.perf_counter()
-        spark = self.sessions.get()
-        df = spark.createDataFrame(self._arrow_table(bulk, keep))
-        observation: Observation | None = None
-        if self.schema is None:
-            # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
-            # where a select of 13 columns costs 57. Each call waits for the GIL, which the
-            # listener threads keep busy, and the write is the bridge's serial bottleneck.
-            df = df.drop("_row")
-        else:
-            df, observation = self._parse(df, self.schema)
-            parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
-            df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
-        # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
-        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
-        df = df.coalesce(max(1, math.ceil(sum(len(messages[i].body) for i in keep) / FILE_BYTES)))
-        # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
-        df = df.sortWithinPartitions(*SORT_COLUMNS)
         existed = path.exists()
         landing = self.landing
         # Exactly-once: the bulk goes to its own staging directory, which no reader lists, and is
-        # published below; at-least-once: appended straight into the table.
-        target = staging_dir(path, landing.owner, ledger_bulk_id) if landing is not None else path
-        mode = "overwrite" if landing is not None else "append"
-        poison = failpoints.value("spark_poison_body")
-        if poison is not None:  # test only: Spark fails the write of a bulk holding this body
-            df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
-                                        F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
-        writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
-        if failpoints.active("spark_write_hang"):
-            # Test only: a write that never ends, interruptible by a job-group cancel.
-            writer = df.where(failpoints.HANG_FILTER).write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+        # published below; at-least-once: Spark appends straight into the table, pyarrow stages
+        # too (its files are not written atomically) and the files are moved in right after.
+        staged = landing is not None or self.arrow is not None
+        owner = landing.owner if landing is not None else owner_id()
+        target = staging_dir(path, owner, ledger_bulk_id) if staged else path
+        observation: Observation | None = None
         try:
-            self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
+            if self.arrow is not None:
+                self._stage_arrow(bulk, keep, target, self.arrow)
+            else:
+                observation = self._stage_spark(bulk, keep, target, "overwrite" if staged else "append")
         except BaseException:
-            if landing is not None:
+            if staged:
                 discard(target)  # the staged part, if any; nothing reads or publishes it
             raise
         # Without a ledger the rows are in the table from here on: nothing below may fail in a way
@@ -646,6 +652,12 @@ class SparkExecutor:
                              [messages[i].identity or messages[i].msg_id for i in landed])
             else:
                 discard(target)
+        elif staged:
+            publish(staged_moves(path, target, ledger_bulk_id))
+            discard(target)
+            for empty in (target.parent, target.parents[1]):  # no ledger, no recovery: leave no trace
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
         for i in landed:
             results[i] = MessageResult.success(messages[i].msg_id, bulk.bulk_id)
         if not landed:
@@ -658,6 +670,43 @@ class SparkExecutor:
         self.writes += 1
         log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
                   len(landed), path, self.last_write_seconds)
+
+    def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str) -> Observation | None:
+        """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
+        rows of a JSON type."""
+        spark = self.sessions.get()
+        df = spark.createDataFrame(self._arrow_table(bulk, keep))
+        observation: Observation | None = None
+        if self.schema is None:
+            # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
+            # where a select of 13 columns costs 57. Each call waits for the GIL, which the
+            # listener threads keep busy, and the write is the bridge's serial bottleneck.
+            df = df.drop("_row")
+        else:
+            df, observation = self._parse(df, self.schema)
+            parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
+            df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
+        # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
+        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
+        df = df.coalesce(max(1, math.ceil(sum(len(bulk.messages[i].body) for i in keep) / FILE_BYTES)))
+        # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
+        df = df.sortWithinPartitions(*SORT_COLUMNS)
+        poison = failpoints.value("spark_poison_body")
+        if poison is not None:  # test only: Spark fails the write of a bulk holding this body
+            df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
+                                        F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
+        if failpoints.active("spark_write_hang"):
+            df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
+        writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+        self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
+        return observation
+
+    def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:
+        """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.parquet_writer`)."""
+        poison = failpoints.value("spark_poison_body")
+        if poison is not None and any(poison.encode() in bulk.messages[i].body for i in keep):
+            raise RuntimeError(f"failpoint spark_poison_body: {poison}")  # test only, as in _stage_spark
+        parquet_writer.write_bulk(self._arrow_table(bulk, keep), target, codec=codec, file_bytes=FILE_BYTES)
 
     def _arrow_table(self, bulk: Bulk, rows: list[int]) -> pa.Table:
         picked: list[Message] = [bulk.messages[i] for i in rows]

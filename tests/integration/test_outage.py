@@ -115,7 +115,7 @@ def test_a_killed_spark_jvm_is_replaced_and_nothing_is_lost(tmp_path: Path, spar
     q = unique_queue("outage-jvm")
     sent = bodies(3000, "jv")
     amq.put_many(q, sent)
-    config, url = outage_config(tmp_path, q, batch=100)
+    config, url = outage_config(tmp_path, q, batch=100, spark='writer = "spark"')  # the JVM writes every bulk
     table = tmp_path / "landing" / "orders"
     run = start(config)
     try:
@@ -142,7 +142,7 @@ def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_p
     q = unique_queue("outage-hang")
     sent = bodies(400, "hg")
     amq.put_many(q, sent)
-    config, url = outage_config(tmp_path, q, batch=100, spark='write_timeout = "5s"')
+    config, url = outage_config(tmp_path, q, batch=100, spark='write_timeout = "5s"\nwriter = "spark"')
     run = start(config, failpoint="spark_write_hang")
     try:
         # When the timeout fires, the status says why

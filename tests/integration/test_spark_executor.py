@@ -46,11 +46,22 @@ def naive_utc(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(tzinfo=None)
 
 
+@pytest.fixture(params=["spark", "arrow"])
+def writer(request: pytest.FixtureRequest) -> str:
+    """Who writes a raw type's bulks: a Spark job, or pyarrow in the bridge (`[spark] writer`)."""
+    return str(request.param)
+
+
+def raw_executor(spark: Any, warehouse: Path, table: str, writer: str) -> SparkExecutor:
+    return SparkExecutor(spark, warehouse, "orders", TypeConfig(table=table),
+                         arrow="snappy" if writer == "arrow" else None)
+
+
 def read(spark: Any, path: Path) -> dict[str, Any]:
     return {row.msg_id: row for row in spark.read.parquet(str(path)).collect()}
 
 
-def test_rows_land_with_the_exact_schema_and_values(spark: Any, tmp_path: Path) -> None:
+def test_rows_land_with_the_exact_schema_and_values(spark: Any, tmp_path: Path, writer: str) -> None:
     # Given messages with binary, large and text bodies, headers, and put times in other zones
     cest = timezone(timedelta(hours=2))
     big = os.urandom(1024 * 1024)
@@ -61,7 +72,7 @@ def test_rows_land_with_the_exact_schema_and_values(spark: Any, tmp_path: Path) 
         message("m2", big, put_timestamp=datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)),
         message("m3", "grüße".encode(), headers={"priority": 4}),  # type: ignore[dict-item]
     ]
-    executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders_table"))
+    executor = raw_executor(spark, tmp_path / "landing", "orders_table", writer)
     b = bulk(*messages)
 
     # When the bulk is executed
@@ -90,22 +101,23 @@ def test_rows_land_with_the_exact_schema_and_values(spark: Any, tmp_path: Path) 
             "orders", "amq", "/queue/orders", b.bulk_id)
     assert {p.name for p in executor.path.iterdir() if p.is_dir()} == {
         "put_date=2024-02-29", "put_date=2024-03-01", "put_date=2024-05-05"}
-    assert (executor.path / "_SUCCESS").exists()
+    assert (executor.path / "_SUCCESS").exists() == (writer == "spark")  # pyarrow's files are moved in
+    assert not list(executor.path.glob("_staging/*/*"))
     assert executor.rows_written == 3 and executor.writes == 1
     assert executor.bytes_written == 3 + len(big) + len("grüße".encode())
     assert executor.last_write_seconds > 0
 
 
-def test_missing_put_timestamp_falls_back_to_received_time(spark: Any, tmp_path: Path) -> None:
-    executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders"))
+def test_missing_put_timestamp_falls_back_to_received_time(spark: Any, tmp_path: Path, writer: str) -> None:
+    executor = raw_executor(spark, tmp_path, "orders", writer)
     assert executor.execute(bulk(message("m1", put_timestamp=None)))[0].ok
     row = read(spark, executor.path)["m1"]
     assert row.put_timestamp == naive_utc(RECEIVED) == row.received_timestamp
     assert row.put_date == date(2024, 5, 5)
 
 
-def test_appends_accumulate_across_bulks(spark: Any, tmp_path: Path) -> None:
-    executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders"))
+def test_appends_accumulate_across_bulks(spark: Any, tmp_path: Path, writer: str) -> None:
+    executor = raw_executor(spark, tmp_path, "orders", writer)
     first = bulk(*(message(f"a{i}") for i in range(10)))
     second = bulk(*(message(f"b{i}") for i in range(5)))
     assert all(r.ok for r in executor.execute(first) + executor.execute(second))
@@ -115,25 +127,28 @@ def test_appends_accumulate_across_bulks(spark: Any, tmp_path: Path) -> None:
     assert executor.rows_written == 15 and executor.writes == 2
 
 
-def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: Any, tmp_path: Path,
+def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: Any, tmp_path: Path, writer: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def files(executor: SparkExecutor) -> list[Path]:
         return sorted(executor.path.glob("put_date=*/*.parquet"))
 
-    small = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="small"))
+    small = raw_executor(spark, tmp_path, "small", writer)
     assert all(r.ok for r in small.execute(bulk(*(message(f"s{i}", b"x" * 100) for i in range(300)))))
     assert len(files(small)) == 1  # one date, one file (not one per core)
 
     # Given files of at most 10 KB of bodies: 30 KB of bodies are spread over 3 files
     monkeypatch.setattr("mqbridge.spark.FILE_BYTES", 10_000)
-    big = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="big"))
+    big = raw_executor(spark, tmp_path, "big", writer)
     assert all(r.ok for r in big.execute(bulk(*(message(f"b{i}", b"x" * 100) for i in range(300)))))
     assert len(read(spark, big.path)) == 300
     assert 2 <= len(files(big)) <= 3  # coalesce never adds partitions: at most the default parallelism
+    for path in files(big):  # each file sorted by put_timestamp (time-range reads skip files)
+        times = [r.put_timestamp for r in spark.read.parquet(str(path)).collect()]
+        assert times == sorted(times)
 
 
-def test_empty_bulk_writes_nothing(spark: Any, tmp_path: Path) -> None:
-    executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders"))
+def test_empty_bulk_writes_nothing(spark: Any, tmp_path: Path, writer: str) -> None:
+    executor = raw_executor(spark, tmp_path, "orders", writer)
     assert executor.execute(bulk()) == []
     assert not executor.path.exists()
 
@@ -208,8 +223,8 @@ def test_unwritable_target_makes_every_message_retryable_until_it_is_fixed(spark
     assert set(read(spark, executor.path)) == {"m1", "m2"}
 
 
-def test_concurrent_executors_of_one_table_do_not_collide(spark: Any, tmp_path: Path) -> None:
-    executors = [SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders")) for _ in range(2)]
+def test_concurrent_executors_of_one_table_do_not_collide(spark: Any, tmp_path: Path, writer: str) -> None:
+    executors = [raw_executor(spark, tmp_path, "orders", writer) for _ in range(2)]
     bulks = [bulk(*(message(f"{n}-{i}") for i in range(50))) for n in range(4)]
     results: list[bool] = []
     threads = [threading.Thread(target=lambda e=e, b=b: results.extend(r.ok for r in e.execute(b)))
@@ -233,3 +248,42 @@ def test_a_bad_schema_is_a_config_error(spark: Any, tmp_path: Path, ddl: str, ex
     with pytest.raises(ConfigError, match="orders") as info:
         SparkExecutor(spark, tmp_path, "orders", TypeConfig(format="json", schema=ddl))
     assert expected in str(info.value)
+
+
+def test_an_unwritable_table_makes_a_raw_bulk_retryable_with_either_writer(spark: Any, tmp_path: Path,
+                                                                           writer: str) -> None:
+    # Given the raw table's directory is a regular file
+    blocker = tmp_path / "orders"
+    blocker.write_text("not a directory")
+    executor = raw_executor(spark, tmp_path, "orders", writer)
+    b = bulk(message("m1"), message("m2"))
+
+    # Then the bulk is RETRYABLE with a one-line reason, and lands once the file is gone
+    results = executor.execute(b)
+    assert [r.outcome for r in results] == [Outcome.RETRYABLE, Outcome.RETRYABLE]
+    assert all(r.reason and "\n" not in r.reason for r in results)
+    blocker.unlink()
+    assert all(r.ok for r in executor.execute(b))
+    assert set(read(spark, executor.path)) == {"m1", "m2"}
+
+
+def test_files_of_both_writers_read_as_one_table_and_pyarrow_honours_the_codec(spark: Any, tmp_path: Path) -> None:
+    # Given one table written in turn by Spark and by pyarrow (zstd)
+    by_spark = raw_executor(spark, tmp_path, "orders", "spark")
+    by_arrow = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders"), arrow="zstd")
+    put = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+    assert all(r.ok for r in by_spark.execute(bulk(*(message(f"s{i}", put_timestamp=put) for i in range(5)))))
+    assert all(r.ok for r in by_arrow.execute(bulk(*(message(f"a{i}", put_timestamp=put,
+                                                                headers={"k": str(i)}) for i in range(5)))))
+
+    # Then Spark reads every row with the landed schema, from files in the same partitions
+    df = spark.read.parquet(str(by_spark.path))
+    assert {f.name: f.dataType.simpleString() for f in df.schema.fields} == LANDED_TYPES
+    rows = read(spark, by_spark.path)
+    assert len(rows) == 10 and rows["a3"].headers == {"k": "3"} and rows["a3"].put_timestamp == naive_utc(put)
+    import pyarrow.parquet as pq
+
+    arrow_files = [p for p in by_arrow.path.glob("put_date=2024-03-01/*.parquet")
+                   if pq.ParquetFile(p).metadata.row_group(0).column(0).compression == "ZSTD"]
+    assert len(arrow_files) == 1
+    assert all(pq.ParquetFile(p).schema_arrow.field("msg_id").nullable for p in arrow_files)  # as Spark writes

@@ -71,7 +71,8 @@ def test_spark_connect_lands_exactly_once_across_a_kill(tmp_path: Path, spark: A
 
 def test_standalone_cluster_lands_exactly_once_across_a_kill(tmp_path: Path, spark: Any, amq: AmqClient,
                                                              standalone: SparkStandalone) -> None:
-    out = _kill_then_finish(tmp_path, spark, amq, f'master = "{standalone.master_url}"', "cluster")
+    # writer "spark": the cluster's executors write the staged files, the bridge publishes them
+    out = _kill_then_finish(tmp_path, spark, amq, f'master = "{standalone.master_url}"\nwriter = "spark"', "cluster")
     assert "ledger recovery: 1 bulks rolled forward" in out, out[-3000:]
     # both runs were applications of the cluster, their tasks run by its worker
     assert len(list((standalone.base / "work").glob("app-*"))) == 2

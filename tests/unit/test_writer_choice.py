@@ -1,0 +1,45 @@
+"""Who writes a raw type's Parquet files (`[spark] writer`), decided before any Spark is started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbridge.config import SparkSection
+from mqbridge.errors import ConfigError
+from mqbridge.parquet_writer import codec_of
+from mqbridge.spark import DEFAULT_CONF, SparkSessions, arrow_codec
+
+
+def choice(writer: str, *, remote: str | None = None, codec: str | None = None) -> str | None:
+    section = SparkSection(remote=remote, warehouse=Path("landing"))
+    conf = {**DEFAULT_CONF, **({"spark.sql.parquet.compression.codec": codec} if codec else {})}
+    return arrow_codec(writer, SparkSessions(section), conf)
+
+
+@pytest.mark.parametrize(("writer", "remote", "codec", "expected"), [
+    ("auto", None, None, "snappy"),  # Spark's default codec
+    ("auto", None, "ZSTD", "zstd"),
+    ("auto", None, "uncompressed", "none"),
+    ("auto", "sc://spark:15002", None, None),  # the warehouse is the Connect server's
+    ("auto", None, "lz4", None),  # Hadoop's LZ4 framing: Spark writes
+    ("spark", None, None, None),
+    ("arrow", None, "gzip", "gzip"),
+    ("arrow", "sc://spark:15002", None, "snappy"),  # asked for: the operator shares the warehouse
+])
+def test_the_writer_is_pyarrow_unless_spark_is_needed(writer: str, remote: str | None, codec: str | None,
+                                                      expected: str | None) -> None:
+    assert choice(writer, remote=remote, codec=codec) == expected
+
+
+def test_arrow_with_a_codec_pyarrow_does_not_write_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"spark.writer = \"arrow\".*'lzo'.*snappy") as info:
+        choice("arrow", codec="lzo")
+    assert "writer = \"spark\"" in str(info.value)
+
+
+def test_an_unknown_writer_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match="writer"):
+        SparkSection(writer="duckdb")  # type: ignore[arg-type]
+    assert codec_of({}) == "snappy"
