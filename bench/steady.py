@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"    CPU seconds over N ({t_end - t_w:.1f}s wall, {psutil.cpu_count()} cores): "
               + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
         writes = at_end.writes - at_w.writes
-        print(f"    Spark writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows")
+        print(f"    bulk writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows")
         # cold start, from the same fresh process
         half = next((t for (t0, c0), (t, c) in zip(windows, windows[2:], strict=False) if (c - c0) / (t - t0) >= steady / 2), None)
         cold_rate = warm / (t_w - first_commit)
