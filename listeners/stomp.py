@@ -65,9 +65,18 @@ from mqbridge.errors import (
     SourceError,
     SourceRefusedError,
 )
-from mqbridge.listeners.stomp_frames import Frames, drop, header_int, one_line, put_time
+from mqbridge.listeners.stomp_frames import (
+    Frames,
+    drop,
+    header_int,
+    install_fast_header_parsing,
+    one_line,
+    put_time,
+)
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, DeliveryTracker, SourceContext
+
+install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 
 log = logging.getLogger(__name__)
 
