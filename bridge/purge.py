@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 from mqbridge import failpoints
 from mqbridge.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
@@ -249,11 +248,13 @@ class Purger:
                  per_file: bool) -> int:
         """Write the surviving rows of `names` (files of the container) into `work/new`; their count.
 
-        Every new file takes the name of one of `names` (per_file: each file's survivors under its
-        own name; else the compacted files under the first names): the new container's names are
-        a subset of the old one's. A reader lists a directory's names first and then looks each
-        one up by path (Hadoop's local file system); if the swap falls between the two, it finds
-        only names of the new container, with their new content: the new container, never a mix.
+        Every new file gets a name never used before (`_fresh_name`), never the name of an old
+        file: Spark lists a container's files (with their sizes) when it plans a read and opens
+        them later, task by task. Had a rewritten file kept its old name, a read planned before the
+        swap and running across it would open new content under an old name with the old size (a
+        footer error), or read some files of the old container and some of the new one (a mix).
+        With fresh names such a read meets a missing file and fails, to be read again; the files
+        kept unchanged (delete's hard links) have the same content in both containers.
         """
         from pyspark.sql import functions as F
 
@@ -274,7 +275,7 @@ class Purger:
             for directory in (out / plan.path.name).glob(f"{SOURCE}=*"):
                 [path] = directory.glob("part-*.parquet")
                 _fsync(path)
-                os.replace(path, work / "new" / unquote(directory.name.partition("=")[2]))
+                os.replace(path, work / "new" / _fresh_name(path))
             return survivors
         writer = (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
                   .write.options(**WRITE_OPTIONS).mode("overwrite"))
@@ -282,9 +283,9 @@ class Purger:
         written = sorted((out / plan.path.name).glob("part-*.parquet"))
         if len(written) > len(names):
             raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(names)} old ones")
-        for path, name in zip(written, sorted(names)[:len(written)], strict=True):
+        for path in written:
             _fsync(path)
-            os.replace(path, work / "new" / name)
+            os.replace(path, work / "new" / _fresh_name(path))
         return survivors
 
     def _account(self, result: ContainerResult) -> None:
@@ -366,6 +367,11 @@ def _exchange(a: Path, b: Path) -> None:
         raise PurgeError(f"cannot swap {a} and {b}: {os.strerror(err)} (the file system must support "
                          "RENAME_EXCHANGE: ext4, xfs, btrfs, tmpfs)")
     _fsync_dir(b.parent)
+
+
+def _fresh_name(path: Path) -> str:
+    """A data file name no container has used: Spark's pattern, a new unique id, `path`'s suffixes."""
+    return f"part-00000-{uuid.uuid4()}{''.join(path.suffixes)}"
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:
