@@ -88,6 +88,10 @@ class Landing(Observer):
                 found |= self.ledger.published(rest)
         return found
 
+    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(bulk id, table) of each of these identities that is landed (for producers' results)."""
+        return self.ledger.landed_in(identities)
+
     def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
         """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once."""
         failpoints.hit("after_stage")

@@ -338,6 +338,13 @@ class Ledger:
                                                          (self._identities_parameter(identities), "published")))
         return found
 
+    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """For each of `identities` a published bulk holds: (that bulk's id, its table)."""
+        with self._read_concurrently() as db:
+            rows = self._execute(db, f"SELECT DISTINCT i.identity, b.bulk_id, b.table_name {self.HOLDING}",
+                                 (self._identities_parameter(identities), "published"))
+            return {row[0]: (row[1], row[2]) for row in rows}
+
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
                 identities: Sequence[str]) -> None:
         """Record `bulk_id` as prepared, with its file moves and identities, in one transaction.

@@ -37,7 +37,7 @@ from mqbridge.guard import IntakeGate
 from mqbridge.identity import identity_of
 from mqbridge.message import Message, MessageResult, Outcome
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
-from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source
+from mqbridge.source import BackoutMove, DeliveryTracker, Landed, PoisonLog, Source
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ class Deduplicator(Protocol):
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already landed."""
+
+    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(bulk id, table) of each of these identities that is landed."""
 
 
 @dataclass
@@ -290,7 +293,7 @@ class ListenerThread(threading.Thread):
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
         self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
-                     deduplicated=len(landed_before))
+                     deduplicated=[m for m in batch if id(m) in landed_before])
 
     def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
         """Preprocess the unit; if the chain's plugin generation is new, has never got a message
@@ -357,7 +360,7 @@ class ListenerThread(threading.Thread):
         moves: list[BackoutMove],
         consumed: int,
         failed: list[tuple[Message, str]] | None = None,
-        deduplicated: int = 0,
+        deduplicated: Sequence[Message] = (),
     ) -> None:
         spec = self.spec
         retry: list[tuple[Message, str]] = []
@@ -403,14 +406,14 @@ class ListenerThread(threading.Thread):
 
         returns = [m for m, _ in retry]
         if returns and not self.source.supports_partial_commit:
-            landed = sum(1 for m in submitted if (r := results.get(m)) is not None and r.ok)
-            if landed and self.dedupe is None:
+            at_risk = sum(1 for m in submitted if (r := results.get(m)) is not None and r.ok)
+            if at_risk and self.dedupe is None:
                 # MQ cannot commit part of a unit of work: without the ledger, what landed will land
                 # again (with it, the redelivered copies are recognised and committed unlanded).
-                self.counters.inc("messages_duplicated_risk", landed, **self._labels)
+                self.counters.inc("messages_duplicated_risk", at_risk, **self._labels)
                 log.warning("%s: %d messages landed but their unit of work is backed out "
                             "(another type's write failed); they will be delivered and land again",
-                            spec.name, landed)
+                            spec.name, at_risk)
             if len(outages) == len(returns):  # only the sink's fault: no delivery of this unit counts
                 self.tracker.gave_back_in_outage(m.msg_id for m in batch)
             self._back_out(batch, retry[0][1], suspects=culprits, halt=halt)
@@ -418,8 +421,15 @@ class ListenerThread(threading.Thread):
 
         failpoints.hit("before_source_commit")
         self.tracker.gave_back_in_outage(m.msg_id for m in outages)
-        self.source.commit(moves=moves, returns=returns)
+        landed = [Landed(m, r.table, r.bulk_id) for m in submitted if (r := results.get(m)) is not None and r.ok]
+        landed += self._landed_where(deduplicated)
+        confirmed = self.source.commit(moves=moves, returns=returns, landed=landed)
         failpoints.hit("after_source_commit")
+        if confirmed is not None:
+            for name, count in (("results_sent", confirmed.sent), ("results_failed", confirmed.failed),
+                                ("results_rerouted", confirmed.rerouted)):
+                if count:
+                    self.counters.inc(name, count, **self._labels)
         returned_ids = {m.msg_id for m in returns}  # (returns are preprocessed copies of `batch`)
         gone = [m for m in batch if m.msg_id not in returned_ids]
         self.tracker.forget([m.msg_id for m in gone])
@@ -433,9 +443,9 @@ class ListenerThread(threading.Thread):
         if consumed:
             self.counters.inc("messages_consumed_by_preprocessors", consumed, **self._labels)
         if deduplicated:
-            self.counters.inc("messages_deduplicated", deduplicated, **self._labels)
+            self.counters.inc("messages_deduplicated", len(deduplicated), **self._labels)
             log.info("%s: %d redelivered messages were already landed; committed without landing them again",
-                     spec.name, deduplicated)
+                     spec.name, len(deduplicated))
         if moves:
             self.counters.inc("messages_moved_to_backout", len(moves), **self._labels)
             for move in moves:
@@ -515,6 +525,14 @@ class ListenerThread(threading.Thread):
         known = [m for m in batch if m.identity]
         landed = self.dedupe.published([m.identity for m in known])
         return {id(m) for m in known if m.identity in landed}
+
+    def _landed_where(self, recognised: Sequence[Message]) -> list[Landed]:
+        """Where the ledger says each of these (already landed) messages is, for their producers."""
+        if not recognised or self.dedupe is None:
+            return []
+        where = self.dedupe.landed_in([m.identity for m in recognised if m.identity])
+        found = [(m, where.get(m.identity or "", ("", ""))) for m in recognised]
+        return [Landed(m, table=table, bulk_id=bulk_id) for m, (bulk_id, table) in found]
 
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)

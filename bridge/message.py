@@ -73,14 +73,15 @@ class MessageResult:
     reason: str = ""
     bulk_id: str = ""
     outage: bool = False
+    table: str = ""  # SUCCESS: the table it landed in
 
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.SUCCESS
 
     @classmethod
-    def success(cls, msg_id: str, bulk_id: str = "") -> MessageResult:
-        return cls(msg_id, Outcome.SUCCESS, "", bulk_id)
+    def success(cls, msg_id: str, bulk_id: str = "", table: str = "") -> MessageResult:
+        return cls(msg_id, Outcome.SUCCESS, "", bulk_id, table=table)
 
     @classmethod
     def retryable(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
@@ -134,3 +135,9 @@ class Bulk:
     def oldest(self) -> float:
         """Monotonic receive time of the oldest message (flush condition 3)."""
         return min((m.received_monotonic for m in self.messages), default=self.created)
+
+
+def put_date_of(message: Message) -> str:
+    """The `put_date` partition a message lands in: the UTC date of its put (else receive) time."""
+    when = message.put_timestamp or message.received_timestamp
+    return (when if when.tzinfo is None else when.astimezone(timezone.utc)).date().isoformat()

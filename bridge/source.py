@@ -38,6 +38,25 @@ class BackoutMove:
     queue: str | None = None  # None: the adapter's configured/inquired backout queue
 
 
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """A message of the unit of work that is in its table (just landed, or recognised in the
+    ledger): what its producer is told when it asked to be (`Source.commit`)."""
+
+    message: Message
+    table: str = ""
+    bulk_id: str = ""
+
+
+@dataclass
+class Confirmations:
+    """An adapter's count of the results it sent to producers (reply-to, MQ report messages)."""
+
+    sent: int = 0  # in a committed unit of work
+    failed: int = 0  # could not be sent (the message was committed without it)
+    rerouted: int = 0  # went to the dead-letter queue: the reply-to queue did not take it
+
+
 @runtime_checkable
 class Source(Protocol):
     """One connection to one queue, owned by one listener thread.
@@ -66,10 +85,13 @@ class Source(Protocol):
     def receive(self, timeout: float) -> Message | None:
         """The next message of the unit of work, or None if none came within `timeout` seconds."""
 
-    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
+               landed: Sequence[Landed] = ()) -> Confirmations | None:
         """End the unit of work: remove its messages from the source, put each of `moves` to its
         backout queue in the same unit of work, and give `returns` back to the source
-        (only when `supports_partial_commit`)."""
+        (only when `supports_partial_commit`). A producer that asked to be told (STOMP `confirm`,
+        MQ report options) gets its message's result, `landed` or moved, in the same unit of work;
+        what was sent so is returned (None: this source sends no results)."""
 
     def rollback(self) -> None:
         """End the unit of work by returning every message of it to the source."""
@@ -267,6 +289,8 @@ class QueueShared:
     tracker: DeliveryTracker = field(default_factory=DeliveryTracker)
     in_doubt: InDoubtLog = field(default_factory=InDoubtLog)
     poison: PoisonLog = field(default_factory=PoisonLog)
+    #: Messages whose result the broker refused (a bad reply-to): their unit goes through without it.
+    unconfirmable: InDoubtLog = field(default_factory=InDoubtLog)
 
 
 @dataclass(frozen=True)

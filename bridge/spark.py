@@ -27,7 +27,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError,
 from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing import Landing
 from mqbridge.ledger import owner_id
-from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.message import Bulk, Message, MessageResult, put_date_of
 from mqbridge.publication import discard, publish, staged_moves, staging_dir
 
 log = logging.getLogger(__name__)
@@ -441,12 +440,6 @@ def _json_precheck(body: bytes) -> str | None:
     return None
 
 
-def put_date_of(message: Message) -> str:
-    """The `put_date` partition a message lands in: the UTC date of its put (else receive) time."""
-    when = message.put_timestamp or message.received_timestamp
-    return (when if when.tzinfo is None else when.astimezone(timezone.utc)).date().isoformat()
-
-
 class SparkExecutor:
     """Appends bulks of one message type to <warehouse>/<table> as Parquet partitioned by put_date.
 
@@ -659,7 +652,7 @@ class SparkExecutor:
                 with contextlib.suppress(OSError):
                     empty.rmdir()
         for i in landed:
-            results[i] = MessageResult.success(messages[i].msg_id, bulk.bulk_id)
+            results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
         if not landed:
             if not existed:  # an append of no rows leaves a directory Spark cannot read back
                 shutil.rmtree(path, ignore_errors=True)

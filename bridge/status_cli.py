@@ -81,6 +81,12 @@ def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) ->
                    f"{'-' if committed is None else f'{committed:.0f}':>10} {entry.get('restarts', 0):>8}  "
                    f"{entry.get('last_error') or '-'}")
     out.append("(MSG/S and COMMITTED are per queue, shared by its threads)")
+    for entry in {f"{e.get('source')}:{e.get('queue')}": e for e in status.get("listeners", [])}.values():
+        counts = entry.get("listener_messages") or {}
+        sent, failed, rerouted = (counts.get(f"results_{k}") or 0 for k in ("sent", "failed", "rerouted"))
+        if sent or failed or rerouted:
+            out.append(f"results to producers, {entry.get('source')}:{entry.get('queue')}: {sent:.0f} sent, "
+                       f"{failed:.0f} failed, {rerouted:.0f} rerouted")
     c = status.get("collector", {})
     flushed = ", ".join(f"{k}={v}" for k, v in sorted((c.get("flushed") or {}).items())) or "none"
     out.append("")

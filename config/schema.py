@@ -308,6 +308,9 @@ class ListenerConfig(Model):
         description="With no backout threshold (backout_threshold = 0, IBM MQ BOTHRESH(0)): a message that "
                     "failed this many times halts its listener (critical log, /healthz 503) instead of looping")
     prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
+    confirm: Literal["off", "reply-to"] = Field(
+        default="off", description="STOMP: `reply-to` sends a message with a `reply-to` header a result message "
+        "(landed or backout) in the commit's transaction; IBM MQ answers the MQMD Report options instead")
     identity: str = Field(default="msg_id", description="What recognises a redelivered message: msg_id, "
                                                         "header:NAME (a producer's id) or body-sha256")
 
@@ -364,6 +367,14 @@ class BridgeConfig(Model):
                     and not listener.backout_queue:
                 problems.append(((*where, "backout_queue"), f"required for a {source.kind} source when "
                                                             "backout_threshold > 0 (or set backout_threshold = 0)"))
+            if listener.confirm != "off" and source is not None:
+                if source.kind != "stomp":
+                    problems.append(((*where, "confirm"), f"only for STOMP sources; a {source.kind} source "
+                                     + ("answers each message's MQMD Report options (MQRO_PAN, MQRO_NAN) itself"
+                                        if source.kind == "mq" else "has no reply-to")))
+                elif getattr(source, "commit_mode", None) == "receipted":
+                    problems.append(((*where, "confirm"), "needs commit_mode = \"transactional\": a result sent "
+                                     "outside the ACKs' transaction could be sent twice for one message"))
             # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
             if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
                 problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "

@@ -29,7 +29,7 @@ from typing import ClassVar
 from mqbridge.config import MemorySourceConfig
 from mqbridge.errors import SourceConnectionError, SourceError
 from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, SourceContext
+from mqbridge.source import BackoutMove, Landed, SourceContext
 
 __all__ = ["REASON_HEADER", "MemoryBroker", "MemorySource", "StoredMessage"]
 
@@ -167,9 +167,10 @@ class MemorySource:
                        received_timestamp=utcnow(), redelivered=held.deliveries > 1,
                        delivery_count=held.deliveries, headers=dict(held.headers), token=held.msg_id)
 
-    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
+               landed: Sequence[Landed] = ()) -> None:
         """Remove the unit's messages, put `moves` on their backout queues and give `returns` back,
-        atomically: a problem found raises before anything changed."""
+        atomically: a problem found raises before anything changed. (No producer to tell.)"""
         with self.broker._cond:
             self._require()
             held = {m.msg_id: m for m in self._unit}

@@ -48,12 +48,13 @@ permission) raises SourceRefusedError, which halts the listener instead of recon
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from mqbridge import failpoints
@@ -73,8 +74,8 @@ from mqbridge.listeners.stomp_frames import (
     one_line,
     put_time,
 )
-from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, DeliveryTracker, SourceContext
+from mqbridge.message import Message, put_date_of, utcnow
+from mqbridge.source import BackoutMove, Confirmations, DeliveryTracker, InDoubtLog, Landed, SourceContext
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 
@@ -102,6 +103,8 @@ _REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON
 _NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
 _BAD_HEADER_PREFIX = "mqbridge-unparseable-"
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
+# Headers of a message its result keeps (`confirm = "reply-to"`).
+_RESULT_KEEPS = ("persistent", "priority", "expires")
 
 
 class StompSource:
@@ -117,10 +120,12 @@ class StompSource:
         assert isinstance(source, StompSourceConfig)
         return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
                    tracker=context.shared.tracker, client_name=context.client_name,
-                   backout_queue=listener.backout_queue)
+                   backout_queue=listener.backout_queue,
+                   confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
-                 tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None) -> None:
+                 tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
+                 confirm: bool = False, unconfirmable: InDoubtLog | None = None) -> None:
         import stomp.exception
 
         import stomp  # optional driver, imported where used
@@ -132,6 +137,9 @@ class StompSource:
         self.tracker = tracker
         self.client_name = client_name
         self.backout_queue = backout_queue  # where messages refused at the edge go (bad header, too big)
+        # `confirm = "reply-to"`: a result for each message with a reply-to, in the commit's transaction.
+        self.confirm = confirm
+        self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
@@ -325,22 +333,24 @@ class StompSource:
             return message, "refused at the source: " + "; ".join(problems)
         return message, None
 
-    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
+               landed: Sequence[Landed] = ()) -> Confirmations | None:
         """Remove the unit's messages, moving `moves` (and those refused at the edge) to their
-        backout queues and giving `returns` back, as `commit_mode` says (module docstring).
+        backout queues and giving `returns` back, as `commit_mode` says (module docstring); with
+        `confirm`, a result to the reply-to of each message landed or moved, in the same transaction.
 
         Raises SourceConnectionError (nothing removed: the unit comes back), BackoutFailedError
         (the broker refused a move: the listener halts), InDoubtError (COMMIT sent, no receipt)."""
         unit, refused = self._end_unit()
         if not unit:
-            return
+            return None
         returned = {m.msg_id for m in returns}
         moving = {m.message.msg_id: m for m in (*moves, *refused)}
         acked = [m for m in unit if m.msg_id not in returned]
         if not acked:  # everything goes back: nothing to remove
             self._unit = unit
             self.rollback()
-            return
+            return None
         if len(self._frames.errors) > self._unit_errors:
             self._fail_unit("the broker sent ERROR during the unit of work: "
                             + "; ".join(e for _, e in self._frames.errors[self._unit_errors:]))
@@ -354,7 +364,8 @@ class StompSource:
         if tx is not None:
             self._guard(lambda: self._conn.begin(transaction=tx), "begin")
         # The original as received, not what the preprocessors made of it.
-        sends: dict[str, BackoutMove | None] = {}  # receipt -> the move (None: a copy given back)
+        # receipt -> the move, the message a result is about, or None (a copy given back)
+        sends: dict[str, BackoutMove | Message | None] = {}
         for message in unit:
             if message.msg_id in returned:
                 if self.cumulative:
@@ -367,6 +378,9 @@ class StompSource:
                 except SourceConnectionError:
                     self._refused_while_sending(move, errors_before)
                     raise
+        confirmed = Confirmations() if self.confirm else None
+        if confirmed is not None:
+            sends.update(self._send_results(unit, moving, landed, tx, confirmed))
         # RabbitMQ holds a transaction's frames until COMMIT and only then answers them (measured
         # on 3.10): there the SENDs' receipts are awaited with the COMMIT's, and a SEND it refuses
         # ends the connection before the ACKs that follow it are applied.
@@ -382,6 +396,7 @@ class StompSource:
                                      [m.msg_id for m in acked])
         if returned and not self.cumulative:
             self._give_back([m for m in unit if m.msg_id in returned])
+        return confirmed
 
     def _ack(self, messages: Sequence[Message], tx: str | None, errors_before: int) -> None:
         """ACK `messages` (cumulative: the unit's last message acknowledges all of it). Outside a
@@ -394,7 +409,8 @@ class StompSource:
         if receipt is not None:
             self._confirm({receipt: None}, errors_before, tx)
 
-    def _confirm(self, sends: dict[str, BackoutMove | None], errors_before: int, tx: str | None) -> None:
+    def _confirm(self, sends: Mapping[str, BackoutMove | Message | None], errors_before: int,
+                 tx: str | None) -> None:
         """Wait for the receipts of `sends`. A refused move raises BackoutFailedError, anything
         else SourceConnectionError; the transaction (if any) is aborted first and the connection
         closed, so the broker gives the whole unit back."""
@@ -402,11 +418,59 @@ class StompSource:
         if not problem:
             return
         culprit = self._frames.refused(list(sends), errors_before)
-        move = sends.get(culprit) if culprit else None
         self._abort(tx)
-        if move is not None:
-            self._move_refused(move, problem)
+        self._send_refused(sends.get(culprit) if culprit else None, problem)
         self._fail_unit(f"{len(sends)} frames not confirmed: {problem}")
+
+    def _send_refused(self, what: BackoutMove | Message | None, problem: str) -> None:
+        """The broker refused the SEND of `what`: a move halts the listener (BackoutFailedError); a
+        result is remembered as unconfirmable, so that the unit, given back now (SourceConnectionError),
+        goes through without it next time."""
+        if isinstance(what, BackoutMove):
+            self._move_refused(what, problem)
+        if isinstance(what, Message):
+            self.unconfirmable.record([what.msg_id])
+            self._fail_unit(f"the broker refused the result of message {what.msg_id} to its reply-to "
+                            f"{what.headers.get('reply-to')!r}: {problem}; the unit comes back and is committed "
+                            "without that result")
+
+    def _send_results(self, unit: Sequence[Message], moving: Mapping[str, BackoutMove], landed: Sequence[Landed],
+                      tx: str | None, confirmed: Confirmations) -> dict[str, Message]:
+        """SEND, in `tx`, a result to the `reply-to` of each message of `unit` that has one and is
+        landed or moved (a message given back or consumed by a preprocessor gets none yet); the
+        receipts. The result's `correlation-id` is the message's id; its `mqbridge_*` headers (and
+        its JSON body) say where it landed or why it was moved; persistence, priority and expiry
+        are the message's own."""
+        where = {item.message.msg_id: item for item in landed}
+        receipts: dict[str, Message] = {}
+        for message in unit:
+            reply_to = message.headers.get("reply-to")
+            move, done = moving.get(message.msg_id), where.get(message.msg_id)
+            if not reply_to or (move is None and done is None):
+                continue
+            if message.msg_id in self.unconfirmable:
+                confirmed.failed += 1
+                continue
+            result: dict[str, str] = {"result": "backout" if move is not None else "landed",
+                                      "message_id": message.msg_id, "queue": message.destination}
+            if move is not None:
+                result.update(reason=one_line(move.reason), backout_queue=move.queue or "")
+            elif done is not None:
+                result.update(table=done.table, bulk_id=done.bulk_id, put_date=put_date_of(message))
+            headers = {k: message.headers[k] for k in _RESULT_KEEPS if k in message.headers}
+            headers.update({f"mqbridge_{key}": value for key, value in result.items()})
+            headers.update({"correlation-id": message.msg_id, "content-type": "application/json"})
+            errors_before = len(self._frames.errors)
+            try:
+                receipts[self._send(reply_to, json.dumps(result).encode(), headers, tx, "send a result")] = message
+            except SourceConnectionError:
+                self._frames.wait_for(lambda: self._frames.disconnected.is_set(),
+                                      time.monotonic() + min(self.receipt_timeout, 5.0))
+                if len(self._frames.errors) > errors_before:
+                    self._send_refused(message, self._frames.errors[errors_before][1])
+                raise
+            confirmed.sent += 1
+        return receipts
 
     def _refused_while_sending(self, move: BackoutMove, errors_before: int) -> None:
         """A SEND of a move broke the connection. If the broker said why first (ActiveMQ answers a
@@ -421,7 +485,7 @@ class StompSource:
         self._fail_unit(f"the broker refused to move message {move.message.msg_id} ({len(move.message.body)} bytes) "
                         f"to {move.queue}: {problem}", BackoutFailedError)
 
-    def _commit_transaction(self, tx: str, sends: dict[str, BackoutMove | None], errors_before: int,
+    def _commit_transaction(self, tx: str, sends: Mapping[str, BackoutMove | Message | None], errors_before: int,
                             acked: list[str]) -> None:
         """COMMIT and wait for its receipt (and, on RabbitMQ, for the SENDs' receipts, which it
         gives only now). A move refused now failed before the ACKs after it (RabbitMQ applies a
@@ -433,9 +497,7 @@ class StompSource:
         if not problem:
             return
         culprit = self._frames.refused(list(sends), errors_before)
-        move = sends.get(culprit) if culprit else None
-        if move is not None:
-            self._move_refused(move, problem)
+        self._send_refused(sends.get(culprit) if culprit else None, problem)
         self._fail_unit(f"the commit of {len(acked)} messages on {self.destination} is in doubt ({problem}); "
                         "they may be delivered again", InDoubtError, acked)
 

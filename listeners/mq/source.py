@@ -59,7 +59,7 @@ from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, pu
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, DeliveryTracker, InDoubtLog, PoisonLog, SourceContext
+from mqbridge.source import BackoutMove, DeliveryTracker, InDoubtLog, Landed, PoisonLog, SourceContext
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,8 @@ class MqSource:
             token=slot,
         )
 
-    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = ()) -> None:
+    def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
+               landed: Sequence[Landed] = ()) -> None:
         if returns:
             raise SourceError(f"{self._where}: IBM MQ commits or backs out a unit of work whole; "
                               "returning some of its messages is not possible (supports_partial_commit is False)")

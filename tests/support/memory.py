@@ -109,7 +109,7 @@ class FailingSource:
     def receive(self, timeout: float) -> Message | None:
         raise self.error
 
-    def commit(self, moves: Sequence[Any] = (), returns: Sequence[Message] = ()) -> None:
+    def commit(self, moves: Sequence[Any] = (), returns: Sequence[Message] = (), landed: Sequence[Any] = ()) -> None:
         raise AssertionError("nothing to commit")
 
     def rollback(self) -> None:

@@ -195,9 +195,19 @@ def test_parse_size_rejects(text: object, problem: str) -> None:
     ("[bridge]\ndedupe_window = '7 days'\n" + MINIMAL, "demo.toml: bridge.dedupe_window: '7 days' is not a duration"),
     ("[bridge]\ndedupe_window = 0\n" + MINIMAL, "demo.toml: bridge.dedupe_window: Input should be greater than 0"),
     ("[bridge]\nexactly_once = 'maybe'\n" + MINIMAL, "demo.toml: bridge.exactly_once: Input should be a valid boolean"),
+    (MINIMAL + "confirm = 'always'\n", "demo.toml: listeners[0].confirm: Input should be 'off' or 'reply-to'"),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\ncommit_mode = "receipted"') + "confirm = 'reply-to'\n",
+     'demo.toml: listeners[0].confirm: needs commit_mode = "transactional"'),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "memory"') + "confirm = 'reply-to'\n",
+     "demo.toml: listeners[0].confirm: only for STOMP sources; a memory source has no reply-to"),
 ])
 def test_error_names_file_and_key(text: str, expected: str) -> None:
     assert error(text).startswith(expected)
+
+
+def test_confirm_is_off_by_default_and_reply_to_on_a_transactional_stomp_source() -> None:
+    assert parse(MINIMAL).listeners[0].confirm == "off"
+    assert parse(MINIMAL + "confirm = 'reply-to'\n").listeners[0].confirm == "reply-to"
 
 
 @pytest.mark.parametrize("rule", ["msg_id", "body-sha256", "header:JMSXGroupID", "header:order id"])

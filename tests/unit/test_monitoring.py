@@ -252,3 +252,15 @@ def test_every_counter_name_the_code_uses_has_a_help_text() -> None:
                                      path.read_text())}
     assert len(used) > 30, used
     assert sorted(used - set(HELP)) == []
+
+
+def test_status_command_shows_the_results_sent_to_producers_per_queue() -> None:
+    from mqbridge.status_cli import render
+
+    listener = {"name": "amq:/queue/orders#1", "source": "amq", "queue": "/queue/orders", "alive": True,
+                "listener_messages": {"messages_committed": 10, "results_sent": 7, "results_failed": 1}}
+    status = {"name": "b", "listeners": [listener, {**listener, "name": "amq:/queue/orders#2"},
+                                         {**listener, "queue": "/queue/quiet", "listener_messages": {}}]}
+    text = render("http://127.0.0.1:1", status, True, "")
+    assert [line for line in text.splitlines() if line.startswith("results")] == [
+        "results to producers, amq:/queue/orders: 7 sent, 1 failed, 0 rerouted"]
