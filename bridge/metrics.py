@@ -36,8 +36,10 @@ HELP = {
     "messages_committed": "Messages removed from the source after landing (commit)",
     "messages_backed_out": "Messages given back to the source queue (rollback)",
     "messages_moved_to_backout": "Messages moved to the backout queue",
-    "results_sent": "Results sent to producers (STOMP confirm = reply-to) in a committed unit of work",
-    "results_failed": "Results not sent (the broker refused the reply-to); the message was committed without",
+    "results_sent": ("Results sent to producers (IBM MQ PAN/NAN reports, STOMP confirm = reply-to) in a committed "
+                     "unit of work"),
+    "results_failed": ("Results not sent (no reply-to queue took it, nor a dead-letter queue); the message was "
+                       "committed without"),
     "results_rerouted": "Results that went to the dead-letter queue instead of the reply-to queue",
     "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
     "messages_duplicated_risk": "Landed messages whose unit of work was backed out (exactly_once = false: they land again)",

@@ -438,9 +438,10 @@ class StompSource:
                       tx: str | None, confirmed: Confirmations) -> dict[str, Message]:
         """SEND, in `tx`, a result to the `reply-to` of each message of `unit` that has one and is
         landed or moved (a message given back or consumed by a preprocessor gets none yet); the
-        receipts. The result's `correlation-id` is the message's id; its `mqbridge_*` headers (and
-        its JSON body) say where it landed or why it was moved; persistence, priority and expiry
-        are the message's own."""
+        receipts. The result's `correlation-id` is the message's id (the JMS request/reply rule); the
+        message's own `correlation-id`, if any, comes back as `mqbridge_correlation_id`; its
+        `mqbridge_*` headers (and its JSON body) say where it landed or why it was moved;
+        persistence, priority and expiry are the message's own."""
         where = {item.message.msg_id: item for item in landed}
         receipts: dict[str, Message] = {}
         for message in unit:
@@ -453,6 +454,8 @@ class StompSource:
                 continue
             result: dict[str, str] = {"result": "backout" if move is not None else "landed",
                                       "message_id": message.msg_id, "queue": message.destination}
+            if message.correlation_id:  # a STOMP producer's own key: it cannot know the message id
+                result["correlation_id"] = message.correlation_id
             if move is not None:
                 result.update(reason=one_line(move.reason), backout_queue=move.queue or "")
             elif done is not None:

@@ -13,6 +13,9 @@ MQDLH; if that fails too the unit is backed out and `BackoutFailedError` stops t
 a message is never dropped. Messages the listener moves (permanent failures) take the same route,
 with the reason in the `mqbridge_reason` message property.
 
+A message whose MQMD `Report` asks for action notifications (MQRO_PAN, MQRO_NAN) gets its report
+in the same unit of work (`mqbridge.listeners.mq.reports`).
+
 MQDISC commits an open unit of work, so `close` always backs out first, and the connection is
 made with `disconnect_on_exit=False` so that garbage collection never disconnects (a connection
 that simply goes away is backed out by the queue manager).
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from mqbridge import failpoints
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import (
     BackoutFailedError,
@@ -57,9 +61,18 @@ from mqbridge.listeners.mq.driver import (
 )
 from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
+from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
-from mqbridge.message import Message, utcnow
-from mqbridge.source import BackoutMove, DeliveryTracker, InDoubtLog, Landed, PoisonLog, SourceContext
+from mqbridge.message import Message, put_date_of, utcnow
+from mqbridge.source import (
+    BackoutMove,
+    Confirmations,
+    DeliveryTracker,
+    InDoubtLog,
+    Landed,
+    PoisonLog,
+    SourceContext,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +119,10 @@ class MqSource:
         self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
                                   qmgr_name=config.queue_manager, appl_name=appl_name)
+        self._reports = ReportSender(self._driver, self._errors, queue=destination,
+                                     qmgr_name=config.queue_manager, appl_name=appl_name)
+        self._unit_reports = Confirmations()  # reports put in the open unit of work
+        self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
         # The queue's suspects (see PoisonLog): a message this adapter moves at BOTHRESH leaves them.
         self.poison = poison if poison is not None else PoisonLog()
@@ -347,7 +364,7 @@ class MqSource:
         )
 
     def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
-               landed: Sequence[Landed] = ()) -> None:
+               landed: Sequence[Landed] = ()) -> Confirmations | None:
         if returns:
             raise SourceError(f"{self._where}: IBM MQ commits or backs out a unit of work whole; "
                               "returning some of its messages is not possible (supports_partial_commit is False)")
@@ -361,7 +378,18 @@ class MqSource:
             threshold = self.backout_threshold
             code = MQRC_BACKOUT_THRESHOLD_REACHED if threshold and slot.backout_count >= threshold else MQFB_APPL_FIRST
             self._move(slot, move.reason, move.queue, code)
+        for item in landed:
+            slot = self._slot_of(item.message)
+            if slot is not None and not slot.moved and self._reports.wanted(slot, MQRO_PAN):
+                self._uncommitted += self._reports.send(
+                    self._qmgr, slot, MQRO_PAN, {"table": item.table, "bulk_id": item.bulk_id,
+                                                 "put_date": put_date_of(item.message)},
+                    self.dead_letter_queue, self._unit_reports)
+        if self._unit_reports.sent or self._unit_reports.rerouted:
+            failpoints.hit("after_results_put")
         self._commit_unit()
+        done, self._committed_reports = self._committed_reports, Confirmations()
+        return done
 
     def _slot_of(self, message: Message) -> UnitSlot | None:
         """The unit's slot of this delivery: its token (which preprocessed copies keep), not its
@@ -394,6 +422,7 @@ class MqSource:
             raise wrap(exc, f"{what} on {self._where}") from exc
 
     def _end_unit(self) -> None:
+        self._unit_reports = Confirmations()  # committed (counted by _commit_unit) or backed out
         self._unit = []
         self._uncommitted = 0
         self._full = False
@@ -429,6 +458,10 @@ class MqSource:
                                    "messages is in doubt", msg_ids) from exc
             else:
                 raise wrap(exc, f"MQCMIT on {self._where}") from exc
+        done = self._committed_reports
+        done.sent += self._unit_reports.sent
+        done.failed += self._unit_reports.failed
+        done.rerouted += self._unit_reports.rerouted
         self._end_unit()
 
     def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int) -> None:
@@ -446,6 +479,11 @@ class MqSource:
                 self.moved_to_dead_letter += 1
                 log.error("%s: moved message %s to dead-letter queue %s (%s): %s", self._where, slot.msg_id,
                           self.dead_letter_queue, "; ".join(problems), reason)
+            if self._reports.wanted(slot, MQRO_NAN):
+                moved_to = (queue or self.backout_queue) if where == BACKOUT else self.dead_letter_queue
+                self._uncommitted += self._reports.send(
+                    self._qmgr, slot, MQRO_NAN, {"reason": " ".join(reason.split())[:1000], "moved_to": moved_to},
+                    self.dead_letter_queue, self._unit_reports)
             return
         try:
             self._qmgr.backout()

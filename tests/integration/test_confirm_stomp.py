@@ -28,7 +28,7 @@ def test_each_message_gets_exactly_one_result_across_kills(tmp_path: Path, spark
     small = [f"ok-{i:04d}".encode() for i in range(580)]
     big = [f"big-{i:04d}:".encode() + b"x" * 3000 for i in range(20)]
     for body in [*small[:290], *big, *small[290:]]:
-        amq.put(q, body, {"reply-to": replies})
+        amq.put(q, body, {"reply-to": replies, "correlation-id": "order-" + body[:8].decode()})
     amq.put_many(q, [f"quiet-{i:04d}".encode() for i in range(50)])
     config = stomp_config(tmp_path, q, extra_source='max_message_size = "2KB"',
                           extra_listener='confirm = "reply-to"')
@@ -52,6 +52,7 @@ def test_each_message_gets_exactly_one_result_across_kills(tmp_path: Path, spark
         body = json.loads(bytes(frame.body))
         assert frame.headers["correlation-id"] == body["message_id"]
         assert frame.headers["mqbridge_result"] == body["result"]
+        assert frame.headers["mqbridge_correlation_id"] == body["correlation_id"]
         by_id.setdefault(frame.headers["correlation-id"], []).append(body)
     duplicated = [i for i, found in by_id.items() if len(found) > 1]
     assert duplicated == [], f"{len(duplicated)} messages got more than one result"
@@ -63,6 +64,9 @@ def test_each_message_gets_exactly_one_result_across_kills(tmp_path: Path, spark
     assert got_landed == expected_landed, (f"{len(expected_landed - got_landed)} missing, "
                                            f"{len(got_landed - expected_landed)} unexpected")
     assert got_moved == expected_moved
+    keys = {row.msg_id: "order-" + bytes(row.body[:8]).decode() for row in spark.read.parquet(str(table)).collect()}
+    keys.update({f.headers["mqbridge-original-message-id"]: "order-" + bytes(f.body)[:8].decode() for f in moved})
+    assert all(found[0]["correlation_id"] == keys[i] for i, found in by_id.items())
     for found in by_id.values():
         if found[0]["result"] == "landed":
             assert found[0]["table"] == "orders" and found[0]["bulk_id"] and found[0]["put_date"]

@@ -287,7 +287,8 @@ class FakeQueueManagerServer:
             backout_count: int = 0, properties: dict[str, Any] | None = None, format: bytes = CMQC.MQFMT_STRING,
             ccsid: int = 1208, priority: int = 0, persistence: int = CMQC.MQPER_PERSISTENT,
             expiry: int = CMQC.MQEI_UNLIMITED, put_appl_name: str = "amqsput", user: str = "app",
-            reply_to_q: str = "", reply_to_qmgr: str = "", put_time: datetime | None = None) -> bytes:
+            reply_to_q: str = "", reply_to_qmgr: str = "", put_time: datetime | None = None,
+            report: int = CMQC.MQRO_NONE) -> bytes:
         """Put a committed message as another application would (amqsput). Returns its MsgId."""
         when = put_time or datetime.now(timezone.utc)
         md = default_md()
@@ -297,7 +298,7 @@ class FakeQueueManagerServer:
                   UserIdentifier=pad_char(user, 12), PutApplName=pad_char(put_appl_name, 28),
                   PutDate=when.strftime("%Y%m%d").encode(),
                   PutTime=(when.strftime("%H%M%S") + f"{when.microsecond // 10000:02d}").encode(),
-                  PutApplType=CMQC.MQAT_DEFAULT)
+                  PutApplType=CMQC.MQAT_DEFAULT, Report=report)
         with self.cond:
             md["MsgId"] = pad_bytes(msg_id, 24) if msg_id else self._new_msg_id()
             props = {name: (infer_type(value), value) for name, value in (properties or {}).items()}

@@ -1,0 +1,153 @@
+"""Action notifications, as the IBM MQ documentation defines them for the application that processes
+a message: a message whose MQMD `Report` holds MQRO_PAN gets a positive action notification (a
+report message, MsgType MQMT_REPORT, Feedback MQFB_PAN) once it is published in its table; one
+holding MQRO_NAN gets a negative one (MQFB_NAN) when it is moved to a backout or dead-letter queue.
+
+The report goes to the message's ReplyToQ at ReplyToQMgr, under syncpoint: in the unit of work that
+removes the message, so a report exists if and only if the message left its queue. Its MsgId and
+CorrelId follow the message's MQRO_PASS_MSG_ID / MQRO_NEW_MSG_ID and MQRO_PASS_CORREL_ID /
+MQRO_COPY_MSG_ID_TO_CORREL_ID options; its persistence, priority and expiry are the message's.
+Where the message landed (table, bulk id, put_date) or why it was moved is in message properties
+(`mqbridge_result`, `mqbridge_table`, ...) and, as JSON, in the body (MQSTR, UTF-8). A reply-to
+queue that does not take the report (unknown, put-inhibited, full) makes it a dead-letter message
+with an MQDLH naming the reply-to queue, as a queue manager does; if that fails too, the report is
+dropped with an error log: a report never blocks its unit of work. Confirm on arrival and on
+delivery (MQRO_COA, MQRO_COD) are the queue manager's own reports, not the bridge's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from mqbridge.listeners.mq.driver import is_connection_loss, is_warning, reason_of, wrap
+from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
+from mqbridge.listeners.mq.unit import UnitSlot
+from mqbridge.message import utcnow
+from mqbridge.source import Confirmations
+
+log = logging.getLogger(__name__)
+
+# MQ's own values (cmqc.h); named here so that any driver, and the fake one, works.
+MQRO_PAN = 0x00000001
+MQRO_NAN = 0x00000002
+MQRO_PASS_CORREL_ID = 0x00000040
+MQRO_PASS_MSG_ID = 0x00000080
+MQMT_REPORT = 4
+MQFB_PAN = 275
+MQFB_NAN = 276
+_MQMI_NONE = b"\0" * 24
+
+
+class ReportSender:
+    """Puts PAN and NAN report messages for the messages of one input queue under syncpoint."""
+
+    def __init__(self, driver: Any, errors: tuple[type[BaseException], ...], *, queue: str, qmgr_name: str,
+                 appl_name: str) -> None:
+        self._driver = driver
+        self._cmqc = driver.CMQC
+        self._errors = errors
+        self.queue = queue
+        self.qmgr_name = qmgr_name
+        self.appl_name = appl_name
+
+    @staticmethod
+    def wanted(slot: UnitSlot, option: int) -> bool:
+        """The message asked for this report (MQRO_PAN or MQRO_NAN)."""
+        return bool(int(slot.md.Report) & option)
+
+    def send(self, qmgr: Any, slot: UnitSlot, option: int, details: dict[str, str], dead_letter_queue: str,
+             confirmed: Confirmations) -> int:
+        """Put the report `option` asks for about `slot`'s message to its reply-to queue (else the
+        dead-letter queue) in the open unit of work; the number of messages put (0 or 1). A lost
+        connection raises SourceConnectionError; any other failure is counted and logged."""
+        c = self._cmqc
+        original = slot.md
+        reply_to, reply_qmgr = text(original.ReplyToQ), text(original.ReplyToQMgr)
+        feedback = MQFB_PAN if option == MQRO_PAN else MQFB_NAN
+        what = f"{'PAN' if option == MQRO_PAN else 'NAN'} report for message {slot.msg_id} of {self.queue}"
+        if not reply_to:
+            confirmed.failed += 1
+            log.error("%s: the message has no ReplyToQ; no report is sent", what)
+            return 0
+        report = int(original.Report)
+        md = self._driver.MD()
+        md.MsgType, md.Feedback, md.Report = MQMT_REPORT, feedback, 0
+        md.Format, md.Encoding, md.CodedCharSetId = c.MQFMT_STRING, c.MQENC_NATIVE, 1208
+        md.Persistence, md.Priority, md.Expiry = original.Persistence, original.Priority, original.Expiry
+        md.MsgId = original.MsgId if report & MQRO_PASS_MSG_ID else _MQMI_NONE
+        md.CorrelId = original.CorrelId if report & MQRO_PASS_CORREL_ID else original.MsgId
+        body = {"result": "landed" if option == MQRO_PAN else "backout", "message_id": slot.msg_id,
+                "queue": self.queue, "queue_manager": self.qmgr_name, **details}
+        data = json.dumps(body).encode()
+        handle = self._properties(qmgr, {f"mqbridge_{k}": v for k, v in body.items()})
+        try:
+            problem = self._put1(qmgr, reply_to, reply_qmgr, data, md, handle, what)
+            if problem is None:
+                confirmed.sent += 1
+                return 1
+            dlh = pack_dlh(c, reason=problem, dest_queue=reply_to, dest_qmgr=reply_qmgr or self.qmgr_name,
+                           original=md, put_appl_name=self.appl_name, now=utcnow())
+            dead = self._driver.MD()
+            for name in ("MsgType", "Feedback", "Persistence", "Priority", "Expiry", "MsgId", "CorrelId"):
+                setattr(dead, name, getattr(md, name))
+            dead.Format, dead.Encoding, dead.CodedCharSetId = c.MQFMT_DEAD_LETTER_HEADER, c.MQENC_NATIVE, c.MQCCSI_Q_MGR
+            if dead_letter_queue and self._put1(qmgr, dead_letter_queue, "", dlh + data, dead, handle, what) is None:
+                confirmed.rerouted += 1
+                log.warning("%s: reply-to queue %s refused it (MQRC %d); put to the dead-letter queue %s", what,
+                            reply_to, problem, dead_letter_queue)
+                return 1
+            confirmed.failed += 1
+            log.error("%s: neither the reply-to queue %s (MQRC %d) nor a dead-letter queue (%s) took it; the "
+                      "message is committed without its report", what, reply_to, problem, dead_letter_queue or "none")
+            return 0
+        finally:
+            if handle is not None:
+                _quietly(getattr(handle, "dlt", None))
+
+    def _put1(self, qmgr: Any, queue: str, queue_manager: str, data: bytes, md: Any, handle: Any,
+              what: str) -> int | None:
+        """MQPUT1 under syncpoint; None if put, else the MQ reason code of the failure."""
+        c = self._cmqc
+        od = self._driver.OD()
+        od.ObjectName = queue.encode()
+        if queue_manager:
+            od.ObjectQMgrName = queue_manager.encode()
+        pmo = self._driver.PMO(Version=c.MQPMO_VERSION_3)
+        pmo.Options = c.MQPMO_SYNCPOINT | (c.MQPMO_NEW_MSG_ID if md.MsgId == _MQMI_NONE else 0)
+        if handle is not None:
+            pmo.OriginalMsgHandle = handle.msg_handle
+        try:
+            qmgr.put1(od, data, md, pmo)
+        except self._errors as exc:
+            if is_connection_loss(exc):
+                raise wrap(exc, f"MQPUT1 of the {what} to {queue}") from exc
+            if not is_warning(exc):
+                return reason_of(exc) or -1
+            log.warning("MQPUT1 of the %s to %s: %s", what, queue, exc)
+        log.debug("%s put to %s (MsgId %s)", what, queue, hex_id(md.MsgId))
+        return None
+
+    def _properties(self, qmgr: Any, values: dict[str, str]) -> Any:
+        """A message handle holding `values` as string properties; None if handles are unavailable
+        (the details are in the body either way)."""
+        try:
+            handle = self._driver.MessageHandle(qmgr)
+            for name, value in values.items():
+                handle.properties.set(name.encode(), str(value))
+        except self._errors as exc:
+            if is_connection_loss(exc):
+                raise wrap(exc, f"MQCRTMH/MQSETMP for a report of {self.queue}") from exc
+            log.warning("report properties unavailable on %s (%s): the details are in the body only", self.queue, exc)
+            return None
+        return handle
+
+
+def _quietly(call: Any) -> None:
+    if call is None:
+        return
+    try:
+        call()
+    except Exception as exc:
+        log.debug("ignored: %s", exc)
