@@ -21,8 +21,8 @@ BACKOUT = "backout"
 DEAD_LETTER = "dead-letter"
 
 
-class PoisonRoute:
-    """Puts messages of one input queue to a backout or dead-letter queue under syncpoint."""
+class SyncpointPutter:
+    """Puts messages about one input queue's messages (moves, reports) under syncpoint."""
 
     def __init__(self, driver: Any, errors: tuple[type[BaseException], ...], *, queue: str, qmgr_name: str,
                  appl_name: str) -> None:
@@ -32,6 +32,10 @@ class PoisonRoute:
         self.queue = queue
         self.qmgr_name = qmgr_name
         self.appl_name = appl_name
+
+
+class PoisonRoute(SyncpointPutter):
+    """Puts messages of one input queue to a backout or dead-letter queue under syncpoint."""
 
     def move(self, qmgr: Any, slot: UnitSlot, reason: str, *, backout_queue: str, dead_letter_queue: str,
              dlh_reason: int) -> tuple[str | None, list[str]]:

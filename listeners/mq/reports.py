@@ -23,6 +23,7 @@ from typing import Any
 
 from mqbridge.listeners.mq.driver import is_connection_loss, is_warning, reason_of, wrap
 from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
+from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import utcnow
 from mqbridge.source import Confirmations
@@ -40,17 +41,8 @@ MQFB_NAN = 276
 _MQMI_NONE = b"\0" * 24
 
 
-class ReportSender:
+class ReportSender(SyncpointPutter):
     """Puts PAN and NAN report messages for the messages of one input queue under syncpoint."""
-
-    def __init__(self, driver: Any, errors: tuple[type[BaseException], ...], *, queue: str, qmgr_name: str,
-                 appl_name: str) -> None:
-        self._driver = driver
-        self._cmqc = driver.CMQC
-        self._errors = errors
-        self.queue = queue
-        self.qmgr_name = qmgr_name
-        self.appl_name = appl_name
 
     @staticmethod
     def wanted(slot: UnitSlot, option: int) -> bool:
