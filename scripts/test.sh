@@ -2,12 +2,20 @@
 # Set up (see setup.sh), start RabbitMQ too, install PostgreSQL, Chromium and Prometheus
 # (test-tools.sh), run the static checks (lint.sh), and run the whole test suite against the real
 # ActiveMQ, the real RabbitMQ, local Spark, a Spark Connect server and a standalone cluster, PostgreSQL
-# and a headless Chromium (the tests start and stop those servers themselves).
+# and a headless Chromium (the tests start and stop those servers themselves). A broker this script
+# started is stopped again at the end; one that was already running is left running.
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+amq_before=$(scripts/activemq.sh status 2>/dev/null || true)
+rabbit_before=$(scripts/rabbitmq.sh status 2>/dev/null || true)
+stop_started_brokers() {
+    [ "$amq_before" = running ] || scripts/activemq.sh stop >/dev/null 2>&1 || true
+    [ "$rabbit_before" = running ] || scripts/rabbitmq.sh stop >/dev/null 2>&1 || true
+}
+trap stop_started_brokers EXIT
 scripts/setup.sh
 scripts/rabbitmq.sh start  # for tests/contract/test_rabbitmq.py (installs rabbitmq-server if missing)
 scripts/test-tools.sh  # PostgreSQL, Chromium, Prometheus (the tests start their own servers)
 scripts/lint.sh
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
