@@ -30,8 +30,9 @@ Inside an IBM MQ source commit (`mqbridge.listeners.mq`):
 
 One point changes behaviour instead of killing (`active`), the first time it is reached:
 
-    spark_write_hang      the next bulk write by Spark never ends (until its job group is cancelled
-                          by `[spark] write_timeout`); a pyarrow write (`[spark] writer`) is not hung
+    spark_write_hang      the next bulk write never ends: by Spark until its job group is cancelled
+                          by `[spark] write_timeout`; by pyarrow (`[spark] writer`) its thread blocks
+                          for good and is abandoned at `write_timeout`
     purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
                           jobs are cancelled at shutdown)
 

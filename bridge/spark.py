@@ -695,11 +695,38 @@ class SparkExecutor:
         return observation
 
     def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:
-        """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.parquet_writer`)."""
+        """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.parquet_writer`), on a
+        thread of its own that is abandoned past `write_timeout` (a write blocked in the filesystem
+        cannot be interrupted): SparkWriteTimeoutError, an outage, and the caller discards `target`."""
         poison = failpoints.value("spark_poison_body")
         if poison is not None and any(poison.encode() in bulk.messages[i].body for i in keep):
             raise RuntimeError(f"failpoint spark_poison_body: {poison}")  # test only, as in _stage_spark
-        parquet_writer.write_bulk(self._arrow_table(bulk, keep), target, codec=codec, file_bytes=FILE_BYTES)
+        table = self._arrow_table(bulk, keep)
+        hang = failpoints.active("spark_write_hang")  # test only: a write that never ends
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                if hang:
+                    threading.Event().wait()
+                parquet_writer.write_bulk(table, target, codec=codec, file_bytes=FILE_BYTES)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=write, name=f"arrow-write-{self.message_type}", daemon=True).start()
+        if not done.wait(self.write_timeout):
+            log.error("type %s: pyarrow write of bulk %s to %s running for more than write_timeout %.0fs: "
+                      "abandoned (its staging directory is discarded)", self.message_type, bulk.bulk_id, target,
+                      self.write_timeout)
+            raise SparkWriteTimeoutError(f"pyarrow write of bulk {bulk.bulk_id} exceeded write_timeout "
+                                         f"({self.write_timeout:.0f}s); the filesystem of {target.parent} does "
+                                         "not answer")
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
 
     def _arrow_table(self, bulk: Bulk, rows: list[int]) -> pa.Table:
         picked: list[Message] = [bulk.messages[i] for i in rows]

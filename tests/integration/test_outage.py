@@ -5,7 +5,8 @@ ActiveMQ and a real local Spark, default `backout_threshold` (3).
   where the table directory should be), then freed;
 - the Spark JVM (py4j's java child process) killed with SIGKILL while bulks are being written;
 - a bulk write that hangs (failpoint `spark_write_hang`: Java's Thread.sleep through SQL reflection,
-  cancelled by the job group) with a short `[spark] write_timeout`;
+  cancelled by the job group; with writer = "arrow", pyarrow's write thread blocked, abandoned) with a
+  short `[spark] write_timeout`;
 - one message that makes Spark's write fail (failpoint `spark_poison_body`: assert_true inside the
   write) while probe writes succeed: only that message reaches the backout queue.
 
@@ -136,13 +137,15 @@ def test_a_killed_spark_jvm_is_replaced_and_nothing_is_lost(tmp_path: Path, spar
     assert leftovers(table) == []
 
 
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_path: Path, spark: Any,
-                                                                          amq: AmqClient) -> None:
-    # Given a bridge whose first bulk write hangs, with write_timeout = 5s
+                                                                          amq: AmqClient, writer: str) -> None:
+    # Given a bridge whose first bulk write hangs (a Spark job, or pyarrow's file write), with
+    # write_timeout = 5s
     q = unique_queue("outage-hang")
     sent = bodies(400, "hg")
     amq.put_many(q, sent)
-    config, url = outage_config(tmp_path, q, batch=100, spark='write_timeout = "5s"\nwriter = "spark"')
+    config, url = outage_config(tmp_path, q, batch=100, spark=f'write_timeout = "5s"\nwriter = "{writer}"')
     run = start(config, failpoint="spark_write_hang")
     try:
         # When the timeout fires, the status says why
@@ -153,7 +156,8 @@ def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_p
         if run.wait(0) is None:
             run.terminate()
     assert "failpoint spark_write_hang reached" in out
-    assert "running for more than write_timeout 5s: cancelling its Spark jobs" in out
+    assert ("running for more than write_timeout 5s: cancelling its Spark jobs" if writer == "spark"
+            else "running for more than write_timeout 5s: abandoned") in out
     rows = landed(spark, tmp_path / "landing" / "orders")
     accounting = account(sent, rows)
     assert accounting.clean, str(accounting)
