@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -208,15 +209,46 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         bulks = ledger.published_bulks()
     finally:
         ledger.close()
-    missing = [(bulk.bulk_id, final) for bulk in bulks for _, final in bulk.files if not os.path.exists(final)]
+    missing, purged = _missing_files(bulks)
     checked = sum(len(bulk.files) for bulk in bulks)
+    since = f"; {purged} removed since by purges of their containers" if purged else ""
     if not missing:
-        print(f"verify: OK ({len(bulks)} published bulks, {checked} files)")
+        print(f"verify: OK ({len(bulks)} published bulks, {checked} files{since})")
         return 0
-    print(f"verify: {len(missing)} of {checked} published files are missing:")
+    print(f"verify: {len(missing)} of {checked} published files are missing{since}:")
     for bulk_id, final in missing:
         print(f"  {bulk_id}: {final}")
     return 1
+
+
+#: A bulk is marked published just after its files are moved: a purge swap recorded up to this long
+#: before the mark may still have been the one that removed them.
+PURGE_SLACK = 60.0
+
+
+def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int]:
+    """The published files that are missing, (bulk id, path), except those in a container a purge
+    swapped or dropped after the bulk was published (the table's purge history); and how many of
+    those there were."""
+    from mqbridge.purge import purge_history
+
+    histories: dict[str, dict[str, float]] = {}
+    missing: list[tuple[str, str]] = []
+    purged = 0
+    for bulk in bulks:
+        for _, final in bulk.files:
+            if os.path.exists(final):
+                continue
+            container = os.path.dirname(final)
+            table = os.path.dirname(container)
+            if table not in histories:
+                histories[table] = purge_history(Path(table))
+            swapped = histories[table].get(os.path.basename(container))
+            if swapped is not None and swapped >= bulk.published_at - PURGE_SLACK:
+                purged += 1
+            else:
+                missing.append((bulk.bulk_id, final))
+    return missing, purged
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -58,6 +58,9 @@ WORK = "_purge"
 SOURCE = "_mqbridge_source_file"
 MARKER = "_mqbridge_purge_"
 JOURNAL = "journal.json"
+#: One JSON line per container a purge swapped or dropped, in the table directory (readers skip
+#: `_` names): `mqbridge ledger --verify` tells files a purge removed from files that went missing.
+HISTORY = "_mqbridge_purged.jsonl"
 STRATEGIES = ("auto", "delete", "copy")
 
 
@@ -231,6 +234,7 @@ class Purger:
                 _exchange(new, plan.path)
             else:  # nothing survives: the container goes in one rename
                 os.rename(plan.path, work / "old")
+            record_purge(plan.table, plan.path.name, strategy)
         failpoints.hit("purge_after_swap")
         if landed:
             log.info("purge of %s: %d files landed during the purge were carried into the new container",
@@ -328,7 +332,10 @@ def _recover(table: Path, root: Path) -> int:
         if (work / "old").is_dir():
             log.warning("purge %s of %s: the container was dropped; its files are removed now (rolled forward)",
                         work.name, container)
+            if container is not None:  # killed before (or after) its record: one more does no harm
+                record_purge(table, container.name, "drop")
         elif container is not None and (container / marker).exists():
+            record_purge(table, container.name, "recovered")
             (container / marker).unlink()
             log.warning("purge %s of %s: the new container was in place; old files removed (rolled forward)",
                         work.name, container)
@@ -339,6 +346,35 @@ def _recover(table: Path, root: Path) -> int:
     with contextlib.suppress(OSError):
         root.rmdir()
     return found
+
+
+def record_purge(table: Path, container: str, strategy: str) -> None:
+    """Append to the table's purge history that `container` was swapped or dropped now."""
+    line = json.dumps({"container": container, "strategy": strategy, "at": time.time()}) + "\n"
+    with open(table / HISTORY, "a+", encoding="utf-8") as history:
+        if history.tell() > 0:
+            history.seek(history.tell() - 1)
+            if history.read(1) != "\n":  # a line torn by a crash stays a line of its own
+                line = "\n" + line
+        history.write(line)
+        history.flush()
+        os.fsync(history.fileno())
+
+
+def purge_history(table: Path) -> dict[str, float]:
+    """When each container of `table` was last swapped or dropped by a purge (epoch seconds)."""
+    last: dict[str, float] = {}
+    try:
+        lines = (table / HISTORY).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return last
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            last[str(entry["container"])] = max(float(entry["at"]), last.get(str(entry["container"]), 0.0))
+        except (ValueError, KeyError, TypeError):
+            continue  # a line torn by a crash
+    return last
 
 
 def _finish(work: Path) -> None:

@@ -211,6 +211,9 @@ backout_queue = "/queue/orders.backout"
     assert re.search(r"designated 900/1000 .* strategy copy  measured \d+\.\d{3}s$", out, re.M), out
     assert sorted(rows_of(spark, table)) == sorted(f"m{n}" for n in range(0, ROWS, 10))
 
+    # and the ledger's check knows the landed files it no longer finds were removed by that purge
+    assert verify_ledger(config) == "verify: OK (10 published bulks, 10 files; 10 removed since by purges of their containers)"
+
     # and a --where that is not valid SQL for the table is refused with the reason
     proc = mqbridge("purge", "--config", str(config), "--where", "no_such_column = 1")
     out, _ = proc.communicate(timeout=120)
@@ -276,6 +279,16 @@ def test_a_purge_killed_mid_run_leaves_a_readable_table_and_is_finished_at_the_n
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out
         assert rows_of(spark, table) == expected
+    # and the ledger's check knows which landed files the purge removed
+    assert verify_ledger(config).startswith("verify: OK ("), verify_ledger(config)
+
+
+def verify_ledger(config: Path) -> str:
+    """`mqbridge ledger --verify`'s verdict line (the command must succeed)."""
+    proc = mqbridge("ledger", "--config", str(config), "--verify")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    return next(line for line in out.splitlines() if line.startswith("verify:"))
 
 
 def scheduler(tmp_path: Path, spark: Any, cutoff: datetime, threshold: float) -> PurgeScheduler:

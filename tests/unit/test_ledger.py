@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from mqbridge.errors import DuplicateIdentityError, IdentityError, LedgerError
 from mqbridge.identity import identity_of
 from mqbridge.ledger import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
 from mqbridge.message import Message
+from mqbridge.purge import purge_history, record_purge
 from tests.support.configs import orders_config
 from tests.support.ledger import dead_owner, restarted_owner
 
@@ -239,6 +242,50 @@ def test_ledger_verify_lists_missing_files(tmp_path: Path, capsys: pytest.Captur
     missing.write_bytes(b"x")
     assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 0
     assert "verify: OK (1 published bulks, 2 files)" in capsys.readouterr().out
+
+
+def test_ledger_verify_tells_files_a_purge_removed_from_missing_ones(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Given two published bulks in one container, and a second container; a purge swapped the first
+    # container after both were published (its history line), one line of the history torn
+    table = tmp_path / "t"
+    old = [table / "put_date=2024-06-01" / f"part-b{i}-00000.parquet" for i in (1, 2)]
+    other = table / "put_date=2024-06-02" / "part-b3-00000.parquet"
+    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    for i, final in enumerate([*old, other], 1):
+        ledger.prepare(f"b{i}", "orders", [(f"/gone/{i}", str(final))], [f"m{i}"])
+        ledger.mark_published(f"b{i}")
+    ledger.close()
+    table.mkdir()
+    (table / "_mqbridge_purged.jsonl").write_text('{"container": "put_date=2024-06-0')
+    record_purge(table, "put_date=2024-06-01", "copy")
+
+    # Then the files of the purged container are not missing, the other one is
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert (f"verify: 1 of 3 published files are missing; 2 removed since by purges of their containers:\n"
+            f"  b3: {other}") in out
+
+    # and once that container is purged too, nothing is
+    record_purge(table, "put_date=2024-06-02", "drop")
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 0
+    assert "verify: OK (3 published bulks, 3 files; 3 removed since by purges" in capsys.readouterr().out
+    assert purge_history(table).keys() == {"put_date=2024-06-01", "put_date=2024-06-02"}
+
+
+def test_ledger_verify_does_not_excuse_a_file_published_after_the_purge(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "t"
+    table.mkdir()
+    (table / "_mqbridge_purged.jsonl").write_text(
+        json.dumps({"container": "put_date=2024-06-01", "strategy": "copy", "at": time.time() - 3600}) + "\n")
+    final = table / "put_date=2024-06-01" / "part-b1-00000.parquet"
+    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger.prepare("b1", "orders", [("/gone/1", str(final))], ["m1"])
+    ledger.mark_published("b1")
+    ledger.close()
+    assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 1
+    assert f"verify: 1 of 1 published files are missing:\n  b1: {final}" in capsys.readouterr().out
 
 
 def test_ledger_command_without_a_ledger_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
