@@ -123,6 +123,7 @@ class MqSource:
                                      qmgr_name=config.queue_manager, appl_name=appl_name)
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
+        self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
         self.in_doubt = in_doubt if in_doubt is not None else InDoubtLog()
         # The queue's suspects (see PoisonLog): a message this adapter moves at BOTHRESH leaves them.
         self.poison = poison if poison is not None else PoisonLog()
@@ -187,7 +188,8 @@ class MqSource:
                 "batch, or ALTER QMGR MAXUMSGS")
         if 2 * self._batch > max_uncommitted:
             log.warning("%s: batch %d with MAXUMSGS %d: a unit of work is capped at %d messages, because each "
-                        "message moved to a backout queue adds an uncommitted put", self._where, self._batch,
+                        "message moved to a backout queue adds an uncommitted put (a third of MAXUMSGS for "
+                        "messages asking for NAN reports: the move and the report)", self._where, self._batch,
                         max_uncommitted, max_uncommitted // 2)
 
     def close(self) -> None:
@@ -256,9 +258,15 @@ class MqSource:
                                    f"stopped consuming {self.destination}")
 
     def _room_for_one_more(self) -> bool:
-        # Every message handed out may still be moved at commit (one more uncommitted put each).
-        handed = sum(1 for s in self._unit if s.handed)
-        return not self._full and self._uncommitted + handed + 2 <= self.max_uncommitted
+        # Every message handed out may still be moved at commit (one more uncommitted put each), or
+        # get its PAN report instead; one asking for MQRO_NAN may need both its move and its report.
+        # The next message needs its get and as much again (one more once this queue has had
+        # messages asking for NAN: a report never fails for MAXUMSGS that a message asked for).
+        nan = self._reports.wanted
+        reserve = sum(2 if nan(s, MQRO_NAN) else 1 for s in self._unit if s.handed)
+        if not self._nan_seen and reserve > sum(1 for s in self._unit if s.handed):
+            self._nan_seen = True
+        return not self._full and self._uncommitted + reserve + 2 + self._nan_seen <= self.max_uncommitted
 
     def _get(self, deadline: float) -> UnitSlot | None:
         c, d = self._cmqc, self._driver

@@ -22,7 +22,7 @@ from mqbridge.source import BackoutMove, Landed
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_model import StoredMessage
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.fakes.mq_testing import DLQ, receive_n
+from tests.support.fakes.mq_testing import DLQ, make_source, receive_n
 
 C = pymqi_fake.CMQC
 WHEN = datetime(2024, 5, 17, 23, 30, tzinfo=timezone.utc)
@@ -122,3 +122,24 @@ def test_a_missing_reply_to_queue_sends_the_report_to_the_dead_letter_queue_and_
     assert header["Reason"] == C.MQRC_UNKNOWN_OBJECT_NAME and header["DestQName"] == "NO.SUCH.QUEUE"
     assert dead.md["Feedback"] == MQFB_PAN and dead.md["CorrelId"] == msg_id
     assert json.loads(data)["result"] == "landed"
+
+
+def test_a_unit_keeps_room_under_maxumsgs_for_each_move_and_its_nan(qm: FakeQueueManagerServer) -> None:
+    # Given MAXUMSGS 10 and messages that ask for NAN reports, all of which the listener moves
+    qm.max_uncommitted = 10
+    qm.define_queue("REPLIES")
+    for i in range(6):
+        qm.put("ORDERS", f"bad-{i}".encode(), report=MQRO_PAN | MQRO_NAN, reply_to_q="REPLIES")
+    src = make_source(qm, "ORDERS", batch=5)
+    src.connect()
+    try:
+        # When a unit is read as full as it may be, and every message in it is moved
+        got = [m for m in (src.receive(0.05) for _ in range(8)) if m is not None]
+        done = src.commit(moves=[BackoutMove(m, "bad body") for m in got])
+    finally:
+        src.close()
+
+    # Then each move and each NAN report fit in the unit of work: none failed at MAXUMSGS
+    assert done is not None and (done.sent, done.failed, done.rerouted) == (len(got), 0, 0)
+    assert len(got) == 3  # 3 gets + 3 moves + 3 reports (and room for one more get) within 10
+    assert qm.queue("ORDERS.BACKOUT").depth == 3 and len(replies(qm)) == 3
