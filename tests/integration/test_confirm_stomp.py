@@ -1,15 +1,17 @@
-"""`confirm = "reply-to"` on the real ActiveMQ: each message with a `reply-to` gets exactly one result,
-sent in the transaction that removes it from the queue, whatever kills the bridge on the way."""
+"""`confirm = "reply-to"` on the real ActiveMQ and RabbitMQ: each message with a `reply-to` gets exactly
+one result, sent in the transaction that removes it from the queue, whatever kills the bridge on the way."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import RABBIT_SOURCE, Rabbit
 from tests.support.processes import leftovers, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = pytest.mark.integration
@@ -74,3 +76,50 @@ def test_each_message_gets_exactly_one_result_across_kills(tmp_path: Path, spark
             assert "max_message_size" in found[0]["reason"] and found[0]["backout_queue"] == q + ".backout"
     assert "already landed; committed without landing them again" in out, out[-3000:]
     assert amq.depth(q) == 0 and leftovers(table) == []
+
+
+@pytest.mark.timeout(900)
+def test_on_rabbitmq_each_message_gets_exactly_one_result_matched_by_the_producers_key(
+        tmp_path: Path, spark: Any, rabbitmq: tuple[str, int]) -> None:
+    # Given, on RabbitMQ (whose STOMP message-id changes per delivery, so the identity is the
+    # producer's x-eo-id header), 290 messages asking for a result with the producer's own
+    # correlation-id, 10 of them too big to land, and 30 that ask for nothing
+    rabbit = Rabbit(rabbitmq)
+    name = f"test.confirm.{uuid.uuid4().hex[:8]}"
+    q, replies = f"/queue/{name}", f"/queue/{name}.replies"
+    rabbit.depth(replies)  # declared before any result is sent to it
+    small = [f"ok-{i:04d}".encode() for i in range(280)]
+    big = [f"big-{i:04d}:".encode() + b"x" * 3000 for i in range(10)]
+    asking = [*small[:140], *big, *small[140:]]
+    rabbit.put(q, [(body, {"x-eo-id": body[:8].decode(), "reply-to": replies,
+                           "correlation-id": "order-" + body[:8].decode()}) for body in asking]
+               + [(f"quiet-{i:04d}".encode(), {"x-eo-id": f"quiet-{i:04d}"}) for i in range(30)])
+    config = stomp_config(tmp_path, q, port=rabbitmq[1], broker="rabbitmq",
+                          extra_source=RABBIT_SOURCE + '\nmax_message_size = "2KB"',
+                          extra_listener='confirm = "reply-to"\nidentity = "header:x-eo-id"')
+    table = tmp_path / "landing" / "orders"
+
+    # When the bridge is killed inside a commit (RabbitMQ holds the transaction's frames until
+    # COMMIT), then after publishing a bulk, then runs to the end
+    run_until_killed(config, "after_source_ack")
+    run_until_killed(config, "after_publish")
+    out = run_until_idle(config)
+
+    # Then each message that asked has exactly one result, found by its producer's key, saying
+    # where it went: landed for the 280 in the table, backout for the 10 on the backout queue
+    bodies = [bytes(row.body) for row in spark.read.parquet(str(table)).collect()]
+    assert len(bodies) == 310 and len(set(bodies)) == 310
+    moved = rabbit.deliveries(f"{q}.backout", ack=True)
+    assert sorted(bytes(f.body) for f in moved) == sorted(big)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for frame in rabbit.deliveries(replies, ack=True):
+        result = json.loads(bytes(frame.body))
+        assert frame.headers["mqbridge_correlation_id"] == result["correlation_id"]
+        by_key.setdefault(result["correlation_id"], []).append(result)
+    assert [k for k, found in by_key.items() if len(found) > 1] == [], "a message got more than one result"
+    landed_keys = {"order-" + b[:8].decode() for b in bodies if not b.startswith(b"quiet-")}
+    assert {k for k, [found] in by_key.items() if found["result"] == "landed"} == landed_keys
+    assert {k for k, [found] in by_key.items() if found["result"] == "backout"} == {
+        "order-" + b[:8].decode() for b in big}
+    assert "already landed; committed without landing them again" in out, out[-3000:]
+    assert rabbit.depth(q) == 0 and leftovers(table) == []
