@@ -124,6 +124,28 @@ def test_a_missing_reply_to_queue_sends_the_report_to_the_dead_letter_queue_and_
     assert json.loads(data)["result"] == "landed"
 
 
+def test_a_reply_to_queue_manager_goes_by_name_resolution(qm: FakeQueueManagerServer, source: MqSource) -> None:
+    # Given a message whose ReplyToQMgr has a transmission queue here, and one whose has none
+    qm.define_queue("QMREMOTE")  # the transmission queue to QMREMOTE
+    qm.put("ORDERS", b"far", report=MQRO_PAN, reply_to_q="REPLIES", reply_to_qmgr="QMREMOTE")
+    lost = qm.put("ORDERS", b"nowhere", report=MQRO_PAN, reply_to_q="REPLIES", reply_to_qmgr="QMUNKNOWN")
+    far, nowhere = receive_n(source, 2)
+
+    done = source.commit(landed=[Landed(far, "orders", "b"), Landed(nowhere, "orders", "b")])
+
+    # Then the first report is on its way (the transmission queue), the second is a dead letter
+    # naming the queue manager it could not reach; both messages left the queue
+    assert done is not None and (done.sent, done.rerouted, done.failed) == (1, 1, 0)
+    assert qm.queue("ORDERS").depth == 0
+    [sent] = qm.queue("QMREMOTE").visible()
+    assert sent.md["Feedback"] == MQFB_PAN and json.loads(sent.data)["message_id"] == far.msg_id
+    [dead] = qm.queue(DLQ).visible()
+    header, _ = unpack_dlh(dead.data)
+    assert header["Reason"] == C.MQRC_UNKNOWN_REMOTE_Q_MGR
+    assert (header["DestQName"], header["DestQMgrName"]) == ("REPLIES", "QMUNKNOWN")
+    assert dead.md["CorrelId"] == lost
+
+
 def test_a_unit_keeps_room_under_maxumsgs_for_each_move_and_its_nan(qm: FakeQueueManagerServer) -> None:
     # Given MAXUMSGS 10 and messages that ask for NAN reports, all of which the listener moves
     qm.max_uncommitted = 10

@@ -452,7 +452,18 @@ class FakeQueueManagerServer:
                 self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
             return self._take(conn, queue, message, md, gmo, max_length, syncpoint)
 
-    def mqput(self, conn: Connection, hobj: int | None, name: str | None, md: Any, pmo: Any, data: bytes) -> None:
+    def mqput(self, conn: Connection, hobj: int | None, name: str | None, md: Any, pmo: Any, data: bytes,
+              qmgr_name: str = "") -> None:
+        """MQPUT (`hobj`) or MQPUT1 (`name`, at `qmgr_name`: blank or this queue manager's name is
+        local; another name resolves, as MQ's name resolution does without clusters or aliases, to
+        a transmission queue of that name, which takes the message as it is (no MQXQH here), else
+        fails with 2087 MQRC_UNKNOWN_REMOTE_Q_MGR)."""
+        if qmgr_name and qmgr_name != self.name:
+            if qmgr_name not in self.queues:
+                with self.cond:
+                    self._check(conn)
+                raise fail(CMQC.MQRC_UNKNOWN_REMOTE_Q_MGR)
+            name = qmgr_name
         with self.cond:
             self._check(conn)
             if hobj is not None:

@@ -253,8 +253,9 @@ class QueueManager:
         md.check()
         pmo.check()
         name = _text(q_desc.ObjectName if isinstance(q_desc, OD) else q_desc)
+        qmgr_name = _text(q_desc.ObjectQMgrName) if isinstance(q_desc, OD) else ""
         server, conn = self._live()
-        server.mqput(conn, None, name, md, pmo, msg)
+        server.mqput(conn, None, name, md, pmo, msg, qmgr_name=qmgr_name)
 
     def inquire(self, attribute: int) -> Any:
         server, conn = self._live()
