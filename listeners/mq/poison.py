@@ -33,6 +33,32 @@ class SyncpointPutter:
         self.qmgr_name = qmgr_name
         self.appl_name = appl_name
 
+    def _put1(self, qmgr: Any, queue: str, data: bytes, md: Any, handle: Any, what: str, *,
+              queue_manager: str = "", new_msg_id: bool = False) -> BaseException | None:
+        """MQPUT1 of `what` to `queue` (at `queue_manager`) in the open unit of work, with the
+        properties of message handle `handle` (if any); None if it was put, else the MQ error. A
+        warning (e.g. priority above the maximum) still put it; a lost connection raises
+        SourceConnectionError. No FAIL_IF_QUIESCING: a unit of work may still be finished while
+        the queue manager quiesces."""
+        c = self._cmqc
+        od = self._driver.OD()
+        od.ObjectName = queue.encode()
+        if queue_manager:
+            od.ObjectQMgrName = queue_manager.encode()
+        pmo = self._driver.PMO(Version=c.MQPMO_VERSION_3)
+        pmo.Options = c.MQPMO_SYNCPOINT | (c.MQPMO_NEW_MSG_ID if new_msg_id else 0)
+        if handle is not None:
+            pmo.OriginalMsgHandle = handle.msg_handle
+        try:
+            qmgr.put1(od, data, md, pmo)
+        except self._errors as exc:
+            if is_connection_loss(exc):
+                raise wrap(exc, f"MQPUT1 of {what} to {queue}") from exc
+            if not is_warning(exc):
+                return exc
+            log.warning("MQPUT1 of %s to %s: %s", what, queue, exc)
+        return None
+
 
 class PoisonRoute(SyncpointPutter):
     """Puts messages of one input queue to a backout or dead-letter queue under syncpoint."""
@@ -46,7 +72,7 @@ class PoisonRoute(SyncpointPutter):
         problems: list[str] = []
         self._mark(slot, reason)
         if backout_queue:
-            if self._put1(qmgr, backout_queue, slot.body, moved_md(self._driver, slot.md), slot, problems):
+            if self._put_moved(qmgr, backout_queue, slot.body, moved_md(self._driver, slot.md), slot, problems):
                 return BACKOUT, problems
         else:
             problems.append("no backout queue (BOQNAME is blank and the listener sets no backout_queue)")
@@ -59,27 +85,17 @@ class PoisonRoute(SyncpointPutter):
         md.CodedCharSetId = c.MQCCSI_Q_MGR
         dlh = pack_dlh(c, reason=dlh_reason, dest_queue=self.queue, dest_qmgr=self.qmgr_name, original=slot.md,
                        put_appl_name=self.appl_name, now=utcnow())
-        if self._put1(qmgr, dead_letter_queue, dlh + slot.body, md, slot, problems):
+        if self._put_moved(qmgr, dead_letter_queue, dlh + slot.body, md, slot, problems):
             return DEAD_LETTER, problems
         return None, problems
 
-    def _put1(self, qmgr: Any, queue: str, data: bytes, md: Any, slot: UnitSlot, problems: list[str]) -> bool:
-        c = self._cmqc
-        pmo = self._driver.PMO(Version=c.MQPMO_VERSION_3)
-        # No FAIL_IF_QUIESCING: a unit of work may still be finished while the queue manager quiesces.
-        pmo.Options = c.MQPMO_SYNCPOINT
-        if slot.handle is not None:
-            pmo.OriginalMsgHandle = slot.handle.msg_handle  # the properties travel with the message
-        try:
-            qmgr.put1(queue.encode(), data, md, pmo)
-        except self._errors as exc:
-            if is_connection_loss(exc):
-                raise wrap(exc, f"MQPUT1 of message {slot.msg_id} to {queue}") from exc
-            if not is_warning(exc):  # a warning (e.g. priority above the maximum) still put it
-                problems.append(f"{queue}: {exc}")
-                log.error("MQPUT1 of message %s to %s failed: %s", slot.msg_id, queue, exc)
-                return False
-            log.warning("MQPUT1 of message %s to %s: %s", slot.msg_id, queue, exc)
+    def _put_moved(self, qmgr: Any, queue: str, data: bytes, md: Any, slot: UnitSlot, problems: list[str]) -> bool:
+        """Put `slot`'s message (`data`, `md`, its properties) to `queue`; the failure goes to `problems`."""
+        problem = self._put1(qmgr, queue, data, md, slot.handle, f"message {slot.msg_id}")
+        if problem is not None:
+            problems.append(f"{queue}: {problem}")
+            log.error("MQPUT1 of message %s to %s failed: %s", slot.msg_id, queue, problem)
+            return False
         slot.moved = True
         return True
 

@@ -21,7 +21,7 @@ import json
 import logging
 from typing import Any
 
-from mqbridge.listeners.mq.driver import is_connection_loss, is_warning, reason_of, wrap
+from mqbridge.listeners.mq.driver import is_connection_loss, reason_of, wrap
 from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
 from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
@@ -74,18 +74,23 @@ class ReportSender(SyncpointPutter):
                 "queue": self.queue, "queue_manager": self.qmgr_name, **details}
         data = json.dumps(body).encode()
         handle = self._properties(qmgr, {f"mqbridge_{k}": v for k, v in body.items()})
+        new_id = md.MsgId == _MQMI_NONE
         try:
-            problem = self._put1(qmgr, reply_to, reply_qmgr, data, md, handle, what)
-            if problem is None:
+            refused = self._put1(qmgr, reply_to, data, md, handle, f"the {what}", queue_manager=reply_qmgr,
+                                 new_msg_id=new_id)
+            if refused is None:
+                log.debug("%s put to %s (MsgId %s)", what, reply_to, hex_id(md.MsgId))
                 confirmed.sent += 1
                 return 1
+            problem = reason_of(refused) or -1
             dlh = pack_dlh(c, reason=problem, dest_queue=reply_to, dest_qmgr=reply_qmgr or self.qmgr_name,
                            original=md, put_appl_name=self.appl_name, now=utcnow())
             dead = self._driver.MD()
             for name in ("MsgType", "Feedback", "Persistence", "Priority", "Expiry", "MsgId", "CorrelId"):
                 setattr(dead, name, getattr(md, name))
             dead.Format, dead.Encoding, dead.CodedCharSetId = c.MQFMT_DEAD_LETTER_HEADER, c.MQENC_NATIVE, c.MQCCSI_Q_MGR
-            if dead_letter_queue and self._put1(qmgr, dead_letter_queue, "", dlh + data, dead, handle, what) is None:
+            if dead_letter_queue and self._put1(qmgr, dead_letter_queue, dlh + data, dead, handle, f"the {what}",
+                                                new_msg_id=new_id) is None:
                 confirmed.rerouted += 1
                 log.warning("%s: reply-to queue %s refused it (MQRC %d); put to the dead-letter queue %s", what,
                             reply_to, problem, dead_letter_queue)
@@ -97,29 +102,6 @@ class ReportSender(SyncpointPutter):
         finally:
             if handle is not None:
                 _quietly(getattr(handle, "dlt", None))
-
-    def _put1(self, qmgr: Any, queue: str, queue_manager: str, data: bytes, md: Any, handle: Any,
-              what: str) -> int | None:
-        """MQPUT1 under syncpoint; None if put, else the MQ reason code of the failure."""
-        c = self._cmqc
-        od = self._driver.OD()
-        od.ObjectName = queue.encode()
-        if queue_manager:
-            od.ObjectQMgrName = queue_manager.encode()
-        pmo = self._driver.PMO(Version=c.MQPMO_VERSION_3)
-        pmo.Options = c.MQPMO_SYNCPOINT | (c.MQPMO_NEW_MSG_ID if md.MsgId == _MQMI_NONE else 0)
-        if handle is not None:
-            pmo.OriginalMsgHandle = handle.msg_handle
-        try:
-            qmgr.put1(od, data, md, pmo)
-        except self._errors as exc:
-            if is_connection_loss(exc):
-                raise wrap(exc, f"MQPUT1 of the {what} to {queue}") from exc
-            if not is_warning(exc):
-                return reason_of(exc) or -1
-            log.warning("MQPUT1 of the %s to %s: %s", what, queue, exc)
-        log.debug("%s put to %s (MsgId %s)", what, queue, hex_id(md.MsgId))
-        return None
 
     def _properties(self, qmgr: Any, values: dict[str, str]) -> Any:
         """A message handle holding `values` as string properties; None if handles are unavailable
