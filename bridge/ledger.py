@@ -135,6 +135,14 @@ def owner_alive(owner: str) -> bool:
         return True  # it exists; we just may not look at it
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED, in any of their extended forms."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
 # -- records ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PreparedBulk:
@@ -250,15 +258,36 @@ class Ledger:
         except (OSError, sqlite3.Error) as exc:
             raise LedgerError(f"ledger {path}: cannot open: {exc}") from exc
         try:
-            cls._setup(db, path)
+            cls._setup_when_free(db, path)
         except sqlite3.Error as exc:
             db.close()
+            if _is_busy(exc):
+                raise LedgerError(f"ledger {path}: locked by another process for more than "
+                                  f"{BUSY_TIMEOUT_MS // 1000} s ({exc})") from exc
             raise LedgerError(f"ledger {path}: unreadable or corrupt ({exc}); move it aside only if "
                               "you accept that earlier landings will not be recognised") from exc
         except LedgerError:
             db.close()
             raise
         return cls(path, owner, db, created)
+
+    @classmethod
+    def _setup_when_free(cls, db: sqlite3.Connection, path: Path) -> None:
+        """`_setup`, tried again while another process holds the file: switching a new file to
+        write-ahead logging returns SQLITE_BUSY at once, without the busy handler, when a second
+        process opens it at the same moment (two bridges started together on one `state_dir`).
+        Every step of `_setup` may be repeated."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        pause = 0.005
+        while True:
+            try:
+                cls._setup(db, path)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     @staticmethod
     def _setup(db: sqlite3.Connection, path: Path) -> None:
