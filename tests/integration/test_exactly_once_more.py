@@ -140,6 +140,9 @@ def test_two_bridges_on_one_queue_and_one_ledger_one_killed(
     b = stomp_config(tmp_path, q, name="b.toml")
     table = tmp_path / "landing" / "orders"
     first = OutputReader(mqbridge("run", "--config", str(a), failpoint="after_publish" if how != "sigkill" else None))
+    # B starts once A has subscribed, so that A gets fresh messages: B alone could drain the queue
+    # before A's JVM is up, and A would never publish a bulk (nor reach after_publish).
+    first.wait_subscribed(threads=2)
     second = OutputReader(mqbridge("run", "--config", str(b), "--until-idle", "5s"))
     # Given A killed mid-stream while B runs on
     if how == "sigkill":

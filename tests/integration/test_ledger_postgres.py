@@ -17,7 +17,7 @@ import pytest
 from mqbridge.errors import DuplicateIdentityError, LedgerError
 from mqbridge.ledger_pg import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies
+from tests.support.exactly_once import OutputReader, account, bodies
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
 from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
 
@@ -91,17 +91,27 @@ def test_three_bridges_on_one_queue_two_killed_mid_stream(tmp_path: Path, spark:
     ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "three"\n'
     configs = [stomp_config(tmp_path, q, name=f"bridge{i}.toml", state_dir=f"state{i}", extra_bridge=ledger)
                for i in range(3)]
-    # When two of them are killed at steps of the landing protocol while the third runs on
-    doomed = [mqbridge("run", "--config", str(configs[0]), failpoint="after_publish"),
-              mqbridge("run", "--config", str(configs[1]), failpoint="before_source_commit")]
-    survivor = mqbridge("run", "--config", str(configs[2]), "--until-idle", "10s")
-    outputs = []
-    for proc in doomed:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == -9, out
-        outputs.append(out)
-    out, _ = survivor.communicate(timeout=300)
-    assert survivor.returncode == 0, out
+    # When two of them are killed at steps of the landing protocol while the third runs on. Each is
+    # started once the one before has subscribed: the first gets fresh messages (only a bulk of
+    # fresh ones reaches after_publish), and no later bridge drains the queue before it subscribes.
+    doomed: list[OutputReader] = []
+    survivor = None
+    try:
+        for config, failpoint in zip(configs[:2], ["after_publish", "before_source_commit"], strict=True):
+            doomed.append(OutputReader(mqbridge("run", "--config", str(config), failpoint=failpoint)))
+            doomed[-1].wait_subscribed(threads=2)
+        survivor = OutputReader(mqbridge("run", "--config", str(configs[2]), "--until-idle", "10s"))
+        outputs = []
+        for run in doomed:
+            assert run.wait(timeout=240) == -9, run.text()[-5000:]
+            outputs.append(run.text())
+        assert survivor.wait(timeout=240) == 0, survivor.text()[-5000:]
+    finally:
+        for run in [*doomed, survivor]:
+            if run is not None and run.wait(0) is None:
+                run.proc.kill()
+                run.wait(30)
+    out = survivor.text()
     # and the killed ones are started again until idle
     for config in configs[:2]:
         outputs.append(run_until_idle(config))
