@@ -80,6 +80,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: What a STOMP listener thread logs once it has subscribed.
+SUBSCRIBED = "mqbridge.listeners.stomp: connected to"
+
+
 class OutputReader:
     """Collects a process's output in a thread, so that the pipe never fills while it runs."""
 
@@ -97,23 +101,20 @@ class OutputReader:
     def text(self) -> str:
         return "".join(self.lines)
 
-    def wait_for_lines(self, text: str, count: int = 1, timeout: float = 180) -> None:
-        """Until `count` lines of its output contain `text`; fails at once if it ends before."""
-        deadline = time.monotonic() + timeout
-        while sum(text in line for line in list(self.lines)) < count:
-            if self.proc.poll() is not None:
-                self._thread.join(10)
-                raise AssertionError(f"it ended ({self.proc.returncode}) before {count} lines with "
-                                     f"{text!r}:\n{self.text()[-5000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {count} lines with {text!r} within {timeout:.0f}s:\n"
-                                     f"{self.text()[-5000:]}")
-            time.sleep(0.1)
-
     def wait_subscribed(self, threads: int, timeout: float = 180) -> None:
         """Until each of its `threads` STOMP listener threads has subscribed: from then on the broker
         dispatches it messages, so a bridge started later cannot take the whole queue first."""
-        self.wait_for_lines("mqbridge.listeners.stomp: connected to", threads, timeout)
+        def subscribed() -> bool:  # it may already have ended (a failpoint): its lines count first
+            ended = self.proc.poll() is not None
+            if ended:
+                self._thread.join(10)
+            if sum(SUBSCRIBED in line for line in list(self.lines)) >= threads:
+                return True
+            if ended:
+                raise AssertionError(f"it ended ({self.proc.returncode}) before subscribing:\n"
+                                     f"{self.text()[-5000:]}")
+            return False
+        wait_until(subscribed, timeout, f"{threads} listener threads to subscribe")
 
     def wait(self, timeout: float) -> int | None:
         """The return code once it ended within `timeout`, else None (still running)."""
