@@ -38,7 +38,7 @@ from mqbridge.purge import recover_purges
 from mqbridge.purge_schedule import PurgeScheduler
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
-from mqbridge.spark import SparkSessions, executors_for
+from mqbridge.spark import SparkSessions, check_warehouse, executors_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +57,8 @@ class App:
     plugins: PluginHost
     monitor: MonitoringServer | None  # None when [monitoring] listen = ""
     landing: Landing | None  # None when [bridge] exactly_once = false
+    #: Checks run before any listener connects: the warehouse as Spark sees it (None: executors given).
+    preflight: Callable[[], None] | None = None
 
     def run(self, until_idle: float | None = None) -> int:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
@@ -69,6 +71,8 @@ class App:
             if monitor is not None:
                 monitor.bind()  # a taken port fails here, before anything has started
             self.recover()
+            if self.preflight is not None:
+                self.preflight()  # WarehouseInvisibleError stops here, before anything is read
             self.bridge.start()
             if monitor is not None:
                 monitor.start()
@@ -153,7 +157,9 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)
-    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing)
+    owner = landing.owner if landing is not None else owner_id()
+    preflight = None if executors is not None else (lambda: check_warehouse(sessions, warehouse, owner))
+    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, preflight=preflight)
 
 
 def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:

@@ -156,6 +156,25 @@ class SparkWriteTimeoutError(SinkOutageError):
     """A Spark write ran longer than `[spark] write_timeout`; its job group was cancelled."""
 
 
+class LedgerUnavailableError(SinkOutageError):
+    """The landing ledger cannot be read or written right now: its disk is full or read-only, it
+    stayed locked past the busy timeout, its database connection was lost. Nothing about any
+    message: an outage of every sink that lands through it (unlike `LedgerError`, the ledger's
+    records are not in doubt, and the bridge resumes once it answers again)."""
+
+
+class StagingMismatchError(SinkOutageError):
+    """The files staged for a bulk do not hold the bulk's rows (none found, or another row count
+    in their Parquet footers): Spark wrote somewhere the bridge does not see, or something removed
+    them. Nothing is published or committed; the unit goes back to the queue."""
+
+
+class WarehouseInvisibleError(FatalError):
+    """At start-up, a probe written through Spark is not visible to the bridge at the path it
+    gave Spark: Spark's file system is not the bridge's (a Spark Connect server or a cluster
+    without the shared warehouse path, an `fs.defaultFS` elsewhere). Landing would lose data."""
+
+
 class StatusUnreachableError(BridgeError):
     """`mqbridge status`: the endpoint did not answer, or answered something that is not a
     bridge's status."""

@@ -30,7 +30,7 @@ from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.ledger import Ledger
 from mqbridge.observer import Observer
-from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir
+from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir, verify_staged
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +93,14 @@ class Landing(Observer):
         return self.ledger.landed_in(identities)
 
     def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
-        """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once."""
+        """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once: one row per
+        identity (distinct), which the staged files' footers must hold before anything is recorded
+        (StagingMismatchError, an outage, otherwise)."""
         failpoints.hit("after_stage")
         start = time.perf_counter()
         moves = staged_moves(table_path, staging, bulk_id)
         try:
+            verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
             self.ledger.prepare(bulk_id, table, moves, identities)
         except BaseException:
             discard(staging)
@@ -119,6 +122,11 @@ class Landing(Observer):
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
         self._janitor.submit(discard, staging)
+
+    def probe(self) -> None:
+        """The ledger's part of a sink's probe: one write transaction (LedgerUnavailableError if
+        the ledger cannot take one now). A sink whose ledger cannot be written is down."""
+        self.ledger.probe_write()
 
     def close(self) -> None:
         self._stop.set()

@@ -36,14 +36,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from mqbridge.errors import DuplicateIdentityError, LedgerError
+from mqbridge.errors import DuplicateIdentityError, LedgerError, LedgerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +199,10 @@ class Ledger:
     HOLDING = _HOLDING
     #: The exceptions of the database driver (wrapped in LedgerError).
     ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    #: Those of them that say the ledger cannot be used *now* (a full or read-only disk, a lock held
+    #: past the busy timeout, a lost connection), not that its records are in doubt: wrapped in
+    #: LedgerUnavailableError, an outage of the sinks, from which the bridge resumes.
+    TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
     #: Increments the prune-run counter in `meta`.
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
                    "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
@@ -326,38 +330,60 @@ class Ledger:
             db.execute("ROLLBACK")
             raise
 
+    def _wrapped(self, exc: BaseException) -> LedgerError | LedgerUnavailableError:
+        """A driver error as the bridge's: unavailable (an outage) or untrustworthy (fatal)."""
+        if isinstance(exc, self.TRANSIENT):
+            return LedgerUnavailableError(f"ledger {self.path} unavailable: {' '.join(str(exc).split())}")
+        return LedgerError(f"ledger {self.path}: {exc}")
+
+    def _usable(self, db: Any) -> Any:
+        """The connection `db`, or a new one if the backend can tell it is broken (SQLite: as is)."""
+        return db
+
     @contextmanager
     def _read(self) -> Iterator[Any]:
         with self._lock:
             try:
+                self._db = self._usable(self._db)
                 yield self._db
             except self.ERRORS as exc:
-                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+                raise self._wrapped(exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Any]:
         """One transaction holding the write lock from its first statement."""
         with self._lock:
             try:
+                self._db = self._usable(self._db)
                 self._begin_write(self._db)
                 try:
                     yield self._db
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    with suppress(*self.ERRORS):  # a lost connection has rolled back already
+                        self._db.execute("ROLLBACK")
                     raise
                 self._db.execute("COMMIT")
             except self.ERRORS as exc:
-                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+                raise self._wrapped(exc) from exc
 
     @contextmanager
     def _read_concurrently(self) -> Iterator[Any]:
         with self._reader_lock:
             try:
+                if self._reader is not None:
+                    self._reader = self._usable(self._reader)
                 if self._reader is None:
                     self._reader = self._open_reader()
                 yield self._reader
             except self.ERRORS as exc:
-                raise LedgerError(f"ledger {self.path}: {exc}") from exc
+                raise self._wrapped(exc) from exc
+
+    def probe_write(self) -> None:
+        """One small write transaction, as a bulk's `prepare` makes: raises LedgerUnavailableError
+        when the ledger cannot take writes now (the breaker's probe, `Landing.probe`)."""
+        with self._write() as db:
+            self._execute(db, "INSERT INTO meta (key, value) VALUES ('last_probe', ?) "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(time.time()),))
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of `identities` a published bulk holds."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 from mqbridge.errors import LedgerError
@@ -77,6 +78,9 @@ class PostgresLedger(Ledger):
         import psycopg
 
         self.ERRORS = (psycopg.Error,)
+        # A dropped connection or a server that is down or restarting: an outage, retried with a
+        # new connection (`_usable`); any other error (a constraint, a missing table) is not.
+        self.TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
     @classmethod
     def open_url(cls, url: str, *, owner: str, schema: str = "mqbridge", lease: float = 60.0) -> PostgresLedger:
@@ -118,6 +122,15 @@ class PostgresLedger(Ledger):
         db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
 
     def _open_reader(self) -> Any:
+        return _connect(self._url, self._schema)
+
+    def _usable(self, db: Any) -> Any:
+        """A new connection in place of one the server dropped (a restart, a network cut): the
+        ledger's records live on the server, so a new session continues where the old one was."""
+        if not (db.closed or db.broken):
+            return db
+        with suppress(Exception):
+            db.close()
         return _connect(self._url, self._schema)
 
     def _size_bytes(self) -> int:

@@ -29,6 +29,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import (
     BridgeError,
     IdentityError,
+    LedgerUnavailableError,
     PoisonLoopError,
     PreprocessorError,
     UnknownMessageTypeError,
@@ -247,7 +248,15 @@ class ListenerThread(threading.Thread):
     def _process(self, batch: list[Message]) -> None:
         spec = self.spec
         moves: list[BackoutMove] = []
-        landed_before = self._landed_before(batch, moves)
+        try:
+            landed_before = self._landed_before(batch, moves)
+        except LedgerUnavailableError as unavailable:
+            # Whether these messages landed cannot be known now: the whole unit goes back, and,
+            # as in any outage, none of its deliveries counts towards a backout threshold.
+            self.tracker.gave_back_in_outage(m.msg_id for m in batch)
+            self._back_out(batch, f"cannot look the unit up in the landing ledger: {unavailable}",
+                           suspects=[])
+            return
         todo: list[Message] = []
         for message in batch:
             if id(message) in landed_before or any(m.message is message for m in moves):

@@ -33,8 +33,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from mqbridge.containers import table_lock
-from mqbridge.errors import LedgerError, PublicationError
+from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
 from mqbridge.ledger import Ledger, PreparedBulk, owner_alive
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,28 @@ def staged_moves(table_path: Path, staging: Path, bulk_id: str) -> list[tuple[st
         partition = path.parent.relative_to(staging)
         moves.append((str(path), str(table_path / partition / f"part-{bulk_id}-{n:05d}.parquet")))
     return moves
+
+
+def verify_staged(moves: Sequence[tuple[str, str]], rows: int, staging: Path, *, what: str) -> None:
+    """Check, before anything is recorded or published, that the staged files of `moves` hold
+    exactly `rows` rows, by their Parquet footers (no data is read). Raises StagingMismatchError,
+    an outage, naming what was expected and what was found: nothing staged at all means Spark
+    wrote where this process does not see (another file system, a Spark Connect server or
+    cluster without the shared warehouse path, `fs.defaultFS` elsewhere), or a cleaner removed it."""
+    found = 0
+    try:
+        for staged, _final in moves:
+            found += pq.read_metadata(staged).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise StagingMismatchError(f"{what}: a staged file under {staging} cannot be read back "
+                                   f"({' '.join(str(exc).split())})") from exc
+    if found != rows or (rows and not moves):
+        where = (f"no Parquet file under {staging}" if not moves
+                 else f"{found} rows in {len(moves)} files under {staging}")
+        raise StagingMismatchError(
+            f"{what}: expected {rows} rows staged, found {where}; nothing was published or committed. "
+            "Spark does not write where this bridge reads: the warehouse must be the same directory for "
+            "Spark (a Connect server, a cluster's executors) and the bridge, with no fs.defaultFS elsewhere")
 
 
 def publish(moves: Sequence[tuple[str, str]]) -> None:

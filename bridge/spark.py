@@ -19,6 +19,7 @@ The bulk is parsed once: the write job itself reports the corrupt rows through a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -39,12 +40,19 @@ from mqbridge import failpoints, parquet_writer
 from mqbridge.catalog import CatalogRegistrar
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
 from mqbridge.containers import SORT_COLUMNS, tables_of
-from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, SparkWriteTimeoutError
+from mqbridge.errors import (
+    ConfigError,
+    SinkOutageError,
+    SparkUnavailableError,
+    SparkWriteTimeoutError,
+    StagingMismatchError,
+    WarehouseInvisibleError,
+)
 from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing import Landing
 from mqbridge.ledger import owner_id
 from mqbridge.message import Bulk, Message, MessageResult, put_date_of
-from mqbridge.publication import discard, publish, staged_moves, staging_dir
+from mqbridge.publication import discard, owner_dirname, publish, staged_moves, staging_dir, verify_staged
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +380,45 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
     return None if remote else codec
 
 
+def write_probe(spark: SparkSession, target: Path) -> None:
+    """One row written by a Spark job as Parquet to `target` (replacing what is there)."""
+    spark.range(1).selectExpr("id", "current_timestamp() AS probed_at").write.mode("overwrite").parquet(str(target))
+
+
+#: Where `check_warehouse` writes its probe: a name Spark and Parquet readers skip.
+WAREHOUSE_PROBE = "_mqbridge_probe"
+
+
+def check_warehouse(sessions: SparkSessions, warehouse: Path, owner: str) -> None:
+    """Before the first bulk: write a row through Spark into the warehouse and read it back from
+    this process. WarehouseInvisibleError, naming the warehouse, the Spark mode and what to fix,
+    when the row is not where Spark was told to write it (every bulk would then be lost from the
+    bridge's view: staged where it cannot be verified or published). SparkUnavailableError when
+    Spark cannot be started or reached."""
+    target = Path(warehouse).absolute() / WAREHOUSE_PROBE / owner_dirname(owner)
+    spark = sessions.get()
+    try:
+        write_probe(spark, target)
+        verify_staged(staged_moves(target, target, "probe"), 1, target, what="start-up probe")
+    except StagingMismatchError as exc:
+        section = sessions.section
+        if section is not None and section.remote:
+            mode = f"Spark Connect server {shown_remote(section.remote)}"
+        else:
+            mode = f"Spark master {section.master if section is not None else 'of the given session'}"
+        raise WarehouseInvisibleError(
+            f"warehouse {warehouse}: a row written through {mode} is not visible to the bridge at "
+            f"{target} ({exc}). Spark writes to another file system than this process reads: give the "
+            "Spark Connect server or the cluster's executors the same warehouse directory at the same path "
+            "(a shared mount), and no spark.hadoop.fs.defaultFS pointing elsewhere") from exc
+    except Exception as exc:
+        raise SparkUnavailableError(f"start-up probe write to warehouse {warehouse} failed: {_one_line(exc)}") from exc
+    finally:
+        discard(target)
+        with contextlib.suppress(OSError):
+            target.parent.rmdir()
+
+
 def _java_hint(remote: str | None) -> str:
     """Why a local Spark could not start, when the cause is the usual one: no Java."""
     if remote:
@@ -516,9 +563,12 @@ class SparkExecutor:
         existed = self._path.exists()
         try:
             spark = self.sessions.get()
-            df = spark.range(1).selectExpr("id", "current_timestamp() AS probed_at")
-            self._guarded(spark, f"probe of {self.table}",
-                          lambda: df.write.mode("overwrite").parquet(str(target)))
+            self._guarded(spark, f"probe of {self.table}", lambda: write_probe(spark, target))
+            # Written through Spark (whoever writes the bulks) and read back here: a Spark that
+            # writes where this process does not look is down for the bridge, whatever it says.
+            verify_staged(staged_moves(self._path, target, "probe"), 1, target, what=f"probe of {self.table}")
+            if self.landing is not None:  # the landing path is the ledger's too
+                self.landing.probe()
         except Exception as exc:
             raise SinkOutageError(self._outage(exc) or _one_line(exc)) from exc
         finally:
@@ -530,8 +580,8 @@ class SparkExecutor:
 
     def _outage(self, exc: BaseException) -> str:
         """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
-        if isinstance(exc, SparkWriteTimeoutError | SparkUnavailableError):
-            return str(exc)
+        if isinstance(exc, SinkOutageError | SparkUnavailableError):
+            return str(exc)  # a write timeout, the ledger unavailable, staged files not where written
         session = self.sessions.current
         if session is not None and _is_connect(session):
             if _connect_session_lost(exc):  # the server restarted: only a new session gets through
@@ -600,6 +650,9 @@ class SparkExecutor:
                 if reason is not None:
                     results[i] = MessageResult.permanent(message.msg_id, reason, bulk.bulk_id)
         keep = [i for i, r in enumerate(results) if r is None]
+        twins = self._twins(bulk, keep)
+        if twins:
+            keep = [i for i in keep if i not in twins]
         groups = tables_of(self.table, bulk, keep)
         for n, (table, rows) in enumerate(groups.items()):
             # One ledger bulk per table: a bulk spread over several destinations lands per table.
@@ -610,6 +663,28 @@ class SparkExecutor:
             landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
             if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows
                 self.catalog.register(table, path, {put_date_of(m) for m in landed})
+        for twin, first in twins.items():  # landed once, as the first delivery with that identity
+            result = results[first]
+            if result is not None:
+                results[twin] = dataclasses.replace(result, msg_id=messages[twin].msg_id)
+
+    def _twins(self, bulk: Bulk, keep: list[int]) -> dict[int, int]:
+        """Positions in `keep` whose identity an earlier position holds (a producer's retry, two
+        identical bodies under `body-sha256`, two units coalesced into one bulk), each mapped to
+        that earlier position: with the ledger an identity lands once per bulk, as it lands once
+        across bulks, and both deliveries get its result. Without the ledger every row lands."""
+        if self.landing is None:
+            return {}
+        first: dict[str, int] = {}
+        twins: dict[int, int] = {}
+        for i in keep:
+            message = bulk.messages[i]
+            key = message.identity or message.msg_id
+            if key in first:
+                twins[i] = first[key]
+            else:
+                first[key] = i
+        return twins
 
     def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path, ledger_bulk_id: str,
                results: list[MessageResult | None]) -> None:
@@ -646,7 +721,9 @@ class SparkExecutor:
             else:
                 discard(target)
         elif staged:
-            publish(staged_moves(path, target, ledger_bulk_id))
+            moves = staged_moves(path, target, ledger_bulk_id)
+            verify_staged(moves, len(landed), target, what=f"bulk {ledger_bulk_id} of table {table}")
+            publish(moves)
             discard(target)
             for empty in (target.parent, target.parents[1]):  # no ledger, no recovery: leave no trace
                 with contextlib.suppress(OSError):

@@ -31,6 +31,8 @@ from mqbridge.errors import KeyedError, Loc
 DEFAULT_PLUGIN_DIRS = (Path("preprocessors"),)
 
 _HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d{1,5})")
+#: A message type name: it starts every bulk id (`mqbridge.message.new_bulk_id`), a file name.
+_TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class BridgeSection(Model):
@@ -345,6 +347,11 @@ class BridgeConfig(Model):
         problems: list[tuple[Loc, str]] = []
         for name, type_cfg in self.types.items():
             type_cfg._name = name
+            if not _TYPE_NAME.fullmatch(name):
+                # Every bulk id starts with its type's name and names a staging directory.
+                problems.append((("types", name), "a type name is letters, digits, '.', '_' and '-', starting "
+                                 "with a letter or digit (it names bulks and their staging directories)"))
+                continue
             if not type_cfg.table:
                 try:
                     check_table(name)

@@ -455,8 +455,15 @@ def test_table_defaults_to_the_type_name_and_must_be_safe() -> None:
         assert error(MINIMAL + f"[types.invoices]\ntable = '{table}'\n").startswith(
             "demo.toml: types.invoices.table: ") and "is not a safe table directory" in error(
             MINIMAL + f"[types.invoices]\ntable = '{table}'\n")
-    assert error(MINIMAL + "[types.'../up']\n") == \
-        'demo.toml: types."../up": the type name cannot be a table directory; set table'
+
+
+@pytest.mark.parametrize("name", ["../up", "a/b", "up down", "-x", ".hidden", "ä"])
+def test_a_type_name_must_fit_a_bulk_id_and_a_directory(name: str) -> None:
+    # Given a type whose name cannot start a bulk id (bulk ids name staging directories), even
+    # with a table of its own; then check-config refuses it, naming the type.
+    for extra in ("", "table = 'fine'\n"):
+        message = error(MINIMAL + f"[types.'{name}']\n{extra}")
+        assert "a type name is letters, digits, '.', '_' and '-'" in message and "types." in message
 
 
 def test_json_format_needs_a_schema_and_raw_takes_none() -> None:
