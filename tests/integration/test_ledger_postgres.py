@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from mqbridge.errors import DuplicateIdentityError, LedgerError
 from mqbridge.ledger_pg import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies
+from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
 from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
 
@@ -125,3 +126,41 @@ def test_three_bridges_on_one_queue_two_killed_mid_stream(tmp_path: Path, spark:
     assert verify.returncode == 0 and "verify: OK" in verify.stdout, verify.stdout + verify.stderr
     assert PASSWORD not in verify.stdout and "***" in verify.stdout
     assert all(PASSWORD not in text for text in [out, *outputs])
+
+
+def test_dropped_ledger_connections_are_an_outage_and_the_bridge_reconnects(tmp_path: Path, spark: Any,
+                                                                            amq: AmqClient, pg: PostgresServer) -> None:
+    # Given a bridge landing 1,000 messages through a PostgreSQL ledger
+    q = unique_queue("pg-dropped")
+    sent = bodies(1000, "pd")
+    amq.put_many(q, sent)
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "dropped"\n'
+    config = stomp_config(tmp_path, q, threads=1, batch=50, extra_bridge=ledger)
+    table = tmp_path / "landing" / "orders"
+    run = OutputReader(mqbridge("run", "--config", str(config), "--until-idle", "4s"))
+    admin = psycopg.connect(pg.url, autocommit=True)
+    try:
+        wait_until(lambda: published_files(table) >= 1, 180, "the first bulk to land")
+        # When the server drops the bridge's connections again and again while it lands (an
+        # administrator's pg_terminate_backend, a failover, a proxy restart)
+        for _ in range(5):
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'mqbridge-ledger'")
+            wait_until(lambda: "unavailable" in run.text() or run.proc.poll() is not None, 60,
+                       "the bridge to meet a dropped ledger connection")
+            if published_files(table) >= 10:
+                break
+        code = run.wait(timeout=300)
+    finally:
+        admin.close()
+        if run.wait(0) is None:
+            run.proc.kill()
+            run.wait(30)
+    out = run.text()
+    # Then it was an outage, never poison: it reconnected, every message landed exactly once, none moved
+    assert code == 0, out[-5000:]
+    assert "ledger" in out and "unavailable" in out, out[-5000:]
+    result = account(sent, landed(spark, table))
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
+    assert PASSWORD not in out

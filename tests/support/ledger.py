@@ -8,6 +8,8 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def dead_owner() -> str:
@@ -23,16 +25,18 @@ def restarted_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:1000.00"
 
 
-def stage_like_spark(staging: Path, files_per_date: dict[str, int]) -> list[Path]:
+def stage_like_spark(staging: Path, files_per_date: dict[str, int], rows_per_file: int = 1) -> list[Path]:
     """Write what `df.write.partitionBy("put_date").parquet(staging)` leaves after a job commit:
-    part files per put_date directory, their .crc files and _SUCCESS. Content does not matter."""
+    part files per put_date directory (real Parquet, `rows_per_file` rows each: publication checks
+    their footers), their .crc files and _SUCCESS."""
     written = []
     for put_date, count in files_per_date.items():
         directory = staging / f"put_date={put_date}"
         directory.mkdir(parents=True, exist_ok=True)
         for n in range(count):
             name = f"part-{n:05d}-{uuid.uuid4()}.c000.snappy.parquet"
-            (directory / name).write_bytes(f"PAR1 {put_date} {n} PAR1".encode())
+            rows = pa.table({"body": [f"{put_date} {n} {r}".encode() for r in range(rows_per_file)]})
+            pq.write_table(rows, directory / name)
             (directory / f".{name}.crc").write_bytes(b"crc")
             written.append(directory / name)
     staging.mkdir(parents=True, exist_ok=True)

@@ -47,10 +47,13 @@ def _spark_env(base: Path) -> dict[str, str]:
 class SparkConnectServer:
     """A Spark Connect server on 127.0.0.1 with a local[2] Spark behind it."""
 
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    def __init__(self, base: Path, port: int | None = None, *, private_dir: Path | None = None) -> None:
         self.base = base
         self.port = port or free_port()
         self.env = _spark_env(base)
+        #: A directory the server sees as an empty file system of its own (a tmpfs mounted over it in
+        #: a private mount namespace, as a server on another host sees its own disk at that path).
+        self.private_dir = private_dir
 
     @property
     def url(self) -> str:
@@ -66,8 +69,12 @@ class SparkConnectServer:
     def start(self) -> None:
         for sub in ("logs", "pid", "warehouse", "local"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
+        wrapper: list[str] = []
+        if self.private_dir is not None:  # the JVM (started in the background) keeps the namespace
+            wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       f"mount -t tmpfs mqbridge-test {self.private_dir} && exec \"$@\"", "sh"]
         subprocess.run(
-            [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
+            [*wrapper, str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.ui.enabled=false",

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from mqbridge.cli import main
-from mqbridge.errors import DuplicateIdentityError, IdentityError, LedgerError
+from mqbridge.errors import (
+    DuplicateIdentityError,
+    IdentityError,
+    LedgerError,
+    LedgerUnavailableError,
+    SinkOutageError,
+)
 from mqbridge.identity import identity_of
 from mqbridge.ledger import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
 from mqbridge.message import Message
@@ -352,3 +358,28 @@ def test_bulk_sizes_counts_the_identities_of_published_bulks_only(ledger: Ledger
     ledger.mark_published("b2")
     # Then only the published ones are listed, each with its distinct identities
     assert ledger.bulk_sizes() == {"b1": 2, "b2": 1}
+
+
+def test_a_ledger_that_cannot_take_writes_now_is_unavailable_not_untrustworthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a ledger another process keeps write-locked past the busy timeout
+    monkeypatch.setattr("mqbridge.ledger.BUSY_TIMEOUT_MS", 200)
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger.open(path, owner=owner_id())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        # Then a bulk's prepare and the breaker's probe are outages (LedgerUnavailableError, a
+        # SinkOutageError), not the fatal LedgerError of a ledger whose records are in doubt
+        for attempt in (lambda: ledger.prepare("b1", "orders", [], ["m1"]), ledger.probe_write):
+            with pytest.raises(LedgerUnavailableError, match="unavailable: database is locked") as raised:
+                attempt()
+            assert isinstance(raised.value, SinkOutageError) and not isinstance(raised.value, LedgerError)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    # And once the lock is gone the same handle goes on
+    ledger.probe_write()
+    ledger.prepare("b1", "orders", [], ["m1"])
+    assert [b.bulk_id for b in ledger.in_progress()] == ["b1"]
+    ledger.close()

@@ -8,10 +8,18 @@ from pathlib import Path
 import pytest
 
 from mqbridge.counters import Counters
-from mqbridge.errors import LedgerError, PublicationError
+from mqbridge.errors import LedgerError, PublicationError, SinkOutageError, StagingMismatchError
 from mqbridge.landing import Landing
 from mqbridge.ledger import Ledger, owner_id
-from mqbridge.publication import discard, owner_dirname, publish, recover, staged_moves, staging_dir
+from mqbridge.publication import (
+    discard,
+    owner_dirname,
+    publish,
+    recover,
+    staged_moves,
+    staging_dir,
+    verify_staged,
+)
 from tests.support.ledger import dead_owner, stage_like_spark
 
 
@@ -205,3 +213,47 @@ def test_a_live_owners_prepared_bulk_is_not_taken_over(tmp_path: Path, table: Pa
     other = Landing(ledger=ledger, owner="another-host:1:1.00", counters=Counters(), dedupe_window=3600.0)
     assert other.published(["x"]) == set()
     assert len(ledger.in_progress()) == 1 and landed(table) == []
+
+
+# -- what is staged is checked before anything is recorded ---------------------------------------
+def test_staged_files_must_hold_the_bulks_rows(table: Path) -> None:
+    staging = staging_dir(table, owner_id(), "b1")
+    stage_like_spark(staging, {"2024-01-01": 1, "2024-01-02": 2}, rows_per_file=5)
+    moves = staged_moves(table, staging, "b1")
+    verify_staged(moves, 15, staging, what="bulk b1")  # 3 files of 5 rows: as expected
+    with pytest.raises(StagingMismatchError, match=r"bulk b1: expected 16 rows staged, found 15 rows in 3 files"):
+        verify_staged(moves, 16, staging, what="bulk b1")
+
+
+def test_nothing_staged_is_an_outage_naming_the_staging_directory(table: Path) -> None:
+    # Spark wrote somewhere this process does not see: the staging directory is empty or missing
+    staging = staging_dir(table, owner_id(), "b1")
+    with pytest.raises(StagingMismatchError, match="expected 3 rows staged, found no Parquet file under") as raised:
+        verify_staged(staged_moves(table, staging, "b1"), 3, staging, what="bulk b1")
+    assert str(staging) in str(raised.value) and "warehouse must be the same directory" in str(raised.value)
+    assert isinstance(raised.value, SinkOutageError)  # the unit goes back uncounted
+
+
+def test_a_staged_file_that_is_not_parquet_is_an_outage(table: Path) -> None:
+    staging = staging_dir(table, owner_id(), "b1")
+    stage_like_spark(staging, {"2024-01-01": 1})
+    next(staging.rglob("part-*.parquet")).write_bytes(b"truncated")
+    with pytest.raises(StagingMismatchError, match="cannot be read back"):
+        verify_staged(staged_moves(table, staging, "b1"), 1, staging, what="bulk b1")
+
+
+def test_land_records_nothing_when_the_staged_rows_are_missing(table: Path, ledger: Ledger) -> None:
+    # Given a bulk of 4 messages whose staging holds 3 rows (a file lost on the way)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600)
+    staging = staging_dir(table, ledger.owner, "b1")
+    stage_like_spark(staging, {"2024-01-01": 1}, rows_per_file=3)
+    # When it is landed: an outage, and the ledger holds nothing of it, the table nothing either
+    with pytest.raises(StagingMismatchError):
+        landing.land("b1", "orders", table, staging, ["m1", "m2", "m3", "m4"])
+    assert ledger.in_progress() == [] and ledger.published(["m1", "m2", "m3", "m4"]) == set()
+    assert landed(table) == [] and not staging.exists()
+    # And once the staging holds every row, the same bulk lands
+    stage_like_spark(staging, {"2024-01-01": 1}, rows_per_file=4)
+    landing.land("b1", "orders", table, staging, ["m1", "m2", "m3", "m4"])
+    assert ledger.published(["m1", "m2", "m3", "m4"]) == {"m1", "m2", "m3", "m4"}
+    landing.close()
