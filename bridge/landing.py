@@ -28,7 +28,8 @@ from pathlib import Path
 
 from mqbridge import failpoints
 from mqbridge.counters import Counters
-from mqbridge.ledger import Ledger
+from mqbridge.errors import LedgerUnavailableError
+from mqbridge.ledger import Ledger, PreparedBulk
 from mqbridge.observer import Observer
 from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir, verify_staged
 
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 
 #: Longest pause between two attempts to publish a prepared bulk.
 PUBLISH_RETRY_MAX = 30.0
+#: How long a listener waits for a live process's prepared bulk holding its messages to be
+#: published before it gives its unit back (and asks again on redelivery).
+CLAIM_WAIT = 10.0
+#: How often the ledger is asked meanwhile.
+CLAIM_POLL = 0.2
 #: How often the ledger is pruned of identities older than `[bridge] dedupe_window`.
 PRUNE_EVERY = 3600.0
 
@@ -65,28 +71,49 @@ class Landing(Observer):
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already in the table (their messages must not land again).
 
-        A message can come back while the bulk that holds it is still only *prepared*: its process
-        died after (or while) moving the files into the table, and the broker gave the message to
-        another bridge sharing this ledger. That bulk is rolled forward here, as the next start of
-        its own process would, and its identities count as landed. A prepared bulk of a live
-        process is still being published by it: its messages are not answered for here."""
+        A message can come back while the bulk that holds it is still only *prepared*:
+
+        * its process died after (or while) moving the files into the table, and the broker gave
+          the message to another bridge sharing this ledger. That bulk is rolled forward here, as
+          the next start of its own process would, and its identities count as landed.
+        * its process is alive (or seems so: on another host until its lease expires) and is
+          publishing it. Its messages are not answered for until that bulk is published (then they
+          are landed) or its owner is found dead (then it is rolled forward here): this waits up to
+          CLAIM_WAIT, then raises LedgerUnavailableError, and the unit goes back uncounted to be
+          asked again. Answering "not landed" instead would land them twice.
+        """
         start = time.perf_counter()
         found = self.ledger.published(identities)
         self.counters.observe("ledger_lookup_seconds", time.perf_counter() - start)
         rest = [i for i in identities if i not in found]
-        if rest:
+        deadline = time.monotonic() + CLAIM_WAIT
+        while rest:
             with self._recovering:
-                for bulk in self.ledger.prepared_holding(rest):
-                    if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
-                        continue
-                    if roll_forward(self.ledger, bulk):
-                        log.warning("bulk %s of a process that is gone was rolled forward: its messages "
-                                    "came back to this bridge", bulk.bulk_id)
-                        self.counters.inc("recovery_rolled_forward")
-                    if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
-                        discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
+                claims = [bulk for bulk in self.ledger.prepared_holding(rest) if not self._finish_if_dead(bulk)]
                 found |= self.ledger.published(rest)
+            rest = [i for i in rest if i not in found]
+            if not claims or not rest:
+                break
+            if time.monotonic() >= deadline or self._stop.is_set():
+                claim = claims[0]
+                raise LedgerUnavailableError(
+                    f"{len(rest)} of these messages are in bulk {claim.bulk_id}, prepared "
+                    f"{time.time() - claim.prepared_at:.0f}s ago by {claim.owner}, which is alive or within its "
+                    "lease: given back until that bulk is published or its owner's lease expires")
+            self._stop.wait(CLAIM_POLL)
         return found
+
+    def _finish_if_dead(self, bulk: PreparedBulk) -> bool:
+        """Roll forward (or back) a prepared bulk whose owner is dead; False if it is alive."""
+        if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
+            return False
+        if roll_forward(self.ledger, bulk):
+            log.warning("bulk %s of a process that is gone was rolled forward: its messages "
+                        "came back to this bridge", bulk.bulk_id)
+            self.counters.inc("recovery_rolled_forward")
+        if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
+            discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
+        return True
 
     def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
         """(bulk id, table) of each of these identities that is landed (for producers' results)."""

@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS identities (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS identities_by_bulk ON identities (bulk_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (owner TEXT PRIMARY KEY, last_seen REAL NOT NULL);
 """
 
 
@@ -98,31 +99,62 @@ def open_ledger(config: Any, *, owner: str) -> Ledger:
 
         return PostgresLedger.open_url(section.url.get_secret_value(), owner=owner,
                                        schema=section.database_schema, lease=section.lease)
-    return Ledger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)
+    ledger = Ledger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)
+    ledger.lease = section.lease
+    try:
+        ledger.heartbeat()  # bridges in other pid namespaces on this state_dir judge this one by it
+    except LedgerUnavailableError as exc:
+        ledger.close()
+        raise LedgerError(f"{exc} (at start-up)") from exc
+    return ledger
 
 
 # -- owners -----------------------------------------------------------------------------------
+def _pid_namespace() -> str:
+    """This process's pid namespace (the inode of /proc/self/ns/pid), "" where there is none."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return ""
+    return link.partition("[")[2].rstrip("]")
+
+
+def this_host() -> str:
+    """Where pids mean what they mean to this process: "hostname/pid-namespace" (just the host
+    name without pid namespaces). Two containers with one host name have separate pid namespaces,
+    so neither judges the other's processes by a pid it cannot see."""
+    namespace = _pid_namespace()
+    return f"{socket.gethostname()}/{namespace}" if namespace else socket.gethostname()
+
+
 def owner_id() -> str:
-    """This process as a ledger owner: "hostname:pid:create_time" (create time with two decimals,
-    so that a later process reusing the pid is a different owner)."""
+    """This process as a ledger owner: "host:pid:create_time", host as `this_host` gives it (create
+    time with two decimals, so that a later process reusing the pid is a different owner)."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{psutil.Process(pid).create_time():.2f}"
+    return f"{this_host()}:{pid}:{psutil.Process(pid).create_time():.2f}"
+
+
+def judged_by_pid(owner: str) -> bool:
+    """Whether `owner`'s pid can be checked from here: same host and same pid namespace (an owner
+    written before pid namespaces were recorded: same host name)."""
+    host = owner.rsplit(":", 2)[0]
+    return host == (this_host() if "/" in host else socket.gethostname())
 
 
 def owner_alive(owner: str) -> bool:
     """Whether the process named by `owner` (see `owner_id`) may still be running.
 
-    On this host: its pid exists and started at the recorded time (within a second: the boot time
-    psutil adds to the start ticks can move by a second). On another host nothing can be checked,
-    so the owner is assumed alive: its bulks and staging are left to that host's own recovery.
-    An owner string that cannot be parsed is treated as alive too, for the same reason.
+    Where its pid can be checked (`judged_by_pid`): its pid exists and started at the recorded time
+    (within a second: the boot time psutil adds to the start ticks can move by a second). Elsewhere
+    nothing can be checked here, so the owner is assumed alive (`Ledger.owner_alive` asks its
+    heartbeat instead). An owner string that cannot be parsed is treated as alive too.
     """
     try:
-        host, pid_text, created_text = owner.rsplit(":", 2)
+        _host, pid_text, created_text = owner.rsplit(":", 2)
         pid, created = int(pid_text), float(created_text)
     except ValueError:
         return True
-    if host != socket.gethostname():
+    if not judged_by_pid(owner):
         return True
     try:
         process = psutil.Process(pid)
@@ -238,12 +270,30 @@ class Ledger:
         path = Path(self.path)
         return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
 
+    #: An owner whose pid cannot be checked from here (another host or pid namespace) is alive
+    #: while its last heartbeat is younger than this (`[ledger] lease`).
+    lease: float = 60.0
+
     def owner_alive(self, owner: str) -> bool:
-        """Whether the process `owner` may still be running (see `owner_alive`)."""
-        return owner_alive(owner)
+        """Whether the process `owner` may still be running: by its pid where that can be checked
+        (`owner_alive`), else by its heartbeat within `lease` (an owner that never wrote one, from
+        an mqbridge before heartbeats, is taken for alive)."""
+        if judged_by_pid(owner):
+            return owner_alive(owner)
+        with self._read() as db:
+            row = self._execute(db, "SELECT last_seen FROM owners WHERE owner = ?", (owner,)).fetchone()
+        return row is None or self._now(db) - float(row[0]) < self.lease
+
+    def _now(self, db: Any) -> float:
+        """The clock heartbeats are written with (PostgreSQL: the server's, one for every host)."""
+        return time.time()
 
     def heartbeat(self) -> None:
-        """Tell other processes this owner is alive (nothing to do where liveness is a pid)."""
+        """Tell other processes (other hosts, other pid namespaces) that this owner is alive."""
+        with self._write() as db:
+            self._execute(db, "INSERT INTO owners (owner, last_seen) VALUES (?, ?) "
+                              "ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen",
+                          (self.owner, self._now(db)))
 
     def _execute(self, db: Any, statement: str, parameters: Sequence[Any] = ()) -> Any:
         return db.execute(self._sql(statement), tuple(parameters))

@@ -24,13 +24,12 @@ psycopg (`pip install "mqbridge[postgresql]"`) is imported when a PostgreSQL led
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
 from mqbridge.errors import LedgerError
-from mqbridge.ledger import Ledger, owner_alive
+from mqbridge.ledger import Ledger, judged_by_pid, owner_alive
 
 #: The advisory lock key every writer of one database takes ("mqbr" as a number).
 WRITE_LOCK = 0x6D716272
@@ -74,7 +73,7 @@ class PostgresLedger(Ledger):
 
     def __init__(self, url: str, schema: str, lease: float, owner: str, connection: Any, created: bool) -> None:
         super().__init__(shown_url(url), owner, connection, created)
-        self._url, self._schema, self._lease = url, schema, lease
+        self._url, self._schema, self.lease = url, schema, lease
         import psycopg
 
         self.ERRORS = (psycopg.Error,)
@@ -141,13 +140,13 @@ class PostgresLedger(Ledger):
         return int(row[0])
 
     def owner_alive(self, owner: str) -> bool:
-        """This host's owners by their pid; another host's by its heartbeat within the lease."""
-        host = owner.rsplit(":", 2)[0]
-        if host == socket.gethostname():
+        """This host's owners by their pid; another host's by its heartbeat within the lease (an
+        owner that never wrote one is dead: every bridge with a PostgreSQL ledger writes one)."""
+        if judged_by_pid(owner):
             return owner_alive(owner)
         with self._read() as db:
             row = db.execute("SELECT last_seen > now() - make_interval(secs => %s) FROM owners WHERE owner = %s",
-                             (self._lease, owner)).fetchone()
+                             (self.lease, owner)).fetchone()
         return bool(row and row[0])
 
     def heartbeat(self) -> None:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from mqbridge.containers import table_lock
 from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
-from mqbridge.ledger import Ledger, PreparedBulk, owner_alive
+from mqbridge.ledger import Ledger, PreparedBulk, owner_alive, this_host
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,19 @@ def _dirname_parts(name: str) -> tuple[str, str] | None:
     """(host as written in a directory name, "pid:create_time") of an `owner_dirname`, or None."""
     parts = name.rsplit("_", 2)
     return (parts[0], f"{parts[1]}:{parts[2]}") if len(parts) == 3 else None
+
+
+def _local_owner(dirname: str, host: str) -> str | None:
+    """The owner of a staging directory named by `owner_dirname` if its pid can be judged here
+    (this host and pid namespace `host`, or this host name from before pid namespaces were
+    recorded), else None."""
+    parts = _dirname_parts(dirname)
+    if parts is None:
+        return None
+    for candidate in (host, socket.gethostname()):
+        if parts[0] == _UNSAFE.sub("-", candidate):
+            return f"{candidate}:{parts[1]}"
+    return None
 
 
 def staging_dir(table_path: Path, owner: str, bulk_id: str) -> Path:
@@ -183,14 +196,17 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
             report.rolled_forward += 1
         else:
             report.rolled_back += 1
-    host = _UNSAFE.sub("-", socket.gethostname())
+    host = this_host()
     for table_path in table_paths:
         staging_root = Path(table_path) / STAGING
         if staging_root.is_dir():
             for owner_dir in sorted(staging_root.iterdir()):
-                parts = _dirname_parts(owner_dir.name)
-                if parts is None or parts[0] != host or owner_alive(f"{socket.gethostname()}:{parts[1]}"):
-                    continue  # another host's, a live process's, or not ours to judge
+                owner = _local_owner(owner_dir.name, host)
+                if owner is None or owner_alive(owner):
+                    # Another host's or pid namespace's (its pids mean nothing here: its bulks are
+                    # finished once its lease expires, see Landing.published), a live process's,
+                    # or not ours to judge.
+                    continue
                 shutil.rmtree(owner_dir, ignore_errors=True)
                 report.stale_dirs_removed += 1
         temporary = Path(table_path) / TEMPORARY
