@@ -178,8 +178,8 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
         if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":
             log.warning("listeners %s:%s: RabbitMQ gives a message a new message-id on every delivery (classic "
                         "and quorum queues), so identity = \"msg_id\" cannot recognise a redelivery: a message "
-                        "redelivered after a crash lands again; set identity = \"header:NAME\" to an id the "
-                        "producer sets (e.g. amqp-message-id)", listener.source, listener.queue)
+                        "redelivered after a crash lands again; leave identity unset (stamp) or set "
+                        "identity = \"header:NAME\" to an id the producer sets", listener.source, listener.queue)
     return Landing(ledger=ledger, owner=ledger.owner, counters=counters,
                    dedupe_window=config.bridge.dedupe_window)
 

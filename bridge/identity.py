@@ -2,7 +2,9 @@
 
 Rules (`[[listeners]] identity`): "msg_id" (the source's message id), "header:NAME" (a header the
 producer sets, e.g. its own business id: RabbitMQ's STOMP message-id changes per delivery, so it
-cannot recognise a redelivery), "body-sha256" (hex digest of the body).
+cannot recognise a redelivery), "body-sha256" (hex digest of the body), "stamp" (the id the STOMP
+adapter stamps on a copy of each message before it is landed: a stable id where the broker has
+none; the adapter hands on stamped copies only, with the stamp as their msg_id).
 
 Compute identities on the *original* message, as the listener received it, before the
 preprocessor chain: a preprocessor may rewrite the body or headers (an envelope adds a timestamp),
@@ -23,7 +25,7 @@ def identity_of(message: Message, rule: str) -> str:
     """The identity of `message` under `rule`. Raises IdentityError when the rule's header is
     missing (a per-message failure) and ValueError for a rule that is not one of the three (the
     configuration has validated it)."""
-    if rule == "msg_id":
+    if rule in ("msg_id", "stamp"):
         return message.msg_id
     if rule == "body-sha256":
         return hashlib.sha256(message.body).hexdigest()
@@ -34,4 +36,4 @@ def identity_of(message: Message, rule: str) -> str:
         except KeyError:
             raise IdentityError(f"message {message.msg_id} has no header {name!r}, its identity "
                                 f"(identity = {rule!r})") from None
-    raise ValueError(f"{rule!r} is not an identity rule (msg_id, header:NAME, body-sha256)")
+    raise ValueError(f"{rule!r} is not an identity rule (msg_id, stamp, header:NAME, body-sha256)")

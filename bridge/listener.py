@@ -234,7 +234,8 @@ class ListenerThread(threading.Thread):
             remaining = deadline - time.monotonic()
             message = self.source.receive(timeout=max(0.0, min(remaining, 1.0)))
             if message is None:
-                if remaining <= 0:
+                # `unit_full` (STOMP with stamping): the prefetch is taken, nothing more comes before a commit.
+                if remaining <= 0 or getattr(self.source, "unit_full", False):
                     break
                 continue
             batch.append(message)

@@ -313,15 +313,37 @@ class ListenerConfig(Model):
     confirm: Literal["off", "reply-to"] = Field(
         default="off", description="STOMP: `reply-to` sends a message with a `reply-to` header a result message "
         "(landed or backout) in the commit's transaction; IBM MQ answers the MQMD Report options instead")
-    identity: str = Field(default="msg_id", description="What recognises a redelivered message: msg_id, "
-                                                        "header:NAME (a producer's id) or body-sha256")
+    identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
+                          "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
+                          "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")
 
     @field_validator("identity")
     @classmethod
     def _check_identity(cls, value: str) -> str:
-        if value in ("msg_id", "body-sha256") or (value.startswith("header:") and value[len("header:"):].strip()):
+        if value in IDENTITY_RULES or (value.startswith("header:") and value[len("header:"):].strip()):
             return value
-        raise ValueError(f"{value!r} is not an identity rule (msg_id, header:NAME or body-sha256)")
+        raise ValueError(f"{value!r} is not an identity rule (auto, msg_id, stamp, header:NAME or body-sha256)")
+
+
+IDENTITY_RULES = ("auto", "msg_id", "stamp", "body-sha256")
+
+
+def _resolve_identity(listener: ListenerConfig, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
+    """Turn `identity = "auto"` into the rule for the listener's source: "stamp" on RabbitMQ (its
+    STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
+    producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""
+    if listener.identity == "auto":
+        rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
+        listener.identity = "stamp" if rabbitmq else "msg_id"
+    if listener.identity != "stamp" or source is None:
+        return []
+    if not isinstance(source, StompSourceConfig):
+        return [((*where, "identity"), f"stamp is for STOMP sources; a {source.kind} source has stable message ids "
+                                       "(use msg_id)")]
+    if source.commit_mode != "transactional":
+        return [((*where, "identity"), 'stamp needs commit_mode = "transactional": a stamped copy and the ACK of '
+                                       "its original must be applied together")]
+    return []
 
 
 class BridgeConfig(Model):
@@ -386,6 +408,7 @@ class BridgeConfig(Model):
             if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
                 problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "
                                                     "IBM MQ queue name"))
+            problems.extend(_resolve_identity(listener, source, where))
             first = seen.setdefault((listener.source, listener.queue), index)
             if first != index:
                 problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))

@@ -35,6 +35,18 @@ rather than loop or drop the message).
   duplicated at worst, never lost (with the landing ledger on, a copy given back carries its
   original identity and is recognised as landed).
 
+Stamping (`identity = "stamp"`, the default on RabbitMQ, whose `message-id` is new on every
+delivery): a message without the bridge's stamp is never handed to the listener loop. The commit of
+its unit sends, in the unit's transaction, a copy of it to the same queue carrying a fresh stamp (a
+random id in `mqbridge-requeue-id`, its put time, its count), and acknowledges it. Only stamped
+copies are landed, with the stamp as their identity. Why this neither loses nor duplicates: the
+transaction applies the SEND and the ACK together or not at all (RabbitMQ holds a transaction's
+frames until COMMIT and drops them with the connection), so after any crash either the unstamped
+original is on the queue (and is stamped again, no copy having been made) or exactly one stamped
+copy is; a stamped copy keeps its stamp on every redelivery, so the ledger recognises it after a
+crash between publication and commit, as it recognises any stable message id. The cost is one
+more pass through the broker for every message (README: "Exactly-once on RabbitMQ").
+
 Messages refused at the edge (a numeric header that does not parse, a `timestamp` past year 9999,
 a body over `max_message_size`) are not handed to the listener loop: they go to the listener's
 backout queue with the reason, with the unit they arrived in.
@@ -97,11 +109,15 @@ REQUEUE_ID = "mqbridge-requeue-id"
 REQUEUE_COUNT = "mqbridge-requeue-delivery-count"
 REQUEUE_TIMESTAMP = "mqbridge-requeue-timestamp"
 REQUEUE_REASON = "mqbridge-requeue-reason"
-_REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON}
+# A stamped copy (`identity = "stamp"`) of a message the broker had flagged redelivered.
+REQUEUE_REDELIVERED = "mqbridge-requeue-redelivered"
+_REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON, REQUEUE_REDELIVERED}
 # Headers a broker parses as numbers: an unparseable value is moved aside (renamed) on a backout move,
 # or the broker would refuse the SEND (ActiveMQ answers a bad `priority` with ERROR and closes).
 _NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
 _BAD_HEADER_PREFIX = "mqbridge-unparseable-"
+#: With stamping, how long a unit of unstamped messages waits for more before they are stamped.
+STAMP_GRACE = 0.05
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
 # Headers of a message its result keeps (`confirm = "reply-to"`).
 _RESULT_KEEPS = ("persistent", "priority", "expires")
@@ -120,12 +136,12 @@ class StompSource:
         assert isinstance(source, StompSourceConfig)
         return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
                    tracker=context.shared.tracker, client_name=context.client_name,
-                   backout_queue=listener.backout_queue,
+                   backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
-                 confirm: bool = False, unconfirmable: InDoubtLog | None = None) -> None:
+                 confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False) -> None:
         import stomp.exception
 
         import stomp  # optional driver, imported where used
@@ -140,6 +156,9 @@ class StompSource:
         # `confirm = "reply-to"`: a result for each message with a reply-to, in the commit's transaction.
         self.confirm = confirm
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
+        # `identity = "stamp"` (see "Stamping" in the module docstring): only stamped copies are handed on.
+        self.stamp = stamp
+        self._stamping: list[Message] = []  # unstamped messages of the unit: their stamped copies are sent
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
@@ -250,10 +269,16 @@ class StompSource:
         except self._driver_errors as exc:
             raise SourceConnectionError(f"STOMP {what} on {self.destination} failed: {exc}") from exc
 
-    def _end_unit(self) -> tuple[list[Message], list[BackoutMove]]:
-        unit, refused = self._unit, self._refused
-        self._unit, self._refused, self._handed = [], [], 0
-        return unit, refused
+    def _end_unit(self) -> tuple[list[Message], list[BackoutMove], list[Message]]:
+        unit, refused, stamping = self._unit, self._refused, self._stamping
+        self._unit, self._refused, self._stamping, self._handed = [], [], [], 0
+        return unit, refused, stamping
+
+    @property
+    def unit_full(self) -> bool:
+        """The broker sends no more messages until this unit ends: as many are unacknowledged as
+        the prefetch allows (with stamping, some of them are never handed to the listener)."""
+        return len(self._unit) >= self.prefetch
 
     # -- unit of work ------------------------------------------------------------------------
     def receive(self, timeout: float) -> Message | None:
@@ -261,9 +286,17 @@ class StompSource:
         while True:
             if self._frames.disconnected.is_set() or self._conn is None:
                 raise SourceConnectionError(f"STOMP connection for {self.destination} is lost")
+            if self._handed and self.unit_full:
+                return None  # nothing more comes before this unit ends
+            wait = max(0.0, deadline - time.monotonic())
+            stamping_only = bool(self._stamping) and self._handed == 0
             try:
-                frame = self._frames.frames.get(timeout=max(0.0, deadline - time.monotonic()))
+                frame = self._frames.frames.get(timeout=min(wait, STAMP_GRACE) if stamping_only else wait)
             except queue.Empty:
+                if stamping_only:
+                    self.commit()  # a unit of unstamped messages only: stamp what came; the copies follow
+                    if time.monotonic() < deadline:
+                        continue
                 return None
             if frame is None:
                 continue
@@ -273,10 +306,15 @@ class StompSource:
                 self._unit_errors = len(self._frames.errors)
             message, problem = self._to_message(frame)
             self._unit.append(message)
-            if problem is None:
+            if problem is not None:
+                self._refuse(message, problem)
+            elif self.stamp and REQUEUE_ID not in frame.headers:
+                self._stamping.append(message)
+                if self._handed == 0 and self.unit_full:
+                    self.commit()  # else when no frame came for STAMP_GRACE, or with the unit's commit
+            else:
                 self._handed += 1
                 return message
-            self._refuse(message, problem)
 
     def _refuse(self, message: Message, problem: str) -> None:
         """A message refused at the edge (a header that does not parse, a body over
@@ -299,8 +337,10 @@ class StompSource:
         broker_count = header_int(h, "x-delivery-count", problems)
         if broker_count is not None:  # RabbitMQ quorum queues count for us (0 on first delivery)
             count = max(count, broker_count + 1)
-        if requeued:  # a copy given back by an earlier commit: the count survives restarts
-            count = max(count, (header_int(h, REQUEUE_COUNT, problems) or 0) + 1)
+        earlier = 0
+        if requeued:  # a copy given back (or stamped) by an earlier commit: the count survives restarts
+            earlier = header_int(h, REQUEUE_COUNT, problems) or 0
+            count = max(count, earlier + 1)
             if h.get(REQUEUE_REASON) and self.tracker.last_reason(msg_id) is None:
                 self.tracker.failed(msg_id, h[REQUEUE_REASON])
         put = put_time(h, REQUEUE_TIMESTAMP if requeued else "timestamp", problems)
@@ -320,7 +360,7 @@ class StompSource:
             correlation_id=h.get("correlation-id"),
             put_timestamp=put,
             received_timestamp=utcnow(),
-            redelivered=requeued or h.get("redelivered") == "true",
+            redelivered=h.get("redelivered") == "true" or _requeued_redelivery(h, earlier),
             delivery_count=count,
             headers={k: v for k, v in h.items()
                      if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS and k not in _SEND_FRAME_HEADERS},
@@ -341,13 +381,15 @@ class StompSource:
 
         Raises SourceConnectionError (nothing removed: the unit comes back), BackoutFailedError
         (the broker refused a move: the listener halts), InDoubtError (COMMIT sent, no receipt)."""
-        unit, refused = self._end_unit()
+        unit, refused, stamping = self._end_unit()
         if not unit:
             return None
         returned = {m.msg_id for m in returns}
         moving = {m.message.msg_id: m for m in (*moves, *refused)}
         acked = [m for m in unit if m.msg_id not in returned]
-        if not acked:  # everything goes back: nothing to remove
+        # Everything goes back: nothing to remove. With stamping the ids are stable but the broker
+        # keeps no count (RabbitMQ classic queues): the copies carry the count, across restarts.
+        if not acked and not (self.stamp and self.cumulative):
             self._unit = unit
             self.rollback()
             return None
@@ -366,8 +408,11 @@ class StompSource:
         # The original as received, not what the preprocessors made of it.
         # receipt -> the move, the message a result is about, or None (a copy given back)
         sends: dict[str, BackoutMove | Message | None] = {}
+        stamped = {id(m) for m in stamping}
         for message in unit:
-            if message.msg_id in returned:
+            if id(message) in stamped:
+                sends[self._send_requeue(message, tx, stamp=uuid.uuid4().hex)] = None
+            elif message.msg_id in returned:
                 if self.cumulative:
                     sends[self._send_requeue(message, tx)] = None
                 continue
@@ -396,6 +441,9 @@ class StompSource:
                                      [m.msg_id for m in acked])
         if returned and not self.cumulative:
             self._give_back([m for m in unit if m.msg_id in returned])
+        if stamping:
+            self.tracker.forget([m.msg_id for m in stamping])  # per-delivery ids: never seen again
+            log.debug("%s: stamped %d messages", self.destination, len(stamping))
         return confirmed
 
     def _ack(self, messages: Sequence[Message], tx: str | None, errors_before: int) -> None:
@@ -520,14 +568,19 @@ class StompSource:
             raise InDoubtError(reason, msg_ids or [])
         raise error(f"{self.destination}: {reason}")
 
-    def _send_requeue(self, message: Message, tx: str | None) -> str:
-        """Put `message` back on the source queue as a copy that keeps its identity; the receipt id."""
+    def _send_requeue(self, message: Message, tx: str | None, *, stamp: str | None = None) -> str:
+        """Put `message` back on the source queue as a copy that keeps its identity, or, given a
+        `stamp`, as its stamped copy with that id (this pass is no delivery); the receipt id. The
+        count a copy carries leaves out deliveries given back for an outage (they never count)."""
         headers = {k: v for k, v in message.headers.items() if k not in _NOT_REQUEUED}
+        counted = message.delivery_count - self.tracker.outage_give_backs(message.msg_id)
         headers.update({
-            REQUEUE_ID: message.msg_id,
-            REQUEUE_COUNT: str(message.delivery_count),
+            REQUEUE_ID: stamp or message.msg_id,
+            REQUEUE_COUNT: str(max(0, counted - 1 if stamp else counted)),
             REQUEUE_REASON: one_line(self.tracker.last_reason(message.msg_id) or ""),
         })
+        if stamp:
+            headers[REQUEUE_REDELIVERED] = "true" if message.redelivered else "false"
         if message.correlation_id:
             headers["correlation-id"] = message.correlation_id
         if message.put_timestamp is not None:
@@ -561,7 +614,7 @@ class StompSource:
         return receipt
 
     def rollback(self) -> None:
-        unit, _refused = self._end_unit()
+        unit, _refused, _stamping = self._end_unit()
         if unit:
             self._give_back(unit)
 
@@ -575,6 +628,16 @@ class StompSource:
             return
         for message in messages[-1:] if self.cumulative else messages:
             self._guard(lambda m=message: self._conn.nack(m.token, headers={"requeue": "true"}), "nack")
+
+
+def _requeued_redelivery(headers: Mapping[str, str], earlier: int) -> bool:
+    """Whether a copy this adapter sent is a redelivery: a copy given back always is; a stamped
+    copy is when its original was flagged redelivered or had been delivered before."""
+    if REQUEUE_ID not in headers:
+        return False
+    if REQUEUE_REDELIVERED in headers:
+        return headers[REQUEUE_REDELIVERED] == "true" or earlier > 0
+    return True
 
 
 def _set_aside(headers: dict[str, str]) -> dict[str, str]:

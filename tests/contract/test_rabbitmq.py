@@ -13,6 +13,8 @@ from tests.support.harnesses import (
     RabbitMqIndividual,
     RabbitMqIndividualReceipted,
     RabbitMqReceipted,
+    RabbitMqStamped,
+    RabbitMqStampedIndividual,
     StompHarness,
 )
 
@@ -25,6 +27,16 @@ class TestRabbitMqCumulative(SourceContract):
 
 class TestRabbitMqIndividual(SourceContract):
     harness = RabbitMqIndividual
+
+
+class TestRabbitMqStamped(SourceContract):
+    """identity = "stamp", the default on RabbitMQ: stable ids and counts on a classic queue."""
+
+    harness = RabbitMqStamped
+
+
+class TestRabbitMqStampedIndividual(SourceContract):
+    harness = RabbitMqStampedIndividual
 
 
 class TestRabbitMqReceipted(SourceContract):

@@ -154,6 +154,7 @@ class StompHarness(Harness):
     fixture: ClassVar[str]  # the session fixture giving the broker's (host, port)
     commit_mode: ClassVar[str | None] = None  # StompSourceConfig.commit_mode; None: the broker's default
     credentials: ClassVar[dict[str, Any]] = {}
+    stamp: ClassVar[bool] = False  # identity = "stamp": only stamped copies are handed on
 
     def __init__(self, address: tuple[str, int]) -> None:
         from tests.support.tcpproxy import TcpProxy
@@ -187,7 +188,8 @@ class StompHarness(Harness):
         cfg = StompSourceConfig(host=self.address[0], port=port, heartbeat=2.0, connect_timeout=3.0,
                                 broker=self.broker, ack_mode=self.ack_mode, commit_mode=self.commit_mode,
                                 **self.credentials)  # type: ignore[arg-type]
-        src = StompSource("stomp", cfg, queue, prefetch=10, tracker=DeliveryTracker(), client_name="contract")
+        src = StompSource("stomp", cfg, queue, prefetch=10, tracker=DeliveryTracker(), client_name="contract",
+                          stamp=self.stamp)
         self.sources.append(src)
         return src
 
@@ -276,3 +278,16 @@ class RabbitMqReceipted(RabbitMqCumulative):
 class RabbitMqIndividualReceipted(RabbitMqIndividual):
     commit_mode = "receipted"
     limitations: ClassVar[dict[str, str]] = {**RabbitMqIndividual.limitations, **_RECEIPTED}
+
+
+class RabbitMqStamped(RabbitMqCumulative):
+    """identity = "stamp" (RabbitMQ's default): every message is handed on as a stamped copy, whose
+    id and count survive redelivery, so the classic-queue limitations above do not apply."""
+
+    stamp = True
+    limitations: ClassVar[dict[str, str]] = {}
+
+
+class RabbitMqStampedIndividual(RabbitMqIndividual):
+    stamp = True
+    limitations: ClassVar[dict[str, str]] = {}

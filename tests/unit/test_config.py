@@ -190,7 +190,7 @@ def test_parse_size_rejects(text: object, problem: str) -> None:
     (MINIMAL.replace('"5MB"', '"5MB"\nbulk_timeout = "0s"'), "demo.toml: types.orders.bulk_timeout: Input should "
                                                             "be greater than 0"),
     (MINIMAL + "identity = 'msgid'\n", "demo.toml: listeners[0].identity: 'msgid' is not an identity rule "
-                                       "(msg_id, header:NAME or body-sha256)"),
+                                       "(auto, msg_id, stamp, header:NAME or body-sha256)"),
     (MINIMAL + "identity = 'header:'\n", "demo.toml: listeners[0].identity: 'header:' is not an identity rule"),
     ("[bridge]\ndedupe_window = '7 days'\n" + MINIMAL, "demo.toml: bridge.dedupe_window: '7 days' is not a duration"),
     ("[bridge]\ndedupe_window = 0\n" + MINIMAL, "demo.toml: bridge.dedupe_window: Input should be greater than 0"),
@@ -213,6 +213,25 @@ def test_confirm_is_off_by_default_and_reply_to_on_a_transactional_stomp_source(
 @pytest.mark.parametrize("rule", ["msg_id", "body-sha256", "header:JMSXGroupID", "header:order id"])
 def test_listener_identity_rules(rule: str) -> None:
     assert parse(MINIMAL + f"identity = {rule!r}\n").listeners[0].identity == rule
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ('kind = "stomp"', "msg_id"),
+    ('kind = "stomp"\nbroker = "rabbitmq"', "stamp"),
+    ('kind = "stomp"\nbroker = "artemis"', "msg_id"),
+])
+def test_identity_auto_stamps_on_rabbitmq_only(source: str, expected: str) -> None:
+    # Given no identity: RabbitMQ's message-id is per delivery, so the bridge stamps its own
+    assert parse(MINIMAL.replace('kind = "stomp"', source)).listeners[0].identity == expected
+
+
+@pytest.mark.parametrize(("source", "problem"), [
+    ('kind = "memory"', "listeners[0].identity: stamp is for STOMP sources"),
+    ('kind = "stomp"\nbroker = "rabbitmq"\ncommit_mode = "receipted"',
+     'listeners[0].identity: stamp needs commit_mode = "transactional"'),
+])
+def test_identity_stamp_needs_a_transactional_stomp_source(source: str, problem: str) -> None:
+    assert problem in error(MINIMAL.replace('kind = "stomp"', source) + "identity = 'stamp'\n")
 
 
 def test_exactly_once_off_and_dedupe_window_in_days() -> None:
