@@ -233,6 +233,7 @@ batch = {args.batch}
 wait = "200ms"
 message_type = "bench"
 backout_queue = "{destination}.backout"
+identity = "{args.identity}"
 """)
     return path
 
@@ -368,5 +369,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--password", default=None, help="STOMP passcode (RabbitMQ: guest)")
     group.add_argument("--collector-memory", default="256MB")
     group.add_argument("--keep", action="store_true", help="keep the work directory (config, log, table)")
+    group.add_argument("--identity", default="auto",
+                       help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
+                            "msg_id, stamp, header:NAME")
     group.add_argument("--writer", default="auto", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")
