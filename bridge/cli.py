@@ -9,11 +9,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
@@ -28,6 +28,10 @@ from mqbridge.status_cli import (
     run_status,
     url_from_config,
 )
+from mqbridge.tables import shared_tables
+
+if TYPE_CHECKING:
+    from mqbridge.purge import Designation, Purger
 
 log = logging.getLogger("mqbridge")
 
@@ -109,6 +113,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     host.close()
     for error in host.errors:
         print(f"{args.config}: warning: plugin not loaded: {error}", file=sys.stderr)
+    for a, b, table in shared_tables(cfg.types):  # legal: a purge of one designates its rows by message_type
+        print(f"{args.config}: warning: types {a} and {b} can land in the same table {table!r}",
+              file=sys.stderr)
     threads = sum(listener.threads for listener in cfg.listeners)
     print(f"{args.config}: OK ({len(cfg.sources)} sources, {len(cfg.types)} types, "
           f"{len(cfg.listeners)} listeners, {threads} listener threads)")
@@ -135,9 +142,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.containers import type_tables
-    from mqbridge.purge import Designation, Purger, recover_purges
+    from mqbridge.purge import Purger, recover_purges, type_designations
     from mqbridge.purge_costs import CostModel
     from mqbridge.spark import create_spark_session
+    from mqbridge.tables import holders
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
@@ -154,28 +162,35 @@ def cmd_purge(args: argparse.Namespace) -> int:
     purger = Purger(spark, model)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
     now = datetime.now(timezone.utc)
+    ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
     for path, names in type_tables(warehouse, types).items():
-        ages = [r for n in names if (r := types[n].retention) is not None]
-        age = args.older_than if args.older_than is not None else (min(ages) if ages else None)
         table = path.relative_to(warehouse)
-        if age is None and not args.where:
+        # Each type at its own age; of a table other types share (or may), only the named types' rows.
+        designations = type_designations(names, ages, holders(warehouse, path, cfg.types), now=now,
+                                         where=args.where)
+        if not designations:
             print(f"{table}: no retention and no --older-than or --where: nothing designated")
             continue
         if not args.dry_run:
             recover_purges(path)
-        designation = Designation(cutoff=now - timedelta(seconds=age) if age is not None else None,
-                                  where=args.where)
-        plans = purger.plan(path, designation, args.strategy)
-        print(f"{table}: designated: {designation.describe()}; {len(plans)} containers affected"
-              f"{' (dry run: nothing changed)' if args.dry_run else ''}")
-        lines = {id(plan): _purge_line(plan) for plan in plans}
-        if args.dry_run:
-            for plan in plans:
-                print(lines[id(plan)])
-            continue
-        for result in purger.run(plans, designation):
-            print(f"{lines[id(result.plan)]}  measured {result.seconds:.3f}s", flush=True)
+        for designation in designations:
+            _purge_table(purger, path, table, designation, args)
     return 0
+
+
+def _purge_table(purger: Purger, path: Path, table: Path, designation: Designation,
+                 args: argparse.Namespace) -> None:
+    """Plan one designation of one table, print the plan, and (unless --dry-run) run it."""
+    plans = purger.plan(path, designation, args.strategy)
+    print(f"{table}: designated: {designation.describe()}; {len(plans)} containers affected"
+          f"{' (dry run: nothing changed)' if args.dry_run else ''}")
+    lines = {id(plan): _purge_line(plan) for plan in plans}
+    if args.dry_run:
+        for plan in plans:
+            print(lines[id(plan)])
+        return
+    for result in purger.run(plans, designation):
+        print(f"{lines[id(result.plan)]}  measured {result.seconds:.3f}s", flush=True)
 
 
 def _purge_line(plan: Any) -> str:
@@ -206,19 +221,52 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         print(f"  prune runs   {stats.prune_runs}")
         if not args.verify:
             return 0
-        bulks = ledger.published_bulks()
+        bulks, sizes = ledger.published_bulks(), ledger.bulk_sizes()
     finally:
         ledger.close()
-    missing, purged = _missing_files(bulks)
+    return _verify(bulks, sizes)
+
+
+def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
+    """`--verify`: every file of each published bulk is in place (or a purge removed it since), and
+    the files of each bulk no purge touched since hold one row per identity (Parquet footers)."""
+    missing, purged, touched = _missing_files(bulks)
+    lost = {bulk_id for bulk_id, _ in missing}
+    wrong = _wrong_row_counts([b for b in bulks if b.bulk_id not in lost | touched], sizes)
     checked = sum(len(bulk.files) for bulk in bulks)
     since = f"; {purged} removed since by purges of their containers" if purged else ""
-    if not missing:
+    skipped = f" ({len(touched)} in containers purged since: not compared)" if touched else ""
+    print(f"  row counts   {len(bulks) - len(lost | touched) - len(wrong)} bulks hold one row per identity{skipped}")
+    if not missing and not wrong:
         print(f"verify: OK ({len(bulks)} published bulks, {checked} files{since})")
         return 0
-    print(f"verify: {len(missing)} of {checked} published files are missing{since}:")
-    for bulk_id, final in missing:
-        print(f"  {bulk_id}: {final}")
+    if missing:
+        print(f"verify: {len(missing)} of {checked} published files are missing{since}:")
+        for bulk_id, final in missing:
+            print(f"  {bulk_id}: {final}")
+    if wrong:
+        print(f"verify: {len(wrong)} published bulks do not hold one row per identity:")
+        for bulk_id, found in wrong:
+            print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found}")
     return 1
+
+
+def _wrong_row_counts(bulks: Sequence[Any], sizes: dict[str, int]) -> list[tuple[str, str]]:
+    """The bulks whose files' footers hold another number of rows than the bulk has identities:
+    (bulk id, what was found)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wrong: list[tuple[str, str]] = []
+    for bulk in bulks:
+        try:
+            rows = sum(pq.ParquetFile(final).metadata.num_rows for _, final in bulk.files)
+        except (OSError, pa.ArrowException) as exc:
+            wrong.append((bulk.bulk_id, f"a file cannot be read: {' '.join(str(exc).split())}"))
+            continue
+        if rows != sizes.get(bulk.bulk_id):
+            wrong.append((bulk.bulk_id, f"{rows} rows in {len(bulk.files)} files"))
+    return wrong
 
 
 #: A bulk is marked published just after its files are moved: a purge swap recorded up to this long
@@ -226,29 +274,33 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 PURGE_SLACK = 60.0
 
 
-def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int]:
+def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, set[str]]:
     """The published files that are missing, (bulk id, path), except those in a container a purge
-    swapped or dropped after the bulk was published (the table's purge history); and how many of
-    those there were."""
+    swapped or dropped after the bulk was published (the table's purge history); how many of
+    those there were; and the bulks with a file in such a container (whose rows a purge changed)."""
     from mqbridge.purge import purge_history
 
     histories: dict[str, dict[str, float]] = {}
     missing: list[tuple[str, str]] = []
     purged = 0
+    touched: set[str] = set()
     for bulk in bulks:
         for _, final in bulk.files:
-            if os.path.exists(final):
-                continue
             container = os.path.dirname(final)
             table = os.path.dirname(container)
             if table not in histories:
                 histories[table] = purge_history(Path(table))
             swapped = histories[table].get(os.path.basename(container))
-            if swapped is not None and swapped >= bulk.published_at - PURGE_SLACK:
+            since = swapped is not None and swapped >= bulk.published_at - PURGE_SLACK
+            if since:
+                touched.add(bulk.bulk_id)
+            if os.path.exists(final):
+                continue
+            if since:
                 purged += 1
             else:
                 missing.append((bulk.bulk_id, final))
-    return missing, purged
+    return missing, purged, touched
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

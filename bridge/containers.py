@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mqbridge import tables
 from mqbridge.config import TypeConfig
-from mqbridge.config.tables import render, table_dirs
+from mqbridge.config.tables import render
 from mqbridge.errors import PurgeError
 from mqbridge.message import Bulk
 
@@ -48,13 +49,10 @@ def tables_of(table: str, bulk: Bulk, rows: Iterable[int]) -> dict[str, list[int
 
 
 def type_tables(warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[Path, list[str]]:
-    """Every existing table directory of the configured types (a template's: those it created),
-    with the types that land in it; a plain table is listed even before it exists."""
-    found: dict[Path, list[str]] = {}
-    for name, type_cfg in types.items():
-        for path in table_dirs(warehouse, type_cfg.table or name):
-            found.setdefault(path, []).append(name)
-    return dict(sorted(found.items()))
+    """Every existing table directory of the configured types (a template's: those it rendered, by
+    the tables' markers, see `mqbridge.tables`), with the types that land in it; a plain table is
+    listed even before it exists."""
+    return tables.type_tables(warehouse, types)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from mqbridge.containers import table_lock
 from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
 from mqbridge.ledger import Ledger, PreparedBulk, owner_alive, this_host
+from mqbridge.tables import record_landing
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def publish(moves: Sequence[tuple[str, str]]) -> None:
     with contextlib.ExitStack() as locks:
         for table in sorted({os.path.dirname(os.path.dirname(final)) for _, final in moves}):
             locks.enter_context(table_lock(Path(table)))
+        record_landing(moves)  # the tables' markers name the types before their rows are visible
         for staged, final in moves:
             if not os.path.exists(staged):
                 continue  # moved before a crash (the target exists: checked above)

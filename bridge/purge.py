@@ -39,9 +39,9 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,13 @@ STRATEGIES = ("auto", "delete", "copy")
 
 @dataclass(frozen=True)
 class Designation:
-    """What a purge designates: rows put before `cutoff`, and/or rows matching `where` (Spark SQL)."""
+    """What a purge designates: rows put before `cutoff`, and/or rows matching `where` (Spark SQL);
+    of a table shared with other types, only rows whose `message_type` is one of `message_types`
+    (empty: every row of the table)."""
 
     cutoff: datetime | None = None
     where: str | None = None
+    message_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cutoff is None and not self.where:
@@ -85,11 +88,41 @@ class Designation:
             parts.append(f"unix_micros(put_timestamp) < {micros}")
         if self.where:
             parts.append(f"({self.where})")
+        if self.message_types:
+            names = ", ".join(_sql_string(t) for t in self.message_types)
+            parts.append(f"message_type IN ({names})")
         return f"coalesce({' AND '.join(parts)}, false)"
 
     def describe(self) -> str:
+        """The designation in words, for the command's output and the logs."""
         parts = [f"put before {self.cutoff.isoformat(timespec='seconds')}"] if self.cutoff else []
-        return " and ".join(parts + ([f"where {self.where}"] if self.where else []))
+        parts += [f"where {self.where}"] if self.where else []
+        parts += [f"of type {', '.join(self.message_types)}"] if self.message_types else []
+        return " and ".join(parts)
+
+
+def _sql_string(value: str) -> str:
+    """`value` as a Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def type_designations(names: Sequence[str], ages: Mapping[str, float | None], holders: Collection[str], *,
+                      now: datetime, where: str | None = None) -> list[Designation]:
+    """The designations that purge the types `names` of one table: one per distinct age (a type's
+    retention, or --older-than), each restricted to its types' rows (`message_type`) when the
+    table holds, or may hold, rows of types not in it (`holders`: `mqbridge.tables.holders`).
+    A type without an age is skipped unless `where` designates."""
+    groups: dict[float | None, list[str]] = {}
+    for name in names:
+        groups.setdefault(ages.get(name), []).append(name)
+    designations = []
+    for age, group in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0.0)):
+        if age is None and not where:
+            continue
+        restrict = tuple(sorted(group)) if set(holders) - set(group) else ()
+        designations.append(Designation(cutoff=now - timedelta(seconds=age) if age is not None else None,
+                                        where=where, message_types=restrict))
+    return designations
 
 
 @dataclass

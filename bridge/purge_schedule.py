@@ -13,15 +13,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.containers import type_tables
 from mqbridge.counters import Counters
 from mqbridge.observer import Observer
-from mqbridge.purge import Designation, Purger
+from mqbridge.purge import Designation, Purger, type_designations
 from mqbridge.purge_costs import CostModel
+from mqbridge.tables import holders
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -140,11 +141,13 @@ class PurgeScheduler(Observer):
         purger = Purger(spark, self.model, counters=self.counters, stop=self._stop)
         now = datetime.now(timezone.utc)
         self.counters.inc("purge_runs")
+        ages = {name: t.retention for name, t in types.items()}
         for table, names in type_tables(warehouse, types).items():
-            if self._stop.is_set():
-                return
-            age = min(r for n in names if (r := types[n].retention) is not None)
-            self._purge_table(purger, table, Designation(cutoff=now - timedelta(seconds=age)))
+            # Each type at its own retention, and only its own rows where others may land too.
+            for designation in type_designations(names, ages, holders(warehouse, table, cfg.types), now=now):
+                if self._stop.is_set():
+                    return
+                self._purge_table(purger, table, designation)
 
     def _purge_table(self, purger: Purger, table: Path, designation: Designation) -> None:
         if not table.is_dir():
