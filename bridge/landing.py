@@ -50,7 +50,9 @@ PRUNE_EVERY = 3600.0
 class Landing(Observer):
     """The ledger of this process and the steps of the protocol (see the module docstring).
 
-    As an observer of the bridge it prunes the ledger once an hour and publishes its size.
+    As an observer of the bridge it prunes the ledger once an hour, on a thread of its own (a
+    prune of an hour of traffic takes minutes, in short batches the landings interleave with; the
+    control thread must not wait for it), and publishes its size.
 
     A published bulk's staging directory (Spark's `_SUCCESS`, checksums, empty partition
     directories) is removed by one background thread, off the path between the Spark write and the
@@ -65,6 +67,7 @@ class Landing(Observer):
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
+    _pruner: threading.Thread | None = None
     _janitor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="mqbridge-staging-cleanup"))
 
@@ -158,21 +161,35 @@ class Landing(Observer):
     def close(self) -> None:
         self._stop.set()
         self._janitor.shutdown(wait=True)
+        if self._pruner is not None:
+            self._pruner.join()  # stops after its current batch (`_stop`)
         self.ledger.close()
 
     # -- observer ------------------------------------------------------------------------------
     def on_tick(self, bridge: object) -> None:
         self.ledger.heartbeat()
         now = time.monotonic()
-        if now >= self._next_prune:
+        if now >= self._next_prune and not (self._pruner and self._pruner.is_alive()):
             self._next_prune = now + PRUNE_EVERY
-            removed = self.ledger.prune(self.dedupe_window)
-            if removed:
-                log.info("ledger: pruned %d identities older than %.0fs", removed, self.dedupe_window)
+            self._pruner = threading.Thread(target=self._prune, name="mqbridge-ledger-prune", daemon=True)
+            self._pruner.start()
         stats = self.ledger.stats()
         self.counters.set("ledger_bytes", stats.file_bytes)
         self.counters.set("ledger_identities", stats.identities)
         self.counters.set("ledger_prune_runs", stats.prune_runs)
+
+    def _prune(self) -> None:
+        """The body of the prune thread: one `Ledger.prune`, an error logged (the next is in an hour)."""
+        try:
+            removed = self.ledger.prune(self.dedupe_window, stop=self._stop)
+        except LedgerUnavailableError as exc:
+            log.warning("ledger: prune stopped (tried again in %.0fs): %s", PRUNE_EVERY, exc)
+            return
+        except Exception:
+            log.exception("ledger: prune failed (tried again in %.0fs)", PRUNE_EVERY)
+            return
+        if removed:
+            log.info("ledger: pruned %d identities older than %.0fs", removed, self.dedupe_window)
 
     def status_fields(self) -> dict[str, object]:
         stats = self.ledger.stats()

@@ -35,7 +35,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS bulks (
     identities   INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS bulks_by_state ON bulks (state, published_at);
+CREATE INDEX IF NOT EXISTS bulks_by_prepared ON bulks (prepared_at);
 CREATE TABLE IF NOT EXISTS identities (
     identity TEXT NOT NULL,
     bulk_id  TEXT NOT NULL,
@@ -83,6 +84,35 @@ CREATE INDEX IF NOT EXISTS identities_by_bulk ON identities (bulk_id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS owners (owner TEXT PRIMARY KEY, last_seen REAL NOT NULL);
 """
+
+#: The counts `Ledger.stats` reports, kept as rows of `meta` by every transaction that changes what
+#: they count (`prepare`, `mark_published`, `forget`, `prune`), so that no hot path (a control tick,
+#: `/metrics`, `/status`) counts the rows of a ledger that grows with the dedupe window. Each query
+#: counts once, when a ledger is opened without its counter (a ledger written before counters).
+COUNTERS = {
+    "count_identities": "SELECT COUNT(*) FROM identities",
+    "count_prepared": "SELECT COUNT(*) FROM bulks WHERE state = 'prepared'",
+    "count_published": "SELECT COUNT(*) FROM bulks WHERE state = 'published'",
+}
+#: Adds its three parameters to the identities, prepared and published counters (in one statement;
+#: the same text in SQLite and PostgreSQL, BIGINT as a 7-day window may pass 2**31 identities).
+_ADD_COUNTS = ("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + CASE key WHEN 'count_identities' THEN ? "
+               "WHEN 'count_prepared' THEN ? ELSE ? END AS TEXT) "
+               "WHERE key IN ('count_identities', 'count_prepared', 'count_published')")
+#: A prune deletes at most this many identities (of at most PRUNE_BATCH_BULKS bulks) per write
+#: transaction, and pauses between two (`Ledger.prune`), so that landings interleave with it.
+PRUNE_BATCH_IDENTITIES = 5_000
+PRUNE_BATCH_BULKS = 50
+
+
+def initialise_counters(db: Any, sql: Callable[[str], str] = str) -> None:
+    """Count, inside the caller's write transaction on `db`, each of `COUNTERS` that `meta` lacks
+    (once, on a ledger from before the counters); `sql` puts a statement in the driver's style."""
+    present = {row[0] for row in db.execute(sql("SELECT key FROM meta WHERE key IN (?, ?, ?)"), tuple(COUNTERS))}
+    for key, query in COUNTERS.items():
+        if key not in present:
+            count = db.execute(query).fetchone()[0]
+            db.execute(sql("INSERT INTO meta (key, value) VALUES (?, ?)"), (key, str(count)))
 
 
 def ledger_path(state_dir: Path) -> Path:
@@ -375,6 +405,7 @@ class Ledger:
                 raise LedgerError(f"ledger {path}: schema version {version}, this mqbridge knows "
                                   f"{SCHEMA_VERSION}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            initialise_counters(db)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -468,6 +499,11 @@ class Ledger:
                            len(unique)))
             db.cursor().executemany(self._sql("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)"),
                                     [(identity, bulk_id) for identity in unique])
+            self._add_counts(db, identities=len(unique), prepared=1)
+
+    def _add_counts(self, db: Any, *, identities: int = 0, prepared: int = 0, published: int = 0) -> None:
+        """Move the counters of `COUNTERS` by these amounts, in the caller's write transaction."""
+        self._execute(db, _ADD_COUNTS, (identities, prepared, published))
 
     def prepared_holding(self, identities: Sequence[str]) -> list[PreparedBulk]:
         """The prepared (not yet published) bulks that hold any of `identities`."""
@@ -482,16 +518,23 @@ class Ledger:
     def mark_published(self, bulk_id: str) -> None:
         """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""
         with self._write() as db:
-            changed = self._execute(db, "UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
-                                    (time.time(), bulk_id)).rowcount
-            if not changed:
+            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            if row is None:
                 raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
+            self._execute(db, "UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
+                          (time.time(), bulk_id))
+            if row[0] == "prepared":  # marking a published bulk again changes no count
+                self._add_counts(db, prepared=-1, published=1)
 
     def forget(self, bulk_id: str) -> None:
         """Delete a rolled-back bulk and its identities (nothing of it was published)."""
         with self._write() as db:
-            self._execute(db, "DELETE FROM identities WHERE bulk_id = ?", (bulk_id,))
+            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            removed = self._execute(db, "DELETE FROM identities WHERE bulk_id = ?", (bulk_id,)).rowcount
             self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+            state = row[0] if row is not None else None
+            self._add_counts(db, identities=-removed, prepared=-(state == "prepared"),
+                             published=-(state == "published"))
 
     def in_progress(self) -> list[PreparedBulk]:
         """Every bulk in state prepared (of any owner), oldest first."""
@@ -521,16 +564,28 @@ class Ledger:
             rows = db.execute("SELECT bulk_id, identities FROM bulks WHERE state = 'published'").fetchall()
         return {bulk_id: count for bulk_id, count in rows}
 
-    def prune(self, older_than: float) -> int:
+    def prune(self, older_than: float, *, stop: threading.Event | None = None) -> int:
         """Delete published bulks published more than `older_than` seconds ago, with their
-        identities (the dedupe window has passed for them). Returns the identities removed."""
+        identities (the dedupe window has passed for them). Returns the identities removed.
+
+        In batches (`_prune_batch`), each one short write transaction, oldest bulks first; between
+        two the lock is free for as long as the batch held it (at least a millisecond), so that
+        landings in this process and others interleave. `stop`, when set, ends it after a batch;
+        what is left is pruned by the next call (a bulk half pruned is still published)."""
         cutoff = time.time() - older_than
+        bulks = removed = 0
+        while stop is None or not stop.is_set():
+            started = time.monotonic()
+            gone, identities = self._prune_batch(cutoff)
+            bulks, removed = bulks + gone, removed + identities
+            if not (gone or identities):
+                break
+            pause = max(time.monotonic() - started, 0.001)
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
         with self._write() as db:
-            removed = self._execute(
-                db, "DELETE FROM identities WHERE bulk_id IN "
-                "(SELECT bulk_id FROM bulks WHERE state = 'published' AND published_at < ?)", (cutoff,)).rowcount
-            bulks = self._execute(db, "DELETE FROM bulks WHERE state = 'published' AND published_at < ?",
-                                  (cutoff,)).rowcount
             self._execute(db, self.COUNT_PRUNE)
             self._execute(db, "INSERT INTO meta (key, value) VALUES ('last_prune', ?) "
                               "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(time.time()),))
@@ -538,22 +593,43 @@ class Ledger:
             log.info("ledger pruned %d bulks (%d identities) published before the dedupe window", bulks, removed)
         return removed
 
+    def _prune_batch(self, cutoff: float) -> tuple[int, int]:
+        """One write transaction of `prune`: the identities of the oldest published bulks before
+        `cutoff`, at most PRUNE_BATCH_IDENTITIES of them, and each bulk left without identities.
+        Returns (bulks removed, identities removed)."""
+        bulks = removed = 0
+        with self._write() as db:
+            rows = self._execute(db, "SELECT bulk_id FROM bulks WHERE state = 'published' AND published_at < ? "
+                                 "ORDER BY published_at LIMIT ?", (cutoff, PRUNE_BATCH_BULKS)).fetchall()
+            for (bulk_id,) in rows:
+                room = PRUNE_BATCH_IDENTITIES - removed
+                if room <= 0:
+                    break
+                gone = self._execute(db, "DELETE FROM identities WHERE bulk_id = ? AND identity IN "
+                                     "(SELECT identity FROM identities WHERE bulk_id = ? LIMIT ?)",
+                                     (bulk_id, bulk_id, room)).rowcount
+                removed += gone
+                if gone < room:  # none of its identities is left
+                    self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+                    bulks += 1
+            self._add_counts(db, identities=-removed, published=-bulks)
+        return bulks, removed
+
     def stats(self) -> LedgerStats:
-        """Counts and sizes of the ledger file."""
-        with self._read() as db:
-            db.execute("BEGIN")
+        """Counts and sizes of the ledger, from the counters of `COUNTERS` (no row is counted, and
+        on the reader connection: a landing's or a prune's write transaction is not waited for)."""
+        with self._read_concurrently() as db:
+            self._execute(db, "BEGIN")
             try:
-                bulks = {"prepared": 0, "published": 0}
-                bulks.update(dict(db.execute("SELECT state, COUNT(*) FROM bulks GROUP BY state").fetchall()))
-                identities = db.execute("SELECT COUNT(*) FROM identities").fetchone()[0]
-                oldest = db.execute("SELECT MIN(prepared_at) FROM bulks").fetchone()[0]
-                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+                oldest = self._execute(db, "SELECT MIN(prepared_at) FROM bulks").fetchone()[0]  # bulks_by_prepared
+                meta = dict(self._execute(db, "SELECT key, value FROM meta").fetchall())
             finally:
-                db.execute("COMMIT")
+                self._execute(db, "COMMIT")
         size = self._size_bytes()
         last_prune = meta.get("last_prune")
-        return LedgerStats(self.path, bulks, identities, size, oldest, int(meta.get("prune_runs", 0)),
-                           float(last_prune) if last_prune is not None else None)
+        bulks = {"prepared": int(meta.get("count_prepared", 0)), "published": int(meta.get("count_published", 0))}
+        return LedgerStats(self.path, bulks, int(meta.get("count_identities", 0)), size, oldest,
+                           int(meta.get("prune_runs", 0)), float(last_prune) if last_prune is not None else None)
 
     def close(self) -> None:
         """Close the connections (committed transactions are already durable)."""

@@ -29,7 +29,7 @@ from contextlib import suppress
 from typing import Any
 
 from mqbridge.errors import LedgerError
-from mqbridge.ledger import Ledger, judged_by_pid, owner_alive
+from mqbridge.ledger import Ledger, initialise_counters, judged_by_pid, owner_alive
 
 #: The advisory lock key every writer of one database takes ("mqbr" as a number).
 WRITE_LOCK = 0x6D716272
@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS bulks (
     identities   INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS bulks_by_state ON bulks (state, published_at);
+CREATE INDEX IF NOT EXISTS bulks_by_prepared ON bulks (prepared_at);
 CREATE TABLE IF NOT EXISTS identities (
     identity TEXT NOT NULL,
     bulk_id  TEXT NOT NULL,
@@ -100,6 +101,8 @@ class PostgresLedger(Ledger):
                 created = db.execute("SELECT to_regclass('bulks') IS NULL").fetchone()[0]
                 for statement in _SCHEMA.split(";"):
                     db.execute(statement)
+                with db.transaction():  # under the lock every writer takes: no bulk moves meanwhile
+                    initialise_counters(db, lambda statement: statement.replace("?", "%s"))
             finally:
                 db.execute("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
             ledger = cls(url, schema, lease, owner, db, bool(created))
