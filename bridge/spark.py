@@ -53,6 +53,7 @@ from mqbridge.landing import Landing
 from mqbridge.ledger import owner_id
 from mqbridge.message import Bulk, Message, MessageResult, put_date_of
 from mqbridge.publication import discard, owner_dirname, publish, staged_moves, staging_dir, verify_staged
+from mqbridge.tables import add_types
 
 log = logging.getLogger(__name__)
 
@@ -720,6 +721,13 @@ class SparkExecutor:
                              [messages[i].identity or messages[i].msg_id for i in landed])
             else:
                 discard(target)
+        elif not staged and landed:
+            # Spark appended straight into the table: record the type for the purge (a marker that
+            # cannot be written only keeps this type's rows longer, it must not fail the landing).
+            try:
+                add_types(path, {bulk.message_type})
+            except OSError as exc:
+                log.warning("table %s: cannot record message type %s in its marker: %s", path, bulk.message_type, exc)
         elif staged:
             moves = staged_moves(path, target, ledger_bulk_id)
             verify_staged(moves, len(landed), target, what=f"bulk {ledger_bulk_id} of table {table}")

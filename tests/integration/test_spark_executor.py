@@ -15,6 +15,7 @@ from mqbridge.config import TypeConfig
 from mqbridge.errors import ConfigError
 from mqbridge.message import Bulk, Message, Outcome
 from mqbridge.spark import LANDED_COLUMNS, SparkExecutor
+from mqbridge.tables import marker_types
 
 pytestmark = pytest.mark.integration
 
@@ -125,6 +126,8 @@ def test_appends_accumulate_across_bulks(spark: Any, tmp_path: Path, writer: str
     assert len(rows) == 15
     assert {r.bulk_id for r in rows.values()} == {first.bulk_id, second.bulk_id}
     assert executor.rows_written == 15 and executor.writes == 2
+    # and the table records the type that landed in it, for the purge (either writer, no ledger)
+    assert marker_types(executor.path) == {"orders"}
 
 
 def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: Any, tmp_path: Path, writer: str,
