@@ -321,9 +321,14 @@ class Ledger:
     def heartbeat(self) -> None:
         """Tell other processes (other hosts, other pid namespaces) that this owner is alive."""
         with self._write() as db:
-            self._execute(db, "INSERT INTO owners (owner, last_seen) VALUES (?, ?) "
-                              "ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen",
-                          (self.owner, self._now(db)))
+            self._touch_owner(db)
+
+    def _touch_owner(self, db: Any) -> None:
+        """This owner's heartbeat, in the transaction of `db` (each `prepare` writes one too: a bulk
+        is never younger than its owner's last heartbeat, whatever the control thread was doing)."""
+        self._execute(db, "INSERT INTO owners (owner, last_seen) VALUES (?, ?) "
+                          "ON CONFLICT (owner) DO UPDATE SET last_seen = excluded.last_seen",
+                      (self.owner, self._now(db)))
 
     def _execute(self, db: Any, statement: str, parameters: Sequence[Any] = ()) -> Any:
         return db.execute(self._sql(statement), tuple(parameters))
@@ -500,6 +505,7 @@ class Ledger:
             db.cursor().executemany(self._sql("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)"),
                                     [(identity, bulk_id) for identity in unique])
             self._add_counts(db, identities=len(unique), prepared=1)
+            self._touch_owner(db)
 
     def _add_counts(self, db: Any, *, identities: int = 0, prepared: int = 0, published: int = 0) -> None:
         """Move the counters of `COUNTERS` by these amounts, in the caller's write transaction."""

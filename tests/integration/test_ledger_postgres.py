@@ -5,6 +5,7 @@ killed mid-stream: every message exactly once."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from mqbridge.ledger_pg import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
-from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
+from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_config
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +165,94 @@ def test_dropped_ledger_connections_are_an_outage_and_the_bridge_reconnects(tmp_
     assert result.clean, f"{result}\n{out[-3000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
     assert PASSWORD not in out
+
+
+def _on_another_host(host: str, config: Path, failpoint: str | None = None, *args: str) -> subprocess.Popen[str]:
+    """`mqbridge run` in a UTS namespace of its own whose host name is `host`: to the ledger, a
+    bridge on another machine (judged by its heartbeat, never by its pid)."""
+    env = {k: v for k, v in os.environ.items() if k != "MQBRIDGE_FAILPOINT"}
+    if failpoint:
+        env["MQBRIDGE_FAILPOINT"] = failpoint
+    # Spark's driver would look its host name up, which no resolver here knows.
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_HOSTNAME="localhost")
+    command = ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh",
+               sys.executable, "-m", "mqbridge", "run", "--config", str(config), *args]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def test_a_bulk_in_flight_on_a_killed_host_is_neither_landed_twice_nor_lost(tmp_path: Path, spark: Any,
+                                                                             amq: AmqClient, pg: PostgresServer) -> None:
+    # Given 300 messages, and two bridges with their own state_dir sharing one PostgreSQL ledger,
+    # bridge A on "another host" (lease 15 s: longer than B takes to start, so that B's start-up
+    # recovery leaves A's bulk alone and B meets its messages while A counts as alive)
+    q = unique_queue("pg-claim")
+    sent = bodies(300, "pc")
+    amq.put_many(q, sent)
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "claims"\nlease = "15s"\n'
+    config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40, extra_bridge=ledger)
+    config_b = stomp_config(tmp_path, q, name="b.toml", state_dir="state-b", threads=1, batch=40, extra_bridge=ledger)
+    # When A is killed inside publication (its files are in the table, the ledger says prepared)
+    run_a = OutputReader(_on_another_host("host-a", config_a, "after_publish"))
+    assert run_a.wait(timeout=240) == -9, run_a.text()[-5000:]
+    assert "failpoint after_publish reached" in run_a.text()
+    # and B, on this host, gets A's messages redelivered while A's lease still runs
+    run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "4s"))
+    try:
+        assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
+    finally:
+        if run_b.wait(0) is None:
+            run_b.proc.kill()
+            run_b.wait(30)
+    out = run_b.text()
+    # Then B's start-up left A's bulk alone, waited for it, finished it once A's lease expired, and
+    # landed each message once
+    assert "1 bulks of live processes left alone" in out, out[-5000:]
+    assert "rolled forward: its messages came back to this bridge" in out, out[-5000:]
+    table = tmp_path / "landing" / "orders"
+    result = account(sent, landed(spark, table))
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    # And A, started again on its host, finds nothing left to do and leaves nothing behind
+    again = OutputReader(_on_another_host("host-a", config_a, None, "--until-idle", "3s"))
+    assert again.wait(timeout=240) == 0, again.text()[-5000:]
+    assert account(sent, landed(spark, table)).clean and leftovers(table) == []
+
+
+def test_counters_are_exact_on_postgresql(pg: PostgresServer) -> None:
+    def counted(ledger: PostgresLedger) -> tuple[dict[str, int], int]:
+        with psycopg.connect(pg.url, autocommit=True) as db:
+            db.execute('SET search_path TO "counters"')
+            bulks = {"prepared": 0, "published": 0}
+            bulks.update(dict(db.execute("SELECT state, COUNT(*) FROM bulks GROUP BY state").fetchall()))
+            return bulks, db.execute("SELECT COUNT(*) FROM identities").fetchone()[0]
+
+    ledger = PostgresLedger.open_url(pg.url, owner="host-a:100:1.00", schema="counters")
+    try:
+        # Given prepares, publications (one twice), a forget and a batched prune
+        ledger.prepare("b1", "orders", [], ["m1", "m2", "m2"])
+        ledger.prepare("b2", "orders", [], ["m3"])
+        ledger.prepare("b3", "orders", [], [f"x{n}" for n in range(7000)])  # more than one prune batch
+        ledger.mark_published("b1")
+        ledger.mark_published("b1")
+        ledger.mark_published("b3")
+        ledger.forget("b2")
+        stats = ledger.stats()
+        assert (stats.bulks, stats.identities) == counted(ledger) == ({"prepared": 0, "published": 2}, 7002)
+        assert ledger.prune(-1) == 7002
+        stats = ledger.stats()
+        assert (stats.bulks, stats.identities) == counted(ledger) == ({"prepared": 0, "published": 0}, 0)
+        ledger.prepare("b4", "orders", [], ["m4"])
+        # When the counters are missing (a ledger from before them) and it is opened again
+        with psycopg.connect(pg.url, autocommit=True) as db:
+            db.execute("DELETE FROM counters.meta WHERE key LIKE 'count_%'")
+    finally:
+        ledger.close()
+    again = PostgresLedger.open_url(pg.url, owner="host-a:100:1.00", schema="counters")
+    try:
+        # Then they are counted once, and kept from there on
+        stats = again.stats()
+        assert (stats.bulks, stats.identities) == counted(again) == ({"prepared": 1, "published": 0}, 1)
+        again.mark_published("b4")
+        assert (again.stats().bulks, again.stats().identities) == counted(again)
+    finally:
+        again.close()

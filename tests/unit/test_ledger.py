@@ -591,3 +591,46 @@ def test_ledger_verify_compares_row_counts_with_identities(tmp_path: Path, capsy
     _parquet(files["b3"], 2)
     assert main(["ledger", "--config", str(_config(tmp_path)), "--verify"]) == 0
     assert "verify: OK (3 published bulks, 3 files)" in capsys.readouterr().out
+
+
+def test_a_prepare_is_a_heartbeat_of_its_owner(tmp_path: Path) -> None:
+    # Given an owner on another host whose last heartbeat is older than the lease
+    other = Ledger.open(tmp_path / "l.sqlite3", owner="elsewhere/1:42:1.00")
+    judge = Ledger.open(tmp_path / "l.sqlite3", owner=owner_id())
+    judge.lease = 5.0
+    with other._write() as db:
+        db.execute("INSERT INTO owners (owner, last_seen) VALUES (?, ?)", (other.owner, time.time() - 60))
+    assert not judge.owner_alive(other.owner)
+    # When it prepares a bulk (its control thread may not have ticked for a while)
+    other.prepare("orders-1", "orders", [], ["a"])
+    # Then it counts as alive for another lease: its bulk is not another bridge's to finish
+    assert judge.owner_alive(other.owner)
+    other.close()
+    judge.close()
+
+
+@pytest.mark.parametrize(("fault", "cure", "says"), [
+    # SQLite's own limit stands in for a full disk (SQLITE_FULL, the same error a full disk gives)
+    ("PRAGMA max_page_count = {pages}", "PRAGMA max_page_count = 1073741823", "full"),
+    # and query_only for a read-only file or mount (SQLITE_READONLY)
+    ("PRAGMA query_only = ON", "PRAGMA query_only = OFF", "readonly"),
+])
+def test_a_full_or_read_only_ledger_is_unavailable_and_the_same_handle_goes_on(
+        tmp_path: Path, fault: str, cure: str, says: str) -> None:
+    # Given a ledger that can no longer take writes
+    ledger = Ledger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
+    pages = ledger._db.execute("PRAGMA page_count").fetchone()[0]
+    ledger._db.execute(fault.format(pages=pages))
+    # Then a bulk's prepare is an outage, nothing recorded (the probe's one row may still fit a
+    # page that is already there: it is the bulk that needs new ones)
+    with pytest.raises(LedgerUnavailableError, match=says):
+        ledger.prepare("b1", "orders", [], [f"m{i}" * 50 for i in range(5000)])
+    if says == "readonly":
+        with pytest.raises(LedgerUnavailableError, match=says):
+            ledger.probe_write()
+    assert ledger.in_progress() == []
+    # And once there is room (or write access) again, it goes on
+    ledger._db.execute(cure)
+    ledger.prepare("b1", "orders", [], ["m1"])
+    assert [b.bulk_id for b in ledger.in_progress()] == ["b1"]
+    ledger.close()
