@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mqbridge.ledger import COUNTERS, Ledger, owner_id  # noqa: E402
+from mqbridge.landing.ledger.sqlite import COUNTERS, Ledger, owner_id  # noqa: E402
 
 BULK = 2_000
 WINDOW = 7 * 24 * 3600.0
@@ -168,7 +168,7 @@ def report_stats(name: str, ledger: Ledger, path: Path) -> None:
 
 def report_prune(ledger: Ledger, identities: int, bulks: int) -> None:
     """Prune the oldest 1% while landing goes on in this thread; time both."""
-    import mqbridge.ledger as module
+    import mqbridge.landing.ledger.sqlite as module
 
     batches: list[float] = []
     original = ledger._prune_batch

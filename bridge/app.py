@@ -27,7 +27,7 @@ from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import Landing
-from mqbridge.ledger import open_ledger, owner_id
+from mqbridge.landing.ledger import open_ledger, owner_id
 from mqbridge.metrics import initialize_series
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
-from mqbridge.ledger import ledger_path, open_ledger, owner_id
+from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.plugins import PluginHost, report
 from mqbridge.status_cli import (

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from mqbridge.containers import table_lock
 from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
-from mqbridge.ledger import Ledger, PreparedBulk, owner_alive, this_host
+from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk, owner_alive, this_host
 from mqbridge.tables import record_landing
 
 log = logging.getLogger(__name__)

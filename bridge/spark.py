@@ -49,8 +49,8 @@ from mqbridge.errors import (
     WarehouseInvisibleError,
 )
 from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gateway
-from mqbridge.landing import Landing
-from mqbridge.ledger import owner_id
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger.sqlite import owner_id
 from mqbridge.message import Bulk, Message, MessageResult, put_date_of
 from mqbridge.publication import discard, owner_dirname, publish, staged_moves, staging_dir, verify_staged
 from mqbridge.tables import add_types

@@ -12,7 +12,7 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.config import load_config
-from mqbridge.ledger import Ledger, ledger_path, owner_id
+from mqbridge.landing.ledger.sqlite import Ledger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import run_until_idle as run_until_idle_in_process
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config

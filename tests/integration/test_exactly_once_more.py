@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mqbridge.ledger import Ledger, ledger_path, owner_id
+from mqbridge.landing.ledger.sqlite import Ledger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import (
     RABBIT_SOURCE,

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from mqbridge.errors import DuplicateIdentityError, LedgerError
-from mqbridge.ledger_pg import PostgresLedger, shown_url
+from mqbridge.landing.ledger.postgres import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server

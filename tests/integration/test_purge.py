@@ -15,8 +15,8 @@ import pytest
 from mqbridge.config import TypeConfig, parse_config
 from mqbridge.containers import containers
 from mqbridge.counters import Counters
-from mqbridge.landing import Landing
-from mqbridge.ledger import Ledger, owner_id
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger.sqlite import Ledger, owner_id
 from mqbridge.message import Bulk, Message
 from mqbridge.purge import WORK, Designation, Purger
 from mqbridge.purge_costs import CostModel

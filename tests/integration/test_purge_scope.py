@@ -11,8 +11,8 @@ import pytest
 
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
-from mqbridge.landing import Landing
-from mqbridge.ledger import Ledger, owner_id
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger.sqlite import Ledger, owner_id
 from mqbridge.message import Bulk, Message
 from mqbridge.spark import SparkExecutor
 from tests.integration.test_purge import T0

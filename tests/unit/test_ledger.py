@@ -23,7 +23,7 @@ from mqbridge.errors import (
     SinkOutageError,
 )
 from mqbridge.identity import identity_of
-from mqbridge.ledger import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
+from mqbridge.landing.ledger.sqlite import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
 from mqbridge.message import Message
 from mqbridge.purge import purge_history, record_purge
 from tests.support.configs import orders_config
@@ -233,7 +233,7 @@ def test_a_ledger_locked_past_the_busy_timeout_is_named_locked_not_corrupt(
     Ledger.open(path, owner=owner_id()).close()
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
-    monkeypatch.setattr("mqbridge.ledger.BUSY_TIMEOUT_MS", 300)
+    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.BUSY_TIMEOUT_MS", 300)
     try:
         with pytest.raises(LedgerError, match="locked by another process for more than") as raised:
             Ledger.open(path, owner=owner_id())
@@ -363,7 +363,7 @@ def test_bulk_sizes_counts_the_identities_of_published_bulks_only(ledger: Ledger
 def test_a_ledger_that_cannot_take_writes_now_is_unavailable_not_untrustworthy(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a ledger another process keeps write-locked past the busy timeout
-    monkeypatch.setattr("mqbridge.ledger.BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.BUSY_TIMEOUT_MS", 200)
     path = tmp_path / "ledger.sqlite3"
     ledger = Ledger.open(path, owner=owner_id())
     holder = sqlite3.connect(path, isolation_level=None)
@@ -497,8 +497,8 @@ def test_prune_in_batches_removes_exactly_the_old_published_bulks(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Given batches of at most 4 identities of 2 bulks, 5 old published bulks of 3 identities, an
     # old prepared bulk and a recent published one
-    monkeypatch.setattr("mqbridge.ledger.PRUNE_BATCH_IDENTITIES", 4)
-    monkeypatch.setattr("mqbridge.ledger.PRUNE_BATCH_BULKS", 2)
+    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_IDENTITIES", 4)
+    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_BULKS", 2)
     path = tmp_path / "ledger.sqlite3"
     Ledger.open(path, owner=owner_id()).close()
     _fill(path, bulks=5, per_bulk=3, age=7200)
@@ -526,7 +526,7 @@ def test_prune_in_batches_removes_exactly_the_old_published_bulks(tmp_path: Path
 
 def test_a_prune_holds_the_lock_for_one_batch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a ledger with 60 old bulks of 100 identities, pruned in batches of 300 identities
-    monkeypatch.setattr("mqbridge.ledger.PRUNE_BATCH_IDENTITIES", 300)
+    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_IDENTITIES", 300)
     path = tmp_path / "ledger.sqlite3"
     Ledger.open(path, owner=owner_id()).close()
     _fill(path, bulks=60, per_bulk=100, age=7200)

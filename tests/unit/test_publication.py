@@ -17,8 +17,8 @@ from mqbridge.errors import (
     SinkOutageError,
     StagingMismatchError,
 )
-from mqbridge.landing import Landing
-from mqbridge.ledger import Ledger, owner_id
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger.sqlite import Ledger, owner_id
 from mqbridge.publication import (
     discard,
     owner_dirname,
@@ -222,7 +222,7 @@ def test_a_live_owners_prepared_bulk_is_not_taken_over(tmp_path: Path, table: Pa
     other = Landing(ledger=ledger, owner="another-host:1:1.00", counters=Counters(), dedupe_window=3600.0)
     # Another bridge that meets "x" again is not told "not landed" (it would land it twice): it waits
     # for the bulk, and past CLAIM_WAIT gives its unit back (an outage, uncounted)
-    monkeypatch.setattr("mqbridge.landing.CLAIM_WAIT", 0.3)
+    monkeypatch.setattr("mqbridge.landing.landing.CLAIM_WAIT", 0.3)
     with pytest.raises(LedgerUnavailableError, match="in bulk orders-live-00000001, prepared .* by .*alive or within"):
         other.published(["x", "y"])
     assert len(ledger.in_progress()) == 1 and landed(table) == []

@@ -1,6 +1,6 @@
 """The landing ledger in PostgreSQL (`[ledger] url`), for bridges on several hosts that share a
 queue and a warehouse but no local disk. The same records and statements as the embedded SQLite
-ledger (`mqbridge.ledger.Ledger`); what differs is said here.
+ledger (`mqbridge.landing.ledger.sqlite.Ledger`); what differs is said here.
 
 Durability. Every write is one transaction committed with PostgreSQL's defaults
 (`synchronous_commit = on`: the commit returns once its WAL record is flushed on the server, and
@@ -29,7 +29,7 @@ from contextlib import suppress
 from typing import Any
 
 from mqbridge.errors import LedgerError
-from mqbridge.ledger import Ledger, initialise_counters, judged_by_pid, owner_alive
+from mqbridge.landing.ledger.sqlite import Ledger, initialise_counters, judged_by_pid, owner_alive
 
 #: The advisory lock key every writer of one database takes ("mqbr" as a number).
 WRITE_LOCK = 0x6D716272

@@ -29,7 +29,7 @@ from pathlib import Path
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import LedgerUnavailableError
-from mqbridge.ledger import Ledger, PreparedBulk
+from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk
 from mqbridge.observer import Observer
 from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir, verify_staged
 

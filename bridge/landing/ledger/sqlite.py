@@ -125,7 +125,7 @@ def open_ledger(config: Any, *, owner: str) -> Ledger:
     file under `[bridge] state_dir` (created on first use)."""
     section = config.ledger
     if section.url is not None:
-        from mqbridge.ledger_pg import PostgresLedger  # psycopg only for a PostgreSQL ledger
+        from mqbridge.landing.ledger.postgres import PostgresLedger  # psycopg only for a PostgreSQL ledger
 
         return PostgresLedger.open_url(section.url.get_secret_value(), owner=owner,
                                        schema=section.database_schema, lease=section.lease)
@@ -253,7 +253,7 @@ class Ledger:
     `prepare` and its fsync.
 
     The statements are written once, with `?` parameters; a subclass for another database
-    (`mqbridge.ledger_pg.PostgresLedger`) supplies its connections, its `_HOLDING` clause and
+    (`mqbridge.landing.ledger.postgres.PostgresLedger`) supplies its connections, its `_HOLDING` clause and
     identity-list parameter, how a writer takes the lock, and how owners are judged alive.
     """
 
