@@ -22,23 +22,20 @@ from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
-from mqbridge.containers import type_tables
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
-from mqbridge.landing import Landing
+from mqbridge.landing import Landing, SparkSessions, check_warehouse, executors_for, recover, type_tables
 from mqbridge.landing.ledger import open_ledger, owner_id
 from mqbridge.metrics import initialize_series
 from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.progress import ProgressLine
-from mqbridge.publication import recover
 from mqbridge.purge import recover_purges
 from mqbridge.purge_schedule import PurgeScheduler
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
-from mqbridge.spark import SparkSessions, check_warehouse, executors_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
+from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.plugins import PluginHost, report
@@ -28,7 +29,6 @@ from mqbridge.status_cli import (
     run_status,
     url_from_config,
 )
-from mqbridge.tables import shared_tables
 
 if TYPE_CHECKING:
     from mqbridge.purge import Designation, Purger
@@ -123,7 +123,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from mqbridge.containers import containers, type_tables
+    from mqbridge.landing.containers import containers, type_tables
 
     cfg = load_config(args.config)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
@@ -141,11 +141,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from mqbridge.containers import type_tables
+    from mqbridge.landing import create_spark_session, holders, type_tables
     from mqbridge.purge import Purger, recover_purges, type_designations
     from mqbridge.purge_costs import CostModel
-    from mqbridge.spark import create_spark_session
-    from mqbridge.tables import holders
 
     cfg = load_config(args.config)
     setup_logging("WARNING")

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
+from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.purge_costs import CostModel, Estimate
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def type_designations(names: Sequence[str], ages: Mapping[str, float | None], ho
                       now: datetime, where: str | None = None) -> list[Designation]:
     """The designations that purge the types `names` of one table: one per distinct age (a type's
     retention, or --older-than), each restricted to its types' rows (`message_type`) when the
-    table holds, or may hold, rows of types not in it (`holders`: `mqbridge.tables.holders`).
+    table holds, or may hold, rows of types not in it (`holders`: `mqbridge.landing.tables.holders`).
     A type without an age is skipped unless `where` designates."""
     groups: dict[float | None, list[str]] = {}
     for name in names:
@@ -295,7 +295,7 @@ class Purger:
         """
         from pyspark.sql import functions as F
 
-        from mqbridge.spark import FILE_BYTES, WRITE_OPTIONS
+        from mqbridge.landing.spark import FILE_BYTES, WRITE_OPTIONS
 
         files = [str(plan.path / name) for name in names]
         size = sum((plan.path / name).stat().st_size for name in names)

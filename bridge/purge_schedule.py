@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.containers import type_tables
 from mqbridge.counters import Counters
+from mqbridge.landing.containers import type_tables
+from mqbridge.landing.tables import holders
 from mqbridge.observer import Observer
 from mqbridge.purge import Designation, Purger, type_designations
 from mqbridge.purge_costs import CostModel
-from mqbridge.tables import holders
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig

@@ -1,10 +1,16 @@
 """Landing: bulks into Spark tables, exactly once.
 
-`landing` (the landing protocol of one process: stage, prepare, publish) and `ledger/` (the landing
-ledger: `sqlite`, `postgres`).
+The modules, one concept each: `spark` (the Spark session and the `SparkExecutor` that writes a
+bulk into its staging directory), `arrow_writer` (raw bulks written by pyarrow instead), `jvm` (the
+in-process driver JVM and its log), `landing` (the landing protocol of one process: stage, prepare,
+publish), `publication` (staging directories, the renames that publish them, recovery at start),
+`ledger/` (the landing ledger: `sqlite`, `postgres`), `containers` (a type's tables, their
+`put_date` partitions and the table locks), `tables` (the marker naming the types a table holds)
+and `catalog` (landed tables registered in the session's catalog).
 
-The surface below is imported lazily, on first use, so that importing the ledger does not load
-what landing a bulk needs.
+The surface below is imported lazily, on first use: importing the ledger or the table markers does
+not load pyarrow or pyspark. (A name is never both a function here and a module of the package:
+`containers()` is imported from `mqbridge.landing.containers`.)
 """
 
 from __future__ import annotations
@@ -13,13 +19,36 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mqbridge.landing.containers import Container, type_tables
     from mqbridge.landing.landing import Landing
+    from mqbridge.landing.publication import RecoveryReport, recover
+    from mqbridge.landing.spark import (
+        SparkExecutor,
+        SparkSessions,
+        check_warehouse,
+        create_spark_session,
+        executors_for,
+    )
+    from mqbridge.landing.tables import holders, shared_tables
 
 _SURFACE = {
+    "Container": "mqbridge.landing.containers",
+    "type_tables": "mqbridge.landing.containers",
     "Landing": "mqbridge.landing.landing",
+    "RecoveryReport": "mqbridge.landing.publication",
+    "recover": "mqbridge.landing.publication",
+    "SparkExecutor": "mqbridge.landing.spark",
+    "SparkSessions": "mqbridge.landing.spark",
+    "check_warehouse": "mqbridge.landing.spark",
+    "create_spark_session": "mqbridge.landing.spark",
+    "executors_for": "mqbridge.landing.spark",
+    "holders": "mqbridge.landing.tables",
+    "shared_tables": "mqbridge.landing.tables",
 }
 
-__all__ = ["Landing"]
+__all__ = ["Container", "Landing", "RecoveryReport", "SparkExecutor", "SparkSessions", "check_warehouse",
+           "create_spark_session", "executors_for", "holders", "recover", "shared_tables",
+           "type_tables"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """The landing protocol of one process: stage → ledger prepared → publish → ledger published.
 
 The Spark executor writes a bulk's files into its staging directory
-(`mqbridge.publication.staging_dir`) and hands them to `Landing.land`, which records the bulk as
+(`mqbridge.landing.publication.staging_dir`) and hands them to `Landing.land`, which records the bulk as
 prepared in the ledger, moves its files into the table and records it as published. Only then does
 the executor report success, and only then does the listener commit at the source. A message the
 ledger shows as published is committed without landing again (the listener asks `published`).
@@ -30,8 +30,15 @@ from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import LedgerUnavailableError
 from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk
+from mqbridge.landing.publication import (
+    discard,
+    publish,
+    roll_forward,
+    staged_moves,
+    staging_dir,
+    verify_staged,
+)
 from mqbridge.observer import Observer
-from mqbridge.publication import discard, publish, roll_forward, staged_moves, staging_dir, verify_staged
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from mqbridge.config import TypeConfig
-from mqbridge.containers import containers
 from mqbridge.counters import Counters
+from mqbridge.landing.containers import containers
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.spark import SparkExecutor
 from mqbridge.message import Bulk, Message, Outcome
-from mqbridge.spark import SparkExecutor
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
 

@@ -162,7 +162,7 @@ def test_two_bridges_on_one_queue_and_one_ledger_one_killed(
 
 # -- 4. readers see whole bulks ---------------------------------------------------------------
 def test_a_reader_sees_only_whole_bulks(tmp_path: Path, spark: Any, amq: AmqClient) -> None:
-    """The documented window (`mqbridge.publication`): each file is published by one rename, so a
+    """The documented window (`mqbridge.landing.publication`): each file is published by one rename, so a
     reader sees a file whole or not at all; a bulk of several files (several put_dates, or over
     128 MB) becomes visible file by file. The bulks of this test (128 KB, one put_date) are one
     file each, so every count a reader sees of a bulk must be its final count, also across a kill

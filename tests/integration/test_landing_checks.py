@@ -25,8 +25,8 @@ from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.spark import SparkExecutor
 from mqbridge.message import Bulk, Message
-from mqbridge.spark import SparkExecutor
 from tests.integration.test_outage import finish, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import account, bodies, published_files, wait_until

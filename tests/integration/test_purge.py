@@ -13,15 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from mqbridge.config import TypeConfig, parse_config
-from mqbridge.containers import containers
 from mqbridge.counters import Counters
+from mqbridge.landing.containers import containers
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.spark import LANDED_COLUMNS, SparkExecutor
 from mqbridge.message import Bulk, Message
 from mqbridge.purge import WORK, Designation, Purger
 from mqbridge.purge_costs import CostModel
 from mqbridge.purge_schedule import PurgeScheduler, due
-from mqbridge.spark import LANDED_COLUMNS, SparkExecutor
 from tests.support.processes import mqbridge
 
 pytestmark = pytest.mark.integration

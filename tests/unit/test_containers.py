@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mqbridge.containers import containers
+from mqbridge.landing.containers import containers
 
 STAMPS = [datetime(2024, 6, 1, h, tzinfo=timezone.utc) for h in (5, 1, 9)]
 

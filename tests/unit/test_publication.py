@@ -19,7 +19,7 @@ from mqbridge.errors import (
 )
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
-from mqbridge.publication import (
+from mqbridge.landing.publication import (
     discard,
     owner_dirname,
     publish,

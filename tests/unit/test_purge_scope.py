@@ -14,9 +14,8 @@ import pytest
 
 from mqbridge.cli import main
 from mqbridge.config import TypeConfig
-from mqbridge.publication import publish, staged_moves, staging_dir
-from mqbridge.purge import Designation, type_designations
-from mqbridge.tables import (
+from mqbridge.landing.publication import publish, staged_moves, staging_dir
+from mqbridge.landing.tables import (
     MARKER,
     add_types,
     file_types,
@@ -26,6 +25,7 @@ from mqbridge.tables import (
     tables_of_type,
     type_tables,
 )
+from mqbridge.purge import Designation, type_designations
 from tests.support.configs import orders_config
 
 NOW = datetime(2024, 6, 10, tzinfo=timezone.utc)

@@ -16,7 +16,7 @@ in at most one *published* bulk. The identities table is keyed by (identity, bul
 identity may sit in several *prepared* bulks: a bulk whose process died between prepare and
 publish keeps its rows until recovery decides its fate, and a redelivered message may be prepared
 again meanwhile. `prepare` refuses (`DuplicateIdentityError`) an identity a published bulk holds;
-recovery (`mqbridge.publication.recover`) rolls a dead bulk back, not forward, when another bulk
+recovery (`mqbridge.landing.publication.recover`) rolls a dead bulk back, not forward, when another bulk
 published one of its identities first. What remains open is two *live* processes preparing the
 same identity at once (only after the source redelivered a message a live bridge still held, i.e.
 its connection was lost): both may publish.

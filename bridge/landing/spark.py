@@ -36,10 +36,8 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from mqbridge import failpoints, parquet_writer
-from mqbridge.catalog import CatalogRegistrar
+from mqbridge import failpoints
 from mqbridge.config import SparkSection, TypeConfig, shown_remote
-from mqbridge.containers import SORT_COLUMNS, tables_of
 from mqbridge.errors import (
     ConfigError,
     SinkOutageError,
@@ -48,12 +46,22 @@ from mqbridge.errors import (
     StagingMismatchError,
     WarehouseInvisibleError,
 )
-from mqbridge.jvmlog import driver_log_conf, jvm_log_level, launch_driver_gateway
+from mqbridge.landing import arrow_writer
+from mqbridge.landing.catalog import CatalogRegistrar
+from mqbridge.landing.containers import SORT_COLUMNS, tables_of
+from mqbridge.landing.jvm import driver_log_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import owner_id
+from mqbridge.landing.publication import (
+    discard,
+    owner_dirname,
+    publish,
+    staged_moves,
+    staging_dir,
+    verify_staged,
+)
+from mqbridge.landing.tables import add_types
 from mqbridge.message import Bulk, Message, MessageResult, put_date_of
-from mqbridge.publication import discard, owner_dirname, publish, staged_moves, staging_dir, verify_staged
-from mqbridge.tables import add_types
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +359,7 @@ def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: M
                   catalog: bool = False, writer: str = "auto",
                   conf: Mapping[str, str] | None = None) -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given);
-    `catalog`: each landed table is registered in the session's catalog (`mqbridge.catalog`);
+    `catalog`: each landed table is registered in the session's catalog (`mqbridge.landing.catalog`);
     `writer` and `conf` (the `[spark]` settings): who writes raw bulks (`arrow_codec`)."""
     sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
     registrar = CatalogRegistrar(sessions.get) if catalog else None
@@ -362,17 +370,17 @@ def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: M
 
 
 def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -> str | None:
-    """The pyarrow codec raw bulks are written with (`mqbridge.parquet_writer`), or None when Spark
+    """The pyarrow codec raw bulks are written with (`mqbridge.landing.arrow_writer`), or None when Spark
     writes them: `writer` "spark"; "auto" with Spark Connect (the warehouse is the server's) or a
     codec pyarrow does not write. ConfigError for "arrow" with such a codec."""
     if writer == "spark":
         return None
-    codec = parquet_writer.codec_of(conf)
+    codec = arrow_writer.codec_of(conf)
     if writer == "arrow":
         if codec is None:
             raise ConfigError(f"spark.writer = \"arrow\": pyarrow does not write the Parquet codec "
-                              f"{conf.get(parquet_writer.CODEC_KEY)!r} ({parquet_writer.CODEC_KEY}); "
-                              f"use one of {', '.join(parquet_writer.CODECS)} or writer = \"spark\"")
+                              f"{conf.get(arrow_writer.CODEC_KEY)!r} ({arrow_writer.CODEC_KEY}); "
+                              f"use one of {', '.join(arrow_writer.CODECS)} or writer = \"spark\"")
         return codec
     if writer != "auto":
         raise ConfigError(f"spark.writer: expected auto, arrow or spark, got {writer!r}")
@@ -519,7 +527,7 @@ class SparkExecutor:
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
-        # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.parquet_writer`), else None.
+        # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.landing.arrow_writer`), else None.
         self.arrow = arrow if self.schema is None else None
         self.catalog = catalog  # registers each table by name once it holds published rows
         self.last_write_seconds = 0.0
@@ -780,7 +788,7 @@ class SparkExecutor:
         return observation
 
     def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:
-        """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.parquet_writer`), on a
+        """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.landing.arrow_writer`), on a
         thread of its own that is abandoned past `write_timeout` (a write blocked in the filesystem
         cannot be interrupted): SparkWriteTimeoutError, an outage, and the caller discards `target`."""
         poison = failpoints.value("spark_poison_body")
@@ -795,7 +803,7 @@ class SparkExecutor:
             try:
                 if hang:
                     threading.Event().wait()
-                parquet_writer.write_bulk(table, target, codec=codec, file_bytes=FILE_BYTES)
+                arrow_writer.write_bulk(table, target, codec=codec, file_bytes=FILE_BYTES)
                 outcome.append(None)
             except BaseException as exc:  # handed to the caller's thread
                 outcome.append(exc)

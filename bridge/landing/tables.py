@@ -3,7 +3,7 @@
 
 A type's `table` may be a template (`"{destination}"`, see `mqbridge.config.tables`), so the
 tables of a type are the ones it actually rendered. Landing records them: when a bulk is published
-into a table (`mqbridge.publication.publish`, under the table's lock, before its files move in),
+into a table (`mqbridge.landing.publication.publish`, under the table's lock, before its files move in),
 the message types of its rows are added to `<table>/_mqbridge_table.json` (written atomically;
 readers skip `_` names). A purge finds a type's tables from these markers, never by a glob of the
 warehouse alone, and restricts its designation to the type's rows (`message_type`) wherever the

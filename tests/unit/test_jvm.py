@@ -1,11 +1,11 @@
-"""The Spark driver JVM's log configuration (mqbridge.jvmlog): written for log4j2, quiet by default."""
+"""The Spark driver JVM's log configuration (mqbridge.landing.jvm): written for log4j2, quiet by default."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from mqbridge.jvmlog import driver_log_conf, jvm_log_level
+from mqbridge.landing.jvm import driver_log_conf, jvm_log_level
 
 
 def test_the_driver_gets_our_log4j2_file_and_keeps_its_own_java_options() -> None:

@@ -36,10 +36,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mqbridge.containers import table_lock
 from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
+from mqbridge.landing.containers import table_lock
 from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk, owner_alive, this_host
-from mqbridge.tables import record_landing
+from mqbridge.landing.tables import record_landing
 
 log = logging.getLogger(__name__)
 

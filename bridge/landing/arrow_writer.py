@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mqbridge.containers import SORT_COLUMNS
+from mqbridge.landing.containers import SORT_COLUMNS
 
 #: `spark.sql.parquet.compression.codec` values pyarrow writes the same way Spark does (Spark's
 #: `lz4` is Hadoop's framing and `lzo` is not in pyarrow: those stay with the Spark writer).
