@@ -32,8 +32,7 @@ from mqbridge.monitoring import MonitoringServer
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.progress import ProgressLine
-from mqbridge.purge import recover_purges
-from mqbridge.purge_schedule import PurgeScheduler
+from mqbridge.purge import PurgeScheduler, recover_purges
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 
@@ -90,7 +89,7 @@ class App:
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
         tables = list(type_tables(warehouse, self.config.types))
         report = recover(self.landing.ledger, tables)
-        for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge)
+        for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge.purger)
             recover_purges(table)
         counters = self.bridge.counters
         counters.inc("recovery_rolled_forward", report.rolled_forward)

@@ -142,8 +142,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.landing import create_spark_session, holders, type_tables
-    from mqbridge.purge import Purger, recover_purges, type_designations
-    from mqbridge.purge_costs import CostModel
+    from mqbridge.purge import CostModel, Purger, recover_purges, type_designations
 
     cfg = load_config(args.config)
     setup_logging("WARNING")

@@ -129,7 +129,7 @@ def publish(moves: Sequence[tuple[str, str]]) -> None:
         raise PublicationError(f"{len(lost)} staged files are gone and not published: {', '.join(lost[:3])}")
     directories: set[str] = set()
     # A purge swaps a container directory under the same lock: no file lands in a container
-    # between the purge's last look at it and the swap (mqbridge.purge).
+    # between the purge's last look at it and the swap (mqbridge.purge.purger).
     with contextlib.ExitStack() as locks:
         for table in sorted({os.path.dirname(os.path.dirname(final)) for _, final in moves}):
             locks.enter_context(table_lock(Path(table)))

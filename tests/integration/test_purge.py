@@ -19,9 +19,9 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
 from mqbridge.landing.spark import LANDED_COLUMNS, SparkExecutor
 from mqbridge.message import Bulk, Message
-from mqbridge.purge import WORK, Designation, Purger
-from mqbridge.purge_costs import CostModel
-from mqbridge.purge_schedule import PurgeScheduler, due
+from mqbridge.purge.costs import CostModel
+from mqbridge.purge.purger import WORK, Designation, Purger
+from mqbridge.purge.schedule import PurgeScheduler, due
 from tests.support.processes import mqbridge
 
 pytestmark = pytest.mark.integration

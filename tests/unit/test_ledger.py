@@ -25,7 +25,7 @@ from mqbridge.errors import (
 from mqbridge.identity import identity_of
 from mqbridge.landing.ledger.sqlite import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
 from mqbridge.message import Message
-from mqbridge.purge import purge_history, record_purge
+from mqbridge.purge.purger import purge_history, record_purge
 from tests.support.configs import orders_config
 from tests.support.ledger import dead_owner, restarted_owner
 

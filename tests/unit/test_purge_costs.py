@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.purge_costs import Coefficients, CostModel
+from mqbridge.purge.costs import Coefficients, CostModel
 
 
 def model(tmp_path: Path, **settings: float) -> CostModel:

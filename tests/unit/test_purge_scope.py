@@ -25,7 +25,7 @@ from mqbridge.landing.tables import (
     tables_of_type,
     type_tables,
 )
-from mqbridge.purge import Designation, type_designations
+from mqbridge.purge.purger import Designation, type_designations
 from tests.support.configs import orders_config
 
 NOW = datetime(2024, 6, 10, tzinfo=timezone.utc)

@@ -1,5 +1,5 @@
 """Purge: remove designated rows from the containers (`put_date` partitions) of landed tables,
-by delete, copy-and-drop or drop, whichever the cost model (`mqbridge.purge_costs`) says is cheaper.
+by delete, copy-and-drop or drop, whichever the cost model (`mqbridge.purge.costs`) says is cheaper.
 
 For each table one Spark job counts, per container and per file, the rows and the designated rows
 (`put_timestamp` older than a cutoff and/or a SQL condition). Then, per container with designated rows:
@@ -49,7 +49,7 @@ from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
-from mqbridge.purge_costs import CostModel, Estimate
+from mqbridge.purge.costs import CostModel, Estimate
 
 log = logging.getLogger(__name__)
 

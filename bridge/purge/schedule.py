@@ -21,8 +21,8 @@ from mqbridge.counters import Counters
 from mqbridge.landing.containers import type_tables
 from mqbridge.landing.tables import holders
 from mqbridge.observer import Observer
-from mqbridge.purge import Designation, Purger, type_designations
-from mqbridge.purge_costs import CostModel
+from mqbridge.purge.costs import CostModel
+from mqbridge.purge.purger import Designation, Purger, type_designations
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig

@@ -1,0 +1,27 @@
+"""Purge: remove designated rows from landed tables (`mqbridge purge`, and `[purge]` schedules in
+a running bridge).
+
+The modules: `purger` (one run over a table's containers by drop, delete or copy, crash-safe, and
+`recover_purges` for a run that was killed), `costs` (the learned cost model that picks the
+strategy) and `schedule` (the `PurgeScheduler` of a running bridge). Purge imports landing's table
+listing and locks, never the listener loop.
+"""
+
+from __future__ import annotations
+
+from mqbridge.purge.costs import Coefficients, CostModel, Estimate
+from mqbridge.purge.purger import (
+    ContainerPlan,
+    ContainerResult,
+    Designation,
+    Purger,
+    purge_history,
+    record_purge,
+    recover_purges,
+    type_designations,
+)
+from mqbridge.purge.schedule import PurgeScheduler, due
+
+__all__ = ["Coefficients", "ContainerPlan", "ContainerResult", "CostModel", "Designation", "Estimate",
+           "PurgeScheduler", "Purger", "due", "purge_history", "record_purge", "recover_purges",
+           "type_designations"]
