@@ -27,11 +27,9 @@ from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import Landing, SparkSessions, check_warehouse, executors_for, recover, type_tables
 from mqbridge.landing.ledger import open_ledger, owner_id
-from mqbridge.metrics import initialize_series
-from mqbridge.monitoring import MonitoringServer
+from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
-from mqbridge.progress import ProgressLine
 from mqbridge.purge import PurgeScheduler, recover_purges
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source

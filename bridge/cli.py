@@ -17,18 +17,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.config import load_config, parse_duration
-from mqbridge.errors import BridgeError, ConfigError
+from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
 from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
+from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, run_status, url_from_config
 from mqbridge.plugins import PluginHost, report
-from mqbridge.status_cli import (
-    DEFAULT_URL,
-    EXIT_UNREACHABLE,
-    StatusUnreachableError,
-    run_status,
-    url_from_config,
-)
 
 if TYPE_CHECKING:
     from mqbridge.purge import Designation, Purger

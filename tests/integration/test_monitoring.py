@@ -24,7 +24,7 @@ from mqbridge.config import parse_config
 from mqbridge.config.schema import MonitoringSection
 from mqbridge.control import Bridge
 from mqbridge.logsetup import setup_from_config
-from mqbridge.monitoring import MonitoringServer
+from mqbridge.monitoring.server import MonitoringServer
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, make_config, wait_for
 from tests.support.tcpproxy import TcpProxy

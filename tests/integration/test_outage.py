@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from mqbridge.status_cli import run_status
+from mqbridge.monitoring.status_client import run_status
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files, wait_until
 from tests.support.processes import landed, leftovers, mqbridge, stomp_config

@@ -18,7 +18,7 @@ from mqbridge.app import build_app
 from mqbridge.config import parse_config
 from mqbridge.control import Bridge
 from mqbridge.listeners.mq import MqSource
-from mqbridge.monitoring import MonitoringServer
+from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
 from tests.integration.test_plugins_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.progress import CLEAR
+from mqbridge.monitoring.progress import CLEAR
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import bodies
 from tests.support.processes import ROOT, run_until_idle, stomp_config

@@ -285,9 +285,9 @@ def test_run_until_idle_gives_up_on_a_sink_unavailable_past_the_limit(monkeypatc
 
 
 def test_the_health_probe_never_waits_longer_than_ping_wait_for_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mqbridge.health import SparkProbe, health_problems
+    from mqbridge.monitoring.health import SparkProbe, health_problems
 
-    monkeypatch.setattr("mqbridge.health.PING_WAIT", 0.1)
+    monkeypatch.setattr("mqbridge.monitoring.health.PING_WAIT", 0.1)
     release = threading.Event()
     probe = SparkProbe(lambda: object(), max_age=0.0, ping=lambda _session: release.wait(30) and None)
     try:
@@ -301,7 +301,7 @@ def test_the_health_probe_never_waits_longer_than_ping_wait_for_spark(monkeypatc
 
 
 def test_an_open_sink_is_a_health_problem_with_its_reason() -> None:
-    from mqbridge.health import health_problems
+    from mqbridge.monitoring.health import health_problems
 
     breakers = SinkBreakers(["orders"], Counters(), probe_max=60.0)
     breakers.trip("orders", "Spark write failed: the Spark JVM is gone")

@@ -19,10 +19,10 @@ from mqbridge.app import build_app
 from mqbridge.collector import CollectorStats
 from mqbridge.config import parse_config
 from mqbridge.counters import Counters
-from mqbridge.health import SparkProbe, health_problems
-from mqbridge.metrics import BridgeMetrics
-from mqbridge.monitoring import MonitoringServer
-from mqbridge.status_cli import run_status, url_from_config
+from mqbridge.monitoring.health import SparkProbe, health_problems
+from mqbridge.monitoring.metrics import BridgeMetrics
+from mqbridge.monitoring.server import MonitoringServer
+from mqbridge.monitoring.status_client import run_status, url_from_config
 from tests.support.configs import orders_config
 
 CONFIG = orders_config('[monitoring]\nlisten = "{listen}"', "backout_threshold = 0")
@@ -244,7 +244,7 @@ def test_every_counter_name_the_code_uses_has_a_help_text() -> None:
     from pathlib import Path
 
     import mqbridge
-    from mqbridge.metrics import HELP
+    from mqbridge.monitoring.metrics import HELP
 
     root = Path(mqbridge.__file__).parent
     used = {name for path in root.rglob("*.py")
@@ -255,7 +255,7 @@ def test_every_counter_name_the_code_uses_has_a_help_text() -> None:
 
 
 def test_status_command_shows_the_results_sent_to_producers_per_queue() -> None:
-    from mqbridge.status_cli import render
+    from mqbridge.monitoring.status_client import render
 
     listener = {"name": "amq:/queue/orders#1", "source": "amq", "queue": "/queue/orders", "alive": True,
                 "listener_messages": {"messages_committed": 10, "results_sent": 7, "results_failed": 1}}

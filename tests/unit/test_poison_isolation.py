@@ -17,10 +17,10 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES, parse_config
-from mqbridge.health import health_problems
 from mqbridge.listener import PlainChain
 from mqbridge.listeners.mq import MqSource
 from mqbridge.message import Message, MessageResult
+from mqbridge.monitoring.health import health_problems
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import PoisonLog, SourceContext
 from tests.support.bridge import RunningBridge, run_until_idle, wait_for

@@ -1,8 +1,8 @@
 """The monitoring endpoint (`[monitoring] listen`): a status page, /metrics, /status, /healthz.
 
-    /          HTML: the status page (mqbridge.statuspage), refreshed from /status every few seconds
+    /          HTML: the status page (mqbridge.monitoring.page), refreshed from /status every few seconds
 
-    /metrics   Prometheus text (mqbridge.metrics.BridgeMetrics, rendered at scrape time)
+    /metrics   Prometheus text (mqbridge.monitoring.metrics.BridgeMetrics, rendered at scrape time)
     /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
     /healthz   200 "ok" while every listener thread is connected, every sink is available (no
                circuit breaker open) and Spark is reachable, else 503 with one problem per line.
@@ -27,10 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
-from mqbridge.health import SparkProbe, health_problems
-from mqbridge.metrics import BridgeMetrics, process_info
+from mqbridge.monitoring.health import SparkProbe, health_problems
+from mqbridge.monitoring.metrics import BridgeMetrics, process_info
+from mqbridge.monitoring.page import PAGE
 from mqbridge.observer import Observer
-from mqbridge.statuspage import PAGE
 
 if TYPE_CHECKING:
     from mqbridge.config import MonitoringSection
