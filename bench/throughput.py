@@ -39,7 +39,7 @@ from bench.spark_write import make_bulk  # noqa: E402
 from mqbridge.app import build_app  # noqa: E402
 from mqbridge.config import TypeConfig, parse_config  # noqa: E402
 from mqbridge.control import Bridge  # noqa: E402
-from mqbridge.landing.spark import SparkExecutor  # noqa: E402
+from mqbridge.landing.executor import SparkExecutor  # noqa: E402
 from tests.support.amq import AmqClient, unique_queue  # noqa: E402
 
 
@@ -192,7 +192,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
 
-    from mqbridge.landing.spark import create_spark_session
+    from mqbridge.landing.executor import create_spark_session
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:

@@ -1,6 +1,6 @@
 """Landing: bulks into Spark tables, exactly once.
 
-The modules, one concept each: `spark` (the Spark session and the `SparkExecutor` that writes a
+The modules, one concept each: `executor` (the Spark session and the `SparkExecutor` that writes a
 bulk into its staging directory), `arrow_writer` (raw bulks written by pyarrow instead), `jvm` (the
 in-process driver JVM and its log), `landing` (the landing protocol of one process: stage, prepare,
 publish), `publication` (staging directories, the renames that publish them, recovery at start),
@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mqbridge.landing.containers import Container, type_tables
-    from mqbridge.landing.landing import Landing
-    from mqbridge.landing.publication import RecoveryReport, recover
-    from mqbridge.landing.spark import (
+    from mqbridge.landing.executor import (
         SparkExecutor,
         SparkSessions,
         check_warehouse,
         create_spark_session,
         executors_for,
     )
+    from mqbridge.landing.landing import Landing
+    from mqbridge.landing.publication import RecoveryReport, recover
     from mqbridge.landing.tables import holders, shared_tables
 
 _SURFACE = {
@@ -37,11 +37,11 @@ _SURFACE = {
     "Landing": "mqbridge.landing.landing",
     "RecoveryReport": "mqbridge.landing.publication",
     "recover": "mqbridge.landing.publication",
-    "SparkExecutor": "mqbridge.landing.spark",
-    "SparkSessions": "mqbridge.landing.spark",
-    "check_warehouse": "mqbridge.landing.spark",
-    "create_spark_session": "mqbridge.landing.spark",
-    "executors_for": "mqbridge.landing.spark",
+    "SparkExecutor": "mqbridge.landing.executor",
+    "SparkSessions": "mqbridge.landing.executor",
+    "check_warehouse": "mqbridge.landing.executor",
+    "create_spark_session": "mqbridge.landing.executor",
+    "executors_for": "mqbridge.landing.executor",
     "holders": "mqbridge.landing.tables",
     "shared_tables": "mqbridge.landing.tables",
 }

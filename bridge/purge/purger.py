@@ -295,7 +295,7 @@ class Purger:
         """
         from pyspark.sql import functions as F
 
-        from mqbridge.landing.spark import FILE_BYTES, WRITE_OPTIONS
+        from mqbridge.landing.executor import FILE_BYTES, WRITE_OPTIONS
 
         files = [str(plan.path / name) for name in names]
         size = sum((plan.path / name).stat().st_size for name in names)

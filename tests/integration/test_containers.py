@@ -15,9 +15,9 @@ import pytest
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
+from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
-from mqbridge.landing.spark import SparkExecutor
 from mqbridge.message import Bulk, Message, Outcome
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config

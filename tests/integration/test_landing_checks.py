@@ -23,9 +23,9 @@ import pytest
 
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
+from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
-from mqbridge.landing.spark import SparkExecutor
 from mqbridge.message import Bulk, Message
 from tests.integration.test_outage import finish, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue

@@ -14,9 +14,9 @@ import pytest
 
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
+from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
-from mqbridge.landing.spark import SparkExecutor
 from mqbridge.message import Bulk, Message
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until

@@ -9,7 +9,7 @@ import pytest
 from mqbridge.config import SparkSection
 from mqbridge.errors import ConfigError
 from mqbridge.landing.arrow_writer import codec_of
-from mqbridge.landing.spark import DEFAULT_CONF, SparkSessions, arrow_codec
+from mqbridge.landing.executor import DEFAULT_CONF, SparkSessions, arrow_codec
 
 
 def choice(writer: str, *, remote: str | None = None, codec: str | None = None) -> str | None:
