@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mqbridge.config import TypeConfig  # noqa: E402
-from mqbridge.landing.executor import SparkExecutor, create_spark_session  # noqa: E402
+from mqbridge.landing.executor import SparkExecutor
+from mqbridge.landing.session import create_spark_session  # noqa: E402
 from mqbridge.message import Bulk, Message  # noqa: E402
 
 SCHEMA = "order_id STRING, amount DECIMAL(12,2), qty INT, note STRING"

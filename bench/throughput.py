@@ -192,7 +192,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
 
-    from mqbridge.landing.executor import create_spark_session
+    from mqbridge.landing.session import create_spark_session
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:

@@ -1,12 +1,14 @@
 """Landing: bulks into Spark tables, exactly once.
 
-The modules, one concept each: `executor` (the Spark session and the `SparkExecutor` that writes a
-bulk into its staging directory), `arrow_writer` (raw bulks written by pyarrow instead), `jvm` (the
-in-process driver JVM and its log), `landing` (the landing protocol of one process: stage, prepare,
-publish), `publication` (staging directories, the renames that publish them, recovery at start),
-`ledger/` (the landing ledger: `sqlite`, `postgres`), `containers` (a type's tables, their
-`put_date` partitions and the table locks), `tables` (the marker naming the types a table holds)
-and `catalog` (landed tables registered in the session's catalog).
+The modules, one concept each: `session` (the process's Spark session, started again when its
+JVM dies, and the warehouse probe), `executor` (the `SparkExecutor` that writes a bulk into its
+staging directory), `rows` (the landed row: columns, Arrow schema, JSON checks), `arrow_writer`
+(raw bulks written by pyarrow instead), `jvm` (the in-process driver JVM and its log), `landing`
+(the landing protocol of one process: stage, prepare, publish), `publication` (staging
+directories, the renames that publish them, recovery at start), `ledger/` (the landing ledger:
+`sqlite`, `postgres`), `containers` (a type's tables, their `put_date` partitions and the table
+locks), `tables` (the marker naming the types a table holds) and `catalog` (landed tables
+registered in the session's catalog).
 
 The surface below is imported lazily, on first use: importing the ledger or the table markers does
 not load pyarrow or pyspark. (A name is never both a function here and a module of the package:
@@ -20,15 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mqbridge.landing.containers import Container, type_tables
-    from mqbridge.landing.executor import (
-        SparkExecutor,
-        SparkSessions,
-        check_warehouse,
-        create_spark_session,
-        executors_for,
-    )
+    from mqbridge.landing.executor import SparkExecutor, executors_for
     from mqbridge.landing.landing import Landing
     from mqbridge.landing.publication import RecoveryReport, recover
+    from mqbridge.landing.session import SparkSessions, check_warehouse, create_spark_session
     from mqbridge.landing.tables import holders, shared_tables
 
 _SURFACE = {
@@ -38,9 +35,9 @@ _SURFACE = {
     "RecoveryReport": "mqbridge.landing.publication",
     "recover": "mqbridge.landing.publication",
     "SparkExecutor": "mqbridge.landing.executor",
-    "SparkSessions": "mqbridge.landing.executor",
-    "check_warehouse": "mqbridge.landing.executor",
-    "create_spark_session": "mqbridge.landing.executor",
+    "SparkSessions": "mqbridge.landing.session",
+    "check_warehouse": "mqbridge.landing.session",
+    "create_spark_session": "mqbridge.landing.session",
     "executors_for": "mqbridge.landing.executor",
     "holders": "mqbridge.landing.tables",
     "shared_tables": "mqbridge.landing.tables",

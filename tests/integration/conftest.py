@@ -15,7 +15,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     Its SQL warehouse and scratch space live under pytest's temporary directory, so nothing is
     left in the working tree; tests land their tables under their own `tmp_path`.
     """
-    from mqbridge.landing.executor import create_spark_session
+    from mqbridge.landing.session import create_spark_session
 
     session = create_spark_session(master="local[2]", app_name="mqbridge-tests", conf={
         "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),

@@ -15,9 +15,10 @@ import pytest
 from mqbridge.config import TypeConfig, parse_config
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
-from mqbridge.landing.executor import LANDED_COLUMNS, SparkExecutor
+from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.rows import LANDED_COLUMNS
 from mqbridge.message import Bulk, Message
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.purger import WORK, Designation, Purger

@@ -13,7 +13,8 @@ import pytest
 
 from mqbridge.config import TypeConfig
 from mqbridge.errors import ConfigError
-from mqbridge.landing.executor import LANDED_COLUMNS, SparkExecutor
+from mqbridge.landing.executor import SparkExecutor
+from mqbridge.landing.rows import LANDED_COLUMNS
 from mqbridge.landing.tables import marker_types
 from mqbridge.message import Bulk, Message, Outcome
 

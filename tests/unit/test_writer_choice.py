@@ -9,7 +9,8 @@ import pytest
 from mqbridge.config import SparkSection
 from mqbridge.errors import ConfigError
 from mqbridge.landing.arrow_writer import codec_of
-from mqbridge.landing.executor import DEFAULT_CONF, SparkSessions, arrow_codec
+from mqbridge.landing.executor import arrow_codec
+from mqbridge.landing.session import DEFAULT_CONF, SparkSessions
 
 
 def choice(writer: str, *, remote: str | None = None, codec: str | None = None) -> str | None:

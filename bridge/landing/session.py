@@ -1,0 +1,317 @@
+"""The Spark session of the process: started in-process (its driver JVM, see `mqbridge.landing.jvm`)
+or reached through Spark Connect, recognised as gone when its JVM died or its server restarted,
+and started again (`SparkSessions`); and the start-up probe of the warehouse (`check_warehouse`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from mqbridge.config import SparkSection, shown_remote
+from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError
+from mqbridge.landing.jvm import driver_log_conf, jvm_log_level, launch_driver_gateway
+from mqbridge.landing.publication import discard, owner_dirname, staged_moves, verify_staged
+
+log = logging.getLogger(__name__)
+
+#: Session defaults for a bridge on a small machine; the configuration's [spark.conf] wins.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Spark's default (INT96) writes no min/max statistics: readers could not skip files by put_timestamp.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+#: Only for an in-process driver: a Spark Connect server's static settings cannot be changed.
+LOCAL_DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",  # no [Stage …] bars on the terminal of `mqbridge run`
+}
+
+
+def one_line(exc: BaseException) -> str:
+    """`ExceptionClass: first line of its message`, short enough for a header or a log line.
+
+    For a Java exception that py4j did not translate, the root cause's (py4j's own text is only
+    "An error occurred while calling o63.parquet").
+    """
+    name, text = type(exc).__name__, str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            while java.getCause() is not None:
+                java = java.getCause()
+            qualified, _, text = str(java.toString()).partition(": ")
+            name = qualified.rpartition(".")[2]
+        except Exception:  # the JVM may be gone; py4j's text will do
+            name, text = type(exc).__name__, str(exc)
+    lines = text.strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    text = f"{name}: {first}" if first else name
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def create_spark_session(master: str = "local[*]", remote: str | None = None, app_name: str = "mqbridge",
+                         conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The process's SparkSession (created on first call, reused after), in-process on `master`,
+    or through Spark Connect when `remote` ("sc://host:15002") is given.
+
+    Raises SparkUnavailableError when Spark cannot be started or reached.
+    """
+    settings = {**DEFAULT_CONF, **({} if remote else LOCAL_DEFAULT_CONF), **dict(conf or {})}
+    level = jvm_log_level()
+    if not remote:
+        settings.update(driver_log_conf(settings, level))
+    try:
+        if remote:
+            # `create`, never the cached default session, which a restarted server no longer knows
+            # (see SparkSessions.reset); with no options, so that nothing is sent to the server
+            # before the short retry policy is in place (pyspark's own retries an unreachable
+            # server for about 10 minutes, which would hang the start).
+            spark = SparkSession.builder.remote(remote).create()
+            _fail_fast(spark)
+            _set_connect_conf(spark, settings)
+        else:
+            launch_driver_gateway({**{k: str(v) for k, v in settings.items()},
+                                   "spark.master": master, "spark.app.name": app_name})
+            builder = SparkSession.builder.appName(app_name).master(master)
+            for key, value in settings.items():
+                builder = builder.config(key, str(value))
+            spark = builder.getOrCreate()
+            spark.sparkContext.setLogLevel(level)
+    except Exception as exc:
+        where = f"Spark Connect server {shown_remote(remote)}" if remote else f"Spark (master {master})"
+        raise SparkUnavailableError(f"cannot start {where}: {one_line(exc)}{_java_hint(remote)}") from exc
+    return spark
+
+
+def is_connect(session: Any) -> bool:
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def jvm_gone(session: Any) -> bool:
+    """True when the in-process driver's JVM (py4j's java child process) has exited or its
+    SparkContext is stopped; never a py4j call, so it cannot hang. Always False for Spark Connect."""
+    if session is None or is_connect(session):
+        return False
+    try:
+        context = session.sparkContext
+        proc = getattr(context._gateway, "proc", None)
+        if proc is not None and proc.poll() is not None:
+            return True
+        return context._jsc is None
+    except Exception:  # an attribute pyspark no longer has: take the session as broken
+        return True
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The error (or one it was raised from) is py4j losing its connection to the JVM."""
+    from py4j.protocol import Py4JNetworkError
+
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionError, Py4JNetworkError)):
+            return True
+        text = str(seen)
+        if "Answer from Java side is empty" in text or "Error while sending or receiving" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+#: Spark Connect errors after which the session is gone for good (the server restarted): a new
+#: session must be created (measured on pyspark 4.3: NO_ACTIVE_SESSION after a server restart).
+_CONNECT_SESSION_LOST = ("NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION", "SESSION_CHANGED", "SESSION_CLOSED",
+                         "SESSION_NOT_FOUND")
+#: Spark Connect (gRPC) errors of a server that does not answer.
+_CONNECT_UNAVAILABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused")
+
+
+def _error_texts(exc: BaseException) -> Iterator[str]:
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return
+        yield str(seen)
+        seen = seen.__cause__ or seen.__context__
+
+
+def connect_session_lost(exc: BaseException) -> bool:
+    return any(mark in text for text in _error_texts(exc) for mark in _CONNECT_SESSION_LOST)
+
+
+def connect_unavailable(exc: BaseException) -> bool:
+    return any(mark in text for text in _error_texts(exc) for mark in _CONNECT_UNAVAILABLE)
+
+
+def _forget_local_session(session: Any) -> None:
+    """Make pyspark forget a session whose JVM is gone, so that the next `getOrCreate` starts a new
+    JVM instead of returning the dead session (pyspark's own `stop` gives up half-way when the JVM
+    does not answer)."""
+    from pyspark import SparkContext
+    from pyspark.sql.context import SQLContext
+
+    context = getattr(session, "_sc", None)
+    try:
+        if context is not None:
+            context.stop()
+    except Exception as exc:  # expected: the JVM is gone
+        log.debug("stopping the dead SparkContext: %s", one_line(exc))
+    try:
+        if context is not None and getattr(context, "_accumulatorServer", None):
+            context._accumulatorServer.shutdown()
+            context._accumulatorServer = None
+    except Exception:
+        log.debug("accumulator server shutdown failed", exc_info=True)
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
+#: Spark Connect client retries of a call the server does not answer: 5 tries over about 3 s.
+#: pyspark's default keeps retrying for at least 10 minutes, during which a write blocks and no
+#: outage is seen; the bridge's circuit breaker probes and resumes on its own instead.
+CONNECT_RETRIES, CONNECT_BACKOFF_MS, CONNECT_MAX_BACKOFF_MS = 4, 200, 2000
+
+
+def _fail_fast(spark: Any) -> None:
+    """Give a Spark Connect session a short retry policy (CONNECT_RETRIES, doubling backoff)."""
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, backoff_multiplier=2.0,
+                                                       initial_backoff=CONNECT_BACKOFF_MS,
+                                                       max_backoff=CONNECT_MAX_BACKOFF_MS)])
+    except Exception as exc:  # a pyspark without this API: its own retries apply
+        log.warning("Spark Connect: cannot shorten the client's retries (%s); an unreachable server is seen "
+                    "as an outage only after pyspark's own retries (about 10 minutes)", one_line(exc))
+
+
+def _set_connect_conf(spark: Any, settings: Mapping[str, Any]) -> None:
+    """Set the session's configuration on the Connect server, as pyspark's builder would: a
+    static setting the server refuses to change (its own) is skipped; anything else (the server
+    unreachable) raises."""
+    from pyspark.errors import AnalysisException
+
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, str(value))
+        except AnalysisException as exc:  # e.g. CANNOT_MODIFY_CONFIG for a static setting
+            log.debug("Spark Connect: %s not set: %s", key, one_line(exc))
+
+
+class SparkSessions:
+    """The process's SparkSession for one `[spark]` section: started on first `get()` (when the
+    bridge starts its executors), never by a health probe (`current` is None until then).
+
+    When the in-process driver's JVM dies (killed, out of memory), `reset` forgets the session and
+    the next `get()` starts a new one; every executor asks `get()` for each write, so all of them
+    pick the new session up. `section` None: only the session given is ever used (tests).
+    """
+
+    def __init__(self, section: SparkSection | None, session: SparkSession | None = None) -> None:
+        self.section = section
+        self._session = session
+        self._lock = threading.Lock()
+        self.recreated = 0  # sessions started again after the JVM was gone
+
+    @property
+    def current(self) -> SparkSession | None:
+        """The session if one was given or started, else None."""
+        return self._session
+
+    def get(self) -> SparkSession:
+        """The session, started now if needed (SparkUnavailableError if it cannot be)."""
+        with self._lock:
+            if self._session is not None and jvm_gone(self._session):
+                self._forget_locked(self._session, "its JVM is gone")
+            if self._session is None:
+                s = self.section
+                if s is None:
+                    raise SparkUnavailableError("the SparkSession given to the bridge is gone and cannot be "
+                                                "started again (no [spark] section)")
+                self._session = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
+                                                     conf=s.conf)
+                if self.recreated:
+                    log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
+            return self._session
+
+    def reset(self, broken: SparkSession, why: str) -> None:
+        """`broken` failed in a way only a new session can cure: forget it (once, whoever calls)."""
+        with self._lock:
+            if self._session is broken:
+                self._forget_locked(broken, why)
+
+    def _forget_locked(self, broken: SparkSession, why: str) -> None:
+        log.critical("Spark: the SparkSession is unusable (%s); a new one is started for the next write", why)
+        self._session = None
+        if self.section is not None:
+            self.recreated += 1
+            if not is_connect(broken):
+                _forget_local_session(broken)
+
+
+def write_probe(spark: SparkSession, target: Path) -> None:
+    """One row written by a Spark job as Parquet to `target` (replacing what is there)."""
+    spark.range(1).selectExpr("id", "current_timestamp() AS probed_at").write.mode("overwrite").parquet(str(target))
+
+
+#: Where `check_warehouse` writes its probe: a name Spark and Parquet readers skip.
+WAREHOUSE_PROBE = "_mqbridge_probe"
+
+
+def check_warehouse(sessions: SparkSessions, warehouse: Path, owner: str) -> None:
+    """Before the first bulk: write a row through Spark into the warehouse and read it back from
+    this process. WarehouseInvisibleError, naming the warehouse, the Spark mode and what to fix,
+    when the row is not where Spark was told to write it (every bulk would then be lost from the
+    bridge's view: staged where it cannot be verified or published). SparkUnavailableError when
+    Spark cannot be started or reached."""
+    target = Path(warehouse).absolute() / WAREHOUSE_PROBE / owner_dirname(owner)
+    spark = sessions.get()
+    try:
+        write_probe(spark, target)
+        verify_staged(staged_moves(target, target, "probe"), 1, target, what="start-up probe")
+    except StagingMismatchError as exc:
+        section = sessions.section
+        if section is not None and section.remote:
+            mode = f"Spark Connect server {shown_remote(section.remote)}"
+        else:
+            mode = f"Spark master {section.master if section is not None else 'of the given session'}"
+        raise WarehouseInvisibleError(
+            f"warehouse {warehouse}: a row written through {mode} is not visible to the bridge at "
+            f"{target} ({exc}). Spark writes to another file system than this process reads: give the "
+            "Spark Connect server or the cluster's executors the same warehouse directory at the same path "
+            "(a shared mount), and no spark.hadoop.fs.defaultFS pointing elsewhere") from exc
+    except Exception as exc:
+        raise SparkUnavailableError(f"start-up probe write to warehouse {warehouse} failed: {one_line(exc)}") from exc
+    finally:
+        discard(target)
+        with contextlib.suppress(OSError):
+            target.parent.rmdir()
+
+
+def _java_hint(remote: str | None) -> str:
+    """Why a local Spark could not start, when the cause is the usual one: no Java."""
+    if remote:
+        return ""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and not (Path(java_home) / "bin" / "java").exists():
+        return f" (JAVA_HOME={java_home} has no bin/java: point it at a Java 17+ runtime)"
+    if not java_home and shutil.which("java") is None:
+        return " (no `java` on PATH: install a Java 17+ runtime or set JAVA_HOME)"
+    return ""
