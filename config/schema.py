@@ -326,17 +326,24 @@ class ListenerConfig(Model):
 
 
 IDENTITY_RULES = ("auto", "msg_id", "stamp", "body-sha256")
+#: STOMP destinations that are not one queue (RabbitMQ's and ActiveMQ's prefixes).
+_NOT_STAMPABLE = ("/topic/", "/exchange/", "/temp-queue/", "/temp-topic/", "/reply-queue/")
 
 
 def _resolve_identity(listener: ListenerConfig, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
     """Turn `identity = "auto"` into the rule for the listener's source: "stamp" on RabbitMQ (its
     STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
     producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""
+    # A stamped copy goes back to the destination: on a topic or exchange every subscriber would get it.
+    shared = listener.queue.startswith(_NOT_STAMPABLE)
     if listener.identity == "auto":
         rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
-        listener.identity = "stamp" if rabbitmq else "msg_id"
+        listener.identity = "stamp" if rabbitmq and not shared else "msg_id"
     if listener.identity != "stamp" or source is None:
         return []
+    if shared:
+        return [((*where, "identity"), f"stamp sends a copy of each message back to {listener.queue!r}, which "
+                                       "every subscriber of a topic or exchange would get: only for queues")]
     if not isinstance(source, StompSourceConfig):
         return [((*where, "identity"), f"stamp is for STOMP sources; a {source.kind} source has stable message ids "
                                        "(use msg_id)")]

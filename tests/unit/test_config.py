@@ -225,6 +225,13 @@ def test_identity_auto_stamps_on_rabbitmq_only(source: str, expected: str) -> No
     assert parse(MINIMAL.replace('kind = "stomp"', source)).listeners[0].identity == expected
 
 
+def test_identity_auto_does_not_stamp_a_topic_and_stamp_is_refused_there() -> None:
+    rabbit = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"').replace(
+        "/queue/orders", "/topic/orders")
+    assert parse(rabbit).listeners[0].identity == "msg_id"
+    assert "every subscriber of a topic or exchange would get" in error(rabbit + "identity = 'stamp'\n")
+
+
 @pytest.mark.parametrize(("source", "problem"), [
     ('kind = "memory"', "listeners[0].identity: stamp is for STOMP sources"),
     ('kind = "stomp"\nbroker = "rabbitmq"\ncommit_mode = "receipted"',
