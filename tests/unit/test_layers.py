@@ -1,0 +1,97 @@
+"""The layers of STYLE.md and ARCHITECTURE.md, checked over the source folders (which
+pyproject.toml maps onto the one import root `mqbridge`, so path-based import linters see nothing).
+
+Only imports that run count: those under `if TYPE_CHECKING:` are annotations (the observers'
+`Bridge` parameter: the narrow `BridgeView` seam of issue 24 is still to come).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Folder -> the package it is (pyproject.toml [tool.setuptools.package-dir]).
+FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocessors": "mqbridge.preprocessors",
+           "config": "mqbridge.config", "service": "mqbridge.service"}
+#: The message loop: it hands bulks to executors it is given and knows nothing of how they land.
+LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.control", "mqbridge.triage", "mqbridge.breaker",
+        "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard")
+ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
+
+
+def _module(folder: str, path: Path) -> str:
+    parts = [FOLDERS[folder], *path.relative_to(ROOT / folder).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotation_only = {id(n) for node in ast.walk(tree)
+                       if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                       for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in annotation_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # `from mqbridge import failpoints`
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {name for name in found if name == "mqbridge" or name.startswith("mqbridge.")}
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    return {_module(folder, path): _runtime_imports(path)
+            for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def _within(name: str, packages: tuple[str, ...] | str) -> bool:
+    packages = (packages,) if isinstance(packages, str) else packages
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _violations(importers: tuple[str, ...] | str, forbidden: tuple[str, ...] | str) -> list[str]:
+    return sorted(f"{module} imports {name}" for module, names in _graph().items() if _within(module, importers)
+                  for name in names if _within(name, forbidden))
+
+
+@pytest.mark.parametrize(("importers", "forbidden", "why"), [
+    ("mqbridge.landing", LOOP, "landing is called by the loop, never the other way round"),
+    ("mqbridge.purge", LOOP, "purge runs as a command as well as in the bridge"),
+    ("mqbridge.monitoring", LOOP, "monitoring reads counters and observer events, not the loop's objects"),
+    (LOOP, ("mqbridge.landing", "mqbridge.purge", "mqbridge.monitoring"),
+     "the loop is handed executors and observers by the composition root (app)"),
+    ("mqbridge.landing", ("mqbridge.purge", "mqbridge.monitoring"), "purge builds on landing, not the reverse"),
+    ("mqbridge.monitoring", ("mqbridge.landing", "mqbridge.purge"), "monitoring knows counters, not sinks"),
+])
+def test_a_layer_imports_nothing_above_it(importers: tuple[str, ...] | str, forbidden: tuple[str, ...] | str,
+                                         why: str) -> None:
+    assert _violations(importers, forbidden) == [], why
+
+
+def test_core_imports_no_adapter() -> None:
+    graph = _graph()
+    core = tuple(m for m in graph if not _within(m, ADAPTERS) and not _within(m, "mqbridge.config"))
+    offenders = sorted(f"{module} imports {name}" for module in core for name in graph[module]
+                       if _within(name, ADAPTERS))
+    assert offenders == [], "core finds adapters by the configuration's kind string and by entry points"
+
+
+def test_adapters_do_not_import_each_other() -> None:
+    for adapter in ADAPTERS:
+        others = tuple(a for a in ADAPTERS if a != adapter)
+        assert _violations(adapter, others) == [], f"{adapter} depends on core only"
+
+
+def test_the_graph_sees_the_imports_it_checks() -> None:
+    # A check that found no imports at all would pass every rule above
+    graph = _graph()
+    assert "mqbridge.landing.executor" in graph and "mqbridge.landing.session" in graph["mqbridge.landing.executor"]
+    assert "mqbridge.failpoints" in graph["mqbridge.landing.landing"]
+    assert _violations("mqbridge.app", LOOP), "the composition root imports the loop"
