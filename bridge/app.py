@@ -38,7 +38,7 @@ from mqbridge.purge import recover_purges
 from mqbridge.purge_schedule import PurgeScheduler
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
-from mqbridge.spark import SparkSessions, check_warehouse, executors_for
+from mqbridge.spark import SparkSessions, check_warehouse, executors_for, spark_writes_bulks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,7 +158,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     if monitor is not None:
         bridge.observers.append(monitor)
     owner = landing.owner if landing is not None else owner_id()
-    preflight = None if executors is not None else (lambda: check_warehouse(sessions, warehouse, owner))
+    # The start-up probe, a Spark job (seconds on a cold JVM), where Spark writes into the warehouse:
+    # bulks, or the scheduled purge's containers. Bulks pyarrow writes are checked by their footers.
+    probe = executors is None and (
+        spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
+        or (config.purge.interval is not None and landing is not None))
+    preflight = (lambda: check_warehouse(sessions, warehouse, owner)) if probe else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, preflight=preflight)
 
 
