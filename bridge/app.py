@@ -25,7 +25,15 @@ from mqbridge.config import StompSourceConfig
 from mqbridge.control import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
-from mqbridge.landing import Landing, SparkSessions, check_warehouse, executors_for, recover, type_tables
+from mqbridge.landing import (
+    Landing,
+    SparkSessions,
+    check_warehouse,
+    executors_for,
+    recover,
+    spark_writes_bulks,
+    type_tables,
+)
 from mqbridge.landing.ledger import open_ledger, owner_id
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
@@ -152,7 +160,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     if monitor is not None:
         bridge.observers.append(monitor)
     owner = landing.owner if landing is not None else owner_id()
-    preflight = None if executors is not None else (lambda: check_warehouse(sessions, warehouse, owner))
+    # The start-up probe, a Spark job (seconds on a cold JVM), where Spark writes into the warehouse:
+    # bulks, or the scheduled purge's containers. Bulks pyarrow writes are checked by their footers.
+    probe = executors is None and (
+        spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
+        or (config.purge.interval is not None and landing is not None))
+    preflight = (lambda: check_warehouse(sessions, warehouse, owner)) if probe else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, preflight=preflight)
 
 

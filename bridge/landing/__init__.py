@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mqbridge.landing.containers import Container, type_tables
-    from mqbridge.landing.executor import SparkExecutor, executors_for
+    from mqbridge.landing.executor import SparkExecutor, executors_for, spark_writes_bulks
     from mqbridge.landing.landing import Landing
     from mqbridge.landing.publication import RecoveryReport, recover
     from mqbridge.landing.session import SparkSessions, check_warehouse, create_spark_session
@@ -39,13 +39,14 @@ _SURFACE = {
     "check_warehouse": "mqbridge.landing.session",
     "create_spark_session": "mqbridge.landing.session",
     "executors_for": "mqbridge.landing.executor",
+    "spark_writes_bulks": "mqbridge.landing.executor",
     "holders": "mqbridge.landing.tables",
     "shared_tables": "mqbridge.landing.tables",
 }
 
 __all__ = ["Container", "Landing", "RecoveryReport", "SparkExecutor", "SparkSessions", "check_warehouse",
            "create_spark_session", "executors_for", "holders", "recover", "shared_tables",
-           "type_tables"]
+           "spark_writes_bulks", "type_tables"]
 
 
 def __getattr__(name: str) -> Any:

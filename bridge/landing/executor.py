@@ -107,6 +107,14 @@ def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: M
             for name, type_cfg in types.items()}
 
 
+def spark_writes_bulks(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
+                       conf: Mapping[str, str]) -> bool:
+    """Whether Spark writes any type's bulks (JSON types, Spark Connect, `writer = "spark"`, a codec
+    pyarrow lacks); else pyarrow writes every bulk in this process, which sees each file it writes."""
+    codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
+    return codec is None or any(type_cfg.format == "json" for type_cfg in types.values())
+
+
 def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -> str | None:
     """The pyarrow codec raw bulks are written with (`mqbridge.landing.arrow_writer`), or None when Spark
     writes them: `writer` "spark"; "auto" with Spark Connect (the warehouse is the server's) or a

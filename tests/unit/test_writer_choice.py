@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.config import SparkSection
+from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.errors import ConfigError
 from mqbridge.landing.arrow_writer import codec_of
-from mqbridge.landing.executor import arrow_codec
+from mqbridge.landing.executor import arrow_codec, spark_writes_bulks
 from mqbridge.landing.session import DEFAULT_CONF, SparkSessions
 
 
@@ -44,3 +44,17 @@ def test_an_unknown_writer_is_refused_at_load() -> None:
     with pytest.raises(ValueError, match="writer"):
         SparkSection(writer="duckdb")  # type: ignore[arg-type]
     assert codec_of({}) == "snappy"
+
+
+@pytest.mark.parametrize(("writer", "remote", "formats", "expected"), [
+    ("auto", None, ["raw"], False),  # pyarrow writes every bulk in the bridge: no start-up probe needed
+    ("auto", None, ["raw", "json"], True),  # JSON bodies are parsed and written by Spark
+    ("spark", None, ["raw"], True),
+    ("auto", "sc://spark:15002", ["raw"], True),  # the Connect server writes where it sees
+])
+def test_the_start_up_probe_is_for_warehouses_spark_writes_into(writer: str, remote: str | None,
+                                                                formats: list[str], expected: bool) -> None:
+    section = SparkSection(remote=remote, warehouse=Path("landing"))
+    types = {f"t{i}": TypeConfig(format=f, schema="a STRING" if f == "json" else None)  # type: ignore[arg-type]
+             for i, f in enumerate(formats)}
+    assert spark_writes_bulks(SparkSessions(section), types, writer, {}) is expected
