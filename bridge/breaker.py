@@ -24,14 +24,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqbridge.counters import Counters
 from mqbridge.guard import IntakeGate
-from mqbridge.observer import Observer
-
-if TYPE_CHECKING:
-    from mqbridge.control import Bridge
+from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
 
@@ -289,5 +286,5 @@ class SinkBreakers(Observer):
     def status_fields(self) -> dict[str, Any]:
         return {"sinks": {name: b.status() for name, b in self.breakers.items()}}
 
-    def on_stopping(self, bridge: Bridge) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         self.stop(timeout=0.0)

@@ -13,15 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
 from mqbridge.counters import Counters
-from mqbridge.observer import Observer
-
-if TYPE_CHECKING:
-    from mqbridge.control import Bridge
+from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +110,7 @@ class MemoryGuard(Observer):
         self.gate.open()
         log.info("memory guard: %s; listeners resume intake (paused %.1fs)", why, paused_for)
 
-    def on_wake(self, bridge: Bridge) -> None:
+    def on_wake(self, bridge: BridgeView) -> None:
         """Checked on every control-loop wake-up (the bridge's observer)."""
         self.check()
 

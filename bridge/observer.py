@@ -11,13 +11,15 @@ Subclass `Observer` and override only what you need; every method is a no-op by 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
+    from mqbridge.collector import CollectorStats
     from mqbridge.config import BridgeConfig
-    from mqbridge.control import Bridge
+    from mqbridge.counters import Counters
 
 #: The entry-point group of observer factories: `name = "package.module:factory"`, where
 #: `factory(config)` returns an Observer, or None when it has nothing to do in this process.
@@ -28,22 +30,63 @@ ObserverFactory = Callable[["BridgeConfig"], "Observer | None"]
 Event = Literal["on_ready", "on_tick", "on_wake", "on_reload", "on_stopping"]
 
 
+class StatsView(Protocol):
+    """The bulk collector as observers see it: its counters."""
+
+    def stats(self) -> CollectorStats: ...
+
+
+class BreakersView(Protocol):
+    """The sinks' circuit breakers as observers see them."""
+
+    def summary(self) -> str: ...
+
+
+class LimitView(Protocol):
+    """The memory guard as observers see it: its limit can change while running (reload)."""
+
+    def set_limit(self, max_rss: int | None) -> None: ...
+
+
+class BridgeView(Protocol):
+    """What an observer sees of the running bridge (`mqbridge.control.Bridge` is one): the
+    configuration in force, the counters, the collector's and breakers' summaries, the status page
+    and the one-line summary, and whether it is stopping. Nothing here starts or stops threads."""
+
+    @property
+    def config(self) -> BridgeConfig: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def collector(self) -> StatsView: ...
+    @property
+    def breakers(self) -> BreakersView | None: ...
+    @property
+    def guard(self) -> LimitView: ...
+    @property
+    def stop_event(self) -> threading.Event: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def summary(self) -> str: ...
+
+
 class Observer:
     """Receives the bridge's life-cycle events on the control thread. Calls must be quick."""
 
-    def on_ready(self, bridge: Bridge) -> None:
+    def on_ready(self, bridge: BridgeView) -> None:
         """Once, when every listener thread has connected (systemd: READY=1)."""
 
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         """Every `[bridge] control_interval` (plugin rescan, STATUS line, rates)."""
 
-    def on_wake(self, bridge: Bridge) -> None:
+    def on_wake(self, bridge: BridgeView) -> None:
         """On every control-loop wake-up, at most 0.25 s apart (watchdog, memory guard)."""
 
-    def on_reload(self, bridge: Bridge) -> None:
+    def on_reload(self, bridge: BridgeView) -> None:
         """A reload was requested (SIGHUP, a Windows parameter-change control)."""
 
-    def on_stopping(self, bridge: Bridge) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         """Once, when shutdown begins (systemd: STOPPING=1)."""
 
     def status_fields(self) -> dict[str, Any]:

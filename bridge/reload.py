@@ -14,28 +14,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqbridge.config import BridgeConfig, load_config
 from mqbridge.errors import ConfigError
-from mqbridge.observer import Observer
-
-if TYPE_CHECKING:
-    from mqbridge.control import Bridge
+from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
 
 
-def _apply_level(_bridge: Bridge, new: BridgeConfig) -> None:
+def _apply_level(_bridge: BridgeView, new: BridgeConfig) -> None:
     logging.getLogger().setLevel(getattr(logging, new.logging.level))
 
 
-def _apply_max_rss(bridge: Bridge, new: BridgeConfig) -> None:
+def _apply_max_rss(bridge: BridgeView, new: BridgeConfig) -> None:
     bridge.guard.set_limit(new.bridge.max_rss)
 
 
 #: Key paths that can change while running, and how to apply them to the running bridge.
-APPLIED: dict[str, Callable[[Bridge, BridgeConfig], None]] = {"logging.level": _apply_level,
+APPLIED: dict[str, Callable[[BridgeView, BridgeConfig], None]] = {"logging.level": _apply_level,
                                                      "bridge.max_rss": _apply_max_rss}
 
 
@@ -74,7 +71,7 @@ class ConfigReloader(Observer):
         self._load = load
         self.pending_restart: list[str] = []  # changed keys that wait for a restart
 
-    def on_reload(self, bridge: Bridge) -> None:
+    def on_reload(self, bridge: BridgeView) -> None:
         """Re-read the configuration file of `bridge` and apply it (control thread)."""
         path = bridge.config.path
         if path is None:
@@ -87,7 +84,7 @@ class ConfigReloader(Observer):
             return
         self.apply(bridge, new)
 
-    def apply(self, bridge: Bridge, new: BridgeConfig) -> None:
+    def apply(self, bridge: BridgeView, new: BridgeConfig) -> None:
         """Apply the changes of `new` that are safe while running; report the others."""
         old = bridge.config
         changed = changed_keys(old, new)

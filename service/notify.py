@@ -25,11 +25,10 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
-    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +101,15 @@ class BridgeNotifier(Observer):
         self._ready = False
         self._last_ping: float | None = None
 
-    def on_ready(self, bridge: Bridge) -> None:
+    def on_ready(self, bridge: BridgeView) -> None:
         self._ready = True
         self.notifier.notify(READY=1, STATUS=bridge.summary())
         self.on_wake(bridge)
 
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         self.notifier.notify(STATUS=bridge.summary())
 
-    def on_wake(self, bridge: Bridge) -> None:
+    def on_wake(self, bridge: BridgeView) -> None:
         """WATCHDOG=1 when due and healthy. systemd arms the watchdog at READY=1: no ping before."""
         interval = self.notifier.watchdog_interval
         if interval is None or not self._ready or bridge.stop_event.is_set():
@@ -122,7 +121,7 @@ class BridgeNotifier(Observer):
         self._last_ping = now
         self.notifier.notify(WATCHDOG=1)
 
-    def on_stopping(self, bridge: Bridge) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         timeout = bridge.config.bridge.shutdown_timeout
         self.notifier.notify(STOPPING=1, STATUS=f"draining (up to {timeout:.0f}s): {bridge.summary()}")
 

@@ -38,7 +38,7 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class Landing(Observer):
         self.ledger.close()
 
     # -- observer ------------------------------------------------------------------------------
-    def on_tick(self, bridge: object) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         self.ledger.heartbeat()
         now = time.monotonic()
         if now >= self._next_prune and not (self._pruner and self._pruner.is_alive()):

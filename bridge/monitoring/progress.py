@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from mqbridge.observer import Observer
-
-if TYPE_CHECKING:
-    from mqbridge.control import Bridge
+from mqbridge.observer import BridgeView, Observer
 
 CLEAR = "\r\x1b[K"  # back to the line's start, erase to its end
 
@@ -49,21 +46,21 @@ class ProgressLine(Observer, logging.Filter):
             self._drawn = False
         return True
 
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         self.draw(bridge)
 
-    def on_stopping(self, bridge: Bridge) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         self.draw(bridge)
         self.stream.write("\n")
         self.stream.flush()
         self._drawn = False
 
-    def draw(self, bridge: Bridge) -> None:
+    def draw(self, bridge: BridgeView) -> None:
         self.stream.write(CLEAR + self.line(bridge))
         self.stream.flush()
         self._drawn = True
 
-    def line(self, bridge: Bridge) -> str:
+    def line(self, bridge: BridgeView) -> str:
         c = bridge.counters
         committed = c.total("messages_committed")
         now = time.monotonic()

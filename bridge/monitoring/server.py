@@ -3,7 +3,7 @@
     /          HTML: the status page (mqbridge.monitoring.page), refreshed from /status every few seconds
 
     /metrics   Prometheus text (mqbridge.monitoring.metrics.BridgeMetrics, rendered at scrape time)
-    /status    JSON: Bridge.status() with collector, spark, plugins, guard, process, health
+    /status    JSON: BridgeView.status() with collector, spark, plugins, guard, process, health
     /healthz   200 "ok" while every listener thread is connected, every sink is available (no
                circuit breaker open) and Spark is reachable, else 503 with one problem per line.
                Answered from state: never waits on Spark for more than health.PING_WAIT
@@ -30,11 +30,10 @@ from mqbridge.errors import BridgeError
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
 from mqbridge.monitoring.page import PAGE
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 
 if TYPE_CHECKING:
     from mqbridge.config import MonitoringSection
-    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ class ListenerRates:
         self._meters: dict[str, RateMeter] = {}
         self.rates: dict[str, float] = {}
 
-    def update(self, bridge: Bridge) -> None:
+    def update(self, bridge: BridgeView) -> None:
         """Once per control tick."""
         for cfg in bridge.config.listeners:
             label = f"{cfg.source}:{cfg.queue}"
@@ -113,7 +112,7 @@ class MonitoringServer(Observer):
     probe never starts one.
     """
 
-    def __init__(self, bridge: Bridge, host: str, port: int, *,
+    def __init__(self, bridge: BridgeView, host: str, port: int, *,
                  session: Callable[[], Any] = lambda: None) -> None:
         self.bridge = bridge
         self.host = host
@@ -126,7 +125,7 @@ class MonitoringServer(Observer):
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_bridge(cls, bridge: Bridge, section: MonitoringSection, *,
+    def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,
                    session: Callable[[], Any] = lambda: None) -> MonitoringServer | None:
         """The server `[monitoring] listen` asks for, or None when it is disabled ("")."""
         if not section.enabled:
@@ -134,7 +133,7 @@ class MonitoringServer(Observer):
         assert section.host is not None and section.port is not None
         return cls(bridge, section.host, section.port, session=session)
 
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         self.rates.update(bridge)
 
     def status_fields(self) -> dict[str, Any]:

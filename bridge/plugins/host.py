@@ -23,7 +23,7 @@ from mqbridge.config import DEFAULT_PLUGIN_DIRS
 from mqbridge.counters import Counters
 from mqbridge.errors import ConfigError, PluginError
 from mqbridge.message import Message, MessageResult
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 from mqbridge.plugins.chain import ChainSpec, PreprocessorChain
 from mqbridge.plugins.discovery import (
     BUILTIN_PLUGINS,
@@ -48,7 +48,6 @@ from mqbridge.plugins.generation import (
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
-    from mqbridge.control import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -280,11 +279,11 @@ class PluginHost(Observer):
                     self.fallback_note, good.number)
 
     # -- the bridge's observer ---------------------------------------------------------------
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         """Every control tick: rescan the folders."""
         self.check_for_changes()
 
-    def on_reload(self, bridge: Bridge) -> None:
+    def on_reload(self, bridge: BridgeView) -> None:
         """A reload request (SIGHUP): rescan now, exactly like a tick."""
         if not self.check_for_changes():
             log.info("plugins: no change")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import type_tables
 from mqbridge.landing.tables import holders
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.purger import Designation, Purger, type_designations
 
@@ -68,11 +68,11 @@ class PurgeScheduler(Observer):
                                             copy_row_seconds=p.copy_row_seconds,
                                             container_seconds=p.container_seconds)
 
-    def on_ready(self, bridge: object) -> None:
+    def on_ready(self, bridge: BridgeView) -> None:
         self._thread = threading.Thread(target=self._loop, name="mqbridge-purge", daemon=True)
         self._thread.start()
 
-    def on_stopping(self, bridge: object) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         """Stop the purge thread within `stop_wait` (twice, at worst), not whenever its container is done.
 
         A round ends after its current container; a container that takes longer has its Spark jobs

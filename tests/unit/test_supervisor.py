@@ -17,7 +17,7 @@ from mqbridge.errors import (
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
-from mqbridge.observer import Observer
+from mqbridge.observer import BridgeView, Observer
 from mqbridge.source import Source, SourceContext, open_source
 from tests.support.bridge import RunningBridge, run_until_idle, wait_for
 from tests.support.memory import FailingSource, RecordingExecutor, memory_app, memory_config
@@ -153,19 +153,19 @@ class Recorder(Observer):
     def __init__(self) -> None:
         self.events: list[str] = []
 
-    def on_ready(self, bridge: Bridge) -> None:
+    def on_ready(self, bridge: BridgeView) -> None:
         self.events.append("ready")
 
-    def on_tick(self, bridge: Bridge) -> None:
+    def on_tick(self, bridge: BridgeView) -> None:
         self.events.append("tick")
 
-    def on_wake(self, bridge: Bridge) -> None:
+    def on_wake(self, bridge: BridgeView) -> None:
         self.events.append("wake")
 
-    def on_reload(self, bridge: Bridge) -> None:
+    def on_reload(self, bridge: BridgeView) -> None:
         self.events.append("reload")
 
-    def on_stopping(self, bridge: Bridge) -> None:
+    def on_stopping(self, bridge: BridgeView) -> None:
         self.events.append("stopping")
 
     def status_fields(self) -> dict[str, Any]:
@@ -173,7 +173,7 @@ class Recorder(Observer):
 
 
 class Broken(Observer):
-    def on_wake(self, bridge: Bridge) -> None:
+    def on_wake(self, bridge: BridgeView) -> None:
         raise RuntimeError("observer bug")
 
     def status_fields(self) -> dict[str, Any]:
