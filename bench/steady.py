@@ -128,6 +128,37 @@ def raw_consumer(broker: Broker, destination: str, warm: int, measure: int, pref
     return rate
 
 
+class _Counting(stomp.ConnectionListener):
+    """Counts the frames it receives and drops them; notes when the `mark`-th and the last came."""
+
+    def __init__(self, mark: int, last: int) -> None:
+        self.count = 0
+        self.mark, self.last = mark, last
+        self.marked = 0.0
+        self.done = threading.Event()
+
+    def on_message(self, frame):  # type: ignore[no-untyped-def]
+        self.count += 1
+        if self.count == self.mark:
+            self.marked = time.perf_counter()
+        if self.count >= self.last:
+            self.done.set()
+
+
+def auto_ack_consumer(broker: Broker, destination: str, warm: int, measure: int, prefetch: int) -> float:
+    """Drain warm + measure messages with `ack=auto`, dropping each: what the broker dispatches to
+    one consumer on this machine, the ceiling for any bridge. The rate of the last `measure`."""
+    conn = broker.connection()
+    listener = _Counting(warm, warm + measure)
+    conn.set_listener("c", listener)
+    conn.subscribe(destination, id="auto", ack="auto", headers=broker.prefetch_header(prefetch))
+    if not listener.done.wait(600):
+        raise TimeoutError(f"the auto-ack consumer received {listener.count:,} of {warm + measure:,} messages")
+    rate = measure / (time.perf_counter() - listener.marked)
+    conn.disconnect()
+    return rate
+
+
 @dataclass
 class Sample:
     """One reading of the bridge's /metrics."""
@@ -274,6 +305,11 @@ def run(args: argparse.Namespace) -> None:
     print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
     raw = raw_consumer(broker, q1, warm, measure, prefetch=min(args.batch, 1000))
     print(f"(a) raw stomp.py consumer:      {raw:>9,.0f} msg/s  (last N of W + N, client-individual acks)")
+    q0 = f"/queue/bench-auto-{uuid.uuid4().hex[:8]}"
+    put(broker, q0, total, args.size)
+    limit = auto_ack_consumer(broker, q0, warm, measure, prefetch=min(args.batch, 1000))
+    print(f"(a0) auto-ack consumer (limit): {limit:>9,.0f} msg/s  (ack=auto, drops what it gets: the broker's "
+          f"dispatch limit here)")
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-steady-"))
     q2 = f"/queue/bench-bridge-{uuid.uuid4().hex[:8]}"
@@ -314,6 +350,7 @@ def run(args: argparse.Namespace) -> None:
         steady = measure / (t_end - t_w)
         print(f"(b) mqbridge run, steady:       {steady:>9,.0f} msg/s  (the N after the first W)")
         print(f"ratio (b)/(a):                  {steady / raw:>9.2f}")
+        print(f"ratio (b)/(a0):                 {steady / limit:>9.2f}")
         used = {k: cpu_end[k] - cpu_w[k] for k in cpu_end}
         print(f"    CPU seconds over N ({t_end - t_w:.1f}s wall, {psutil.cpu_count()} cores): "
               + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
