@@ -35,7 +35,7 @@ from mqbridge.landing import arrow_writer
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import owner_id
+from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
     discard,
     publish,
