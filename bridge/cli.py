@@ -135,8 +135,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from mqbridge.landing import create_spark_session, holders, type_tables
-    from mqbridge.purge import CostModel, Purger, recover_purges, type_designations
+    from mqbridge.landing import create_spark_session
+    from mqbridge.purge import PurgeFactory, recover_purges
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
@@ -144,21 +144,15 @@ def cmd_purge(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--type {', '.join(unknown)}: not a configured type (configured: {', '.join(cfg.types)})")
     types = {name: t for name, t in cfg.types.items() if not args.type or name in args.type}
-    p = cfg.purge
-    model = CostModel.in_state_dir(cfg.resolve_path(cfg.bridge.state_dir), margin=p.margin,
-                                   delete_row_seconds=p.delete_row_seconds, copy_row_seconds=p.copy_row_seconds,
-                                   container_seconds=p.container_seconds)
+    factory = PurgeFactory(cfg)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf)
-    purger = Purger(spark, model)
-    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    purger = factory.purger(spark)
     now = datetime.now(timezone.utc)
     ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
-    for path, names in type_tables(warehouse, types).items():
-        table = path.relative_to(warehouse)
-        # Each type at its own age; of a table other types share (or may), only the named types' rows.
-        designations = type_designations(names, ages, holders(warehouse, path, cfg.types), now=now,
-                                         where=args.where)
+    # Each type at its own age; of a table other types share (or may), only the named types' rows.
+    for path, designations in factory.designations(types, ages, now=now, where=args.where):
+        table = path.relative_to(factory.warehouse)
         if not designations:
             print(f"{table}: no retention and no --older-than or --where: nothing designated")
             continue
