@@ -63,20 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
                                            "size, oldest and newest put_timestamp")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
-    purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
-                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
-    purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
-    purge.add_argument("--type", action="append", default=None, metavar="NAME",
-                       help="only this message type's tables (repeatable; default: every type)")
-    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
-                       help="designate rows put longer ago than this (default: the type's retention)")
-    purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
-                                                                    "condition (with --older-than: both)")
-    purge.add_argument("--strategy", choices=("auto", "delete", "copy"), default="auto",
-                       help="auto: the cheaper estimate (default); a container whose rows are all "
-                            "designated is always dropped")
-    purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
-    purge.set_defaults(handler=cmd_purge)
+    _add_purge_parser(sub)
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
@@ -98,6 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in installed_commands():
         add_command(sub)
     return parser
+
+
+def _add_purge_parser(sub: Any) -> None:
+    """`mqbridge purge`: what it designates (types, age, SQL) and how (strategy, dry run)."""
+    purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
+                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
+    purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    purge.add_argument("--type", action="append", default=None, metavar="NAME",
+                       help="only this message type's tables (repeatable; default: every type)")
+    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+                       help="designate rows put longer ago than this (default: the type's retention)")
+    purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
+                                                                    "condition (with --older-than: both)")
+    purge.add_argument("--strategy", choices=("auto", "delete", "copy"), default="auto",
+                       help="auto: the cheaper estimate (default); a container whose rows are all "
+                            "designated is always dropped")
+    purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
+    purge.set_defaults(handler=cmd_purge)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
