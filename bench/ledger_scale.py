@@ -5,7 +5,7 @@ what do `/metrics` (`Ledger.stats`) and the hourly prune cost there?
 
 1. An SQLite ledger is pre-filled with N identities (published bulks of 2,000, MQ-like message ids,
    published over the last 7 days; inserted directly, in big transactions), in a temporary
-   directory. Its counters are left out, so that the first `Ledger.open` counts them (timed: what
+   directory. Its counters are left out, so that the first `SqliteLedger.open` counts them (timed: what
    opening a ledger from before the counters costs once).
 2. Landing throughput of the ledger's path, as `Landing.published` and `Landing.land` call it: per
    bulk of 2,000 new identities `published()`, `prepare()`, `mark_published()` (two fsynced
@@ -39,7 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mqbridge.landing.ledger.sqlite import COUNTERS, Ledger, owner_id  # noqa: E402
+from mqbridge.landing.ledger import Ledger, SqliteLedger, owner_id  # noqa: E402
+from mqbridge.landing.ledger.schema import COUNTERS  # noqa: E402
 
 BULK = 2_000
 WINDOW = 7 * 24 * 3600.0
@@ -60,7 +61,7 @@ def body_hash(n: int) -> str:
 def prefill(path: Path, identities: int) -> float:
     """Create the ledger at `path` holding `identities` published identities; returns seconds."""
     start = time.perf_counter()
-    Ledger.open(path, owner=owner_id()).close()  # the schema, as the bridge creates it
+    SqliteLedger.open(path, owner=owner_id()).close()  # the schema, as the bridge creates it
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous = OFF")
     db.execute("PRAGMA cache_size = -262144")
@@ -168,7 +169,7 @@ def report_stats(name: str, ledger: Ledger, path: Path) -> None:
 
 def report_prune(ledger: Ledger, identities: int, bulks: int) -> None:
     """Prune the oldest 1% while landing goes on in this thread; time both."""
-    import mqbridge.landing.ledger.sqlite as module
+    import mqbridge.landing.ledger.base as module
 
     batches: list[float] = []
     original = ledger._prune_batch
@@ -234,10 +235,10 @@ def run(base: Path, identities: int, bulks: int) -> None:
     print(f"size on disk: {size / 2 ** 20:,.0f} MiB, {size / 2 ** 20 / (identities / 1e6):,.1f} MiB per million "
           "identities")
     start = time.perf_counter()
-    full = Ledger.open(full_path, owner=owner_id())
+    full = SqliteLedger.open(full_path, owner=owner_id())
     print(f"first open (counts the counters once): {time.perf_counter() - start:.2f} s; "
           f"stats: {full.stats().identities:,} identities")
-    empty = Ledger.open(empty_path, owner=owner_id())
+    empty = SqliteLedger.open(empty_path, owner=owner_id())
     try:
         print("landing throughput of the ledger path (published + prepare + mark_published):")
         report_landing({"empty": empty, "pre-filled": full}, identities, bulks)

@@ -125,23 +125,11 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
-    collector = BulkCollector(
-        CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
-                        workers=config.collector.workers),
-        {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout) for name, t in config.types.items()},
-        counters=counters, breakers=breakers,
-    )
-    breakers.probe = collector.probe
-    for name in config.types:
-        collector.register_result_handler(plugins.observe_result, message_type=name)
+    collector = _build_collector(config, counters, breakers, plugins)
     landing = open_landing(config, counters)
     sessions = SparkSessions(config.spark, spark)
-    warehouse = config.resolve_path(config.spark.warehouse)
     make_executors: Callable[[], Mapping[str, Executor]] = (
-        (lambda: executors) if executors is not None
-        else (lambda: executors_for(sessions, warehouse, config.types, landing=landing,
-                                    write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
-                                    writer=config.spark.writer, conf=config.spark.conf)))
+        (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,
@@ -159,14 +147,46 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)
-    owner = landing.owner if landing is not None else owner_id()
-    # The start-up probe, a Spark job (seconds on a cold JVM), where Spark writes into the warehouse:
-    # bulks, or the scheduled purge's containers. Bulks pyarrow writes are checked by their footers.
-    probe = executors is None and (
-        spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
-        or (config.purge.interval is not None and landing is not None))
-    preflight = (lambda: check_warehouse(sessions, warehouse, owner)) if probe else None
+    preflight = _startup_probe(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, preflight=preflight)
+
+
+def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBreakers,
+                    plugins: PluginHost) -> BulkCollector:
+    """The bulk collector of `[collector]` and each type's limits; the sink breakers probe through it,
+    and the plugins observe every result."""
+    collector = BulkCollector(
+        CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
+                        workers=config.collector.workers),
+        {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout) for name, t in config.types.items()},
+        counters=counters, breakers=breakers,
+    )
+    breakers.probe = collector.probe
+    for name in config.types:
+        collector.register_result_handler(plugins.observe_result, message_type=name)
+    return collector
+
+
+def _spark_executors(config: BridgeConfig, sessions: SparkSessions,
+                    landing: Landing | None) -> Callable[[], Mapping[str, Executor]]:
+    """Makes each type's Spark executor, when the bridge starts (they need the session)."""
+    warehouse = config.resolve_path(config.spark.warehouse)
+    return lambda: executors_for(sessions, warehouse, config.types, landing=landing,
+                                 write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
+                                 writer=config.spark.writer, conf=config.spark.conf)
+
+
+def _startup_probe(config: BridgeConfig, sessions: SparkSessions,
+                  landing: Landing | None) -> Callable[[], None] | None:
+    """The start-up probe, a Spark job (seconds on a cold JVM), where Spark writes into the warehouse:
+    bulks, or the scheduled purge's containers (None elsewhere: bulks pyarrow writes are checked by
+    their footers)."""
+    if not (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
+            or (config.purge.interval is not None and landing is not None)):
+        return None
+    owner = landing.owner if landing is not None else owner_id()
+    warehouse = config.resolve_path(config.spark.warehouse)
+    return lambda: check_warehouse(sessions, warehouse, owner)
 
 
 def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:

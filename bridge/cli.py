@@ -63,20 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
                                            "size, oldest and newest put_timestamp")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
-    purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
-                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
-    purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
-    purge.add_argument("--type", action="append", default=None, metavar="NAME",
-                       help="only this message type's tables (repeatable; default: every type)")
-    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
-                       help="designate rows put longer ago than this (default: the type's retention)")
-    purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
-                                                                    "condition (with --older-than: both)")
-    purge.add_argument("--strategy", choices=("auto", "delete", "copy"), default="auto",
-                       help="auto: the cheaper estimate (default); a container whose rows are all "
-                            "designated is always dropped")
-    purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
-    purge.set_defaults(handler=cmd_purge)
+    _add_purge_parser(sub)
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
@@ -98,6 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in installed_commands():
         add_command(sub)
     return parser
+
+
+def _add_purge_parser(sub: Any) -> None:
+    """`mqbridge purge`: what it designates (types, age, SQL) and how (strategy, dry run)."""
+    purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
+                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
+    purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    purge.add_argument("--type", action="append", default=None, metavar="NAME",
+                       help="only this message type's tables (repeatable; default: every type)")
+    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+                       help="designate rows put longer ago than this (default: the type's retention)")
+    purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
+                                                                    "condition (with --older-than: both)")
+    purge.add_argument("--strategy", choices=("auto", "delete", "copy"), default="auto",
+                       help="auto: the cheaper estimate (default); a container whose rows are all "
+                            "designated is always dropped")
+    purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
+    purge.set_defaults(handler=cmd_purge)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -135,8 +140,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from mqbridge.landing import create_spark_session, holders, type_tables
-    from mqbridge.purge import CostModel, Purger, recover_purges, type_designations
+    from mqbridge.landing import create_spark_session
+    from mqbridge.purge import PurgeFactory, recover_purges
 
     cfg = load_config(args.config)
     setup_logging("WARNING")
@@ -144,21 +149,15 @@ def cmd_purge(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--type {', '.join(unknown)}: not a configured type (configured: {', '.join(cfg.types)})")
     types = {name: t for name, t in cfg.types.items() if not args.type or name in args.type}
-    p = cfg.purge
-    model = CostModel.in_state_dir(cfg.resolve_path(cfg.bridge.state_dir), margin=p.margin,
-                                   delete_row_seconds=p.delete_row_seconds, copy_row_seconds=p.copy_row_seconds,
-                                   container_seconds=p.container_seconds)
+    factory = PurgeFactory(cfg)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf)
-    purger = Purger(spark, model)
-    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    purger = factory.purger(spark)
     now = datetime.now(timezone.utc)
     ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
-    for path, names in type_tables(warehouse, types).items():
-        table = path.relative_to(warehouse)
-        # Each type at its own age; of a table other types share (or may), only the named types' rows.
-        designations = type_designations(names, ages, holders(warehouse, path, cfg.types), now=now,
-                                         where=args.where)
+    # Each type at its own age; of a table other types share (or may), only the named types' rows.
+    for path, designations in factory.designations(types, ages, now=now, where=args.where):
+        table = path.relative_to(factory.warehouse)
         if not designations:
             print(f"{table}: no retention and no --older-than or --where: nothing designated")
             continue

@@ -146,11 +146,6 @@ def _unique(paths: list[Path]) -> list[Path]:
 
 def render_unit(spec: UnitSpec) -> str:
     """The text of the unit file."""
-    exec_start = " ".join([executable(spec.command[0]), *(quote(w, command=True) for w in
-                                                        [*spec.command[1:], "run", "--config", str(spec.config_file)])])
-    everything = [*spec.readable, *spec.writable]
-    home = [p for p in everything if _under(p, HOME_DIRS)]
-    tmp = [p for p in everything if _under(p, TMP_DIRS)]
     lines = [
         "# Written by `mqbridge service install --systemd`; `mqbridge service remove --systemd` removes it.",
         "[Unit]",
@@ -159,6 +154,21 @@ def render_unit(spec: UnitSpec) -> str:
         "After=network-online.target",
         "",
         "[Service]",
+        *_process_lines(spec),
+        *_sandbox_lines(spec),
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _process_lines(spec: UnitSpec) -> list[str]:
+    """How systemd starts, watches, reloads and stops the bridge, as which user and where."""
+    exec_start = " ".join([executable(spec.command[0]), *(quote(w, command=True) for w in
+                                                        [*spec.command[1:], "run", "--config", str(spec.config_file)])])
+    lines = [
         "Type=notify",
         "NotifyAccess=main",
         f"ExecStart={exec_start}",
@@ -174,8 +184,17 @@ def render_unit(spec: UnitSpec) -> str:
     ]
     if spec.working_dir is not None:
         lines.append(f"WorkingDirectory={plain_path(spec.working_dir)}")
-    lines += [
-        "Environment=PYTHONUNBUFFERED=1",
+    lines.append("Environment=PYTHONUNBUFFERED=1")
+    return lines
+
+
+def _sandbox_lines(spec: UnitSpec) -> list[str]:
+    """What the service may write and see: only its writable paths, and /home and /tmp only where
+    a path it needs lies under them."""
+    everything = [*spec.readable, *spec.writable]
+    home = [p for p in everything if _under(p, HOME_DIRS)]
+    tmp = [p for p in everything if _under(p, TMP_DIRS)]
+    lines = [
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "ReadWritePaths=" + " ".join(quote(str(p)) for p in spec.writable),
@@ -194,12 +213,8 @@ def render_unit(spec: UnitSpec) -> str:
         "ProtectKernelTunables=yes",
         "ProtectKernelModules=yes",
         "ProtectControlGroups=yes",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def prepare_directories(spec: UnitSpec) -> list[Path]:

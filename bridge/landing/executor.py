@@ -35,7 +35,7 @@ from mqbridge.landing import arrow_writer
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import owner_id
+from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
     discard,
     publish,
@@ -346,22 +346,47 @@ class SparkExecutor:
         staged = landing is not None or self.arrow is not None
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
-        observation: Observation | None = None
-        try:
-            if self.arrow is not None:
-                self._stage_arrow(bulk, keep, target, self.arrow)
-            else:
-                observation = self._stage_spark(bulk, keep, target, "overwrite" if staged else "append")
-        except BaseException:
-            if staged:
-                discard(target)  # the staged part, if any; nothing reads or publishes it
-            raise
+        observation = self._stage(bulk, keep, target, staged)
         # Without a ledger the rows are in the table from here on: nothing below may fail in a way
         # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
         if observation is not None:
             for i, reason in corrupt_rows(observation).items():
                 results[i] = MessageResult.permanent(messages[i].msg_id, reason, bulk.bulk_id)
         landed = [i for i in keep if results[i] is None]
+        self._publish(bulk, landed, table, path, target, ledger_bulk_id, staged=staged)
+        for i in landed:
+            results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
+        if not landed:
+            if not existed:  # an append of no rows leaves a directory Spark cannot read back
+                shutil.rmtree(path, ignore_errors=True)
+            return
+        self.last_write_seconds = time.perf_counter() - start
+        self.rows_written += len(landed)
+        self.bytes_written += sum(len(messages[i].body) for i in landed)
+        self.writes += 1
+        log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
+                  len(landed), path, self.last_write_seconds)
+
+    def _stage(self, bulk: Bulk, keep: list[int], target: Path, staged: bool) -> Observation | None:
+        """Write the rows `keep` of `bulk` to `target` (pyarrow or Spark); a staged part that failed
+        is discarded. The Observation of a JSON type's corrupt rows, when Spark wrote them."""
+        try:
+            if self.arrow is not None:
+                self._stage_arrow(bulk, keep, target, self.arrow)
+                return None
+            return self._stage_spark(bulk, keep, target, "overwrite" if staged else "append")
+        except BaseException:
+            if staged:
+                discard(target)  # the staged part, if any; nothing reads or publishes it
+            raise
+
+    def _publish(self, bulk: Bulk, landed: list[int], table: str, path: Path, target: Path, ledger_bulk_id: str,
+                 *, staged: bool) -> None:
+        """Make the rows `landed`, written to `target`, part of the table at `path`: through the
+        ledger (exactly-once); by moving the staged files in (at-least-once, pyarrow); or, where
+        Spark appended straight into the table, by recording the type in its marker."""
+        messages = bulk.messages
+        landing = self.landing
         if landing is not None:
             if landed:
                 landing.land(ledger_bulk_id, table, path, target,
@@ -383,18 +408,6 @@ class SparkExecutor:
             for empty in (target.parent, target.parents[1]):  # no ledger, no recovery: leave no trace
                 with contextlib.suppress(OSError):
                     empty.rmdir()
-        for i in landed:
-            results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
-        if not landed:
-            if not existed:  # an append of no rows leaves a directory Spark cannot read back
-                shutil.rmtree(path, ignore_errors=True)
-            return
-        self.last_write_seconds = time.perf_counter() - start
-        self.rows_written += len(landed)
-        self.bytes_written += sum(len(messages[i].body) for i in landed)
-        self.writes += 1
-        log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
-                  len(landed), path, self.last_write_seconds)
 
     def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt

@@ -29,7 +29,7 @@ from pathlib import Path
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import LedgerUnavailableError
-from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk
+from mqbridge.landing.ledger import Ledger, PreparedBulk
 from mqbridge.landing.publication import (
     discard,
     publish,

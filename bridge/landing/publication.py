@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
 from mqbridge.landing.containers import table_lock
-from mqbridge.landing.ledger.sqlite import Ledger, PreparedBulk, owner_alive, this_host
+from mqbridge.landing.ledger import Ledger, PreparedBulk, owner_alive, this_host
 from mqbridge.landing.tables import record_landing
 
 log = logging.getLogger(__name__)

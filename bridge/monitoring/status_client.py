@@ -70,8 +70,19 @@ def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) ->
     if not healthy:
         out += [f"  ! {line}" for line in health_text.splitlines() if line.strip()]
     out.append("")
-    out.append(f"{'LISTENER THREAD':<40} {'STATE':<11} {'UNITS':>6} {'MSG/S':>8} {'COMMITTED':>10} "
-               f"{'RESTARTS':>8}  LAST ERROR")
+    out += _listener_lines(status)
+    out.append("")
+    out += _collector_lines(status)
+    out += _sink_lines(status)
+    out += _plugin_lines(status)
+    out += _process_lines(status)
+    return "\n".join(out)
+
+
+def _listener_lines(status: dict[str, Any]) -> list[str]:
+    """One line per listener thread, then each queue's results sent back to producers."""
+    out = [f"{'LISTENER THREAD':<40} {'STATE':<11} {'UNITS':>6} {'MSG/S':>8} {'COMMITTED':>10} "
+           f"{'RESTARTS':>8}  LAST ERROR"]
     for entry in status.get("listeners", []):
         state = entry.get("phase", "?") if entry.get("alive") else f"down:{entry.get('phase', '?')}"
         rate = entry.get("listener_committed_per_second")
@@ -87,16 +98,25 @@ def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) ->
         if sent or failed or rerouted:
             out.append(f"results to producers, {entry.get('source')}:{entry.get('queue')}: {sent:.0f} sent, "
                        f"{failed:.0f} failed, {rerouted:.0f} rerouted")
+    return out
+
+
+def _collector_lines(status: dict[str, Any]) -> list[str]:
+    """The collector's bulks and the Spark writes they became."""
     c = status.get("collector", {})
     flushed = ", ".join(f"{k}={v}" for k, v in sorted((c.get("flushed") or {}).items())) or "none"
-    out.append("")
-    out.append(f"collector  {c.get('messages', 0)} messages, {_mb(c.get('bytes'))}, {c.get('active_bulks', 0)} active "
-               f"/ {c.get('queued_bulks', 0)} queued / {c.get('in_flight_bulks', 0)} writing bulks; "
-               f"flushed: {flushed}")
     spark = status.get("spark") or {}
     state = {True: "reachable", False: f"NOT reachable: {spark.get('error')}", None: "not checked"}[spark.get("reachable")]
-    out.append(f"spark      {state} ({spark.get('master', '?')}); {c.get('executed_bulks', 0)} bulk writes, "
-               f"{c.get('execute_seconds_total', 0):.1f}s in total")
+    return [f"collector  {c.get('messages', 0)} messages, {_mb(c.get('bytes'))}, {c.get('active_bulks', 0)} active "
+            f"/ {c.get('queued_bulks', 0)} queued / {c.get('in_flight_bulks', 0)} writing bulks; "
+            f"flushed: {flushed}",
+            f"spark      {state} ({spark.get('master', '?')}); {c.get('executed_bulks', 0)} bulk writes, "
+            f"{c.get('execute_seconds_total', 0):.1f}s in total"]
+
+
+def _sink_lines(status: dict[str, Any]) -> list[str]:
+    """Each sink's breaker: available, or since when not and when it is probed next."""
+    out = []
     for name, sink in sorted((status.get("sinks") or {}).items()):
         if sink.get("available", True):
             line = f"available ({sink.get('opens', 0)} outages, {sink.get('probes', 0)} probes so far)"
@@ -107,27 +127,37 @@ def render(url: str, status: dict[str, Any], healthy: bool, health_text: str) ->
             if sink.get("last_probe_error"):
                 line += f"; last probe: {sink['last_probe_error']}"
         out.append(f"sink       {name}: {line}")
+    return out
+
+
+def _plugin_lines(status: dict[str, Any]) -> list[str]:
+    """The plugin generation in use, when the status has one."""
     plugins = status.get("plugins")
-    if plugins:
-        names = ", ".join(p.get("name", "?") for p in plugins.get("plugins", [])) or "none"
-        errors = len(plugins.get("errors", []))
-        out.append(f"plugins    generation {plugins.get('generation')}: {names}; {errors} load errors"
-                   + (f"; reload rejected: {plugins['reload_error']}" if plugins.get("reload_error") else ""))
+    if not plugins:
+        return []
+    names = ", ".join(p.get("name", "?") for p in plugins.get("plugins", [])) or "none"
+    errors = len(plugins.get("errors", []))
+    return [f"plugins    generation {plugins.get('generation')}: {names}; {errors} load errors"
+            + (f"; reload rejected: {plugins['reload_error']}" if plugins.get("reload_error") else "")]
+
+
+def _process_lines(status: dict[str, Any]) -> list[str]:
+    """The memory guard and the process's resources."""
     guard = status.get("guard") or {}
     if guard.get("enabled"):
         since = guard.get("paused_since")
         paused = (f"PAUSED intake for {time.time() - since:.0f}s" if guard.get("paused") and since
                   else "intake running")
-        out.append(f"memory     rss {_mb(guard.get('rss'))} / max_rss {_mb(guard.get('max_rss'))}: {paused} "
-                   f"({guard.get('pauses', 0)} pauses)")
+        out = [f"memory     rss {_mb(guard.get('rss'))} / max_rss {_mb(guard.get('max_rss'))}: {paused} "
+               f"({guard.get('pauses', 0)} pauses)"]
     else:
-        out.append("memory     guard off (no [bridge] max_rss)")
+        out = ["memory     guard off (no [bridge] max_rss)"]
     proc = status.get("process") or {}
     if proc:
         out.append(f"process    pid {proc.get('pid')}, rss {_mb(proc.get('rss_bytes'))}, cpu {proc.get('cpu_seconds')}s, "
                    f"{proc.get('threads')} threads, {proc.get('open_files')} open files, "
                    f"{proc.get('connections')} connections, up {proc.get('uptime_seconds')}s")
-    return "\n".join(out)
+    return out
 
 
 def run_status(url: str, timeout: float = 5.0) -> tuple[int, str]:

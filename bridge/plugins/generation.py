@@ -127,32 +127,45 @@ class GenerationBuilder:
                 gen.disabled.append(cand)
                 continue
             seen.add(cand.key)
-            old = old_plugins.get(cand.key)
-            loaded: Plugin | None = None
-            error: LoadError | None = None
-            if old is not None and (cand.source is not Source.FOLDER or old.candidate.fingerprint == cand.fingerprint):
-                loaded = old  # unchanged: do not run it again
-            elif old is not None and cand.key in rejected and rejected[cand.key][0] == cand.fingerprint:
-                loaded = old  # this version raised on every message: the previous one goes on
-                gen.kept[cand.key] = KeptVersion(Kept.REJECTED, rejected[cand.key][1])
-            else:
-                try:
-                    loaded = cand.load()
-                except PluginError as exc:
-                    error = _load_error(cand.name, exc, cand.path)
-            if loaded is not None:
-                error = self._register(gen, loaded)
-                if error is None:
-                    continue
-                if loaded is not old and loaded.module_name:
-                    forget_modules([loaded.module_name])
-            assert error is not None
-            gen.errors.append(error)
-            if old is not None and loaded is not old and self._register(gen, old) is None:
-                gen.kept[cand.key] = KeptVersion(Kept.NEW_VERSION_FAILED, str(error))
+            self._add_candidate(gen, cand, old_plugins.get(cand.key), rejected)
+        self._keep_vanished(gen, {k: p for k, p in old_plugins.items() if k not in seen}, unreadable)
+        self._build_chains(gen)
+        return gen
+
+    def _add_candidate(self, gen: Generation, cand: Candidate, old: Plugin | None,
+                       rejected: Mapping[str, tuple[Any, str]]) -> None:
+        """Add `cand` to `gen`: its `old` version where unchanged or rejected, else the candidate
+        loaded now; if that fails to load or register, the error, and `old` kept in its place."""
+        loaded: Plugin | None = None
+        error: LoadError | None = None
+        if old is not None and (cand.source is not Source.FOLDER or old.candidate.fingerprint == cand.fingerprint):
+            loaded = old  # unchanged: do not run it again
+        elif old is not None and cand.key in rejected and rejected[cand.key][0] == cand.fingerprint:
+            loaded = old  # this version raised on every message: the previous one goes on
+            gen.kept[cand.key] = KeptVersion(Kept.REJECTED, rejected[cand.key][1])
+        else:
+            try:
+                loaded = cand.load()
+            except PluginError as exc:
+                error = _load_error(cand.name, exc, cand.path)
+        if loaded is not None:
+            error = self._register(gen, loaded)
+            if error is None:
+                return
+            if loaded is not old and loaded.module_name:
+                forget_modules([loaded.module_name])
+        assert error is not None
+        gen.errors.append(error)
+        if old is not None and loaded is not old and self._register(gen, old) is None:
+            gen.kept[cand.key] = KeptVersion(Kept.NEW_VERSION_FAILED, str(error))
+
+    def _keep_vanished(self, gen: Generation, vanished: Mapping[str, Plugin], unreadable: set[str]) -> None:
+        """Keep in `gen` the previous plugins no candidate stands for any more, where dropping them
+        is not safe: their file or folder could not be read, or a chain still names their
+        preprocessors (a disabled plugin is dropped)."""
         used = {name for r in self.requests.values() for name, _ in r.refs}
-        for key, old in old_plugins.items():
-            if key in seen or old.name in self.disabled:
+        for key, old in vanished.items():
+            if old.name in self.disabled:
                 continue
             path = old.candidate.path
             still_used = sorted(used & set(old.preprocessors))
@@ -164,8 +177,6 @@ class GenerationBuilder:
                 continue
             if self._register(gen, old) is None:
                 gen.kept[key] = kept
-        self._build_chains(gen)
-        return gen
 
     def _register(self, gen: Generation, plugin: Plugin) -> LoadError | None:
         """Validate `plugin` on a scratch manager, let it register its preprocessors, then add it

@@ -3,13 +3,15 @@ a running bridge).
 
 The modules: `purger` (one run over a table's containers by drop, delete or copy, crash-safe, and
 `recover_purges` for a run that was killed), `costs` (the learned cost model that picks the
-strategy) and `schedule` (the `PurgeScheduler` of a running bridge). Purge imports landing's table
-listing and locks, never the listener loop.
+strategy), `schedule` (the `PurgeScheduler` of a running bridge) and `factory` (the `PurgeFactory`
+both the command and the scheduler make their cost model, purgers and designations with). Purge
+imports landing's table listing and locks, never the listener loop.
 """
 
 from __future__ import annotations
 
 from mqbridge.purge.costs import Coefficients, CostModel, Estimate
+from mqbridge.purge.factory import PurgeFactory
 from mqbridge.purge.purger import (
     ContainerPlan,
     ContainerResult,
@@ -23,5 +25,5 @@ from mqbridge.purge.purger import (
 from mqbridge.purge.schedule import PurgeScheduler, due
 
 __all__ = ["Coefficients", "ContainerPlan", "ContainerResult", "CostModel", "Designation", "Estimate",
-           "PurgeScheduler", "Purger", "due", "purge_history", "record_purge", "recover_purges",
-           "type_designations"]
+           "PurgeFactory", "PurgeScheduler", "Purger", "due", "purge_history", "record_purge",
+           "recover_purges", "type_designations"]

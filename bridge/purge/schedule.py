@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.counters import Counters
-from mqbridge.landing.containers import type_tables
-from mqbridge.landing.tables import holders
 from mqbridge.observer import BridgeView, Observer
-from mqbridge.purge.costs import CostModel
-from mqbridge.purge.purger import Designation, Purger, type_designations
+from mqbridge.purge.factory import PurgeFactory
+from mqbridge.purge.purger import Designation, Purger
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -59,14 +57,10 @@ class PurgeScheduler(Observer):
         self._thread: threading.Thread | None = None
         self.rounds = 0
         self.last_error: str | None = None
-        p = config.purge
-        self.threshold = p.threshold
+        self.threshold = config.purge.threshold
         # Shutdown waits this long for a container in progress, then as long again after cancelling.
         self.stop_wait = min(STOP_WAIT, config.bridge.shutdown_timeout / 4)
-        self.model = CostModel.in_state_dir(config.resolve_path(config.bridge.state_dir), margin=p.margin,
-                                            delete_row_seconds=p.delete_row_seconds,
-                                            copy_row_seconds=p.copy_row_seconds,
-                                            container_seconds=p.container_seconds)
+        self.factory = PurgeFactory(config)
 
     def on_ready(self, bridge: BridgeView) -> None:
         self._thread = threading.Thread(target=self._loop, name="mqbridge-purge", daemon=True)
@@ -133,18 +127,16 @@ class PurgeScheduler(Observer):
 
     def run_round(self) -> None:
         """Purge every table of every type with a retention, once."""
-        cfg = self.config
-        warehouse = cfg.resolve_path(cfg.spark.warehouse)
-        types = {name: t for name, t in cfg.types.items() if t.retention is not None}
+        types = {name: t for name, t in self.config.types.items() if t.retention is not None}
         spark = self._session()
         self._tag_jobs(spark)
-        purger = Purger(spark, self.model, counters=self.counters, stop=self._stop)
+        purger = self.factory.purger(spark, counters=self.counters, stop=self._stop)
         now = datetime.now(timezone.utc)
         self.counters.inc("purge_runs")
         ages = {name: t.retention for name, t in types.items()}
-        for table, names in type_tables(warehouse, types).items():
-            # Each type at its own retention, and only its own rows where others may land too.
-            for designation in type_designations(names, ages, holders(warehouse, table, cfg.types), now=now):
+        # Each type at its own retention, and only its own rows where others may land too.
+        for table, designations in self.factory.designations(types, ages, now=now):
+            for designation in designations:
                 if self._stop.is_set():
                     return
                 self._purge_table(purger, table, designation)

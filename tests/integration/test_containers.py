@@ -17,7 +17,7 @@ from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message, Outcome
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.processes import landed, leftovers, mqbridge, run_until_idle, stomp_config
@@ -37,7 +37,7 @@ def test_a_bulk_of_three_destinations_lands_in_three_tables_rows_ordered_by_put_
         put = T0 + timedelta(seconds=rng.randrange(7200))  # 23:00 to 01:00: two put_dates
         bulk.add(Message(msg_id=f"m{n}", body=f"body-{n}".encode(), source="amq", destination=queues[n % 3],
                          message_type="orders", put_timestamp=put, received_timestamp=put))
-    ledger = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     warehouse = tmp_path / "landing"
     executor = SparkExecutor(spark, warehouse, "orders", TypeConfig(table="{destination}"), landing=landing)

@@ -12,7 +12,7 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.config import load_config
-from mqbridge.landing.ledger.sqlite import Ledger, ledger_path, owner_id
+from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import run_until_idle as run_until_idle_in_process
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
@@ -83,7 +83,7 @@ def test_the_ledger_is_pruned_past_the_dedupe_window(tmp_path: Path, amq: AmqCli
     # A second run starts after the window: its first tick prunes everything the first one landed
     amq.put_many(q, bodies(10, "pr2"))
     run_until_idle(config, idle="3s")
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     try:
         stats = ledger.stats()
         assert stats.prune_runs >= 2

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mqbridge.landing.ledger.sqlite import Ledger, ledger_path, owner_id
+from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import (
     RABBIT_SOURCE,
@@ -201,7 +201,7 @@ def test_a_reader_sees_only_whole_bulks(tmp_path: Path, spark: Any, amq: AmqClie
         thread.join(120)
     assert not errors, errors
     assert re.search(r"ledger recovery: [1-9]\d* bulks rolled forward", out), out
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     try:
         sizes = ledger.bulk_sizes()
     finally:

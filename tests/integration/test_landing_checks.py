@@ -25,7 +25,7 @@ from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
 from tests.integration.test_outage import finish, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
@@ -105,7 +105,7 @@ def test_a_ledger_locked_past_its_busy_timeout_is_an_outage_and_everything_lands
 
 def test_one_identity_twice_in_one_bulk_lands_once(spark: Any, tmp_path: Path) -> None:
     # Given a bulk in which two deliveries share an identity (a producer's retry), and a third message
-    ledger = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600)
     executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders"), landing=landing)
     now = datetime.now(timezone.utc)

@@ -17,7 +17,7 @@ from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.landing.rows import LANDED_COLUMNS
 from mqbridge.message import Bulk, Message
 from mqbridge.purge.costs import CostModel
@@ -36,7 +36,7 @@ NINETY_PERCENT = "cast(substring(msg_id, 2) AS INT) % 10 != 0"
 def land_container(spark: Any, warehouse: Path, state: Path, next_day: int = 0) -> Path:
     """One container (put_date 2024-06-01) of ROWS rows in BULKS files; message n put n minutes
     after midnight, its body holding every byte value; `next_day` more rows on 2024-06-02."""
-    ledger = Ledger.open(state / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(state / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     executor = SparkExecutor(spark, warehouse, "orders", TypeConfig(table="orders"), landing=landing)
     per_bulk = ROWS // BULKS

@@ -16,7 +16,7 @@ from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
@@ -35,7 +35,7 @@ DESIGNATED = "msg_id LIKE 'm%' AND try_cast(substring(msg_id, 2) AS INT) % 10 !=
 def land_old_rows(spark: Any, tmp_path: Path, age: timedelta = timedelta(0)) -> list[bytes]:
     """1,000 rows put in the last seconds (today's container, where the stream lands too), or
     `age` earlier, in 10 files."""
-    ledger = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders"), landing=landing)
     sent = bodies(OLD, "old")

@@ -13,7 +13,7 @@ from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
 from tests.integration.test_purge import T0
 from tests.support.processes import mqbridge
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def land(spark: Any, tmp_path: Path, message_type: str, table: str, destination: str, rows: int) -> None:
     """`rows` messages of `message_type` (configured `table`) read from `destination`, put one a
     minute from T0 on, landed exactly once as the bridge lands them."""
-    ledger = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     executor = SparkExecutor(spark, tmp_path / "landing", message_type, TypeConfig(table=table), landing=landing)
     bulk = Bulk(message_type)

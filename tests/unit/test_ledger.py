@@ -23,7 +23,8 @@ from mqbridge.errors import (
     SinkOutageError,
 )
 from mqbridge.identity import identity_of
-from mqbridge.landing.ledger.sqlite import _HOLDING, Ledger, ledger_path, owner_alive, owner_id
+from mqbridge.landing.ledger import Ledger, SqliteLedger, ledger_path, owner_alive, owner_id
+from mqbridge.landing.ledger.sqlite import _HOLDING
 from mqbridge.message import Message
 from mqbridge.purge.purger import purge_history, record_purge
 from tests.support.configs import orders_config
@@ -34,7 +35,7 @@ MOVES = [("/t/_staging/o/b1/put_date=2024-01-01/part-0.parquet", "/t/put_date=20
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    opened = Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
+    opened = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
     yield opened
     opened.close()
 
@@ -123,7 +124,7 @@ def test_prune_removes_published_bulks_older_than_the_window(ledger: Ledger) -> 
 def test_two_handles_on_one_file_see_each_others_commits(tmp_path: Path) -> None:
     # Given two processes' views of one state_dir
     path = tmp_path / "ledger.sqlite3"
-    first, second = Ledger.open(path, owner="h:1:1.00"), Ledger.open(path, owner="h:2:2.00")
+    first, second = SqliteLedger.open(path, owner="h:1:1.00"), SqliteLedger.open(path, owner="h:2:2.00")
     try:
         first.prepare("b1", "orders", MOVES, ["m1"])
         assert [b.owner for b in second.in_progress()] == ["h:1:1.00"]
@@ -167,13 +168,13 @@ def test_a_corrupt_file_is_an_error_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     path.write_bytes(b"this is not a database, it is a text file " * 200)
     with pytest.raises(LedgerError, match=f"ledger {path}: unreadable or corrupt"):
-        Ledger.open(path, owner=owner_id())
+        SqliteLedger.open(path, owner=owner_id())
     assert path.read_bytes().startswith(b"this is not")  # never replaced by an empty ledger
 
 
 def test_a_damaged_ledger_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     ledger.prepare("b1", "orders", [], [f"id-{n}" for n in range(5000)])
     ledger.close()
     sqlite3.connect(path).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
@@ -181,18 +182,18 @@ def test_a_damaged_ledger_is_an_error(tmp_path: Path) -> None:
     data[4096 * 2:4096 * 4] = b"\xff" * 8192  # overwrite pages in the middle of the file
     path.write_bytes(bytes(data))
     with pytest.raises(LedgerError, match=f"ledger {path}"):
-        Ledger.open(path, owner=owner_id())
+        SqliteLedger.open(path, owner=owner_id())
 
 
 def test_another_sqlite_database_is_not_taken_for_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(LedgerError, match="not an mqbridge ledger"):
-        Ledger.open(path, owner=owner_id())
+        SqliteLedger.open(path, owner=owner_id())
 
 
 def test_a_missing_file_is_created(tmp_path: Path) -> None:
-    ledger = Ledger.open(ledger_path(tmp_path / "new" / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "new" / "state"), owner=owner_id())
     assert ledger.created and ledger.path.exists()
     ledger.close()
 
@@ -200,7 +201,7 @@ def test_a_missing_file_is_created(tmp_path: Path) -> None:
 def _open_when_told(path: Path, go: Any, results: Any) -> None:
     go.wait()
     try:
-        Ledger.open(path, owner=owner_id()).close()
+        SqliteLedger.open(path, owner=owner_id()).close()
         results.put("ok")
     except LedgerError as exc:
         results.put(str(exc))
@@ -230,18 +231,18 @@ def test_processes_started_together_all_open_a_new_ledger(tmp_path: Path) -> Non
 def test_a_ledger_locked_past_the_busy_timeout_is_named_locked_not_corrupt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ledger.sqlite3"
-    Ledger.open(path, owner=owner_id()).close()
+    SqliteLedger.open(path, owner=owner_id()).close()
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
     monkeypatch.setattr("mqbridge.landing.ledger.sqlite.BUSY_TIMEOUT_MS", 300)
     try:
         with pytest.raises(LedgerError, match="locked by another process for more than") as raised:
-            Ledger.open(path, owner=owner_id())
+            SqliteLedger.open(path, owner=owner_id())
         assert "corrupt" not in str(raised.value)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    Ledger.open(path, owner=owner_id()).close()  # and opens once the writer is done
+    SqliteLedger.open(path, owner=owner_id()).close()  # and opens once the writer is done
 
 
 # -- owners -----------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ def _config(tmp_path: Path) -> Path:
 
 
 def test_ledger_command_prints_the_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     ledger.prepare("b1", "orders", [], ["m1", "m2"])
     ledger.mark_published("b1")
     ledger.prepare("b2", "orders", [], ["m3"])
@@ -287,7 +288,7 @@ def test_ledger_verify_lists_missing_files(tmp_path: Path, capsys: pytest.Captur
     present, missing = tmp_path / "t" / "part-b1-00000.parquet", tmp_path / "t" / "part-b1-00001.parquet"
     present.parent.mkdir()
     _parquet(present, 1)  # b1's one row
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     ledger.prepare("b1", "orders", [("/gone/0", str(present)), ("/gone/1", str(missing))], ["m1"])
     ledger.mark_published("b1")
     ledger.close()
@@ -306,7 +307,7 @@ def test_ledger_verify_tells_files_a_purge_removed_from_missing_ones(tmp_path: P
     table = tmp_path / "t"
     old = [table / "put_date=2024-06-01" / f"part-b{i}-00000.parquet" for i in (1, 2)]
     other = table / "put_date=2024-06-02" / "part-b3-00000.parquet"
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     for i, final in enumerate([*old, other], 1):
         ledger.prepare(f"b{i}", "orders", [(f"/gone/{i}", str(final))], [f"m{i}"])
         ledger.mark_published(f"b{i}")
@@ -335,7 +336,7 @@ def test_ledger_verify_does_not_excuse_a_file_published_after_the_purge(tmp_path
     (table / "_mqbridge_purged.jsonl").write_text(
         json.dumps({"container": "put_date=2024-06-01", "strategy": "copy", "at": time.time() - 3600}) + "\n")
     final = table / "put_date=2024-06-01" / "part-b1-00000.parquet"
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     ledger.prepare("b1", "orders", [("/gone/1", str(final))], ["m1"])
     ledger.mark_published("b1")
     ledger.close()
@@ -365,7 +366,7 @@ def test_a_ledger_that_cannot_take_writes_now_is_unavailable_not_untrustworthy(
     # Given a ledger another process keeps write-locked past the busy timeout
     monkeypatch.setattr("mqbridge.landing.ledger.sqlite.BUSY_TIMEOUT_MS", 200)
     path = tmp_path / "ledger.sqlite3"
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -437,7 +438,7 @@ def _fill(path: Path, bulks: int, per_bulk: int, age: float) -> None:
 
 def test_counters_stay_exact_across_every_write_and_reopening(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     # Given bulks prepared (one with a repeated identity), published, published twice, forgotten
     ledger.prepare("b1", "orders", [], ["m1", "m2", "m2"])
     ledger.prepare("b2", "orders", [], ["m3"])
@@ -459,7 +460,7 @@ def test_counters_stay_exact_across_every_write_and_reopening(tmp_path: Path) ->
     _assert_counters_exact(ledger)
     ledger.prepare("b5", "orders", [], ["m8"])
     ledger.close()
-    again = Ledger.open(path, owner=owner_id())
+    again = SqliteLedger.open(path, owner=owner_id())
     # Then the counters still say exactly what the rows are
     _assert_counters_exact(again)
     assert again.stats().bulks == {"prepared": 1, "published": 0} and again.stats().identities == 1
@@ -469,13 +470,13 @@ def test_counters_stay_exact_across_every_write_and_reopening(tmp_path: Path) ->
 def test_counters_are_counted_once_on_a_ledger_from_before_them(tmp_path: Path) -> None:
     # Given a ledger whose meta has no counters (written by an mqbridge before them)
     path = tmp_path / "ledger.sqlite3"
-    Ledger.open(path, owner=owner_id()).close()
+    SqliteLedger.open(path, owner=owner_id()).close()
     _fill(path, bulks=4, per_bulk=3, age=60)
     db = sqlite3.connect(path)
     assert db.execute("SELECT COUNT(*) FROM meta WHERE key LIKE 'count_%'").fetchone()[0] == 0
     db.close()
     # When it is opened, then its counters are the counts, and are kept from there on
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     assert (ledger.stats().bulks, ledger.stats().identities) == ({"prepared": 0, "published": 4}, 12)
     ledger.prepare("new", "orders", [], ["n1"])
     _assert_counters_exact(ledger)
@@ -497,12 +498,12 @@ def test_prune_in_batches_removes_exactly_the_old_published_bulks(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Given batches of at most 4 identities of 2 bulks, 5 old published bulks of 3 identities, an
     # old prepared bulk and a recent published one
-    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_IDENTITIES", 4)
-    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_BULKS", 2)
+    monkeypatch.setattr("mqbridge.landing.ledger.base.PRUNE_BATCH_IDENTITIES", 4)
+    monkeypatch.setattr("mqbridge.landing.ledger.base.PRUNE_BATCH_BULKS", 2)
     path = tmp_path / "ledger.sqlite3"
-    Ledger.open(path, owner=owner_id()).close()
+    SqliteLedger.open(path, owner=owner_id()).close()
     _fill(path, bulks=5, per_bulk=3, age=7200)
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     ledger.prepare("open", "orders", [], ["p1", "p2"])
     _age(path, ["open"], 7200)
     ledger.prepare("recent", "orders", [], ["r1"])
@@ -526,11 +527,11 @@ def test_prune_in_batches_removes_exactly_the_old_published_bulks(tmp_path: Path
 
 def test_a_prune_holds_the_lock_for_one_batch_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a ledger with 60 old bulks of 100 identities, pruned in batches of 300 identities
-    monkeypatch.setattr("mqbridge.landing.ledger.sqlite.PRUNE_BATCH_IDENTITIES", 300)
+    monkeypatch.setattr("mqbridge.landing.ledger.base.PRUNE_BATCH_IDENTITIES", 300)
     path = tmp_path / "ledger.sqlite3"
-    Ledger.open(path, owner=owner_id()).close()
+    SqliteLedger.open(path, owner=owner_id()).close()
     _fill(path, bulks=60, per_bulk=100, age=7200)
-    ledger = Ledger.open(path, owner=owner_id())
+    ledger = SqliteLedger.open(path, owner=owner_id())
     batches: list[tuple[float, float]] = []
     first = threading.Event()
     original = ledger._prune_batch
@@ -572,7 +573,7 @@ def test_ledger_verify_compares_row_counts_with_identities(tmp_path: Path, capsy
     # many, one with an unreadable file
     table = tmp_path / "t" / "put_date=2024-06-01"
     files = {f"b{i}": table / f"part-b{i}-00000.parquet" for i in (1, 2, 3)}
-    ledger = Ledger.open(ledger_path(tmp_path / "state"), owner=owner_id())
+    ledger = SqliteLedger.open(ledger_path(tmp_path / "state"), owner=owner_id())
     for i, (bulk_id, final) in enumerate(files.items()):
         ledger.prepare(bulk_id, "orders", [(f"/gone/{i}", str(final))], [f"{bulk_id}-m1", f"{bulk_id}-m2"])
         ledger.mark_published(bulk_id)
@@ -595,8 +596,8 @@ def test_ledger_verify_compares_row_counts_with_identities(tmp_path: Path, capsy
 
 def test_a_prepare_is_a_heartbeat_of_its_owner(tmp_path: Path) -> None:
     # Given an owner on another host whose last heartbeat is older than the lease
-    other = Ledger.open(tmp_path / "l.sqlite3", owner="elsewhere/1:42:1.00")
-    judge = Ledger.open(tmp_path / "l.sqlite3", owner=owner_id())
+    other = SqliteLedger.open(tmp_path / "l.sqlite3", owner="elsewhere/1:42:1.00")
+    judge = SqliteLedger.open(tmp_path / "l.sqlite3", owner=owner_id())
     judge.lease = 5.0
     with other._write() as db:
         db.execute("INSERT INTO owners (owner, last_seen) VALUES (?, ?)", (other.owner, time.time() - 60))
@@ -618,7 +619,7 @@ def test_a_prepare_is_a_heartbeat_of_its_owner(tmp_path: Path) -> None:
 def test_a_full_or_read_only_ledger_is_unavailable_and_the_same_handle_goes_on(
         tmp_path: Path, fault: str, cure: str, says: str) -> None:
     # Given a ledger that can no longer take writes
-    ledger = Ledger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
+    ledger = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
     pages = ledger._db.execute("PRAGMA page_count").fetchone()[0]
     ledger._db.execute(fault.format(pages=pages))
     # Then a bulk's prepare is an outage, nothing recorded (the probe's one row may still fit a

@@ -18,7 +18,7 @@ from mqbridge.errors import (
     StagingMismatchError,
 )
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger.sqlite import Ledger, owner_id
+from mqbridge.landing.ledger import Ledger, SqliteLedger, owner_id
 from mqbridge.landing.publication import (
     discard,
     owner_dirname,
@@ -39,7 +39,7 @@ def table(tmp_path: Path) -> Path:
 
 
 def open_ledger(tmp_path: Path, owner: str) -> Ledger:
-    return Ledger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner)
+    return SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner)
 
 
 @pytest.fixture
@@ -239,7 +239,7 @@ def test_an_owner_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path: 
     stranger = f"{socket.gethostname()}/1:{os.getpid()}:1000.00"
     moves = prepare_dead_bulk(tmp_path, table, "b1", ["m1"], owner=stranger)
     ledger.lease = 60.0
-    theirs = Ledger.open(Path(ledger.path), owner=stranger)
+    theirs = SqliteLedger.open(Path(ledger.path), owner=stranger)
     theirs.heartbeat()  # its heartbeat is fresh
     theirs.close()
     assert ledger.owner_alive(stranger) and recover(ledger, [table]).skipped_live == 1

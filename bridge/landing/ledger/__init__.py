@@ -1,25 +1,43 @@
 """The landing ledger: which bulks were prepared and published, and which message identities each
 one holds (the exactly-once record of `ARCHITECTURE.md`, "Landing protocol").
 
-`sqlite` is the embedded ledger (one SQLite file per `state_dir`, also the statements and records
-every ledger shares); `postgres` is the ledger in PostgreSQL (`[ledger] url`) for bridges on several
-hosts, its driver (psycopg) imported only when such a ledger is opened. `open_ledger` picks one from
-the configuration.
+The modules: `base` (the `Ledger` every backend is: records, the statements they share), `schema`
+(the tables, written once, and the counters), `owners` (which process wrote a bulk, and whether it
+may still run), and the backends: `sqlite` (one embedded SQLite file per `state_dir`) and
+`postgres` (`[ledger] url`, for bridges on several hosts; it and its driver, psycopg, are imported
+only when such a ledger is opened). `open_ledger` picks one from the configuration.
 """
 
 from __future__ import annotations
 
-from mqbridge.landing.ledger.sqlite import (
-    Ledger,
-    LedgerStats,
-    PreparedBulk,
-    PublishedBulk,
-    ledger_path,
-    open_ledger,
-    owner_alive,
-    owner_id,
-    this_host,
-)
+from typing import TYPE_CHECKING
 
-__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "ledger_path", "open_ledger",
-           "owner_alive", "owner_id", "this_host"]
+from mqbridge.errors import LedgerError, LedgerUnavailableError
+from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk
+from mqbridge.landing.ledger.owners import owner_alive, owner_id, this_host
+from mqbridge.landing.ledger.sqlite import SqliteLedger, ledger_path
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
+
+__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "SqliteLedger", "ledger_path",
+           "open_ledger", "owner_alive", "owner_id", "this_host"]
+
+
+def open_ledger(config: BridgeConfig, *, owner: str) -> Ledger:
+    """The ledger a configuration names: PostgreSQL when `[ledger] url` is set, else the SQLite
+    file under `[bridge] state_dir` (created on first use)."""
+    section = config.ledger
+    if section.url is not None:
+        from mqbridge.landing.ledger.postgres import PostgresLedger  # psycopg only for a PostgreSQL ledger
+
+        return PostgresLedger.open_url(section.url.get_secret_value(), owner=owner,
+                                       schema=section.database_schema, lease=section.lease)
+    ledger = SqliteLedger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)
+    ledger.lease = section.lease
+    try:
+        ledger.heartbeat()  # bridges in other pid namespaces on this state_dir judge this one by it
+    except LedgerUnavailableError as exc:
+        ledger.close()
+        raise LedgerError(f"{exc} (at start-up)") from exc
+    return ledger

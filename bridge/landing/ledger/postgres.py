@@ -1,6 +1,6 @@
 """The landing ledger in PostgreSQL (`[ledger] url`), for bridges on several hosts that share a
-queue and a warehouse but no local disk. The same records and statements as the embedded SQLite
-ledger (`mqbridge.landing.ledger.sqlite.Ledger`); what differs is said here.
+queue and a warehouse but no local disk. The same records, tables and statements as the embedded
+SQLite ledger (`mqbridge.landing.ledger.base.Ledger`, `schema`); what differs is said here.
 
 Durability. Every write is one transaction committed with PostgreSQL's defaults
 (`synchronous_commit = on`: the commit returns once its WAL record is flushed on the server, and
@@ -29,33 +29,13 @@ from contextlib import suppress
 from typing import Any
 
 from mqbridge.errors import LedgerError
-from mqbridge.landing.ledger.sqlite import Ledger, initialise_counters, judged_by_pid, owner_alive
+from mqbridge.landing.ledger.base import Ledger
+from mqbridge.landing.ledger.schema import initialise_counters, schema_statements
 
 #: The advisory lock key every writer of one database takes ("mqbr" as a number).
 WRITE_LOCK = 0x6D716272
-#: The tables, in the configured schema; the same columns as the SQLite ledger's.
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS bulks (
-    bulk_id      TEXT PRIMARY KEY,
-    table_name   TEXT NOT NULL,
-    moves        TEXT NOT NULL,
-    owner        TEXT NOT NULL,
-    state        TEXT NOT NULL CHECK (state IN ('prepared', 'published')),
-    prepared_at  DOUBLE PRECISION NOT NULL,
-    published_at DOUBLE PRECISION,
-    identities   INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS bulks_by_state ON bulks (state, published_at);
-CREATE INDEX IF NOT EXISTS bulks_by_prepared ON bulks (prepared_at);
-CREATE TABLE IF NOT EXISTS identities (
-    identity TEXT NOT NULL,
-    bulk_id  TEXT NOT NULL,
-    PRIMARY KEY (identity, bulk_id)
-);
-CREATE INDEX IF NOT EXISTS identities_by_bulk ON identities (bulk_id);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS owners (owner TEXT PRIMARY KEY, last_seen TIMESTAMPTZ NOT NULL)
-"""
+#: The tables, in the configured schema; heartbeats by the server's clock, one for every host.
+_STATEMENTS = schema_statements(seconds="DOUBLE PRECISION", heartbeat="TIMESTAMPTZ")
 _PASSWORD = re.compile(r"(^[a-z]+://[^:/@]*:)([^@/]+)(@)|(password\s*=\s*)(\S+)", re.IGNORECASE)
 
 
@@ -99,7 +79,7 @@ class PostgresLedger(Ledger):
             try:
                 db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # the name is checked by the configuration
                 created = db.execute("SELECT to_regclass('bulks') IS NULL").fetchone()[0]
-                for statement in _SCHEMA.split(";"):
+                for statement in _STATEMENTS:
                     db.execute(statement)
                 with db.transaction():  # under the lock every writer takes: no bulk moves meanwhile
                     initialise_counters(db, lambda statement: statement.replace("?", "%s"))
@@ -142,17 +122,15 @@ class PostgresLedger(Ledger):
                              (self._schema,)).fetchone()
         return int(row[0])
 
-    def owner_alive(self, owner: str) -> bool:
-        """This host's owners by their pid; another host's by its heartbeat within the lease (an
-        owner that never wrote one is dead: every bridge with a PostgreSQL ledger writes one)."""
-        if judged_by_pid(owner):
-            return owner_alive(owner)
+    def _heartbeat_fresh(self, owner: str) -> bool:
+        """An owner that never wrote a heartbeat is dead: every bridge with a PostgreSQL ledger writes one."""
         with self._read() as db:
             row = db.execute("SELECT last_seen > now() - make_interval(secs => %s) FROM owners WHERE owner = %s",
                              (self.lease, owner)).fetchone()
         return bool(row and row[0])
 
     def heartbeat(self) -> None:
+        """The heartbeat needs no write lock: one autocommitted statement."""
         with self._read() as db:
             self._touch_owner(db)
 

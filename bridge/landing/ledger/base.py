@@ -1,0 +1,401 @@
+"""The landing ledger's records and the statements every backend shares: which bulks were prepared
+and published, and which message identities each one holds (the exactly-once record of
+`ARCHITECTURE.md`, "Landing protocol").
+
+`Ledger` is the interface the landing uses and the behaviour both backends inherit: the statements
+are written once, with `?` parameters; `mqbridge.landing.ledger.sqlite.SqliteLedger` (one embedded
+file per `state_dir`) and `mqbridge.landing.ledger.postgres.PostgresLedger` (`[ledger] url`) supply
+connections, the clause that looks identities up, how a writer takes the lock and how an owner's
+heartbeat is written and read. Each handle is one process's (`owner` names the process).
+
+Identities. An identity (the string the listener's rule gives, see `mqbridge.identity`) appears
+in at most one *published* bulk. The identities table is keyed by (identity, bulk_id), so one
+identity may sit in several *prepared* bulks: a bulk whose process died between prepare and
+publish keeps its rows until recovery decides its fate, and a redelivered message may be prepared
+again meanwhile. `prepare` refuses (`DuplicateIdentityError`) an identity a published bulk holds;
+recovery (`mqbridge.landing.publication.recover`) rolls a dead bulk back, not forward, when another bulk
+published one of its identities first. What remains open is two *live* processes preparing the
+same identity at once (only after the source redelivered a message a live bridge still held, i.e.
+its connection was lost): both may publish.
+
+A ledger that is corrupt, unreadable or not a ledger raises `LedgerError` (never an empty start); a
+missing one is created and `Ledger.created` says so, so that the caller can warn that landings
+before it cannot be recognised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mqbridge.errors import DuplicateIdentityError, LedgerError, LedgerUnavailableError
+from mqbridge.landing.ledger.owners import judged_by_pid, owner_alive
+from mqbridge.landing.ledger.schema import ADD_COUNTS
+
+log = logging.getLogger(__name__)
+
+#: A prune deletes at most this many identities (of at most PRUNE_BATCH_BULKS bulks) per write
+#: transaction, and pauses between two (`Ledger.prune`), so that landings interleave with it.
+PRUNE_BATCH_IDENTITIES = 5_000
+PRUNE_BATCH_BULKS = 50
+
+
+# -- records ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreparedBulk:
+    """A bulk recorded as prepared: its files are staged, none or some already published.
+
+    `files` holds the (staged path, final path) pairs given to `Ledger.prepare`, absolute.
+    """
+
+    bulk_id: str
+    table: str
+    files: tuple[tuple[str, str], ...]
+    owner: str
+    prepared_at: float
+    identities: int
+
+
+@dataclass(frozen=True)
+class LedgerStats:
+    """What `Ledger.stats` reports (and `mqbridge ledger` prints)."""
+
+    path: Path | str  # the file, or the database URL without its password
+    bulks: dict[str, int]  # by state: "prepared", "published"
+    identities: int
+    file_bytes: int  # the database file plus its write-ahead log (PostgreSQL: the tables' size)
+    oldest: float | None  # epoch seconds of the oldest bulk's preparation, None when empty
+    prune_runs: int
+    last_prune: float | None
+
+
+@dataclass(frozen=True)
+class PublishedBulk:
+    """A published bulk as `--verify` checks it."""
+
+    bulk_id: str
+    table: str
+    files: tuple[tuple[str, str], ...]
+    published_at: float
+
+
+# -- the ledger -------------------------------------------------------------------------------
+class Ledger(ABC):
+    """One process's handle on the ledger. Thread-safe: one connection behind a lock for writes and
+    most reads (the statements are short; the database would serialise the writers anyway), and a
+    second one for `published`, the question every listener asks once per unit of work, so that
+    listeners do not queue behind a bulk's `prepare` and its commit.
+    """
+
+    #: The clause selecting the rows that hold the identities of one parameter (and a state).
+    HOLDING: str
+    #: The exceptions of the database driver (wrapped in LedgerError).
+    ERRORS: tuple[type[BaseException], ...]
+    #: Those of them that say the ledger cannot be used *now* (a full or read-only disk, a lock held
+    #: past the busy timeout, a lost connection), not that its records are in doubt: wrapped in
+    #: LedgerUnavailableError, an outage of the sinks, from which the bridge resumes.
+    TRANSIENT: tuple[type[BaseException], ...]
+    #: Increments the prune-run counter in `meta`.
+    COUNT_PRUNE: str
+    #: An owner whose pid cannot be checked from here (another host or pid namespace) is alive
+    #: while its last heartbeat is younger than this (`[ledger] lease`).
+    lease: float = 60.0
+
+    def __init__(self, path: Path | str, owner: str, connection: Any, created: bool) -> None:
+        self.path = path  # a file, or a database URL without its password
+        self.owner = owner
+        #: True when the ledger did not exist and was created when it was opened.
+        self.created = created
+        self._db = connection
+        self._lock = threading.Lock()
+        self._reader: Any = None  # for `published`, opened on first use
+        self._reader_lock = threading.Lock()
+
+    # -- what a database backend supplies -------------------------------------------------------
+    def _sql(self, statement: str) -> str:
+        """`statement` in the driver's parameter style."""
+        return statement
+
+    @abstractmethod
+    def _identities_parameter(self, identities: Sequence[str]) -> Any:
+        """`identities`, without repeats, as the one parameter of `HOLDING`."""
+
+    @abstractmethod
+    def _begin_write(self, db: Any) -> None:
+        """Begin a transaction on `db` that holds the write lock from its first statement."""
+
+    @abstractmethod
+    def _open_reader(self) -> Any:
+        """A second connection, for the reads of `_read_concurrently`."""
+
+    @abstractmethod
+    def _size_bytes(self) -> int:
+        """The space the ledger takes."""
+
+    @abstractmethod
+    def _heartbeat_fresh(self, owner: str) -> bool:
+        """Whether `owner`'s last heartbeat is younger than `lease`."""
+
+    @abstractmethod
+    def _touch_owner(self, db: Any) -> None:
+        """This owner's heartbeat, in the transaction of `db` (each `prepare` writes one too: a bulk
+        is never younger than its owner's last heartbeat, whatever the control thread was doing)."""
+
+    def _usable(self, db: Any) -> Any:
+        """The connection `db`, or a new one if the backend can tell it is broken (SQLite: as is)."""
+        return db
+
+    # -- owners ---------------------------------------------------------------------------------
+    def owner_alive(self, owner: str) -> bool:
+        """Whether the process `owner` may still be running: by its pid where that can be checked
+        (`owners.owner_alive`), else by its heartbeat within `lease` (`_heartbeat_fresh`)."""
+        if judged_by_pid(owner):
+            return owner_alive(owner)
+        return self._heartbeat_fresh(owner)
+
+    def heartbeat(self) -> None:
+        """Tell other processes (other hosts, other pid namespaces) that this owner is alive."""
+        with self._write() as db:
+            self._touch_owner(db)
+
+    # -- transactions ---------------------------------------------------------------------------
+    def _execute(self, db: Any, statement: str, parameters: Sequence[Any] = ()) -> Any:
+        return db.execute(self._sql(statement), tuple(parameters))
+
+    def _wrapped(self, exc: BaseException) -> LedgerError | LedgerUnavailableError:
+        """A driver error as the bridge's: unavailable (an outage) or untrustworthy (fatal)."""
+        if isinstance(exc, self.TRANSIENT):
+            return LedgerUnavailableError(f"ledger {self.path} unavailable: {' '.join(str(exc).split())}")
+        return LedgerError(f"ledger {self.path}: {exc}")
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        with self._lock:
+            try:
+                self._db = self._usable(self._db)
+                yield self._db
+            except self.ERRORS as exc:
+                raise self._wrapped(exc) from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        """One transaction holding the write lock from its first statement."""
+        with self._lock:
+            try:
+                self._db = self._usable(self._db)
+                self._begin_write(self._db)
+                try:
+                    yield self._db
+                except BaseException:
+                    with suppress(*self.ERRORS):  # a lost connection has rolled back already
+                        self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except self.ERRORS as exc:
+                raise self._wrapped(exc) from exc
+
+    @contextmanager
+    def _read_concurrently(self) -> Iterator[Any]:
+        with self._reader_lock:
+            try:
+                if self._reader is not None:
+                    self._reader = self._usable(self._reader)
+                if self._reader is None:
+                    self._reader = self._open_reader()
+                yield self._reader
+            except self.ERRORS as exc:
+                raise self._wrapped(exc) from exc
+
+    def probe_write(self) -> None:
+        """One small write transaction, as a bulk's `prepare` makes: raises LedgerUnavailableError
+        when the ledger cannot take writes now (the breaker's probe, `Landing.probe`)."""
+        with self._write() as db:
+            self._execute(db, "INSERT INTO meta (key, value) VALUES ('last_probe', ?) "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(time.time()),))
+
+    def published(self, identities: Sequence[str]) -> set[str]:
+        """Which of `identities` a published bulk holds."""
+        found: set[str] = set()
+        with self._read_concurrently() as db:
+            found.update(row[0] for row in self._execute(db, f"SELECT DISTINCT i.identity {self.HOLDING}",
+                                                         (self._identities_parameter(identities), "published")))
+        return found
+
+    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """For each of `identities` a published bulk holds: (that bulk's id, its table)."""
+        with self._read_concurrently() as db:
+            rows = self._execute(db, f"SELECT DISTINCT i.identity, b.bulk_id, b.table_name {self.HOLDING}",
+                                 (self._identities_parameter(identities), "published"))
+            return {row[0]: (row[1], row[2]) for row in rows}
+
+    def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
+                identities: Sequence[str]) -> None:
+        """Record `bulk_id` as prepared, with its file moves and identities, in one transaction.
+        Raises DuplicateIdentityError (and records nothing) if a published bulk holds any of the
+        identities."""
+        unique = list(dict.fromkeys(identities))
+        with self._write() as db:
+            taken = [row[0] for row in self._execute(db, f"SELECT DISTINCT i.identity {self.HOLDING}",
+                                                     (self._identities_parameter(unique), "published"))]
+            if taken:
+                raise DuplicateIdentityError(f"bulk {bulk_id}: {len(taken)} identities already published "
+                                             f"(e.g. {taken[0]!r})", taken)
+            self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
+                          "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
+                          (bulk_id, table, json.dumps([list(m) for m in moves]), self.owner, time.time(),
+                           len(unique)))
+            db.cursor().executemany(self._sql("INSERT INTO identities (identity, bulk_id) VALUES (?, ?)"),
+                                    [(identity, bulk_id) for identity in unique])
+            self._add_counts(db, identities=len(unique), prepared=1)
+            self._touch_owner(db)
+
+    def _add_counts(self, db: Any, *, identities: int = 0, prepared: int = 0, published: int = 0) -> None:
+        """Move the counters of `COUNTERS` by these amounts, in the caller's write transaction."""
+        self._execute(db, ADD_COUNTS, (identities, prepared, published))
+
+    def prepared_holding(self, identities: Sequence[str]) -> list[PreparedBulk]:
+        """The prepared (not yet published) bulks that hold any of `identities`."""
+        found: dict[str, PreparedBulk] = {}
+        with self._read() as db:
+            for bulk_id, table, moves, owner, prepared_at, count in self._execute(
+                    db, f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
+                    f"{self.HOLDING}", (self._identities_parameter(identities), "prepared")):
+                found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+        return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
+
+    def mark_published(self, bulk_id: str) -> None:
+        """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""
+        with self._write() as db:
+            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
+            self._execute(db, "UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
+                          (time.time(), bulk_id))
+            if row[0] == "prepared":  # marking a published bulk again changes no count
+                self._add_counts(db, prepared=-1, published=1)
+
+    def forget(self, bulk_id: str) -> None:
+        """Delete a rolled-back bulk and its identities (nothing of it was published)."""
+        with self._write() as db:
+            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            removed = self._execute(db, "DELETE FROM identities WHERE bulk_id = ?", (bulk_id,)).rowcount
+            self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+            state = row[0] if row is not None else None
+            self._add_counts(db, identities=-removed, prepared=-(state == "prepared"),
+                             published=-(state == "published"))
+
+    def in_progress(self) -> list[PreparedBulk]:
+        """Every bulk in state prepared (of any owner), oldest first."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, table_name, moves, owner, prepared_at, identities FROM bulks "
+                              "WHERE state = 'prepared' ORDER BY prepared_at, bulk_id").fetchall()
+        return [PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+                for bulk_id, table, moves, owner, prepared_at, count in rows]
+
+    def published_bulks(self) -> list[PublishedBulk]:
+        """Every published bulk, oldest first (for `mqbridge ledger --verify`)."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, table_name, moves, published_at FROM bulks "
+                              "WHERE state = 'published' ORDER BY published_at, bulk_id").fetchall()
+        return [PublishedBulk(bulk_id, table, _moves(moves), at) for bulk_id, table, moves, at in rows]
+
+    def identities_of(self, bulk_id: str) -> list[str]:
+        """The identities recorded for `bulk_id`."""
+        with self._read() as db:
+            return [row[0] for row in self._execute(db, "SELECT identity FROM identities WHERE bulk_id = ?",
+                                                    (bulk_id,))]
+
+    def bulk_sizes(self) -> dict[str, int]:
+        """Each published bulk's identity count, by bulk_id: the number of rows a reader must see
+        for it (one row per identity). Read-only; prepared bulks are not included."""
+        with self._read() as db:
+            rows = db.execute("SELECT bulk_id, identities FROM bulks WHERE state = 'published'").fetchall()
+        return {bulk_id: count for bulk_id, count in rows}
+
+    def prune(self, older_than: float, *, stop: threading.Event | None = None) -> int:
+        """Delete published bulks published more than `older_than` seconds ago, with their
+        identities (the dedupe window has passed for them). Returns the identities removed.
+
+        In batches (`_prune_batch`), each one short write transaction, oldest bulks first; between
+        two the lock is free for as long as the batch held it (at least a millisecond), so that
+        landings in this process and others interleave. `stop`, when set, ends it after a batch;
+        what is left is pruned by the next call (a bulk half pruned is still published)."""
+        cutoff = time.time() - older_than
+        bulks = removed = 0
+        while stop is None or not stop.is_set():
+            started = time.monotonic()
+            gone, identities = self._prune_batch(cutoff)
+            bulks, removed = bulks + gone, removed + identities
+            if not (gone or identities):
+                break
+            pause = max(time.monotonic() - started, 0.001)
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
+        with self._write() as db:
+            self._execute(db, self.COUNT_PRUNE)
+            self._execute(db, "INSERT INTO meta (key, value) VALUES ('last_prune', ?) "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(time.time()),))
+        if bulks:
+            log.info("ledger pruned %d bulks (%d identities) published before the dedupe window", bulks, removed)
+        return removed
+
+    def _prune_batch(self, cutoff: float) -> tuple[int, int]:
+        """One write transaction of `prune`: the identities of the oldest published bulks before
+        `cutoff`, at most PRUNE_BATCH_IDENTITIES of them, and each bulk left without identities.
+        Returns (bulks removed, identities removed)."""
+        bulks = removed = 0
+        with self._write() as db:
+            rows = self._execute(db, "SELECT bulk_id FROM bulks WHERE state = 'published' AND published_at < ? "
+                                 "ORDER BY published_at LIMIT ?", (cutoff, PRUNE_BATCH_BULKS)).fetchall()
+            for (bulk_id,) in rows:
+                room = PRUNE_BATCH_IDENTITIES - removed
+                if room <= 0:
+                    break
+                gone = self._execute(db, "DELETE FROM identities WHERE bulk_id = ? AND identity IN "
+                                     "(SELECT identity FROM identities WHERE bulk_id = ? LIMIT ?)",
+                                     (bulk_id, bulk_id, room)).rowcount
+                removed += gone
+                if gone < room:  # none of its identities is left
+                    self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
+                    bulks += 1
+            self._add_counts(db, identities=-removed, published=-bulks)
+        return bulks, removed
+
+    def stats(self) -> LedgerStats:
+        """Counts and sizes of the ledger, from the counters of `COUNTERS` (no row is counted, and
+        on the reader connection: a landing's or a prune's write transaction is not waited for)."""
+        with self._read_concurrently() as db:
+            self._execute(db, "BEGIN")
+            try:
+                oldest = self._execute(db, "SELECT MIN(prepared_at) FROM bulks").fetchone()[0]  # bulks_by_prepared
+                meta = dict(self._execute(db, "SELECT key, value FROM meta").fetchall())
+            finally:
+                self._execute(db, "COMMIT")
+        size = self._size_bytes()
+        last_prune = meta.get("last_prune")
+        bulks = {"prepared": int(meta.get("count_prepared", 0)), "published": int(meta.get("count_published", 0))}
+        return LedgerStats(self.path, bulks, int(meta.get("count_identities", 0)), size, oldest,
+                           int(meta.get("prune_runs", 0)), float(last_prune) if last_prune is not None else None)
+
+    def close(self) -> None:
+        """Close the connections (committed transactions are already durable)."""
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+        with self._lock:
+            self._db.close()
+
+
+def _moves(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple((staged, final) for staged, final in json.loads(text))
