@@ -19,23 +19,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from mqbridge import failpoints
 from mqbridge.breaker import AllOpenGate
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
+from mqbridge.dedupe import Deduplicator, landed_before, landed_where
 from mqbridge.errors import (
     BridgeError,
-    IdentityError,
     LedgerUnavailableError,
     PoisonLoopError,
     PreprocessorError,
     UnknownMessageTypeError,
 )
 from mqbridge.guard import IntakeGate
-from mqbridge.identity import identity_of
 from mqbridge.message import Message, MessageResult, Outcome
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
 from mqbridge.source import BackoutMove, DeliveryTracker, Landed, PoisonLog, Source
@@ -44,16 +42,6 @@ log = logging.getLogger(__name__)
 
 # Seconds to wait after backing out a whole unit of work before reading again.
 ROLLBACK_PAUSE = 0.5
-
-
-class Deduplicator(Protocol):
-    """The landing ledger as the listener loop sees it (`mqbridge.landing.Landing`)."""
-
-    def published(self, identities: Sequence[str]) -> set[str]:
-        """Which of these identities are already landed."""
-
-    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """(bulk id, table) of each of these identities that is landed."""
 
 
 @dataclass
@@ -250,7 +238,7 @@ class ListenerThread(threading.Thread):
         spec = self.spec
         moves: list[BackoutMove] = []
         try:
-            landed_before = self._landed_before(batch, moves)
+            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves)
         except LedgerUnavailableError as unavailable:
             # Whether these messages landed cannot be known now: the whole unit goes back, and,
             # as in any outage, none of its deliveries counts towards a backout threshold.
@@ -260,7 +248,7 @@ class ListenerThread(threading.Thread):
             return
         todo: list[Message] = []
         for message in batch:
-            if id(message) in landed_before or any(m.message is message for m in moves):
+            if id(message) in recognised or any(m.message is message for m in moves):
                 continue
             if spec.backout_threshold and self._counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
@@ -303,7 +291,7 @@ class ListenerThread(threading.Thread):
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
         self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
-                     deduplicated=[m for m in batch if id(m) in landed_before])
+                     deduplicated=[m for m in batch if id(m) in recognised])
 
     def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
         """Preprocess the unit; if the chain's plugin generation is new, has never got a message
@@ -432,7 +420,7 @@ class ListenerThread(threading.Thread):
         failpoints.hit("before_source_commit")
         self.tracker.gave_back_in_outage(m.msg_id for m in outages)
         landed = [Landed(m, r.table, r.bulk_id) for m in submitted if (r := results.get(m)) is not None and r.ok]
-        landed += self._landed_where(deduplicated)
+        landed += landed_where(self.dedupe, deduplicated)
         confirmed = self.source.commit(moves=moves, returns=returns, landed=landed)
         failpoints.hit("after_source_commit")
         if confirmed is not None:
@@ -517,32 +505,6 @@ class ListenerThread(threading.Thread):
         """What a message's failures are counted by: its ledger identity (stable across
         redeliveries on every broker), else its message id."""
         return message.identity or message.msg_id
-
-    def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[int]:
-        """Give each message its identity (from the original, before preprocessing) and return the
-        msg_ids of those the ledger shows as landed already: a redelivery after a crash or a lost
-        commit, which is committed without landing again. Every message is checked, not only those
-        flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
-        Deliveries are named by `id()`, not msg_id: an MQ unit may hold two messages with one MsgId.
-        A message without its identity (a missing header) is moved to the backout queue."""
-        if self.dedupe is None:
-            return set()
-        for message in batch:
-            try:
-                message.identity = identity_of(message, self.spec.identity)
-            except IdentityError as exc:
-                moves.append(BackoutMove(message, str(exc), self.spec.backout_queue))
-        known = [m for m in batch if m.identity]
-        landed = self.dedupe.published([m.identity for m in known])
-        return {id(m) for m in known if m.identity in landed}
-
-    def _landed_where(self, recognised: Sequence[Message]) -> list[Landed]:
-        """Where the ledger says each of these (already landed) messages is, for their producers."""
-        if not recognised or self.dedupe is None:
-            return []
-        where = self.dedupe.landed_in([m.identity for m in recognised if m.identity])
-        found = [(m, where.get(m.identity or "", ("", ""))) for m in recognised]
-        return [Landed(m, table=table, bulk_id=bulk_id) for m, (bulk_id, table) in found]
 
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
