@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqbridge import failpoints
+from mqbridge.bookkeeping import DeliveryBook
 from mqbridge.breaker import AllOpenGate
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
@@ -139,9 +140,9 @@ class ListenerThread(threading.Thread):
         self.collector = collector
         self.chain_provider = chain_provider
         self.counters = counters
-        self.tracker = tracker
-        # Suspects and failure counts of the queue (shared by its listener threads and restarts).
-        self.poison = poison if poison is not None else PoisonLog()
+        # The queue's delivery counts, suspects and failure counts (shared by its listener threads
+        # and restarts), kept through one book.
+        self.book = DeliveryBook(tracker, poison if poison is not None else PoisonLog())
         self._isolating = False  # reading units of one (logged when it changes)
         self.state = ListenerState()
         self.failure: BaseException | None = None
@@ -205,7 +206,7 @@ class ListenerThread(threading.Thread):
         at most ~1 s for the first (so a stop request is seen promptly)."""
         spec = self.spec
         # While the queue has suspects, units of one: a culprit then fails alone (see PoisonLog).
-        isolating = self.poison.isolating
+        isolating = self.book.isolating
         if isolating != self._isolating:
             self._isolating = isolating
             log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
@@ -216,7 +217,7 @@ class ListenerThread(threading.Thread):
             return []
         batch = [first]
         if limit == 1:
-            self.poison.read_alone(first.msg_id)
+            self.book.read_alone(first)
         deadline = time.monotonic() + spec.wait
         while len(batch) < limit and not self._stop_event.is_set():
             remaining = deadline - time.monotonic()
@@ -242,7 +243,7 @@ class ListenerThread(threading.Thread):
         except LedgerUnavailableError as unavailable:
             # Whether these messages landed cannot be known now: the whole unit goes back, and,
             # as in any outage, none of its deliveries counts towards a backout threshold.
-            self.tracker.gave_back_in_outage(m.msg_id for m in batch)
+            self.book.given_back_in_outage(batch)
             self._back_out(batch, f"cannot look the unit up in the landing ledger: {unavailable}",
                            suspects=[])
             return
@@ -250,7 +251,7 @@ class ListenerThread(threading.Thread):
         for message in batch:
             if id(message) in recognised or any(m.message is message for m in moves):
                 continue
-            if spec.backout_threshold and self._counted(message) > spec.backout_threshold:
+            if spec.backout_threshold and self.book.counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
                 continue
             todo.append(message)
@@ -367,7 +368,7 @@ class ListenerThread(threading.Thread):
         outages: list[Message] = []  # given back because the sink is down: they count for nothing
         for message, reason in failed or ():
             halt = self._count_failure(message, reason) or halt
-            if spec.backout_threshold and self._counted(message) >= spec.backout_threshold:
+            if spec.backout_threshold and self.book.counted(message) >= spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message, reason), spec.backout_queue))
             else:
                 retry.append((message, reason))
@@ -380,12 +381,12 @@ class ListenerThread(threading.Thread):
                 outages.append(message)
                 retry.append((message, result.reason))
             elif result.outcome is Outcome.RETRYABLE:
-                self.tracker.failed(message.msg_id, result.reason)
+                self.book.failed(message, result.reason)
                 halt = self._count_failure(message, result.reason) or halt
                 if (
                     self.source.supports_partial_commit
                     and spec.backout_threshold
-                    and self._counted(message) >= spec.backout_threshold
+                    and self.book.counted(message) >= spec.backout_threshold
                 ):
                     moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
                 else:
@@ -397,7 +398,7 @@ class ListenerThread(threading.Thread):
             # so the halt policy stops a message that can never land from going round forever.
             for move in moves:
                 reason = f"{move.reason} (it cannot be moved aside: the listener has no backout_queue)"
-                self.tracker.failed(move.message.msg_id, reason)
+                self.book.failed(move.message, reason)
                 halt = self._count_failure(move.message, reason) or halt
                 retry.append((move.message, reason))
             moves = []
@@ -413,12 +414,12 @@ class ListenerThread(threading.Thread):
                             "(another type's write failed); they will be delivered and land again",
                             spec.name, at_risk)
             if len(outages) == len(returns):  # only the sink's fault: no delivery of this unit counts
-                self.tracker.gave_back_in_outage(m.msg_id for m in batch)
+                self.book.given_back_in_outage(batch)
             self._back_out(batch, retry[0][1], suspects=culprits, halt=halt)
             return
 
         failpoints.hit("before_source_commit")
-        self.tracker.gave_back_in_outage(m.msg_id for m in outages)
+        self.book.given_back_in_outage(outages)
         landed = [Landed(m, r.table, r.bulk_id) for m in submitted if (r := results.get(m)) is not None and r.ok]
         landed += landed_where(self.dedupe, deduplicated)
         confirmed = self.source.commit(moves=moves, returns=returns, landed=landed)
@@ -430,9 +431,7 @@ class ListenerThread(threading.Thread):
                     self.counters.inc(name, count, **self._labels)
         returned_ids = {m.msg_id for m in returns}  # (returns are preprocessed copies of `batch`)
         gone = [m for m in batch if m.msg_id not in returned_ids]
-        self.tracker.forget([m.msg_id for m in gone])
-        self.poison.left_queue(m.msg_id for m in gone)
-        self.poison.forget(self._key(m) for m in gone)
+        self.book.left_queue(gone)
         now = time.monotonic()
         self.counters.observe_many("put_to_commit_seconds", [
             self._latency(m, now) for m in submitted if m.msg_id not in returned_ids], **self._labels)
@@ -466,7 +465,7 @@ class ListenerThread(threading.Thread):
         units of one (PoisonLog), so the culprit fails alone."""
         spec = self.spec
         if suspects and len(batch) > 1:
-            self.poison.suspect((m.msg_id for m in suspects), len(batch))
+            self.book.backed_out(suspects, len(batch))
         self.source.rollback()
         self.counters.inc("messages_backed_out", len(batch), **self._labels)
         log.warning("%s: backed out %d messages: %s", spec.name, len(batch), reason)
@@ -481,7 +480,7 @@ class ListenerThread(threading.Thread):
         """Count a failure of `message` (per message, across redeliveries and listener restarts).
         When no backout threshold will ever move it and it failed `halt_after_failures` times,
         the error that halts this listener (raised once the unit of work is ended)."""
-        failures = self.poison.failed(self._key(message))
+        failures = self.book.blamed(message)
         limit = self.spec.halt_after_failures
         if failures < limit or self._moving_threshold() > 0:
             return None
@@ -500,16 +499,10 @@ class ListenerThread(threading.Thread):
             return int(getattr(self.source, "backout_threshold", 0) or 0)
         return self.spec.backout_threshold
 
-    @staticmethod
-    def _key(message: Message) -> str:
-        """What a message's failures are counted by: its ledger identity (stable across
-        redeliveries on every broker), else its message id."""
-        return message.identity or message.msg_id
-
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
         self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
-        self.tracker.failed(message.msg_id, str(exc))
+        self.book.failed(message, str(exc))
         self._undo(chain, message, exc)
 
     def _undo(self, chain: Chain, message: Message, exc: PreprocessorError) -> None:
@@ -523,13 +516,8 @@ class ListenerThread(threading.Thread):
         burning the messages' backout counts in milliseconds."""
         self._stop_event.wait(ROLLBACK_PAUSE)
 
-    def _counted(self, message: Message) -> int:
-        """The deliveries that count towards the backout threshold: those not given back because
-        the sink was unavailable (`DeliveryTracker.gave_back_in_outage`)."""
-        return message.delivery_count - self.tracker.outage_give_backs(message.msg_id)
-
     def _exhausted_reason(self, message: Message, reason: str | None = None) -> str:
-        last = reason or self.tracker.last_reason(message.msg_id) or "unknown"
+        last = reason or self.book.last_reason(message) or "unknown"
         return (f"delivered {message.delivery_count} times, backout threshold is "
                 f"{self.spec.backout_threshold}; last failure: {last}")
 
