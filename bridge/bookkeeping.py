@@ -10,10 +10,28 @@ listener loop reaches them only through a `DeliveryBook`: callers say what happe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from mqbridge.message import Message
 from mqbridge.source import DeliveryTracker, PoisonLog
+
+
+@dataclass(frozen=True)
+class DeliveryRecords:
+    """What the book knew of some deliveries at one moment: the state a unit's plan is decided on
+    (`mqbridge.unit_plan.plan_unit`)."""
+
+    outage_give_backs: Mapping[str, int] = field(default_factory=dict)  # by msg_id
+    last_reasons: Mapping[str, str] = field(default_factory=dict)  # by msg_id
+
+    def counted(self, message: Message) -> int:
+        """The deliveries of `message` that count towards the backout threshold (`DeliveryBook.counted`)."""
+        return message.delivery_count - self.outage_give_backs.get(message.msg_id, 0)
+
+    def last_reason(self, msg_id: str) -> str | None:
+        """Why its last delivery failed, as far as the book knew."""
+        return self.last_reasons.get(msg_id)
 
 
 class DeliveryBook:
@@ -45,6 +63,18 @@ class DeliveryBook:
     def last_reason(self, message: Message) -> str | None:
         """Why the message's last delivery failed (for the backout queue's reason header)."""
         return self.tracker.last_reason(message.msg_id)
+
+    def records(self, messages: Iterable[Message]) -> DeliveryRecords:
+        """What the book knows now of these messages' deliveries."""
+        give_backs: dict[str, int] = {}
+        reasons: dict[str, str] = {}
+        for message in messages:
+            msg_id = message.msg_id
+            give_backs[msg_id] = self.tracker.outage_give_backs(msg_id)
+            reason = self.tracker.last_reason(msg_id)
+            if reason is not None:
+                reasons[msg_id] = reason
+        return DeliveryRecords(give_backs, reasons)
 
     # -- what happened -------------------------------------------------------------------------
     def read_alone(self, message: Message) -> None:
