@@ -33,11 +33,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from mqbridge import triage
 from mqbridge.breaker import SinkBreakers
+from mqbridge.collector_limits import CollectorLimits, CollectorStats, TypeLimits
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.message import Bulk, Message, MessageResult
@@ -63,48 +63,6 @@ class Executor(Protocol):
     """
 
     def execute(self, bulk: Bulk) -> list[MessageResult]: ...
-
-
-@dataclass(frozen=True)
-class TypeLimits:
-    """Per message type: `bulk_size` in bytes (flush condition 1), `bulk_timeout` in seconds
-    (flush condition 3)."""
-
-    bulk_size: int
-    bulk_timeout: float
-
-
-@dataclass(frozen=True)
-class CollectorLimits:
-    """Collector-wide: `memory` in bytes (flush condition 2 and backpressure), `max_bulks`
-    active bulks (flush condition 4), `workers` threads executing bulks."""
-
-    memory: int
-    max_bulks: int
-    workers: int
-
-
-@dataclass
-class CollectorStats:
-    """A snapshot of the collector's state and counters (for /metrics, /status, the log)."""
-
-    bytes: int = 0
-    messages: int = 0
-    active_bulks: int = 0
-    queued_bulks: int = 0
-    in_flight_bulks: int = 0
-    flushed: dict[str, int] = field(default_factory=dict)
-    executed_bulks: int = 0
-    executed_messages: int = 0
-    executed_bytes: int = 0  # bytes of the messages in executed bulks (bodies + row overhead)
-    execute_seconds_total: float = 0.0
-    last_execute_seconds: float = 0.0
-    backpressure_waits: int = 0  # submits that had to wait for memory (once per submit)
-    coalesced_bulks: int = 0  # queued bulks merged into another bulk of their type
-    handler_errors: int = 0  # result handler calls that raised
-    outage_bulks: int = 0  # bulks answered with outage results (write failed for the sink, or breaker open)
-    bisect_writes: int = 0  # extra writes spent isolating the culprits of failed bulks
-    isolated_culprits: int = 0  # messages found to fail on their own (while the sink took writes)
 
 
 class BulkCollector:
@@ -524,3 +482,6 @@ def _match_results(bulk: Bulk, messages: list[Message], results: list[MessageRes
                   "messages without a result are retryable", bulk.message_type, len(results),
                   len(messages), bulk.bulk_id, extra)
     return pairs
+
+
+__all__ = ["BulkCollector", "CollectorLimits", "CollectorStats", "Executor", "ResultHandler", "TypeLimits"]

@@ -5,11 +5,12 @@
       → run the preprocessor chain (one snapshot of the chain for the whole unit of work)
       → hand the messages to the bulk collector and ask it to flush their bulks now
       → wait for a result per message
-      → commit (removing them, moving permanent failures to the backout queue)
+      → decide what the results mean (`mqbridge.unit_plan.plan_unit`), then carry that out:
+        commit (removing them, moving permanent failures to the backout queue)
         or give the retryable failures back to the source queue.
 
 Only this thread touches its source; the collector's workers hand results back through a
-`UnitResults` waiter.
+`UnitResults` waiter. The queue's delivery records are kept through a `DeliveryBook`.
 """
 
 from __future__ import annotations
@@ -17,43 +18,41 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from mqbridge import failpoints
+from mqbridge.bookkeeping import DeliveryBook
 from mqbridge.breaker import AllOpenGate
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
+from mqbridge.dedupe import Deduplicator, landed_before, landed_where
 from mqbridge.errors import (
     BridgeError,
-    IdentityError,
     LedgerUnavailableError,
     PoisonLoopError,
     PreprocessorError,
     UnknownMessageTypeError,
 )
 from mqbridge.guard import IntakeGate
-from mqbridge.identity import identity_of
-from mqbridge.message import Message, MessageResult, Outcome
+from mqbridge.message import Message
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
-from mqbridge.source import BackoutMove, DeliveryTracker, Landed, PoisonLog, Source
+from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source
+from mqbridge.unit_plan import (
+    Unit,
+    UnitPlan,
+    UnitPolicy,
+    UnitResults,
+    exhausted_reason,
+    halting_error,
+    plan_unit,
+)
 
 log = logging.getLogger(__name__)
 
 # Seconds to wait after backing out a whole unit of work before reading again.
 ROLLBACK_PAUSE = 0.5
-
-
-class Deduplicator(Protocol):
-    """The landing ledger as the listener loop sees it (`mqbridge.landing.Landing`)."""
-
-    def published(self, identities: Sequence[str]) -> set[str]:
-        """Which of these identities are already landed."""
-
-    def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """(bulk id, table) of each of these identities that is landed."""
 
 
 @dataclass
@@ -70,40 +69,6 @@ class ListenerSpec:
     backout_queue: str | None
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
     halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
-
-
-class UnitResults:
-    """Collects the per-message results of one unit of work from the collector's workers.
-
-    Keyed per delivery (the Message object submitted), not per msg_id: two deliveries of one
-    message can be in flight at once (a redelivery after a lost connection, taken by another
-    listener thread while the first copy is still in a bulk), and one's result must not settle
-    the other. A result for a delivery of another unit is ignored; a delivery left without its
-    own result counts as retryable (`ListenerThread._finish`)."""
-
-    def __init__(self, submitted: Sequence[Message]) -> None:
-        self._mine = {id(m) for m in submitted}
-        self._expected = len(self._mine)
-        self._results: dict[int, MessageResult] = {}
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        if self._expected == 0:
-            self._done.set()
-
-    def __call__(self, message: Message, result: MessageResult) -> None:
-        with self._lock:
-            if id(message) not in self._mine:
-                return  # the same msg_id, delivered to another unit
-            self._results[id(message)] = result
-            if len(self._results) >= self._expected:
-                self._done.set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._done.wait(timeout)
-
-    def get(self, message: Message) -> MessageResult | None:
-        with self._lock:
-            return self._results.get(id(message))
 
 
 @dataclass
@@ -151,9 +116,9 @@ class ListenerThread(threading.Thread):
         self.collector = collector
         self.chain_provider = chain_provider
         self.counters = counters
-        self.tracker = tracker
-        # Suspects and failure counts of the queue (shared by its listener threads and restarts).
-        self.poison = poison if poison is not None else PoisonLog()
+        # The queue's delivery counts, suspects and failure counts (shared by its listener threads
+        # and restarts), kept through one book.
+        self.book = DeliveryBook(tracker, poison if poison is not None else PoisonLog())
         self._isolating = False  # reading units of one (logged when it changes)
         self.state = ListenerState()
         self.failure: BaseException | None = None
@@ -217,7 +182,7 @@ class ListenerThread(threading.Thread):
         at most ~1 s for the first (so a stop request is seen promptly)."""
         spec = self.spec
         # While the queue has suspects, units of one: a culprit then fails alone (see PoisonLog).
-        isolating = self.poison.isolating
+        isolating = self.book.isolating
         if isolating != self._isolating:
             self._isolating = isolating
             log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
@@ -228,7 +193,7 @@ class ListenerThread(threading.Thread):
             return []
         batch = [first]
         if limit == 1:
-            self.poison.read_alone(first.msg_id)
+            self.book.read_alone(first)
         deadline = time.monotonic() + spec.wait
         while len(batch) < limit and not self._stop_event.is_set():
             remaining = deadline - time.monotonic()
@@ -250,19 +215,19 @@ class ListenerThread(threading.Thread):
         spec = self.spec
         moves: list[BackoutMove] = []
         try:
-            landed_before = self._landed_before(batch, moves)
+            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves)
         except LedgerUnavailableError as unavailable:
             # Whether these messages landed cannot be known now: the whole unit goes back, and,
             # as in any outage, none of its deliveries counts towards a backout threshold.
-            self.tracker.gave_back_in_outage(m.msg_id for m in batch)
+            self.book.given_back_in_outage(batch)
             self._back_out(batch, f"cannot look the unit up in the landing ledger: {unavailable}",
                            suspects=[])
             return
         todo: list[Message] = []
         for message in batch:
-            if id(message) in landed_before or any(m.message is message for m in moves):
+            if id(message) in recognised or any(m.message is message for m in moves):
                 continue
-            if spec.backout_threshold and self._counted(message) > spec.backout_threshold:
+            if spec.backout_threshold and self.book.counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
                 continue
             todo.append(message)
@@ -272,22 +237,34 @@ class ListenerThread(threading.Thread):
         for message, exc in pre.failed:
             self._preprocessor_failed(message, chain, exc)
         if pre.failed and not self.source.supports_partial_commit and self.dedupe is None:
-            # The unit can only be backed out whole, and without the ledger whatever lands now would
-            # land again when it comes back: land nothing, and read the whole unit again one by one.
-            halt = None
-            for message, exc in pre.failed:
-                halt = self._count_failure(message, str(exc)) or halt
-            failed = {id(m) for m, _ in pre.failed}
-            for message in todo:  # their preprocessing is undone too: nothing of the unit lands
-                if id(message) not in failed:
-                    self._undo(chain, message, pre.failed[0][1])
-            self._back_out(batch, str(pre.failed[0][1]), suspects=batch, halt=halt)
+            self._land_nothing(batch, todo, chain, pre.failed)
             return
         # Otherwise the unit goes on: on a source that commits in part, only the messages that
         # failed are given back; on one that cannot (IBM MQ), the good messages land before the unit
         # is backed out, and the ledger recognises them when they come back, one by one.
 
-        submitted = pre.submitted
+        results = self._submit(pre.submitted)
+        self._finish(Unit(tuple(batch), tuple((m, results.get(m)) for m in pre.submitted), tuple(moves),
+                          tuple((m, str(e)) for m, e in pre.failed),
+                          deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed))
+
+    def _land_nothing(self, batch: list[Message], todo: list[Message], chain: Chain,
+                      failed: list[tuple[Message, PreprocessorError]]) -> None:
+        """A preprocessor failed in a unit that can only be backed out whole, and without the ledger
+        whatever lands now would land again when it comes back: land nothing, and read the whole
+        unit again one by one."""
+        halt = None
+        for message, exc in failed:
+            halt = self._count_failure(message, str(exc)) or halt
+        failed_ids = {id(m) for m, _ in failed}
+        for message in todo:  # their preprocessing is undone too: nothing of the unit lands
+            if id(message) not in failed_ids:
+                self._undo(chain, message, failed[0][1])
+        self._back_out(batch, str(failed[0][1]), suspects=batch, halt=halt)
+
+    def _submit(self, submitted: list[Message]) -> UnitResults:
+        """Hand the unit's messages to the collector, have it flush their bulks now, and wait for
+        their results."""
         results = UnitResults(submitted)
         try:
             for message in submitted:
@@ -302,8 +279,7 @@ class ListenerThread(threading.Thread):
             self._feeding({m.message_type for m in submitted})
             self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
-        self._finish(batch, submitted, results, moves, pre.consumed, [(m, str(e)) for m, e in pre.failed],
-                     deduplicated=[m for m in batch if id(m) in landed_before])
+        return results
 
     def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
         """Preprocess the unit; if the chain's plugin generation is new, has never got a message
@@ -362,114 +338,81 @@ class ListenerThread(threading.Thread):
                 # before a failure; any missing result counts as retryable below.
                 return
 
-    def _finish(
-        self,
-        batch: list[Message],
-        submitted: list[Message],
-        results: UnitResults,
-        moves: list[BackoutMove],
-        consumed: int,
-        failed: list[tuple[Message, str]] | None = None,
-        deduplicated: Sequence[Message] = (),
-    ) -> None:
-        spec = self.spec
-        retry: list[tuple[Message, str]] = []
-        culprits: list[Message] = []  # message failures (preprocessor, write): suspects if backed out whole
+    def _finish(self, unit: Unit) -> None:
+        """End the unit of work: decide what its results mean (`plan_unit`), then carry the plan
+        out: count the failures, then commit the unit or back it out whole."""
+        records = self.book.records([m for m, _ in unit.failed] + unit.submitted)
+        plan = plan_unit(unit, self._policy(), records)
         halt: PoisonLoopError | None = None
-        outages: list[Message] = []  # given back because the sink is down: they count for nothing
-        for message, reason in failed or ():
-            halt = self._count_failure(message, reason) or halt
-            if spec.backout_threshold and self._counted(message) >= spec.backout_threshold:
-                moves.append(BackoutMove(message, self._exhausted_reason(message, reason), spec.backout_queue))
-            else:
-                retry.append((message, reason))
-                culprits.append(message)
-        for message in submitted:
-            result = results.get(message) or MessageResult.retryable(message.msg_id, "no result")
-            if result.outcome is Outcome.PERMANENT:
-                moves.append(BackoutMove(message, result.reason, spec.backout_queue))
-            elif result.outage:  # the sink is down, not the message: give it back, uncounted
-                outages.append(message)
-                retry.append((message, result.reason))
-            elif result.outcome is Outcome.RETRYABLE:
-                self.tracker.failed(message.msg_id, result.reason)
-                halt = self._count_failure(message, result.reason) or halt
-                if (
-                    self.source.supports_partial_commit
-                    and spec.backout_threshold
-                    and self._counted(message) >= spec.backout_threshold
-                ):
-                    moves.append(BackoutMove(message, self._exhausted_reason(message, result.reason), spec.backout_queue))
-                else:
-                    retry.append((message, result.reason))
-                    culprits.append(message)  # the write failed for it, not for the sink (triage)
+        for failure in plan.failures:
+            if not failure.noted:
+                self.book.failed(failure.message, failure.reason)
+            halt = plan.halt(failure, self.book.blamed(failure.message)) or halt
+        if plan.back_out:
+            self._back_out_unit(unit, plan, halt)
+        else:
+            self._commit(unit, plan, halt)
 
-        if moves and spec.backout_queue is None and not self.source.applies_backout_threshold:
-            # Nowhere to move them (threshold 0 needs no backout queue): give them back as failures,
-            # so the halt policy stops a message that can never land from going round forever.
-            for move in moves:
-                reason = f"{move.reason} (it cannot be moved aside: the listener has no backout_queue)"
-                self.tracker.failed(move.message.msg_id, reason)
-                halt = self._count_failure(move.message, reason) or halt
-                retry.append((move.message, reason))
-            moves = []
+    def _back_out_unit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None) -> None:
+        """Carry out a plan that gives messages back on a source that cannot commit in part."""
+        if plan.duplicated_risk:
+            # MQ cannot commit part of a unit of work: without the ledger, what landed will land
+            # again (with it, the redelivered copies are recognised and committed unlanded).
+            self.counters.inc("messages_duplicated_risk", plan.duplicated_risk, **self._labels)
+            log.warning("%s: %d messages landed but their unit of work is backed out "
+                        "(another type's write failed); they will be delivered and land again",
+                        self.spec.name, plan.duplicated_risk)
+        if plan.outage_only:  # only the sink's fault: no delivery of this unit counts
+            self.book.given_back_in_outage(unit.batch)
+        self._back_out(list(unit.batch), plan.reason, suspects=list(plan.culprits), halt=halt)
 
-        returns = [m for m, _ in retry]
-        if returns and not self.source.supports_partial_commit:
-            at_risk = sum(1 for m in submitted if (r := results.get(m)) is not None and r.ok)
-            if at_risk and self.dedupe is None:
-                # MQ cannot commit part of a unit of work: without the ledger, what landed will land
-                # again (with it, the redelivered copies are recognised and committed unlanded).
-                self.counters.inc("messages_duplicated_risk", at_risk, **self._labels)
-                log.warning("%s: %d messages landed but their unit of work is backed out "
-                            "(another type's write failed); they will be delivered and land again",
-                            spec.name, at_risk)
-            if len(outages) == len(returns):  # only the sink's fault: no delivery of this unit counts
-                self.tracker.gave_back_in_outage(m.msg_id for m in batch)
-            self._back_out(batch, retry[0][1], suspects=culprits, halt=halt)
-            return
-
+    def _commit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None) -> None:
+        """Carry out a plan that commits the unit: its messages leave the source, `plan.moves` go to
+        the backout queue and `plan.returns` back to the source, in one unit of work."""
+        spec = self.spec
         failpoints.hit("before_source_commit")
-        self.tracker.gave_back_in_outage(m.msg_id for m in outages)
-        landed = [Landed(m, r.table, r.bulk_id) for m in submitted if (r := results.get(m)) is not None and r.ok]
-        landed += self._landed_where(deduplicated)
-        confirmed = self.source.commit(moves=moves, returns=returns, landed=landed)
+        self.book.given_back_in_outage(plan.outages)
+        landed = list(plan.landed) + landed_where(self.dedupe, unit.deduplicated)
+        confirmed = self.source.commit(moves=list(plan.moves), returns=list(plan.returns), landed=landed)
         failpoints.hit("after_source_commit")
         if confirmed is not None:
             for name, count in (("results_sent", confirmed.sent), ("results_failed", confirmed.failed),
                                 ("results_rerouted", confirmed.rerouted)):
                 if count:
                     self.counters.inc(name, count, **self._labels)
-        returned_ids = {m.msg_id for m in returns}  # (returns are preprocessed copies of `batch`)
-        gone = [m for m in batch if m.msg_id not in returned_ids]
-        self.tracker.forget([m.msg_id for m in gone])
-        self.poison.left_queue(m.msg_id for m in gone)
-        self.poison.forget(self._key(m) for m in gone)
+        self.book.left_queue(plan.left)
+        self._count_committed(unit, plan)
+        if plan.returns:
+            self.counters.inc("messages_backed_out", len(plan.returns), **self._labels)
+            log.warning("%s: returned %d messages to %s: %s", spec.name, len(plan.returns), spec.queue,
+                        plan.reason)
+            if halt is not None:
+                raise halt
+            if len(plan.returns) == len(unit.batch):
+                self._pause_after_rollback()  # nothing of the unit got through: do not spin on it
+
+    def _count_committed(self, unit: Unit, plan: UnitPlan) -> None:
+        """Counters and log lines of a committed unit of work."""
+        spec = self.spec
+        returned_ids = {m.msg_id for m in plan.returns}
         now = time.monotonic()
         self.counters.observe_many("put_to_commit_seconds", [
-            self._latency(m, now) for m in submitted if m.msg_id not in returned_ids], **self._labels)
-        committed = len(batch) - len(returns) - len(moves)
+            self._latency(m, now) for m in unit.submitted if m.msg_id not in returned_ids], **self._labels)
+        committed = len(unit.batch) - len(plan.returns) - len(plan.moves)
         self.counters.inc("messages_committed", committed, **self._labels)
-        if consumed:
-            self.counters.inc("messages_consumed_by_preprocessors", consumed, **self._labels)
-        if deduplicated:
-            self.counters.inc("messages_deduplicated", len(deduplicated), **self._labels)
+        if unit.consumed:
+            self.counters.inc("messages_consumed_by_preprocessors", unit.consumed, **self._labels)
+        if unit.deduplicated:
+            self.counters.inc("messages_deduplicated", len(unit.deduplicated), **self._labels)
             log.info("%s: %d redelivered messages were already landed; committed without landing them again",
-                     spec.name, len(deduplicated))
-        if moves:
-            self.counters.inc("messages_moved_to_backout", len(moves), **self._labels)
-            for move in moves:
+                     spec.name, len(unit.deduplicated))
+        if plan.moves:
+            self.counters.inc("messages_moved_to_backout", len(plan.moves), **self._labels)
+            for move in plan.moves:
                 log.warning("%s: moved message %s to backout queue %s: %s", spec.name,
                             move.message.msg_id, move.queue or "(source default)", move.reason)
                 self.counters.record("backout_moves", listener=spec.name, msg_id=move.message.msg_id,
                                      queue=move.queue or "(source default)", reason=move.reason)
-        if returns:
-            self.counters.inc("messages_backed_out", len(returns), **self._labels)
-            log.warning("%s: returned %d messages to %s: %s", spec.name, len(returns), spec.queue, retry[0][1])
-            if halt is not None:
-                raise halt
-            if len(returns) == len(batch):
-                self._pause_after_rollback()  # nothing of the unit got through: do not spin on it
 
     def _back_out(self, batch: list[Message], reason: str, *, suspects: list[Message],
                   halt: PoisonLoopError | None = None) -> None:
@@ -478,7 +421,7 @@ class ListenerThread(threading.Thread):
         units of one (PoisonLog), so the culprit fails alone."""
         spec = self.spec
         if suspects and len(batch) > 1:
-            self.poison.suspect((m.msg_id for m in suspects), len(batch))
+            self.book.backed_out(suspects, len(batch))
         self.source.rollback()
         self.counters.inc("messages_backed_out", len(batch), **self._labels)
         log.warning("%s: backed out %d messages: %s", spec.name, len(batch), reason)
@@ -490,19 +433,18 @@ class ListenerThread(threading.Thread):
         self._pause_after_rollback()
 
     def _count_failure(self, message: Message, reason: str) -> PoisonLoopError | None:
-        """Count a failure of `message` (per message, across redeliveries and listener restarts).
-        When no backout threshold will ever move it and it failed `halt_after_failures` times,
-        the error that halts this listener (raised once the unit of work is ended)."""
-        failures = self.poison.failed(self._key(message))
-        limit = self.spec.halt_after_failures
-        if failures < limit or self._moving_threshold() > 0:
-            return None
-        where = "BOTHRESH is 0" if self.source.applies_backout_threshold else "backout_threshold is 0"
-        return PoisonLoopError(
-            f"message {message.msg_id} on {self.spec.queue} failed {failures} times and no backout threshold "
-            f"will move it ({where}); halted after halt_after_failures = {limit} attempts, the message stays on "
-            f"the queue. Last failure: {reason}. Fix the cause (or set a backout threshold and backout "
-            "queue) and restart the bridge")
+        """Count a failure of `message` (per message, across redeliveries and listener restarts);
+        the error that halts this listener if that was one too many (`halting_error`)."""
+        return halting_error(self._policy(), message, self.book.blamed(message), reason)
+
+    def _policy(self) -> UnitPolicy:
+        """What `plan_unit` needs to know of this listener and its source."""
+        spec, source = self.spec, self.source
+        return UnitPolicy(queue=spec.queue, backout_threshold=spec.backout_threshold,
+                          backout_queue=spec.backout_queue, halt_after_failures=spec.halt_after_failures,
+                          partial_commit=source.supports_partial_commit,
+                          source_moves=source.applies_backout_threshold,
+                          moving_threshold=self._moving_threshold(), ledger=self.dedupe is not None)
 
     def _moving_threshold(self) -> int:
         """The delivery count at which a failing message is moved aside: the listener's own, or,
@@ -512,42 +454,10 @@ class ListenerThread(threading.Thread):
             return int(getattr(self.source, "backout_threshold", 0) or 0)
         return self.spec.backout_threshold
 
-    @staticmethod
-    def _key(message: Message) -> str:
-        """What a message's failures are counted by: its ledger identity (stable across
-        redeliveries on every broker), else its message id."""
-        return message.identity or message.msg_id
-
-    def _landed_before(self, batch: list[Message], moves: list[BackoutMove]) -> set[int]:
-        """Give each message its identity (from the original, before preprocessing) and return the
-        msg_ids of those the ledger shows as landed already: a redelivery after a crash or a lost
-        commit, which is committed without landing again. Every message is checked, not only those
-        flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
-        Deliveries are named by `id()`, not msg_id: an MQ unit may hold two messages with one MsgId.
-        A message without its identity (a missing header) is moved to the backout queue."""
-        if self.dedupe is None:
-            return set()
-        for message in batch:
-            try:
-                message.identity = identity_of(message, self.spec.identity)
-            except IdentityError as exc:
-                moves.append(BackoutMove(message, str(exc), self.spec.backout_queue))
-        known = [m for m in batch if m.identity]
-        landed = self.dedupe.published([m.identity for m in known])
-        return {id(m) for m in known if m.identity in landed}
-
-    def _landed_where(self, recognised: Sequence[Message]) -> list[Landed]:
-        """Where the ledger says each of these (already landed) messages is, for their producers."""
-        if not recognised or self.dedupe is None:
-            return []
-        where = self.dedupe.landed_in([m.identity for m in recognised if m.identity])
-        found = [(m, where.get(m.identity or "", ("", ""))) for m in recognised]
-        return [Landed(m, table=table, bulk_id=bulk_id) for m, (bulk_id, table) in found]
-
     def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
         self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
-        self.tracker.failed(message.msg_id, str(exc))
+        self.book.failed(message, str(exc))
         self._undo(chain, message, exc)
 
     def _undo(self, chain: Chain, message: Message, exc: PreprocessorError) -> None:
@@ -561,15 +471,8 @@ class ListenerThread(threading.Thread):
         burning the messages' backout counts in milliseconds."""
         self._stop_event.wait(ROLLBACK_PAUSE)
 
-    def _counted(self, message: Message) -> int:
-        """The deliveries that count towards the backout threshold: those not given back because
-        the sink was unavailable (`DeliveryTracker.gave_back_in_outage`)."""
-        return message.delivery_count - self.tracker.outage_give_backs(message.msg_id)
-
-    def _exhausted_reason(self, message: Message, reason: str | None = None) -> str:
-        last = reason or self.tracker.last_reason(message.msg_id) or "unknown"
-        return (f"delivered {message.delivery_count} times, backout threshold is "
-                f"{self.spec.backout_threshold}; last failure: {last}")
+    def _exhausted_reason(self, message: Message) -> str:
+        return exhausted_reason(message, self.spec.backout_threshold, self.book.last_reason(message))
 
     @staticmethod
     def _latency(message: Message, now_monotonic: float) -> float:
