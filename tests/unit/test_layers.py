@@ -1,8 +1,8 @@
 """The layers of STYLE.md and ARCHITECTURE.md, checked over the source folders (which
 pyproject.toml maps onto the one import root `mqbridge`, so path-based import linters see nothing).
 
-Only imports that run count: those under `if TYPE_CHECKING:` are annotations (the observers'
-`Bridge` parameter: the narrow `BridgeView` seam of issue 24 is still to come).
+Only imports that run count: those under `if TYPE_CHECKING:` are annotations (observers take the
+narrow `mqbridge.observer.BridgeView`, so no module but the composition root names the `Bridge`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocessors": "mqbridge.preprocessors",
            "config": "mqbridge.config", "service": "mqbridge.service"}
 #: The message loop: it hands bulks to executors it is given and knows nothing of how they land.
-LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.control", "mqbridge.triage", "mqbridge.breaker",
-        "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard")
+LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.control",
+        "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard",
+        "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe", "mqbridge.sizing")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
 
 
