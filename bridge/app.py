@@ -158,7 +158,8 @@ def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBre
     collector = BulkCollector(
         CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
                         workers=config.collector.workers),
-        {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout) for name, t in config.types.items()},
+        {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout, latency=t.latency)
+         for name, t in config.types.items()},
         counters=counters, breakers=breakers,
     )
     breakers.probe = collector.probe

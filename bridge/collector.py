@@ -8,7 +8,12 @@ Flush conditions (each counted in `CollectorStats.flushed` under its reason):
   `CollectorLimits.memory` — every active bulk is forwarded;
 - ``timeout``: the oldest message of an active bulk is `bulk_timeout` old (background timer);
 - ``count``: after a message was added, `max_bulks` or more bulks are active — the oldest goes;
-- ``requested`` / ``shutdown`` (or any reason given to `flush`): explicit requests.
+- ``latency``: the oldest message of an active bulk waited the type's `latency` target;
+- ``target`` / ``idle``: the type's sink is idle (no bulk of the type executing or queued) and the
+  bulk reached the size its learned write costs need to keep up with the intake, or the intake
+  paused (the listeners wait for results): `mqbridge.sizing`. While the sink is busy the bulk keeps
+  growing (group commit) and is taken as soon as the write ends;
+- ``shutdown`` (or any reason given to `flush`): explicit requests.
 
 Forwarded bulks wait in a FIFO to-be-processed list. At most one bulk per message type
 executes at a time, because concurrent Spark appends to one table conflict; queued bulks of a
@@ -41,6 +46,7 @@ from mqbridge.collector_limits import CollectorLimits, CollectorStats, TypeLimit
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.sizing import TypeSizer
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +109,9 @@ class BulkCollector:
         self._executing: set[str] = set()  # types with a bulk on a worker right now
         self._held: Counter[str] = Counter()  # the message-id list
         self._stats = CollectorStats()
+        now = clock()
+        self._sizers = {name: TypeSizer(limits_.latency, now) for name, limits_ in self.types.items()
+                        if limits_.latency is not None}
         self._closed = False
         self._stopping = False  # workers exit once set
         self._timer_stop = threading.Event()
@@ -225,6 +234,8 @@ class BulkCollector:
             if bulk is None:
                 bulk = self._active[mtype] = Bulk(mtype, created=self._clock())
             bulk.add(message)
+            if (sizer := self._sizers.get(mtype)) is not None:
+                sizer.added(self._clock())
             self._held[message.msg_id] += 1
             self._stats.bytes += size
             self._stats.messages += 1
@@ -263,6 +274,25 @@ class BulkCollector:
                 self._forward_locked(active, "memory")
         if len(self._active) >= self.limits.max_bulks:
             self._forward_locked(next(iter(self._active.values())), "count")
+        mtype = bulk.message_type
+        sizer = self._sizers.get(mtype)
+        if (sizer is not None and self._active.get(mtype) is bulk and sizer.reached(len(bulk))
+                and self._sink_idle_locked(mtype)):
+            self._forward_locked(bulk, "target")
+
+    def _sink_idle_locked(self, message_type: str) -> bool:
+        return message_type not in self._executing and all(b.message_type != message_type for b in self._queue)
+
+    def _check_due_locked(self, now: float) -> None:
+        """Forward the active bulks that are due by age or by their type's sizing (`TypeSizer.due`)."""
+        for bulk in list(self._active.values()):
+            mtype = bulk.message_type
+            age = now - bulk.oldest
+            sizer = self._sizers.get(mtype)
+            if age >= self.types[mtype].bulk_timeout:
+                self._forward_locked(bulk, "timeout")
+            elif sizer is not None and (reason := sizer.due(len(bulk), age, now, self._sink_idle_locked(mtype))):
+                self._forward_locked(bulk, reason)
 
     # -- flushing --------------------------------------------------------------------------
     def flush(self, *, message_type: str | None = None, msg_ids: Iterable[str] | None = None,
@@ -295,10 +325,7 @@ class BulkCollector:
         while not self._timer_stop.wait(self._tick):
             try:
                 with self._lock:
-                    now = self._clock()
-                    for bulk in list(self._active.values()):
-                        if now - bulk.oldest >= self.types[bulk.message_type].bulk_timeout:
-                            self._forward_locked(bulk, "timeout")
+                    self._check_due_locked(self._clock())
             except Exception:  # the timer must survive anything (a broken fake clock...)
                 log.exception("collector timer failed; continuing")
 
@@ -315,6 +342,7 @@ class BulkCollector:
             snapshot.active_bulks = len(self._active)
             snapshot.queued_bulks = len(self._queue)
             snapshot.in_flight_bulks = len(self._executing)
+            snapshot.sizing = {name: sizer.status() for name, sizer in self._sizers.items()}
             return snapshot
 
     # -- execution -------------------------------------------------------------------------
@@ -369,6 +397,10 @@ class BulkCollector:
                 delivered = self._deliver(pairs)
                 return
             pairs = self._execute(bulk, messages, executor)
+            if all(result.ok for _message, result in pairs):  # the costs of a clean write only
+                with self._lock:
+                    if (sizer := self._sizers.get(bulk.message_type)) is not None:
+                        sizer.written(len(messages), time.perf_counter() - started)
             verdict = triage.settle(bulk.message_type, pairs, probe=getattr(executor, "probe", None),
                                     run=lambda part: self._execute(part, list(part.messages), executor))
             elapsed = time.perf_counter() - started
@@ -394,6 +426,8 @@ class BulkCollector:
                 for message in messages[delivered:]:
                     self._release_locked(message)
                 self._executing.discard(bulk.message_type)
+                if not self._stopping:  # the sink is free: the type's growing bulk may be due now
+                    self._check_due_locked(self._clock())
                 self._changed.notify_all()
 
     @staticmethod

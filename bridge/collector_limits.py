@@ -13,6 +13,9 @@ class TypeLimits:
 
     bulk_size: int
     bulk_timeout: float
+    # The latency target (`mqbridge.sizing`): the longest a message waits between its receipt and
+    # its write starting; None: only the fixed conditions close a bulk (size, timeout, ...).
+    latency: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,4 +48,5 @@ class CollectorStats:
     handler_errors: int = 0  # result handler calls that raised
     outage_bulks: int = 0  # bulks answered with outage results (write failed for the sink, or breaker open)
     bisect_writes: int = 0  # extra writes spent isolating the culprits of failed bulks
+    sizing: dict[str, dict[str, object]] = field(default_factory=dict)  # per type: target rows and why
     isolated_culprits: int = 0  # messages found to fail on their own (while the sink took writes)

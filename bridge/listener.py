@@ -3,7 +3,8 @@
     receive a batch (up to `batch` messages, at most `wait`)
       → classify each message on its original content
       → run the preprocessor chain (one snapshot of the chain for the whole unit of work)
-      → hand the messages to the bulk collector and ask it to flush their bulks now
+      → hand the messages to the bulk collector (which closes a bulk by its size, age, latency
+        target and learned write costs: `mqbridge.collector`, `mqbridge.sizing`)
       → wait for a result per message
       → decide what the results mean (`mqbridge.unit_plan.plan_unit`), then carry that out:
         commit (removing them, moving permanent failures to the backout queue)
@@ -277,7 +278,6 @@ class ListenerThread(threading.Thread):
             raise
         if submitted:
             self._feeding({m.message_type for m in submitted})
-            self.collector.flush(msg_ids=[m.msg_id for m in submitted], reason="requested")
         self._await(results, submitted)
         return results
 

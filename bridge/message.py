@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
 import threading
 import time
 import uuid
@@ -119,14 +120,18 @@ class Bulk:
     nbytes: int = 0
     created: float = field(default_factory=time.monotonic)
     flush_reason: str = ""
+    _oldest: float = math.inf  # the smallest received_monotonic added
 
     def __post_init__(self) -> None:
         if not self.bulk_id:
             self.bulk_id = new_bulk_id(self.message_type)
+        self._oldest = min((m.received_monotonic for m in self.messages), default=math.inf)
 
     def add(self, message: Message) -> None:
         self.messages.append(message)
         self.nbytes += message.size
+        if message.received_monotonic < self._oldest:
+            self._oldest = message.received_monotonic
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -134,7 +139,7 @@ class Bulk:
     @property
     def oldest(self) -> float:
         """Monotonic receive time of the oldest message (flush condition 3)."""
-        return min((m.received_monotonic for m in self.messages), default=self.created)
+        return self._oldest if self.messages else self.created
 
 
 def put_date_of(message: Message) -> str:

@@ -103,7 +103,7 @@ class Target:
     """The rows a type's next bulk aims for, and why (shown on /status and /metrics)."""
 
     rows: int
-    reason: str  # "keep-up" | "latency" | "saturated"
+    reason: str  # "keep-up" | "latency" | "saturated" | "trickle" (under one row per latency target)
     rate: float  # the intake, rows/s
     fixed: float
     per_row: float
@@ -111,7 +111,9 @@ class Target:
 
 def target(costs: WriteCosts, rate: float, latency: float) -> Target:
     """The rows the next bulk should reach before it closes (see the module docstring)."""
-    cap = max(1, int(rate * latency))
+    cap = int(rate * latency)
+    if cap < 1:
+        return Target(1, "trickle", rate, costs.fixed, costs.per_row)
     load = rate * costs.per_row
     if load >= 1:
         return Target(cap, "saturated", rate, costs.fixed, costs.per_row)
@@ -119,3 +121,51 @@ def target(costs: WriteCosts, rate: float, latency: float) -> Target:
     if keep_up > cap:
         return Target(cap, "latency", rate, costs.fixed, costs.per_row)
     return Target(max(1, keep_up), "keep-up", rate, costs.fixed, costs.per_row)
+
+
+#: An idle sink takes a bulk whose intake paused this long: the listeners wait for its results.
+IDLE_GAP = 0.02
+
+
+class TypeSizer:
+    """One type's sizing state in the collector (its lock held): the learned costs, the intake,
+    the current target, and when a bulk is due although no fixed limit was reached."""
+
+    def __init__(self, latency: float, now: float) -> None:
+        self.latency = latency
+        self.costs = WriteCosts()
+        self.intake = IntakeRate(now)
+        self.last_add = now
+        self.target = target(self.costs, 0.0, latency)
+
+    def added(self, now: float) -> None:
+        self.intake.add(now)
+        self.last_add = now
+
+    def written(self, rows: int, seconds: float) -> None:
+        self.costs.observe(rows, seconds)
+
+    def reached(self, rows: int) -> bool:
+        """Whether `rows` reach the target; a trickle has none (its bulks close when intake pauses)."""
+        return self.target.reason != "trickle" and rows >= self.target.rows
+
+    def due(self, rows: int, age: float, now: float, sink_idle: bool) -> str | None:
+        """Why a bulk of `rows` rows whose oldest message is `age` seconds old closes now, or None
+        to let it grow: "latency" at the latency target; while the sink is busy it grows (group
+        commit); an idle sink takes it at the target size ("target") or when intake paused ("idle")."""
+        if age >= self.latency:
+            return "latency"
+        if not sink_idle:
+            return None
+        self.target = target(self.costs, self.intake.rate(now), self.latency)
+        if self.reached(rows):
+            return "target"
+        if now - self.last_add >= IDLE_GAP:
+            return "idle"
+        return None
+
+    def status(self) -> dict[str, object]:
+        t = self.target
+        return {"target_rows": t.rows, "reason": t.reason, "intake_per_second": round(t.rate, 1),
+                "write_fixed_seconds": round(t.fixed, 4), "write_row_seconds": round(t.per_row, 8),
+                "writes_measured": self.costs.writes, "latency_seconds": self.latency}

@@ -201,6 +201,10 @@ class TypeConfig(Model):
 
     bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
     bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
+    latency: Duration = Field(default=parse_duration("1s"), gt=0,
+                              description="Latency target: the longest a message waits between its receipt and "
+                                          "its bulk's write starting; bulks are sized from the measured write costs "
+                                          "to keep up with the intake within it")
     table: str = Field(default="", description="Directory under the warehouse, or a template such as "
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
     format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")

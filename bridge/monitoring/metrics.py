@@ -120,7 +120,7 @@ COLLECTOR_GAUGES = {
     "last_execute_seconds": ("spark_last_write_seconds", "Duration of the last executor call"),
 }
 # Always rendered, so a dashboard sees 0 rather than no series.
-FLUSH_REASONS = ("size", "memory", "timeout", "count", "shutdown", "requested")
+FLUSH_REASONS = ("size", "memory", "timeout", "count", "latency", "target", "idle", "shutdown")
 
 
 def _series_labels(series: Mapping[Labels, Any]) -> list[str]:
@@ -169,6 +169,12 @@ def collector_families(stats: Any) -> Iterator[Metric]:
         yield CounterMetricFamily(PREFIX + name, help_text, value=float(getattr(stats, field, 0)))
     for field, (name, help_text) in COLLECTOR_GAUGES.items():
         yield GaugeMetricFamily(PREFIX + name, help_text, value=float(getattr(stats, field, 0)))
+    target = GaugeMetricFamily(PREFIX + "bulk_target_rows", "Rows the next bulk of a type aims for, and why "
+                               "(keep-up: learned write costs against the intake; latency: capped by the "
+                               "latency target; saturated: no size keeps up)", labels=["type", "reason"])
+    for name, sizing in sorted(getattr(stats, "sizing", {}).items()):
+        target.add_metric([name, str(sizing["reason"])], float(sizing["target_rows"]))
+    yield target
 
 
 def process_info() -> dict[str, Any]:

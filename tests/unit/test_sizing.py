@@ -72,5 +72,5 @@ def test_an_intake_no_size_keeps_up_with_is_saturated() -> None:
 
 
 def test_a_trickle_gets_bulks_of_one() -> None:
-    chosen = target(WriteCosts(), rate=0.0, latency=2.0)
-    assert chosen.rows == 1
+    chosen = target(WriteCosts(), rate=0.2, latency=2.0)
+    assert (chosen.rows, chosen.reason) == (1, "trickle")
