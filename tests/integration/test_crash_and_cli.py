@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import read_table, wait_for
+from tests.support.bridge import read_table
 from tests.support.processes import mqbridge, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def test_kill_9_mid_stream_then_restart_lands_every_message_once(tmp_path: Path,
     first = mqbridge("run", "--config", str(config))
     try:
         # When it is killed with SIGKILL after the first bulks landed
-        wait_for(lambda: parquet_files(table) >= 3 or first.poll() is not None, 180, "first bulks to land")
+        wait_until(lambda: parquet_files(table) >= 3 or first.poll() is not None, 180, "first bulks to land")
         assert first.poll() is None, first.stdout.read() if first.stdout else ""
         first.send_signal(signal.SIGKILL)
         first.wait(30)
@@ -96,7 +97,7 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path, spark, amq: AmqClient) ->
     config = write_config(tmp_path, q)
     table = tmp_path / "landing" / "orders"
     proc = mqbridge("run", "--config", str(config))
-    wait_for(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")
+    wait_until(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=90)

@@ -26,8 +26,9 @@ from mqbridge.control import Bridge
 from mqbridge.logsetup import setup_from_config
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import RunningBridge, listener_toml, make_config, wait_for
+from tests.support.bridge import RunningBridge, listener_toml, make_config
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,7 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
             except OSError:
                 return False  # not listening yet
 
-        wait_for(committed, 180, "300 commits on /metrics")
+        wait_until(committed, 180, "300 commits on /metrics")
         # Then /metrics shows the work: received == committed == sent, per listener and queue
         samples = metrics(url)
         labels = (("listener", f"amq:{q}"), ("queue", q))
@@ -132,7 +133,7 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
         assert samples[("mqbridge_put_to_commit_seconds_bucket", tuple(sorted((*labels, ("le", "+Inf")))))] == 300
         assert samples[("mqbridge_process_resident_memory_bytes", ())] > 10e6
         assert samples[("mqbridge_spark_reachable", ())] == 1
-        wait_for(lambda: get(url + "/healthz")[0] == 200, 30, "healthy")
+        wait_until(lambda: get(url + "/healthz")[0] == 200, 30, "healthy")
         status = json.loads(get(url + "/status")[1])
         assert status["spark"]["reachable"] is True and status["health"]["healthy"] is True
         assert [entry["listener_messages"]["messages_committed"] for entry in status["listeners"]] == [300, 300]
@@ -152,7 +153,7 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
     try:
         cfg = config(tmp_path, TYPE + listener_toml(unique_queue("health"), "orders", threads=2), port=proxy.port)
         bridge, monitor = monitored(cfg)
-        wait_for(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy")
+        wait_until(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy")
         # `mqbridge status` says so: exit 0 and a table
         assert main(["status", "--url", monitor.url]) == 0
         out = capsys.readouterr().out
@@ -166,7 +167,7 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
             proxy.target = dead.getsockname()
             assert proxy.cut() >= 1
             # Then /healthz answers 503 and names the listener
-            wait_for(lambda: get(monitor.url + "/healthz")[0] == 503, 30, "unhealthy")
+            wait_until(lambda: get(monitor.url + "/healthz")[0] == 503, 30, "unhealthy")
             code, body = get(monitor.url + "/healthz")
             assert code == 503 and "listener amq:" in body, body
             assert main(["status", "--url", monitor.url]) == 1
@@ -174,7 +175,7 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
             assert ": UNHEALTHY" in out.splitlines()[0] and "  ! listener amq:" in out
         # And once the broker is reachable again, the restarted listeners make it 200 again
         proxy.target = ("127.0.0.1", 61613)
-        wait_for(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy after the restart")
+        wait_until(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy after the restart")
         assert bridge.counters.total("listener_restarts") >= 1
         assert total(metrics(monitor.url), "mqbridge_listener_restarts_total") >= 1
     finally:
@@ -234,9 +235,9 @@ def test_memory_guard_pauses_intake_and_resumes_when_the_limit_is_raised(
     cfg = config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=20), bridge='max_rss = "1MB"')
     bridge, monitor = monitored(cfg)
     # Then the listeners pause, the gauge and the status say so, and the bridge stays healthy
-    wait_for(lambda: metrics(monitor.url).get(("mqbridge_memory_guard_paused", ())) == 1, 30, "paused gauge")
-    wait_for(lambda: [e["phase"] for e in json.loads(get(monitor.url + "/status")[1])["listeners"]]
-             == ["paused", "paused"], 30, "paused listeners")
+    wait_until(lambda: metrics(monitor.url).get(("mqbridge_memory_guard_paused", ())) == 1, 30, "paused gauge")
+    wait_until(lambda: [e["phase"] for e in json.loads(get(monitor.url + "/status")[1])["listeners"]]
+               == ["paused", "paused"], 30, "paused listeners")
     status = json.loads(get(monitor.url + "/status")[1])
     assert status["guard"]["paused"] is True and status["guard"]["max_rss"] == 2**20
     assert status["guard"]["rss"] > 2**20
@@ -244,12 +245,12 @@ def test_memory_guard_pauses_intake_and_resumes_when_the_limit_is_raised(
     # and messages put now are not taken while paused
     amq.put_many(q, [f"g{i}".encode() for i in range(50)])
     with pytest.raises(TimeoutError):
-        wait_for(lambda: bridge.counters.total("messages_received") > 0, 2, "a receive while paused")
+        wait_until(lambda: bridge.counters.total("messages_received") > 0, 2, "a receive while paused")
 
     # When the limit is raised
     bridge.guard.set_limit(1 << 40)
     # Then intake resumes and everything is committed
-    wait_for(lambda: bridge.counters.total("messages_committed") == 50, 120, "50 commits after resume")
+    wait_until(lambda: bridge.counters.total("messages_committed") == 50, 120, "50 commits after resume")
     samples = metrics(monitor.url)
     assert samples[("mqbridge_memory_guard_paused", ())] == 0
     assert samples[("mqbridge_memory_guard_pauses_total", ())] == 1

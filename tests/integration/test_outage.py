@@ -28,8 +28,9 @@ import pytest
 
 from mqbridge.monitoring.status_client import run_status
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files, wait_until
+from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files
 from tests.support.processes import landed, leftovers, mqbridge, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

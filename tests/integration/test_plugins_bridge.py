@@ -26,8 +26,8 @@ from tests.support.bridge import (
     make_config,
     read_table,
     run_until_idle,
-    wait_for,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -177,15 +177,15 @@ def test_plugin_changed_mid_stream_each_unit_of_work_runs_one_version(tmp_path: 
     running = RunningBridge(bridge)
     try:
         committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
-        wait_for(lambda: committed() >= 30, 120, "v1 messages committed")
+        wait_until(lambda: committed() >= 30, 120, "v1 messages committed")
 
         # When the plugin file is replaced by v2 while messages keep coming
         write_plugin(tmp_path, "stamp", STAMP.format(version="v2"))
-        wait_for(lambda: host.generation == 2, 30, "the new plugin generation")
+        wait_until(lambda: host.generation == 2, 30, "the new plugin generation")
         at_swap = committed()
-        wait_for(lambda: committed() >= at_swap + 30, 120, "v2 messages committed")
+        wait_until(lambda: committed() >= at_swap + 30, 120, "v2 messages committed")
         sent = producer.stop()
-        wait_for(lambda: committed() >= len(sent), 120, "every message committed")
+        wait_until(lambda: committed() >= len(sent), 120, "every message committed")
     finally:
         producer.stop()
         running.stop()
@@ -220,25 +220,25 @@ def test_syntax_error_over_a_working_plugin_keeps_the_old_version_until_fixed(tm
     committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
     try:
         amq.put_many(q, [f"a{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 10, 120, "first messages")
+        wait_until(lambda: committed() >= 10, 120, "first messages")
 
         # When a syntax error is written over the working plugin
         path = write_plugin(tmp_path, "stamp", STAMP.format(version="v2") + "\ndef half_written(:\n")
-        wait_for(lambda: bridge.status()["plugins"]["errors"], 30, "the error in the status")
+        wait_until(lambda: bridge.status()["plugins"]["errors"], 30, "the error in the status")
         error = bridge.status()["plugins"]["errors"][0]
         assert error["path"] == str(path) and error["line"] == STAMP.count("\n") + 2
         assert "SyntaxError" in error["error"]
         # Then the old version keeps processing
         amq.put_many(q, [f"b{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 20, 120, "messages during the error")
+        wait_until(lambda: committed() >= 20, 120, "messages during the error")
         assert host.generation == 1 and bridge.status()["plugins"]["errors"]
 
         # When the file is fixed, the fix is picked up and the error clears
         write_plugin(tmp_path, "stamp", STAMP.format(version="v3"))
-        wait_for(lambda: host.generation == 2, 30, "the fixed version")
+        wait_until(lambda: host.generation == 2, 30, "the fixed version")
         assert bridge.status()["plugins"]["errors"] == []
         amq.put_many(q, [f"c{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 30, 120, "messages after the fix")
+        wait_until(lambda: committed() >= 30, 120, "messages after the fix")
     finally:
         running.stop()
         host.close()

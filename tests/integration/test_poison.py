@@ -23,9 +23,10 @@ from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
 from tests.integration.test_plugins_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import RunningBridge, listener_toml, run_until_idle, wait_for
+from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +169,7 @@ def test_mq_bothresh_0_one_poison_message_halts_its_listener_after_the_stated_at
     monitor.start()
     try:
         # When the poison message has failed halt_after_failures (default 10) times
-        wait_for(lambda: any(s.halted for s in bridge.slots), 120, "the listener to halt")
+        wait_until(lambda: any(s.halted for s in bridge.slots), 120, "the listener to halt")
 
         # Then /healthz says 503 naming the listener and why, and /status carries the reason
         code, body = get(monitor.url + "/healthz")
@@ -224,16 +225,16 @@ def test_a_plugin_version_raising_at_run_time_swapped_in_mid_stream_falls_back_a
     running = RunningBridge(bridge)
     try:
         committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
-        wait_for(lambda: committed() >= 20, 120, "v1 messages committed")
+        wait_until(lambda: committed() >= 20, 120, "v1 messages committed")
 
         # When v2, which loads but raises on every message, replaces it while messages keep coming
         write_plugin(tmp_path, "stamp", RAISING)
-        wait_for(lambda: host.counters.total("plugin_reloads") >= 1, 30, "v2 swapped in")
-        wait_for(lambda: host.counters.total("plugin_fallbacks") >= 1, 120, "the fallback")
+        wait_until(lambda: host.counters.total("plugin_reloads") >= 1, 30, "v2 swapped in")
+        wait_until(lambda: host.counters.total("plugin_fallbacks") >= 1, 120, "the fallback")
         at_fallback = committed()
-        wait_for(lambda: committed() >= at_fallback + 20, 120, "messages after the fallback")
+        wait_until(lambda: committed() >= at_fallback + 20, 120, "messages after the fallback")
         sent = producer.stop()
-        wait_for(lambda: committed() >= len(sent), 120, "every message committed")
+        wait_until(lambda: committed() >= len(sent), 120, "every message committed")
     finally:
         producer.stop()
         running.stop()

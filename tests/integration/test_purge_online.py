@@ -19,8 +19,9 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger.sqlite import Ledger, owner_id
 from mqbridge.message import Bulk, Message
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
+from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.processes import landed, leftovers, mqbridge, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,10 @@ import pytest
 
 from tests.integration.test_outage import finish, get, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies, wait_until
+from tests.support.exactly_once import account, bodies
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ import pytest
 
 from tests.integration.test_monitoring import config, get, monitored  # noqa: F401 -- a fixture
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml, wait_for
+from tests.support.bridge import listener_toml
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
                  + [b"{not json", b"[1, 2"])
     cfg = config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50))
     bridge, monitor = monitored(cfg)
-    wait_for(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
+    wait_until(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
         "messages_moved_to_backout") == 42, 180, "42 messages settled")
     code, html = get(monitor.url + "/")
     assert code == 200 and "<title>mqbridge</title>" in html and "http" not in html.split("<script>")[0].lower()

@@ -4,8 +4,6 @@ what landed."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +70,6 @@ class RunningBridge:
 
 def run_until_idle(bridge: Bridge, idle: float = 2.0, timeout: float = 180.0) -> int:
     return RunningBridge(bridge, until_idle=idle).wait(timeout)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 def read_table(spark: Any, path: Path) -> list[Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from mqbridge.config import ListenerConfig, MqSourceConfig
@@ -38,15 +37,6 @@ def make_source(server: FakeQueueManagerServer, queue: str, *, config: dict[str,
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:8].upper()}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll `predicate` until it holds, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def receive_n(source: MqSource, n: int, timeout: float = 5.0) -> list[Any]:
