@@ -27,6 +27,7 @@ from mqbridge.logsetup import setup_from_config
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, make_config
+from tests.support.http import get
 from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -55,14 +56,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

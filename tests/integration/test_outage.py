@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import pytest
 from mqbridge.monitoring.status_client import run_status
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files
+from tests.support.http import get
 from tests.support.processes import landed, leftovers, mqbridge, stomp_config
 from tests.support.waiting import wait_until
 
@@ -43,16 +42,6 @@ def outage_config(tmp_path: Path, queue: str, *, spark: str = "", **kwargs: Any)
     text = text.replace('warehouse = "landing"', f'warehouse = "landing"\nprobe_interval_max = "2s"\n{spark}')
     path.write_text(text)
     return path, f"http://127.0.0.1:{port}"
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except (urllib.error.URLError, OSError):
-        return 0, ""
 
 
 def sink(url: str, name: str = "orders") -> dict[str, Any]:

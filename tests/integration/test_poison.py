@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.http import get
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -58,14 +57,6 @@ def assert_neighbours_landed_once(rows: list[Any]) -> None:
     assert set(landed) == set(GOOD), f"lost {len(set(GOOD) - set(landed))}, unexpected {set(landed) - set(GOOD)}"
     assert [b for b, n in landed.items() if n > 1] == [], "a neighbour landed twice"
     assert max(r.delivery_count for r in rows) <= 2
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 # -- STOMP (commits in part): only the culprit goes back ---------------------------------------
