@@ -17,10 +17,6 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 
-def write_config(tmp_path: Path, queue: str) -> Path:
-    return stomp_config(tmp_path, queue)
-
-
 def parquet_files(path: Path) -> int:
     """Committed Parquet files of a table (Spark's _temporary dirs come and go meanwhile)."""
     try:
@@ -34,7 +30,7 @@ def test_kill_9_mid_stream_then_restart_lands_every_message_once(tmp_path: Path,
     q = unique_queue("crash")
     bodies = [f"k{i}".encode() * 20 for i in range(20000)]
     amq.put_many(q, bodies)
-    config = write_config(tmp_path, q)
+    config = stomp_config(tmp_path, q)
     table = tmp_path / "landing" / "orders"
     first = mqbridge("run", "--config", str(config))
     try:
@@ -71,7 +67,7 @@ def test_kill_9_mid_stream_then_restart_lands_every_message_once(tmp_path: Path,
     ],
 )
 def test_check_config_names_the_key_path(tmp_path: Path, toml: str, expected: str) -> None:
-    path = write_config(tmp_path, "/queue/cfg")
+    path = stomp_config(tmp_path, "/queue/cfg")
     path.write_text(path.read_text() + toml)
     proc = mqbridge("check-config", str(path))
     out, _ = proc.communicate(timeout=60)
@@ -82,7 +78,7 @@ def test_check_config_names_the_key_path(tmp_path: Path, toml: str, expected: st
 
 
 def test_check_config_ok_and_version(tmp_path: Path) -> None:
-    proc = mqbridge("check-config", str(write_config(tmp_path, "/queue/ok")))
+    proc = mqbridge("check-config", str(stomp_config(tmp_path, "/queue/ok")))
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "OK" in out
     proc = mqbridge("--version")
@@ -94,7 +90,7 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path, spark, amq: AmqClient) ->
     q = unique_queue("term")
     bodies = [f"t{i}".encode() for i in range(5000)]
     amq.put_many(q, bodies)
-    config = write_config(tmp_path, q)
+    config = stomp_config(tmp_path, q)
     table = tmp_path / "landing" / "orders"
     proc = mqbridge("run", "--config", str(config))
     wait_until(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")

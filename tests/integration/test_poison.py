@@ -19,12 +19,12 @@ from mqbridge.listeners.mq import MqSource
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
-from tests.integration.test_plugins_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.http import get
+from tests.support.plugin_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

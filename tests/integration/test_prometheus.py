@@ -15,9 +15,9 @@ import pytest
 
 from mqbridge.app import run_bridge
 from mqbridge.config import parse_config
-from tests.integration.test_monitoring import config, free_port
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml
+from tests.support.bridge import listener_toml, make_config
+from tests.support.exactly_once import free_port
 from tests.support.prometheus import ALERTS, DASHBOARD, prometheus, tool
 from tests.support.waiting import wait_until
 
@@ -58,8 +58,8 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
     q = unique_queue("prom")
     amq.put_many(q, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(100)])
     port = free_port()
-    cfg = config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}",
-                 bridge='max_rss = "8GB"')
+    cfg = make_config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}",
+                      bridge={"max_rss": "8GB"})
     stop = threading.Event()
     runner = threading.Thread(target=run_bridge, args=(cfg,), kwargs={"stop_event": stop}, name="test-prom-bridge")
     runner.start()
@@ -96,7 +96,7 @@ def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, s
     q = unique_queue("prom-outage")
     amq.put_many(q, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(20)])
     port = free_port()
-    config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}")
+    make_config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}")
     path = tmp_path / "bridge.toml"
     text = path.read_text().replace("[spark]\n", '[spark]\nprobe_interval_max = "2s"\n', 1)
     path.write_text(text)

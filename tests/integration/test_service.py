@@ -20,7 +20,7 @@ import pytest
 
 from mqbridge.service.controller import RUNNING, STOP_PENDING, STOPPED, ServiceController
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml, make_config, read_table
+from tests.support.bridge import amq_bridge, listener_toml, read_table
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -44,20 +44,13 @@ def mqbridge_register_preprocessors(registry):
 
 
 def write_config(tmp_path: Path, queue: str, *, control_interval: str = "1s", shutdown_timeout: str = "60s",
-                 extra: str = "", preprocessors: str | None = None) -> Path:
+                 preprocessors: str | None = None) -> Path:
     """A bridge.toml for one STOMP queue of raw "orders"; returns its path."""
     body = ('\n[types.orders]\nbulk_size = "256KB"\nbulk_timeout = "500ms"\n'
             + listener_toml(queue, "orders", threads=2, batch=200, preprocessors=preprocessors))
-    make_config(tmp_path, body)
-    path = tmp_path / "bridge.toml"
-    text = path.read_text()
-    text = text.replace('control_interval = "500ms"', f'control_interval = "{control_interval}"', 1)
-    text = text.replace('shutdown_timeout = "60s"', f'shutdown_timeout = "{shutdown_timeout}"', 1)
-    # A 2 s STOMP heartbeat times out when the machine is busy (Spark, other benchmarks); the lost
-    # connection redelivers a landed unit of work: a duplicate that is not the shutdown's doing.
-    text = text.replace('heartbeat = "2s"', 'heartbeat = "10s"', 1)
-    path.write_text(text + extra)
-    return path
+    toml = amq_bridge(tmp_path, body).set("bridge", control_interval=control_interval,
+                                          shutdown_timeout=shutdown_timeout)
+    return toml.write(tmp_path / "bridge.toml")
 
 
 class BridgeProcess:

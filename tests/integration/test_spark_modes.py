@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_outage import finish, get, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import account, bodies
+from tests.support.http import get
+from tests.support.monitored import finish, outage_config, sink, start
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
 from tests.support.waiting import wait_until

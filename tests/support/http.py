@@ -20,7 +20,8 @@ def fetch(url: str, *, timeout: float = 10.0) -> Response:
     """GET `url`: its status, Content-Type and body, whatever the status."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return Response(response.status, response.headers.get("Content-Type", ""), response.read().decode())
+            return Response(response.status, response.headers.get("Content-Type", ""),
+                            response.read().decode())
     except urllib.error.HTTPError as exc:
         return Response(exc.code, exc.headers.get("Content-Type", ""), exc.read().decode())
     except OSError:  # URLError is one: nothing listens there (yet, or any more)
