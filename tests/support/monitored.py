@@ -29,6 +29,13 @@ def sink(url: str, name: str = "orders") -> dict[str, Any]:
     return json.loads(text).get("sinks", {}).get(name, {}) if code == 200 else {}
 
 
+def listener_phases(url: str) -> list[str]:
+    """What each listener thread of the bridge at `url` is doing ("receiving", "paused"...), from
+    /status ([] while nothing answers)."""
+    code, text = get(url + "/status")
+    return [entry["phase"] for entry in json.loads(text)["listeners"]] if code == 200 else []
+
+
 def start(config: Path, *, failpoint: str | None = None, idle: str = "3s") -> OutputReader:
     """`mqbridge run --until-idle` in the background, its output collected."""
     return OutputReader(mqbridge("run", "--config", str(config), "--until-idle", idle, failpoint=failpoint))
