@@ -25,6 +25,7 @@ from tests.support.bridge import (
     read_table,
     run_until_idle,
 )
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.waiting import wait_until
@@ -44,20 +45,14 @@ def qm() -> Iterator[FakeQueueManagerServer]:
 
 def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders",
               type_extra: str = "") -> Any:
-    body = f"""
-[sources.qm]
-kind = "mq"
-queue_manager = "{qm.name}"
-channel = "DEV.APP.SVRCONN"
-conn_name = "mqhost(1414)"
-"""
+    body = ""
     for name in types.split():
         body += f"""
 [types.{name}]
 bulk_size = "2MB"
 bulk_timeout = "1s"
 """ + type_extra
-    return make_config(tmp_path, body + listeners)
+    return make_config(tmp_path, body + listeners, tables={"sources.qm": fake_mq_source(qm.name)})
 
 
 def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int = 100, extra: str = "") -> str:

@@ -21,6 +21,7 @@ from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.http import get
@@ -101,15 +102,9 @@ def qm() -> Iterator[FakeQueueManagerServer]:
 def mq_bridge(tmp_path: Path, spark: Any, qm: FakeQueueManagerServer, listen: str = "",
               preprocessors: str = '["explode"]') -> tuple[Bridge, Any]:
     write_plugin(tmp_path, "explode", EXPLODE)
-    body = f"""
-[sources.qm]
-kind = "mq"
-queue_manager = "{qm.name}"
-channel = "DEV.APP.SVRCONN"
-conn_name = "mqhost(1414)"
-""" + types("orders") + listener_toml("ORDERS", "orders", source="qm", batch=500, threshold=None, backout=None,
-                                      preprocessors=preprocessors)
-    cfg = plugin_config(tmp_path, body)
+    body = types("orders") + listener_toml("ORDERS", "orders", source="qm", batch=500, threshold=None,
+                                           backout=None, preprocessors=preprocessors)
+    cfg = plugin_config(tmp_path, body, tables={"sources.qm": fake_mq_source(qm.name)})
 
     def factory(context: SourceContext) -> MqSource:
         return MqSource(context.source_name, cfg.sources["qm"], context.listener.queue, listener=context.listener,

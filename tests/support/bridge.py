@@ -31,12 +31,15 @@ def amq_bridge(tmp_path: Path, body: str = "", *, port: int = 61613) -> BridgeTo
 
 
 def make_config(tmp_path: Path, body: str, *, port: int = 61613, listen: str = "",
-                bridge: Mapping[str, Any] | None = None,
-                source: Mapping[str, Any] | None = None) -> BridgeConfig:
+                bridge: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None,
+                tables: Mapping[str, Mapping[str, Any]] | None = None) -> BridgeConfig:
     """`amq_bridge(tmp_path, body, port=port)` written to `<tmp_path>/bridge.toml` and loaded, with
-    the monitoring endpoint on `listen` and these keys set in `[bridge]` and `[sources.amq]`."""
+    the monitoring endpoint on `listen`, these keys set in `[bridge]` and `[sources.amq]`, and
+    these `tables` (by dotted name, e.g. "sources.qm")."""
     toml = (amq_bridge(tmp_path, body, port=port).set("monitoring", listen=listen)
             .set("bridge", **(bridge or {})).set("sources.amq", **(source or {})))
+    for name, keys in (tables or {}).items():
+        toml = toml.set(name, **keys)
     return toml.parse(toml.write(tmp_path / "bridge.toml"))
 
 

@@ -1,12 +1,13 @@
 """Bridge configurations for tests, built one way (the shape of tox's `tox_project`: data in, a file
 and the loaded configuration out).
 
-A `BridgeToml` holds a configuration's tables as data. A preset holds what a kind of test needs
-(`orders`: the smallest valid configuration; `tests.support.bridge.amq_bridge`: a bridge in this
-process on ActiveMQ and local Spark; `tests.support.processes.stomp_bridge` and `mq_bridge`: a
-`mqbridge run` process; `tests.support.memory.memory_config`: the in-memory source); a test then
-states only what it is about, e.g. `.set("bridge", control_interval="4s")`, and renders the text
-(`text()`), writes the file (`write(path)`) or validates it as the bridge does (`parse(path)`).
+A `BridgeToml` holds a configuration's tables as data. A preset holds what a kind of test needs:
+`orders` here (the smallest valid configuration); `tests.support.bridge.amq_bridge` and
+`make_config` (a bridge in this process on ActiveMQ and local Spark); `tests.support.processes`'
+`stomp_bridge` and `mq_bridge` (a `mqbridge run` process); `tests.support.memory.memory_config`
+(the in-memory source); `tests.support.purge.purge_bridge`. A test then states only what it is
+about, e.g. `.set("bridge", control_interval="4s")`, and renders the text (`text()`), writes the
+file (`write(path)`) or validates it as the bridge does (`parse(path)`).
 
 TOML a test writes by hand goes in as it is (`add(where, text)`), so a test can still show the
 exact lines it is about.
@@ -109,6 +110,12 @@ class BridgeToml:
         """Validate as the bridge loads a file at `path` (relative paths are taken from its folder;
         without a path, from the current directory)."""
         return parse_config(self.text(), str(path)) if path is not None else parse_config(self.text())
+
+
+def fake_mq_source(queue_manager: str) -> dict[str, Any]:
+    """The keys of a `[sources.X]` table for the fake IBM MQ queue manager `queue_manager`."""
+    return {"kind": "mq", "queue_manager": queue_manager, "channel": "DEV.APP.SVRCONN",
+            "conn_name": "mqhost(1414)"}
 
 
 def orders(head: str = "", listener: str = "", source: str = "") -> BridgeToml:

@@ -40,10 +40,11 @@ def types(*names: str) -> str:
     return "".join(f'\n[types.{n}]\nbulk_size = "2MB"\nbulk_timeout = "1s"\n' for n in names)
 
 
-def plugin_config(tmp_path: Path, body: str) -> BridgeConfig:
-    """`make_config` with `plugin_dirs = ["plugins"]` (relative to the configuration file) and a
-    faster control loop, which looks for changed plugin files."""
-    return make_config(tmp_path, body, bridge={"plugin_dirs": ["plugins"], "control_interval": "300ms"})
+def plugin_config(tmp_path: Path, body: str, **options: Any) -> BridgeConfig:
+    """`make_config(tmp_path, body, **options)` with `plugin_dirs = ["plugins"]` (relative to the
+    configuration file) and a faster control loop, which looks for changed plugin files."""
+    bridge = {"plugin_dirs": ["plugins"], "control_interval": "300ms"}
+    return make_config(tmp_path, body, bridge=bridge, **options)
 
 
 def write_plugin(tmp_path: Path, name: str, code: str, mode: int = 0o644) -> Path:

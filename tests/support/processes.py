@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.bridge import read_table
-from tests.support.configs import LISTENER, BridgeToml
+from tests.support.configs import LISTENER, BridgeToml, fake_mq_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,8 +56,7 @@ def mq_bridge(queue_manager: str, *, threads: int = 2, batch: int = 100) -> Brid
     """A `mqbridge run` on queue ORDERS of the fake queue manager `queue_manager` (`process_bridge`;
     the process needs `fake_mq_env`)."""
     return (process_bridge("eo-mq").set("spark", master="local[2]", warehouse="landing")
-            .set("sources.qm", kind="mq", queue_manager=queue_manager, channel="DEV.APP.SVRCONN",
-                 conn_name="mqhost(1414)")
+            .set("sources.qm", **fake_mq_source(queue_manager))
             .listener(source="qm", queue=MQ_QUEUE, threads=threads, batch=batch, wait="200ms",
                       message_type="orders"))
 

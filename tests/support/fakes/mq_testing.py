@@ -8,6 +8,7 @@ from typing import Any
 
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.listeners.mq import MqSource
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 
@@ -16,8 +17,7 @@ DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 def source_config(server: FakeQueueManagerServer, **overrides: Any) -> MqSourceConfig:
     """An `[sources.X]` block of kind "mq" for `server` (validated, like the loader does)."""
-    fields: dict[str, Any] = {"queue_manager": server.name, "channel": "DEV.APP.SVRCONN",
-                              "conn_name": "mqhost(1414)", "reconnect": "as_def"}
+    fields: dict[str, Any] = {**fake_mq_source(server.name), "reconnect": "as_def"}
     fields.update(overrides)
     return MqSourceConfig(**fields)
 
