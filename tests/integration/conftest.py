@@ -1,11 +1,17 @@
-"""Fixtures of the integration tests: a real local Spark (and, later, the brokers)."""
+"""Fixtures of the integration tests: a real local Spark, and a bridge with its monitoring server."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from mqbridge.app import build_app
+from mqbridge.control import Bridge
+from mqbridge.monitoring.server import MonitoringServer
+from tests.support.bridge import RunningBridge
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +29,25 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     })
     yield session
     session.stop()
+
+
+@pytest.fixture
+def monitored(tmp_path: Path, spark: Any) -> Iterator[Any]:
+    """Start a bridge (plugins attached, as `run_bridge` builds it) with its monitoring server
+    on a free loopback port; stop both at the end."""
+    started: list[tuple[RunningBridge, MonitoringServer]] = []
+
+    def start(cfg: Any) -> tuple[Bridge, MonitoringServer]:
+        bridge = build_app(cfg, spark=spark).bridge  # [monitoring] listen = "": no server of its own
+        monitor = MonitoringServer(bridge, "127.0.0.1", 0, session=lambda: spark)
+        bridge.observers.append(monitor)
+        running = RunningBridge(bridge)
+        monitor.start()
+        started.append((running, monitor))
+        return bridge, monitor
+
+    yield start
+    for running, monitor in started:
+        monitor.stop()
+        if running.thread.is_alive():
+            running.stop()

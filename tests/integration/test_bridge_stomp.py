@@ -17,9 +17,9 @@ from tests.support.bridge import (
     make_config,
     read_table,
     run_until_idle,
-    wait_for,
 )
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +82,8 @@ def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp
     # When the write has failed: an outage, the sink's breaker opens, the messages go back and the
     # listener pauses intake; probes keep failing (more often than the threshold)
     assert bridge.breakers is not None
-    wait_for(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") > 0,
-             120, "the breaker of sink orders to fail three probes")
+    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") > 0,
+               120, "the breaker of sink orders to fail three probes")
     assert bridge.counters.total("messages_committed") == 0
     assert amq.depth(q + ".backout") == 0
     assert [entry["phase"] for entry in bridge.status()["listeners"]] == ["paused"]
@@ -160,11 +160,11 @@ def test_cut_connection_is_restarted_by_the_control_thread_and_nothing_is_lost(t
     bridge = build_app(cfg, spark=spark).bridge
     try:
         running = RunningBridge(bridge, until_idle=3.0)
-        wait_for(lambda: bridge.counters.total("messages_committed") > 0, 120, "first commit")
+        wait_until(lambda: bridge.counters.total("messages_committed") > 0, 120, "first commit")
         # When every connection is cut mid-stream
         assert proxy.cut() >= 1
         # Then the control thread restarts the listeners and everything lands
-        wait_for(lambda: bridge.counters.total("listener_restarts") >= 1, 30, "a listener restart")
+        wait_until(lambda: bridge.counters.total("listener_restarts") >= 1, 30, "a listener restart")
         assert running.wait() == 0
     finally:
         proxy.close()

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, wait_until
+from tests.support.exactly_once import OutputReader
 from tests.support.processes import mqbridge, run_until_idle, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

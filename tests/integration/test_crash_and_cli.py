@@ -10,14 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import read_table, wait_for
+from tests.support.bridge import read_table
 from tests.support.processes import mqbridge, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def write_config(tmp_path: Path, queue: str) -> Path:
-    return stomp_config(tmp_path, queue)
 
 
 def parquet_files(path: Path) -> int:
@@ -33,12 +30,12 @@ def test_kill_9_mid_stream_then_restart_lands_every_message_once(tmp_path: Path,
     q = unique_queue("crash")
     bodies = [f"k{i}".encode() * 20 for i in range(20000)]
     amq.put_many(q, bodies)
-    config = write_config(tmp_path, q)
+    config = stomp_config(tmp_path, q)
     table = tmp_path / "landing" / "orders"
     first = mqbridge("run", "--config", str(config))
     try:
         # When it is killed with SIGKILL after the first bulks landed
-        wait_for(lambda: parquet_files(table) >= 3 or first.poll() is not None, 180, "first bulks to land")
+        wait_until(lambda: parquet_files(table) >= 3 or first.poll() is not None, 180, "first bulks to land")
         assert first.poll() is None, first.stdout.read() if first.stdout else ""
         first.send_signal(signal.SIGKILL)
         first.wait(30)
@@ -70,7 +67,7 @@ def test_kill_9_mid_stream_then_restart_lands_every_message_once(tmp_path: Path,
     ],
 )
 def test_check_config_names_the_key_path(tmp_path: Path, toml: str, expected: str) -> None:
-    path = write_config(tmp_path, "/queue/cfg")
+    path = stomp_config(tmp_path, "/queue/cfg")
     path.write_text(path.read_text() + toml)
     proc = mqbridge("check-config", str(path))
     out, _ = proc.communicate(timeout=60)
@@ -81,7 +78,7 @@ def test_check_config_names_the_key_path(tmp_path: Path, toml: str, expected: st
 
 
 def test_check_config_ok_and_version(tmp_path: Path) -> None:
-    proc = mqbridge("check-config", str(write_config(tmp_path, "/queue/ok")))
+    proc = mqbridge("check-config", str(stomp_config(tmp_path, "/queue/ok")))
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "OK" in out
     proc = mqbridge("--version")
@@ -93,10 +90,10 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path, spark, amq: AmqClient) ->
     q = unique_queue("term")
     bodies = [f"t{i}".encode() for i in range(5000)]
     amq.put_many(q, bodies)
-    config = write_config(tmp_path, q)
+    config = stomp_config(tmp_path, q)
     table = tmp_path / "landing" / "orders"
     proc = mqbridge("run", "--config", str(config))
-    wait_for(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")
+    wait_until(lambda: parquet_files(table) >= 1 or proc.poll() is not None, 180, "first bulk")
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=90)

@@ -19,53 +19,24 @@ from typing import Any
 import pytest
 
 from tests.support.bridge import read_table
+from tests.support.exactly_once import bodies
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.processes import fake_mq_env, landed, leftovers, run_until_idle, run_until_killed
+from tests.support.processes import MQ_BOQ as BOQ
+from tests.support.processes import MQ_DLQ as DLQ
+from tests.support.processes import MQ_QUEUE as QUEUE
+from tests.support.processes import (
+    fake_mq_env,
+    landed,
+    leftovers,
+    mq_config,
+    run_until_idle,
+    run_until_killed,
+)
 
 pytestmark = pytest.mark.integration
 
-QUEUE, BOQ, DLQ = "ORDERS", "ORDERS.BOQ", "SYSTEM.DEAD.LETTER.QUEUE"
 COUNT = 3000
 WHEN = datetime(2024, 5, 17, 8, 30, 15, 250000, tzinfo=timezone.utc)
-
-
-def bodies(n: int, tag: str) -> list[bytes]:
-    """Bodies with every byte value, so a landed body that is not byte-identical shows."""
-    return [f"{tag}-{i:05d}:".encode() + bytes(range(256)) for i in range(n)]
-
-
-def mq_config(tmp_path: Path, qm_name: str, *, threads: int = 2, batch: int = 100) -> Path:
-    """A configuration file for queue ORDERS of the fake queue manager, type `orders` landing in
-    `<tmp_path>/landing/orders`, the ledger in `<tmp_path>/state`."""
-    path = tmp_path / "bridge.toml"
-    path.write_text(f"""
-[bridge]
-name = "eo-mq"
-control_interval = "1s"
-plugin_dirs = []
-state_dir = "state"
-[monitoring]
-listen = ""
-[spark]
-master = "local[2]"
-warehouse = "landing"
-[types.orders]
-bulk_size = "128KB"
-bulk_timeout = "500ms"
-[sources.qm]
-kind = "mq"
-queue_manager = "{qm_name}"
-channel = "DEV.APP.SVRCONN"
-conn_name = "mqhost(1414)"
-[[listeners]]
-source = "qm"
-queue = "{QUEUE}"
-threads = {threads}
-batch = {batch}
-wait = "200ms"
-message_type = "orders"
-""")
-    return path
 
 
 def fill_queue_manager(state: Path, name: str, sent: list[bytes]) -> list[bytes]:

@@ -27,11 +27,12 @@ from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
-from tests.integration.test_outage import finish, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies, published_files, wait_until
+from tests.support.exactly_once import account, bodies, published_files
+from tests.support.monitored import finish, outage_config, sink, start
 from tests.support.processes import landed, leftovers, mqbridge, stomp_config
 from tests.support.spark_servers import SparkConnectServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,10 @@ import pytest
 from mqbridge.errors import DuplicateIdentityError, LedgerError
 from mqbridge.landing.ledger.postgres import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
+from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
 from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,6 @@ import socket
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mqbridge.app import build_app, run_bridge
 from mqbridge.cli import main
-from mqbridge.config import parse_config
 from mqbridge.config.schema import MonitoringSection
-from mqbridge.control import Bridge
 from mqbridge.logsetup import setup_from_config
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import RunningBridge, listener_toml, make_config, wait_for
+from tests.support.bridge import RunningBridge, listener_toml, make_config
+from tests.support.exactly_once import free_port
+from tests.support.http import get
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,32 +36,6 @@ TYPE = """
 bulk_size = "1MB"
 bulk_timeout = "1s"
 """
-
-
-def config(tmp_path: Path, body: str, *, port: int = 61613, listen: str = "", bridge: str = "",
-           source: str = "") -> Any:
-    """`make_config` with extra `[bridge]`/`[sources.amq]` keys and a monitoring address."""
-    make_config(tmp_path, body, port=port)
-    path = tmp_path / "bridge.toml"
-    text = path.read_text().replace('listen = ""', f'listen = "{listen}"')
-    text = text.replace("plugin_dirs = []", "plugin_dirs = []\n" + bridge)
-    text = text.replace('kind = "stomp"', 'kind = "stomp"\n' + source)
-    path.write_text(text)
-    return parse_config(text, str(path))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -75,34 +49,13 @@ def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return sum(v for (n, _), v in samples.items() if n == name)
 
 
-@pytest.fixture
-def monitored(tmp_path: Path, spark: Any) -> Iterator[Any]:
-    """Start a bridge (plugins attached, as `run_bridge` builds it) with its monitoring server
-    on a free loopback port; stop both at the end."""
-    started: list[tuple[RunningBridge, MonitoringServer]] = []
-
-    def start(cfg: Any) -> tuple[Bridge, MonitoringServer]:
-        bridge = build_app(cfg, spark=spark).bridge  # [monitoring] listen = "": no server of its own
-        monitor = MonitoringServer(bridge, "127.0.0.1", 0, session=lambda: spark)
-        bridge.observers.append(monitor)
-        running = RunningBridge(bridge)
-        monitor.start()
-        started.append((running, monitor))
-        return bridge, monitor
-
-    yield start
-    for running, monitor in started:
-        monitor.stop()
-        if running.thread.is_alive():
-            running.stop()
-
-
 def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: Any, amq: AmqClient) -> None:
     # Given 300 messages and a bridge started the way the CLI and the services start it
     q = unique_queue("mon")
     amq.put_many(q, [f"m{i}".encode() for i in range(300)])
     port = free_port()
-    cfg = config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=50), listen=f"127.0.0.1:{port}")
+    cfg = make_config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=50),
+                      listen=f"127.0.0.1:{port}")
     stop = threading.Event()
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(run_bridge(cfg, stop_event=stop)), name="test-run-bridge")
@@ -116,7 +69,7 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
             except OSError:
                 return False  # not listening yet
 
-        wait_for(committed, 180, "300 commits on /metrics")
+        wait_until(committed, 180, "300 commits on /metrics")
         # Then /metrics shows the work: received == committed == sent, per listener and queue
         samples = metrics(url)
         labels = (("listener", f"amq:{q}"), ("queue", q))
@@ -132,7 +85,7 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
         assert samples[("mqbridge_put_to_commit_seconds_bucket", tuple(sorted((*labels, ("le", "+Inf")))))] == 300
         assert samples[("mqbridge_process_resident_memory_bytes", ())] > 10e6
         assert samples[("mqbridge_spark_reachable", ())] == 1
-        wait_for(lambda: get(url + "/healthz")[0] == 200, 30, "healthy")
+        wait_until(lambda: get(url + "/healthz")[0] == 200, 30, "healthy")
         status = json.loads(get(url + "/status")[1])
         assert status["spark"]["reachable"] is True and status["health"]["healthy"] is True
         assert [entry["listener_messages"]["messages_committed"] for entry in status["listeners"]] == [300, 300]
@@ -150,9 +103,10 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
     # Given a healthy bridge that reaches the broker through a proxy
     proxy = TcpProxy(("127.0.0.1", 61613))
     try:
-        cfg = config(tmp_path, TYPE + listener_toml(unique_queue("health"), "orders", threads=2), port=proxy.port)
+        cfg = make_config(tmp_path, TYPE + listener_toml(unique_queue("health"), "orders", threads=2),
+                          port=proxy.port)
         bridge, monitor = monitored(cfg)
-        wait_for(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy")
+        wait_until(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy")
         # `mqbridge status` says so: exit 0 and a table
         assert main(["status", "--url", monitor.url]) == 0
         out = capsys.readouterr().out
@@ -166,7 +120,7 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
             proxy.target = dead.getsockname()
             assert proxy.cut() >= 1
             # Then /healthz answers 503 and names the listener
-            wait_for(lambda: get(monitor.url + "/healthz")[0] == 503, 30, "unhealthy")
+            wait_until(lambda: get(monitor.url + "/healthz")[0] == 503, 30, "unhealthy")
             code, body = get(monitor.url + "/healthz")
             assert code == 503 and "listener amq:" in body, body
             assert main(["status", "--url", monitor.url]) == 1
@@ -174,7 +128,7 @@ def test_healthz_is_503_while_a_listener_is_cut_off_and_200_after_the_restart(
             assert ": UNHEALTHY" in out.splitlines()[0] and "  ! listener amq:" in out
         # And once the broker is reachable again, the restarted listeners make it 200 again
         proxy.target = ("127.0.0.1", 61613)
-        wait_for(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy after the restart")
+        wait_until(lambda: get(monitor.url + "/healthz") == (200, "ok\n"), 60, "healthy after the restart")
         assert bridge.counters.total("listener_restarts") >= 1
         assert total(metrics(monitor.url), "mqbridge_listener_restarts_total") >= 1
     finally:
@@ -189,7 +143,7 @@ def test_status_command_against_nothing_fails_with_one_clear_line(tmp_path: Path
     assert err.startswith(f"mqbridge status: no bridge answers at http://127.0.0.1:{port}/status:")
     assert err.count("\n") == 1
     # --config finds the address in [monitoring] listen
-    config(tmp_path, TYPE + listener_toml("/queue/x", "orders"), listen=f"127.0.0.1:{port}")
+    make_config(tmp_path, TYPE + listener_toml("/queue/x", "orders"), listen=f"127.0.0.1:{port}")
     assert main(["status", "--config", str(tmp_path / "bridge.toml")]) == 3
     assert f"http://127.0.0.1:{port}/status" in capsys.readouterr().err
 
@@ -212,7 +166,7 @@ def test_the_default_address_is_not_reachable_from_other_interfaces(tmp_path: Pa
     # Every address of this machine but the bound one: its other interfaces, and another loopback
     # address (127.0.0.2 is on `lo` on Linux), so the check never depends on the network set-up
     addresses = [*_non_loopback_addresses(), "127.0.0.2"]
-    cfg = config(tmp_path, TYPE + listener_toml("/queue/x", "orders"))
+    cfg = make_config(tmp_path, TYPE + listener_toml("/queue/x", "orders"))
     monitor = MonitoringServer(build_app(cfg, executors={}).bridge, str(default.host), 0)
     monitor.start()
     try:
@@ -231,12 +185,13 @@ def test_memory_guard_pauses_intake_and_resumes_when_the_limit_is_raised(
         tmp_path: Path, monitored: Any, amq: AmqClient) -> None:
     # Given a bridge whose max_rss is far below what any Python process with Spark needs
     q = unique_queue("guard")
-    cfg = config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=20), bridge='max_rss = "1MB"')
+    cfg = make_config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=20),
+                      bridge={"max_rss": "1MB"})
     bridge, monitor = monitored(cfg)
     # Then the listeners pause, the gauge and the status say so, and the bridge stays healthy
-    wait_for(lambda: metrics(monitor.url).get(("mqbridge_memory_guard_paused", ())) == 1, 30, "paused gauge")
-    wait_for(lambda: [e["phase"] for e in json.loads(get(monitor.url + "/status")[1])["listeners"]]
-             == ["paused", "paused"], 30, "paused listeners")
+    wait_until(lambda: metrics(monitor.url).get(("mqbridge_memory_guard_paused", ())) == 1, 30, "paused gauge")
+    wait_until(lambda: [e["phase"] for e in json.loads(get(monitor.url + "/status")[1])["listeners"]]
+               == ["paused", "paused"], 30, "paused listeners")
     status = json.loads(get(monitor.url + "/status")[1])
     assert status["guard"]["paused"] is True and status["guard"]["max_rss"] == 2**20
     assert status["guard"]["rss"] > 2**20
@@ -244,12 +199,12 @@ def test_memory_guard_pauses_intake_and_resumes_when_the_limit_is_raised(
     # and messages put now are not taken while paused
     amq.put_many(q, [f"g{i}".encode() for i in range(50)])
     with pytest.raises(TimeoutError):
-        wait_for(lambda: bridge.counters.total("messages_received") > 0, 2, "a receive while paused")
+        wait_until(lambda: bridge.counters.total("messages_received") > 0, 2, "a receive while paused")
 
     # When the limit is raised
     bridge.guard.set_limit(1 << 40)
     # Then intake resumes and everything is committed
-    wait_for(lambda: bridge.counters.total("messages_committed") == 50, 120, "50 commits after resume")
+    wait_until(lambda: bridge.counters.total("messages_committed") == 50, 120, "50 commits after resume")
     samples = metrics(monitor.url)
     assert samples[("mqbridge_memory_guard_paused", ())] == 0
     assert samples[("mqbridge_memory_guard_pauses_total", ())] == 1
@@ -262,12 +217,12 @@ def test_source_password_never_appears_in_the_log(tmp_path: Path, spark: Any, am
     q = unique_queue("secret")
     amq.put_many(q, [b"s1", b"s2", b"s3"])
     log_file = tmp_path / "logs" / "bridge.log"
-    cfg = config(tmp_path, TYPE + listener_toml(q, "orders") + f"""
+    cfg = make_config(tmp_path, TYPE + listener_toml(q, "orders") + f"""
 [logging]
 level = "DEBUG"
 format = "json"
 file = "{log_file}"
-""", source=f'user = "bridge"\npassword = "{secret}"\nallow_plaintext_password = true')
+""", source={"user": "bridge", "password": secret, "allow_plaintext_password": True})
     setup_from_config(cfg, force=True)
     # When the bridge runs and also logs its configuration and status in every way it can
     bridge = build_app(cfg, spark=spark).bridge

@@ -24,10 +24,11 @@ from tests.support.bridge import (
     make_config,
     read_table,
     run_until_idle,
-    wait_for,
 )
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 C = pymqi_fake.CMQC
@@ -44,20 +45,14 @@ def qm() -> Iterator[FakeQueueManagerServer]:
 
 def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders",
               type_extra: str = "") -> Any:
-    body = f"""
-[sources.qm]
-kind = "mq"
-queue_manager = "{qm.name}"
-channel = "DEV.APP.SVRCONN"
-conn_name = "mqhost(1414)"
-"""
+    body = ""
     for name in types.split():
         body += f"""
 [types.{name}]
 bulk_size = "2MB"
 bulk_timeout = "1s"
 """ + type_extra
-    return make_config(tmp_path, body + listeners)
+    return make_config(tmp_path, body + listeners, tables={"sources.qm": fake_mq_source(qm.name)})
 
 
 def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int = 100, extra: str = "") -> str:
@@ -119,8 +114,8 @@ def test_spark_failure_backs_every_message_out_and_they_land_once_the_fault_clea
     # When the write has failed: an outage, the unit is backed out and the sink's breaker opens
     # (the listener pauses intake), and its probes keep failing
     assert bridge.breakers is not None
-    wait_for(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") >= 300,
-             120, "a backout and three failed probes")
+    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") >= 300,
+               120, "a backout and three failed probes")
 
     # Then nothing was removed from the queue and every message came back with BackoutCount + 1
     assert bridge.counters.total("messages_committed") == 0

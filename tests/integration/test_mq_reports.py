@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from mqbridge.listeners.mq.reports import MQFB_NAN, MQFB_PAN, MQRO_NAN, MQRO_PAN
-from tests.integration.test_exactly_once_mq import BOQ, DLQ, QUEUE, mq_config
 from tests.support.bridge import read_table
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.processes import fake_mq_env, leftovers, run_until_idle, run_until_killed
+from tests.support.processes import MQ_BOQ as BOQ
+from tests.support.processes import MQ_DLQ as DLQ
+from tests.support.processes import MQ_QUEUE as QUEUE
+from tests.support.processes import fake_mq_env, leftovers, mq_config, run_until_idle, run_until_killed
 
 pytestmark = pytest.mark.integration
 

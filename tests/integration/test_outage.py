@@ -16,10 +16,7 @@ queue that should not be.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,48 +25,13 @@ import pytest
 
 from mqbridge.monitoring.status_client import run_status
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies, free_port, published_files, wait_until
-from tests.support.processes import landed, leftovers, mqbridge, stomp_config
+from tests.support.exactly_once import account, bodies, published_files
+from tests.support.http import get
+from tests.support.monitored import finish, outage_config, sink, start
+from tests.support.processes import landed, leftovers
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def outage_config(tmp_path: Path, queue: str, *, spark: str = "", **kwargs: Any) -> tuple[Path, str]:
-    """`stomp_config` with the monitoring endpoint on a free port and extra `[spark]` keys."""
-    port = free_port()
-    path = stomp_config(tmp_path, queue, **kwargs)
-    text = path.read_text().replace('listen = ""', f'listen = "127.0.0.1:{port}"')
-    text = text.replace('warehouse = "landing"', f'warehouse = "landing"\nprobe_interval_max = "2s"\n{spark}')
-    path.write_text(text)
-    return path, f"http://127.0.0.1:{port}"
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except (urllib.error.URLError, OSError):
-        return 0, ""
-
-
-def sink(url: str, name: str = "orders") -> dict[str, Any]:
-    code, text = get(url + "/status")
-    return json.loads(text).get("sinks", {}).get(name, {}) if code == 200 else {}
-
-
-def start(config: Path, *, failpoint: str | None = None, idle: str = "3s") -> OutputReader:
-    return OutputReader(mqbridge("run", "--config", str(config), "--until-idle", idle, failpoint=failpoint))
-
-
-def finish(run: OutputReader, timeout: float = 300) -> str:
-    code = run.wait(timeout)
-    if code is None:
-        run.terminate()
-        raise AssertionError(f"the bridge did not end within {timeout:.0f}s:\n{run.text()[-5000:]}")
-    assert code == 0, run.text()[-5000:]
-    return run.text()
 
 
 def test_an_unwritable_table_path_pauses_the_sink_and_moves_nothing(tmp_path: Path, spark: Any,

@@ -7,15 +7,11 @@ from __future__ import annotations
 import collections
 import os
 import socket
-import textwrap
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
 from mqbridge.plugins import PluginHost
 from mqbridge.preprocessors.envelope import parse_envelope
@@ -23,33 +19,12 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import (
     RunningBridge,
     listener_toml,
-    make_config,
-    read_table,
     run_until_idle,
-    wait_for,
 )
+from tests.support.plugin_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-STAMP = '''
-from mqbridge import current_chain, hookimpl
-
-VERSION = "{version}"
-
-
-class Stamp:
-    def process(self, message):
-        chain = current_chain()
-        message.headers["plugin_version"] = VERSION
-        message.headers["unit"] = str(chain.unit)
-        message.headers["generation"] = str(chain.generation)
-        return message
-
-
-@hookimpl
-def mqbridge_register_preprocessors(registry):
-    registry.add("stamp", lambda options: Stamp())
-'''
 
 DROP = '''
 from mqbridge import hookimpl
@@ -107,62 +82,10 @@ def mqbridge_result(message, result):
 '''
 
 
-def types(*names: str) -> str:
-    return "".join(f'\n[types.{n}]\nbulk_size = "2MB"\nbulk_timeout = "1s"\n' for n in names)
-
-
 def listener(queue: str, type_: str, preprocessors: str, *, threads: int = 1, batch: int = 20,
              threshold: int = 3) -> str:
     return listener_toml(queue, type_, threads=threads, batch=batch, wait="100ms", threshold=threshold,
                          preprocessors=preprocessors)
-
-
-def plugin_config(tmp_path: Path, body: str) -> Any:
-    """make_config with `plugin_dirs = ["plugins"]` (relative to the configuration file)."""
-    make_config(tmp_path, body)
-    path = tmp_path / "bridge.toml"
-    text = path.read_text().replace("plugin_dirs = []", 'plugin_dirs = ["plugins"]', 1)
-    text = text.replace('control_interval = "500ms"', 'control_interval = "300ms"', 1)
-    path.write_text(text)
-    return parse_config(text, str(path))
-
-
-def write_plugin(tmp_path: Path, name: str, code: str, mode: int = 0o644) -> Path:
-    folder = tmp_path / "plugins"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{name}.py"
-    tmp = folder / f".{name}.tmp"  # write then rename: the bridge never reads a half-written file
-    tmp.write_text(textwrap.dedent(code))
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-    return path
-
-
-def rows_of(spark: Any, tmp_path: Path, table: str) -> list[Any]:
-    return read_table(spark, tmp_path / "landing" / table)
-
-
-class Producer(threading.Thread):
-    """Puts a steady stream of numbered messages until stopped."""
-
-    def __init__(self, queue: str) -> None:
-        super().__init__(name="test-producer", daemon=True)
-        self.queue = queue
-        self.sent: list[bytes] = []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        with AmqClient() as client:
-            while not self.stop_event.is_set():
-                bodies = [f"s{len(self.sent) + i:05d}".encode() for i in range(5)]
-                client.put_many(self.queue, bodies)
-                self.sent.extend(bodies)
-                self.stop_event.wait(0.1)
-
-    def stop(self) -> list[bytes]:
-        self.stop_event.set()
-        self.join(30)
-        return self.sent
 
 
 def test_plugin_changed_mid_stream_each_unit_of_work_runs_one_version(tmp_path: Path, spark, amq: AmqClient) -> None:
@@ -177,15 +100,15 @@ def test_plugin_changed_mid_stream_each_unit_of_work_runs_one_version(tmp_path: 
     running = RunningBridge(bridge)
     try:
         committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
-        wait_for(lambda: committed() >= 30, 120, "v1 messages committed")
+        wait_until(lambda: committed() >= 30, 120, "v1 messages committed")
 
         # When the plugin file is replaced by v2 while messages keep coming
         write_plugin(tmp_path, "stamp", STAMP.format(version="v2"))
-        wait_for(lambda: host.generation == 2, 30, "the new plugin generation")
+        wait_until(lambda: host.generation == 2, 30, "the new plugin generation")
         at_swap = committed()
-        wait_for(lambda: committed() >= at_swap + 30, 120, "v2 messages committed")
+        wait_until(lambda: committed() >= at_swap + 30, 120, "v2 messages committed")
         sent = producer.stop()
-        wait_for(lambda: committed() >= len(sent), 120, "every message committed")
+        wait_until(lambda: committed() >= len(sent), 120, "every message committed")
     finally:
         producer.stop()
         running.stop()
@@ -220,25 +143,25 @@ def test_syntax_error_over_a_working_plugin_keeps_the_old_version_until_fixed(tm
     committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
     try:
         amq.put_many(q, [f"a{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 10, 120, "first messages")
+        wait_until(lambda: committed() >= 10, 120, "first messages")
 
         # When a syntax error is written over the working plugin
         path = write_plugin(tmp_path, "stamp", STAMP.format(version="v2") + "\ndef half_written(:\n")
-        wait_for(lambda: bridge.status()["plugins"]["errors"], 30, "the error in the status")
+        wait_until(lambda: bridge.status()["plugins"]["errors"], 30, "the error in the status")
         error = bridge.status()["plugins"]["errors"][0]
         assert error["path"] == str(path) and error["line"] == STAMP.count("\n") + 2
         assert "SyntaxError" in error["error"]
         # Then the old version keeps processing
         amq.put_many(q, [f"b{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 20, 120, "messages during the error")
+        wait_until(lambda: committed() >= 20, 120, "messages during the error")
         assert host.generation == 1 and bridge.status()["plugins"]["errors"]
 
         # When the file is fixed, the fix is picked up and the error clears
         write_plugin(tmp_path, "stamp", STAMP.format(version="v3"))
-        wait_for(lambda: host.generation == 2, 30, "the fixed version")
+        wait_until(lambda: host.generation == 2, 30, "the fixed version")
         assert bridge.status()["plugins"]["errors"] == []
         amq.put_many(q, [f"c{i}".encode() for i in range(10)])
-        wait_for(lambda: committed() >= 30, 120, "messages after the fix")
+        wait_until(lambda: committed() >= 30, 120, "messages after the fix")
     finally:
         running.stop()
         host.close()

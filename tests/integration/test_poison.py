@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,14 @@ from mqbridge.listeners.mq import MqSource
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
-from tests.integration.test_plugins_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import RunningBridge, listener_toml, run_until_idle, wait_for
+from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.http import get
+from tests.support.plugin_bridge import STAMP, Producer, plugin_config, rows_of, types, write_plugin
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -57,14 +58,6 @@ def assert_neighbours_landed_once(rows: list[Any]) -> None:
     assert set(landed) == set(GOOD), f"lost {len(set(GOOD) - set(landed))}, unexpected {set(landed) - set(GOOD)}"
     assert [b for b, n in landed.items() if n > 1] == [], "a neighbour landed twice"
     assert max(r.delivery_count for r in rows) <= 2
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 # -- STOMP (commits in part): only the culprit goes back ---------------------------------------
@@ -109,15 +102,9 @@ def qm() -> Iterator[FakeQueueManagerServer]:
 def mq_bridge(tmp_path: Path, spark: Any, qm: FakeQueueManagerServer, listen: str = "",
               preprocessors: str = '["explode"]') -> tuple[Bridge, Any]:
     write_plugin(tmp_path, "explode", EXPLODE)
-    body = f"""
-[sources.qm]
-kind = "mq"
-queue_manager = "{qm.name}"
-channel = "DEV.APP.SVRCONN"
-conn_name = "mqhost(1414)"
-""" + types("orders") + listener_toml("ORDERS", "orders", source="qm", batch=500, threshold=None, backout=None,
-                                      preprocessors=preprocessors)
-    cfg = plugin_config(tmp_path, body)
+    body = types("orders") + listener_toml("ORDERS", "orders", source="qm", batch=500, threshold=None,
+                                           backout=None, preprocessors=preprocessors)
+    cfg = plugin_config(tmp_path, body, tables={"sources.qm": fake_mq_source(qm.name)})
 
     def factory(context: SourceContext) -> MqSource:
         return MqSource(context.source_name, cfg.sources["qm"], context.listener.queue, listener=context.listener,
@@ -168,7 +155,7 @@ def test_mq_bothresh_0_one_poison_message_halts_its_listener_after_the_stated_at
     monitor.start()
     try:
         # When the poison message has failed halt_after_failures (default 10) times
-        wait_for(lambda: any(s.halted for s in bridge.slots), 120, "the listener to halt")
+        wait_until(lambda: any(s.halted for s in bridge.slots), 120, "the listener to halt")
 
         # Then /healthz says 503 naming the listener and why, and /status carries the reason
         code, body = get(monitor.url + "/healthz")
@@ -224,16 +211,16 @@ def test_a_plugin_version_raising_at_run_time_swapped_in_mid_stream_falls_back_a
     running = RunningBridge(bridge)
     try:
         committed = lambda: bridge.counters.total("messages_committed")  # noqa: E731
-        wait_for(lambda: committed() >= 20, 120, "v1 messages committed")
+        wait_until(lambda: committed() >= 20, 120, "v1 messages committed")
 
         # When v2, which loads but raises on every message, replaces it while messages keep coming
         write_plugin(tmp_path, "stamp", RAISING)
-        wait_for(lambda: host.counters.total("plugin_reloads") >= 1, 30, "v2 swapped in")
-        wait_for(lambda: host.counters.total("plugin_fallbacks") >= 1, 120, "the fallback")
+        wait_until(lambda: host.counters.total("plugin_reloads") >= 1, 30, "v2 swapped in")
+        wait_until(lambda: host.counters.total("plugin_fallbacks") >= 1, 120, "the fallback")
         at_fallback = committed()
-        wait_for(lambda: committed() >= at_fallback + 20, 120, "messages after the fallback")
+        wait_until(lambda: committed() >= at_fallback + 20, 120, "messages after the fallback")
         sent = producer.stop()
-        wait_for(lambda: committed() >= len(sent), 120, "every message committed")
+        wait_until(lambda: committed() >= len(sent), 120, "every message committed")
     finally:
         producer.stop()
         running.stop()

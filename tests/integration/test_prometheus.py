@@ -15,10 +15,11 @@ import pytest
 
 from mqbridge.app import run_bridge
 from mqbridge.config import parse_config
-from tests.integration.test_monitoring import config, free_port
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml, wait_for
+from tests.support.bridge import listener_toml, make_config
+from tests.support.exactly_once import free_port
 from tests.support.prometheus import ALERTS, DASHBOARD, prometheus, tool
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -57,16 +58,16 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
     q = unique_queue("prom")
     amq.put_many(q, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(100)])
     port = free_port()
-    cfg = config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}",
-                 bridge='max_rss = "8GB"')
+    cfg = make_config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}",
+                      bridge={"max_rss": "8GB"})
     stop = threading.Event()
     runner = threading.Thread(target=run_bridge, args=(cfg,), kwargs={"stop_event": stop}, name="test-prom-bridge")
     runner.start()
     try:
         # When a real Prometheus scrapes it with the shipped rules
         with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], [ALERTS]) as prom:
-            wait_for(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
-                     == ["100"], 180, "100 commits seen by Prometheus")
+            wait_until(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
+                       == ["100"], 180, "100 commits seen by Prometheus")
             # Then every metric the dashboard queries is there
             missing = [name for name in sorted(dashboard_metrics() - NOT_YET) if not prom.query(f"count({name})")]
             assert missing == [], f"the dashboard queries metrics the bridge does not export: {missing}"
@@ -76,8 +77,8 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
             assert len(rules) == 9 and all(rule["health"] == "ok" for rule in rules), rules
             # and a message moved to the backout queue fires the alert that watches for it
             amq.put_many(q, [b"{broken"])
-            wait_for(lambda: any(a["labels"]["alertname"] == "MqbridgeBackoutQueueGrowing"
-                                 for a in prom.api("alerts")["alerts"]), 60, "the backout alert")
+            wait_until(lambda: any(a["labels"]["alertname"] == "MqbridgeBackoutQueueGrowing"
+                                   for a in prom.api("alerts")["alerts"]), 60, "the backout alert")
     finally:
         stop.set()
         runner.join(120)
@@ -95,7 +96,7 @@ def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, s
     q = unique_queue("prom-outage")
     amq.put_many(q, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(20)])
     port = free_port()
-    config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}")
+    make_config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50), listen=f"127.0.0.1:{port}")
     path = tmp_path / "bridge.toml"
     text = path.read_text().replace("[spark]\n", '[spark]\nprobe_interval_max = "2s"\n', 1)
     path.write_text(text)
@@ -112,16 +113,16 @@ def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, s
             def breaker_alert() -> list[dict[str, Any]]:
                 return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "MqbridgeSinkUnavailable"]
 
-            wait_for(lambda: any(a["state"] == "firing" for a in breaker_alert()), 120, "the breaker alert to fire")
+            wait_until(lambda: any(a["state"] == "firing" for a in breaker_alert()), 120, "the breaker alert to fire")
             [alert] = breaker_alert()
             assert alert["labels"]["type"] == "orders"
             # Then, the path fixed, the sink is available again and the alert resolves
             blocker.unlink()
-            wait_for(lambda: [r["value"][1] for r in prom.query('mqbridge_sink_available{type="orders"}')] == ["1"],
-                     120, "mqbridge_sink_available back to 1")
-            wait_for(lambda: breaker_alert() == [], 60, "the breaker alert to resolve")
-            wait_for(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
-                     == ["20"], 120, "the 20 messages committed")
+            wait_until(lambda: [r["value"][1] for r in prom.query('mqbridge_sink_available{type="orders"}')] == ["1"],
+                       120, "mqbridge_sink_available back to 1")
+            wait_until(lambda: breaker_alert() == [], 60, "the breaker alert to resolve")
+            wait_until(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
+                       == ["20"], 120, "the 20 messages committed")
     finally:
         stop.set()
         runner.join(120)

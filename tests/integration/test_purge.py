@@ -12,51 +12,19 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mqbridge.config import TypeConfig, parse_config
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
-from mqbridge.landing.executor import SparkExecutor
-from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.landing.rows import LANDED_COLUMNS
-from mqbridge.message import Bulk, Message
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.purger import WORK, Designation, Purger
 from mqbridge.purge.schedule import PurgeScheduler, due
 from tests.support.processes import mqbridge
+from tests.support.purge import BULKS, ROWS, T0, land_container, purge_bridge
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2024, 6, 1, tzinfo=timezone.utc)
-ROWS, BULKS = 1000, 10
 #: Every tenth message survives, the rest is designated, spread over every file.
 NINETY_PERCENT = "cast(substring(msg_id, 2) AS INT) % 10 != 0"
-
-
-def land_container(spark: Any, warehouse: Path, state: Path, next_day: int = 0) -> Path:
-    """One container (put_date 2024-06-01) of ROWS rows in BULKS files; message n put n minutes
-    after midnight, its body holding every byte value; `next_day` more rows on 2024-06-02."""
-    ledger = SqliteLedger.open(state / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
-    executor = SparkExecutor(spark, warehouse, "orders", TypeConfig(table="orders"), landing=landing)
-    per_bulk = ROWS // BULKS
-    for b in range(BULKS):
-        bulk = Bulk("orders")
-        for n in range(b * per_bulk, (b + 1) * per_bulk):
-            put = T0 + timedelta(minutes=n)
-            bulk.add(Message(msg_id=f"m{n}", body=f"{n}:".encode() + bytes(range(256)), source="amq",
-                             destination="/queue/orders", message_type="orders", headers={"n": str(n)},
-                             put_timestamp=put, received_timestamp=put))
-        executor.execute(bulk)
-    if next_day:
-        bulk = Bulk("orders")
-        for n in range(next_day):
-            put = T0 + timedelta(days=1, minutes=n)
-            bulk.add(Message(msg_id=f"d{n}", body=b"next day", source="amq", destination="/queue/orders",
-                             message_type="orders", put_timestamp=put, received_timestamp=put))
-        executor.execute(bulk)
-    landing.close()
-    return warehouse / "orders"
 
 
 def rows_of(spark: Any, table: Path) -> dict[str, tuple[Any, ...]]:
@@ -169,28 +137,10 @@ def test_purge_command_dry_run_changes_nothing_then_purges_by_retention(spark: A
     # Given a landed container and a configuration whose type keeps 1 day... of 2024
     land_container(spark, tmp_path / "landing", tmp_path / "state")
     table = tmp_path / "landing" / "orders"
-    config = tmp_path / "bridge.toml"
-    config.write_text("""
-[bridge]
-state_dir = "state"
-plugin_dirs = []
-[spark]
-master = "local[1]"
-warehouse = "landing"
-[purge]
-delete_row_seconds = 0.00001
-copy_row_seconds = 0.00001
-container_seconds = 0
-[types.orders]
-retention = "1d"
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-""")
+    config = (purge_bridge()
+              .set("purge", delete_row_seconds=0.00001, copy_row_seconds=0.00001, container_seconds=0)
+              .set("types.orders", retention="1d")
+              .write(tmp_path / "bridge.toml"))
     files_before = files_state(table)
 
     # When `mqbridge purge --dry-run` runs
@@ -221,23 +171,7 @@ backout_queue = "/queue/orders.backout"
     assert proc.returncode == 1 and "cannot designate rows" in out and "no_such_column" in out, out
 
 
-PURGE_CONFIG = """
-[bridge]
-state_dir = "state"
-plugin_dirs = []
-[spark]
-master = "local[1]"
-warehouse = "landing"
-[purge]
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
+PURGE_CONFIG = purge_bridge().set("purge").set("types.orders")
 
 
 @pytest.mark.parametrize(("failpoint", "args", "survive"), [
@@ -250,8 +184,7 @@ def test_a_purge_killed_mid_run_leaves_a_readable_table_and_is_finished_at_the_n
         spark: Any, tmp_path: Path, failpoint: str, args: list[str], survive: int) -> None:
     # Given a container of 1,000 rows (for the drop: and 5 rows of the next day, which survive)
     table = land_container(spark, tmp_path / "landing", tmp_path / "state", next_day=5 if survive == 5 else 0)
-    config = tmp_path / "bridge.toml"
-    config.write_text(PURGE_CONFIG)
+    config = PURGE_CONFIG.write(tmp_path / "bridge.toml")
     before = rows_of(spark, table)
 
     # When `mqbridge purge` is killed (SIGKILL) at the failpoint
@@ -295,31 +228,13 @@ def verify_ledger(config: Path) -> str:
 def scheduler(tmp_path: Path, spark: Any, cutoff: datetime, threshold: float) -> PurgeScheduler:
     """The bridge's scheduled purge for a type whose retention ends at `cutoff` now."""
     retention = int((datetime.now(timezone.utc) - cutoff).total_seconds())
-    config = parse_config(f"""
-[bridge]
-name = "purge-threshold"
-state_dir = "{tmp_path / 'state'}"
-[monitoring]
-listen = ""
-[spark]
-warehouse = "{tmp_path / 'landing'}"
-[types.orders]
-retention = "{retention}s"
-[purge]
-interval = "1h"
-threshold = {threshold}
-delete_row_seconds = 1e-5
-copy_row_seconds = 1e-5
-container_seconds = 0.0
-[sources.amq]
-kind = "stomp"
-host = "127.0.0.1"
-[[listeners]]
-source = "amq"
-queue = "/queue/unused"
-backout_queue = "/queue/unused.backout"
-message_type = "orders"
-""")
+    config = (purge_bridge(queue="/queue/unused")
+              .set("bridge", name="purge-threshold", state_dir=tmp_path / "state", plugin_dirs=None)
+              .set("monitoring", listen="").set("spark", master=None, warehouse=tmp_path / "landing")
+              .set("types.orders", retention=f"{retention}s")
+              .set("purge", interval="1h", threshold=threshold, delete_row_seconds=1e-5,
+                   copy_row_seconds=1e-5, container_seconds=0.0)
+              .set("sources.amq", host="127.0.0.1").parse())
     return PurgeScheduler(config, lambda: spark, Counters())
 
 

@@ -19,8 +19,10 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import OutputReader, account, bodies, published_files, wait_until
-from tests.support.processes import landed, leftovers, mqbridge, stomp_config
+from tests.support.exactly_once import OutputReader, account, bodies, published_files
+from tests.support.processes import landed, leftovers, mqbridge, stomp_bridge, stomp_config
+from tests.support.purge import ROWS, T0, land_container
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -124,9 +126,9 @@ def test_the_scheduled_purge_drops_an_expired_container_while_the_bridge_lands(
     table = tmp_path / "landing" / "orders"
     [expired] = list(table.glob("put_date=*"))
     q = unique_queue("purge-scheduled")
-    config = stomp_config(tmp_path, q, threads=1, batch=50)
-    config.write_text(config.read_text().replace("[types.orders]\n", '[types.orders]\nretention = "1d"\n')
-                      + '[purge]\ninterval = "1s"\n')
+    config = (stomp_bridge(q, threads=1, batch=50)
+              .set("types.orders", retention="1d").set("purge", interval="1s")
+              .write(tmp_path / "bridge.toml"))
     stream: list[bytes] = []
     done = threading.Event()
 
@@ -164,13 +166,11 @@ def test_shutdown_cancels_a_scheduled_purge_that_takes_too_long_and_the_table_st
         spark: Any, tmp_path: Path) -> None:
     # Given a container 72% designated by its type's retention (a copy or delete: a Spark job) and
     # a purge whose rewrite never ends (failpoint purge_write_hang), under `mqbridge run`
-    from tests.integration.test_purge import ROWS, T0, land_container
-
     table = land_container(spark, tmp_path / "landing", tmp_path / "state")
     retention = int((datetime.now(timezone.utc) - (T0 + timedelta(hours=12))).total_seconds())
-    config = stomp_config(tmp_path, unique_queue("purge-shutdown"), threads=1, extra_bridge='shutdown_timeout = "40s"')
-    config.write_text(config.read_text().replace("[types.orders]\n", f'[types.orders]\nretention = "{retention}s"\n')
-                      + '[purge]\ninterval = "1s"\nthreshold = 0.2\n')
+    config = (stomp_bridge(unique_queue("purge-shutdown"), threads=1, extra_bridge='shutdown_timeout = "40s"')
+              .set("types.orders", retention=f"{retention}s").set("purge", interval="1s", threshold=0.2)
+              .write(tmp_path / "bridge.toml"))
     run = OutputReader(mqbridge("run", "--config", str(config), failpoint="purge_write_hang"))
     try:
         wait_until(lambda: "failpoint purge_write_hang reached" in run.text(), 180, "the purge's rewrite to hang")

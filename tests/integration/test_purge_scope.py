@@ -15,8 +15,9 @@ from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Bulk, Message
-from tests.integration.test_purge import T0
+from tests.support.configs import TAIL
 from tests.support.processes import mqbridge
+from tests.support.purge import T0, purge_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -44,23 +45,8 @@ def counts(spark: Any, table: Path) -> dict[str, int]:
 
 def purge(tmp_path: Path, types: str, *args: str) -> str:
     """Run `mqbridge purge` on a configuration of these `[types.X]` sections; its output."""
-    config = tmp_path / "bridge.toml"
-    config.write_text(f"""
-[bridge]
-state_dir = "state"
-plugin_dirs = []
-[spark]
-master = "local[1]"
-warehouse = "landing"
-{types}
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/q1"
-message_type = "dest"
-backout_queue = "/queue/q1.backout"
-""")
+    toml = purge_bridge(queue="/queue/q1", message_type="dest").add(TAIL, types)
+    config = toml.write(tmp_path / "bridge.toml")
     proc = mqbridge("purge", "--config", str(config), *args)
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out

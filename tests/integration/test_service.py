@@ -20,7 +20,8 @@ import pytest
 
 from mqbridge.service.controller import RUNNING, STOP_PENDING, STOPPED, ServiceController
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml, make_config, read_table, wait_for
+from tests.support.bridge import amq_bridge, listener_toml, read_table
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,20 +44,13 @@ def mqbridge_register_preprocessors(registry):
 
 
 def write_config(tmp_path: Path, queue: str, *, control_interval: str = "1s", shutdown_timeout: str = "60s",
-                 extra: str = "", preprocessors: str | None = None) -> Path:
+                 preprocessors: str | None = None) -> Path:
     """A bridge.toml for one STOMP queue of raw "orders"; returns its path."""
     body = ('\n[types.orders]\nbulk_size = "256KB"\nbulk_timeout = "500ms"\n'
             + listener_toml(queue, "orders", threads=2, batch=200, preprocessors=preprocessors))
-    make_config(tmp_path, body)
-    path = tmp_path / "bridge.toml"
-    text = path.read_text()
-    text = text.replace('control_interval = "500ms"', f'control_interval = "{control_interval}"', 1)
-    text = text.replace('shutdown_timeout = "60s"', f'shutdown_timeout = "{shutdown_timeout}"', 1)
-    # A 2 s STOMP heartbeat times out when the machine is busy (Spark, other benchmarks); the lost
-    # connection redelivers a landed unit of work: a duplicate that is not the shutdown's doing.
-    text = text.replace('heartbeat = "2s"', 'heartbeat = "10s"', 1)
-    path.write_text(text + extra)
-    return path
+    toml = amq_bridge(tmp_path, body).set("bridge", control_interval=control_interval,
+                                          shutdown_timeout=shutdown_timeout)
+    return toml.write(tmp_path / "bridge.toml")
 
 
 class BridgeProcess:
@@ -82,7 +76,7 @@ class BridgeProcess:
         return any(text in line for line in self.lines[after:])
 
     def wait_for_line(self, text: str, timeout: float, after: int = 0) -> None:
-        wait_for(lambda: self.has(text, after) or self.proc.poll() is not None, timeout, repr(text))
+        wait_until(lambda: self.has(text, after) or self.proc.poll() is not None, timeout, repr(text))
         assert self.has(text, after), f"{text!r} not in the output:\n{self.output()}"
 
     def signal(self, signum: int) -> None:
@@ -149,13 +143,13 @@ def test_notify_ready_status_watchdog_stopping_in_order(tmp_path: Path, spark: A
     bridge = BridgeProcess(config, {"NOTIFY_SOCKET": listener.address, "WATCHDOG_USEC": "3000000"})
     try:
         # When the bridge runs until it has reported a status tick and several watchdog pings
-        wait_for(lambda: len(listener.with_key("STATUS")) >= 2 and len(listener.with_key("WATCHDOG")) >= 5
-                 or bridge.proc.poll() is not None, 180, "READY, STATUS and WATCHDOG")
+        wait_until(lambda: len(listener.with_key("STATUS")) >= 2 and len(listener.with_key("WATCHDOG")) >= 5
+                   or bridge.proc.poll() is not None, 180, "READY, STATUS and WATCHDOG")
         assert bridge.proc.poll() is None, bridge.output()
         # And is stopped with SIGTERM
         bridge.signal(signal.SIGTERM)
         assert bridge.wait(90) == 0, bridge.output()
-        wait_for(lambda: bool(listener.with_key("STOPPING")), 10, "STOPPING=1")
+        wait_until(lambda: bool(listener.with_key("STOPPING")), 10, "STOPPING=1")
     finally:
         bridge.kill()
         listener.close()
@@ -193,8 +187,8 @@ def test_sigterm_mid_stream_loses_nothing(tmp_path: Path, spark: Any, amq: AmqCl
     producer.start()
     bridge = BridgeProcess(config)
     try:
-        wait_for(lambda: len(landed_ids(spark, tmp_path)) >= 1000 or bridge.proc.poll() is not None, 180,
-                 "the first bulks to land")
+        wait_until(lambda: len(landed_ids(spark, tmp_path)) >= 1000 or bridge.proc.poll() is not None, 180,
+                   "the first bulks to land")
         assert bridge.proc.poll() is None, bridge.output()
         # When SIGTERM arrives while messages keep coming
         start = time.monotonic()
@@ -231,7 +225,7 @@ def test_sighup_reloads_plugins_and_configuration_now(tmp_path: Path, spark: Any
     bridge = BridgeProcess(config)
     try:
         amq.put_many(q, [f"a{i}".encode() for i in range(5)])
-        wait_for(lambda: len(landed_ids(spark, tmp_path)) == 5 or bridge.proc.poll() is not None, 180, "v1 rows")
+        wait_until(lambda: len(landed_ids(spark, tmp_path)) == 5 or bridge.proc.poll() is not None, 180, "v1 rows")
         assert not bridge.has(" DEBUG "), "the test starts at level INFO"
 
         # When the plugin changes, the level and a restart-only key change, and SIGHUP arrives
@@ -251,8 +245,8 @@ def test_sighup_reloads_plugins_and_configuration_now(tmp_path: Path, spark: Any
         restart = next(line for line in bridge.lines[mark:] if "need a restart" in line)
         assert "WARNING" in restart and restart.endswith(": collector.workers"), restart
         amq.put_many(q, [f"b{i}".encode() for i in range(5)])
-        wait_for(lambda: len(landed_ids(spark, tmp_path)) == 10, 120, "v2 rows")
-        wait_for(lambda: bridge.has(" DEBUG ", mark), 30, "a DEBUG line")
+        wait_until(lambda: len(landed_ids(spark, tmp_path)) == 10, 120, "v2 rows")
+        wait_until(lambda: bridge.has(" DEBUG ", mark), 30, "a DEBUG line")
         assert bridge.proc.poll() is None
         bridge.signal(signal.SIGTERM)
         assert bridge.wait(90) == 0, bridge.output()
@@ -275,7 +269,7 @@ def test_windows_controller_drains_a_real_bridge(tmp_path: Path, spark: Any, amq
     runner = threading.Thread(target=lambda: result.append(controller.run()), name="service-run", daemon=True)
     runner.start()
     try:
-        wait_for(lambda: len(landed_ids(spark, tmp_path)) >= 500, 180, "the first bulks to land")
+        wait_until(lambda: len(landed_ids(spark, tmp_path)) >= 500, 180, "the first bulks to land")
     finally:
         # When the service manager asks it to stop mid-stream
         controller.request_stop()

@@ -247,7 +247,7 @@ def test_concurrent_executors_of_one_table_do_not_collide(spark: Any, tmp_path: 
     ("msg_id STRING", "clashes"),
 ])
 def test_a_bad_schema_is_a_config_error(spark: Any, tmp_path: Path, ddl: str, expected: str) -> None:
-    # The format/schema combinations are checked at load (tests/unit/test_config.py); only the
+    # The format/schema combinations are checked at load (tests/unit/config/test_config.py); only the
     # DDL needs Spark's own parser.
     with pytest.raises(ConfigError, match="orders") as info:
         SparkExecutor(spark, tmp_path, "orders", TypeConfig(format="json", schema=ddl))

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_outage import finish, get, outage_config, sink, start
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies, wait_until
+from tests.support.exactly_once import account, bodies
+from tests.support.http import get
+from tests.support.monitored import finish, listener_phases, outage_config, sink, start
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -91,9 +92,11 @@ def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Pat
         # When the server is stopped (sbin/stop-connect-server.sh) once the first bulks are committed
         wait_until(lambda: committed(url) >= 500, 180, "the first 500 commits")
         connect_server.stop()
-        # ... the sink's breaker opens, and stays open while the server is down
+        # ... the sink's breaker opens, and every listener settles the unit it held and pauses (from
+        # then on, until the breaker closes, nothing is received, so nothing can be moved)
         wait_until(lambda: sink(url).get("available") is False, 120, "the breaker of sink orders to open")
-        time.sleep(5)
+        wait_until(lambda: sink(url).get("available") is False and set(listener_phases(url)) == {"paused"}, 180,
+                   "every listener to settle its unit and pause while the server is down")
         assert amq.depth(q + ".backout") == 0
         # ... and started again (a new server: it knows none of the bridge's sessions)
         connect_server.start()

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_monitoring import config, get, monitored  # noqa: F401 -- a fixture
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import listener_toml, wait_for
+from tests.support.bridge import listener_toml, make_config
+from tests.support.http import get
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +44,14 @@ def browse(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
-                                                 monitored: Any) -> None:  # noqa: F811
+                                                 monitored: Any) -> None:
     # Given a bridge that landed 40 orders and moved 2 malformed ones to its backout queue
     q = unique_queue("page")
     amq.put_many(q, [json.dumps({"order_id": f"o{i}", "amount": i}).encode() for i in range(40)]
                  + [b"{not json", b"[1, 2"])
-    cfg = config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50))
+    cfg = make_config(tmp_path, JSON_TYPE + listener_toml(q, "orders", batch=50))
     bridge, monitor = monitored(cfg)
-    wait_for(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
+    wait_until(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
         "messages_moved_to_backout") == 42, 180, "42 messages settled")
     code, html = get(monitor.url + "/")
     assert code == 200 and "<title>mqbridge</title>" in html and "http" not in html.split("<script>")[0].lower()

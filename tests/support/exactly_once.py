@@ -11,9 +11,8 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import stomp
 
 from tests.support.processes import ROOT
+from tests.support.waiting import wait_until
 
 
 def bodies(n: int, tag: str) -> list[bytes]:
@@ -54,15 +54,6 @@ def account(sent: list[bytes], rows: collections.Counter[bytes]) -> Accounting:
     return Accounting(len(sent), [b for b in sent if b not in rows],
                       {b: n for b, n in rows.items() if n > 1 and b in expected},
                       [b for b in rows if b not in expected])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
-    """Poll `condition` until it holds; AssertionError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 def published_files(table: Path) -> int:

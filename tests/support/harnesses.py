@@ -18,8 +18,9 @@ from mqbridge.listeners.memory import REASON_HEADER, MemoryBroker, MemorySource
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.source import DeliveryTracker, Source
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.fakes.mq_testing import make_source, unique, wait_until
+from tests.support.fakes.mq_testing import make_source, unique
 from tests.support.stomp_client import StompClient
+from tests.support.waiting import wait_until
 
 
 class Harness:

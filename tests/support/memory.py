@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mqbridge.app import App, build_app
-from mqbridge.config import BridgeConfig, parse_config
+from mqbridge.config import BridgeConfig
 from mqbridge.control import ChainFactory, SourceFactory
 from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.source import open_source
+from tests.support.configs import LISTENER, BridgeToml
 
 _brokers = itertools.count(1)
 
@@ -53,32 +54,15 @@ def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 
     """One type `orders` read from queue `orders` of a fresh in-memory broker; backout queue
     `orders.backout` (None: no backout queue); fast control loop and flushes."""
     name = f"unit-{next(_brokers)}"
-    threshold_line = "" if threshold is None else f"backout_threshold = {threshold}"
-    backout_line = "" if backout_queue is None else f'backout_queue = "{backout_queue}"'
-    cfg = parse_config(f"""
-[bridge]
-name = "unit"
-state_dir = "{tempfile.mkdtemp(prefix='mqbridge-state-')}"
-control_interval = "200ms"
-shutdown_timeout = "5s"
-[monitoring]
-listen = ""
-[types.orders]
-bulk_timeout = "100ms"
-[sources.mem]
-kind = "memory"
-broker = "{name}"
-[[listeners]]
-source = "mem"
-queue = "orders"
-message_type = "orders"
-threads = {threads}
-batch = {batch}
-wait = "50ms"
-{backout_line}
-{threshold_line}
-{extra}
-""")
+    cfg = (BridgeToml({
+        "bridge": {"name": "unit", "state_dir": tempfile.mkdtemp(prefix="mqbridge-state-"),
+                   "control_interval": "200ms", "shutdown_timeout": "5s"},
+        "monitoring": {"listen": ""},
+        "types.orders": {"bulk_timeout": "100ms"},
+        "sources.mem": {"kind": "memory", "broker": name},
+    }).listener(source="mem", queue="orders", message_type="orders", threads=threads, batch=batch,
+                wait="50ms", backout_queue=backout_queue, backout_threshold=threshold)
+           .add(LISTENER, extra).parse())
     return cfg, MemoryBroker.named(name)
 
 

@@ -12,51 +12,58 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.bridge import read_table
+from tests.support.configs import LISTENER, BridgeToml, fake_mq_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def stomp_config(tmp_path: Path, queue: str, *, port: int = 61613, ack_mode: str = "cumulative",
-                 broker: str = "activemq", threads: int = 2, batch: int = 200, extra_bridge: str = "",
-                 extra_listener: str = "", extra_source: str = "", name: str = "bridge.toml",
-                 spark: str = 'master = "local[2]"', state_dir: str = "state") -> Path:
-    """A configuration file for one STOMP queue, type `orders` landing in `<tmp_path>/landing/orders`,
-    the ledger in `<tmp_path>/state`; `spark` is where Spark runs (`master = …` or `remote = …`), and may
-end with sub-tables of `[spark]` (`[spark.conf]`)."""
-    path = tmp_path / name
-    path.write_text(f"""
-[bridge]
-name = "eo"
-control_interval = "1s"
-plugin_dirs = []
-state_dir = "{state_dir}"
-{extra_bridge}
-[monitoring]
-listen = ""
-[spark]
-warehouse = "landing"
-{spark}
-[types.orders]
-bulk_size = "128KB"
-bulk_timeout = "500ms"
-[sources.amq]
-kind = "stomp"
-port = {port}
-broker = "{broker}"
-ack_mode = "{ack_mode}"
-heartbeat = "10s"
-{extra_source}
-[[listeners]]
-source = "amq"
-queue = "{queue}"
-threads = {threads}
-batch = {batch}
-wait = "200ms"
-message_type = "orders"
-backout_queue = "{queue}.backout"
-{extra_listener}
-""")
-    return path
+def process_bridge(name: str, *, state_dir: str = "state") -> BridgeToml:
+    """What every `mqbridge run` of these tests shares: type `orders` landing in `landing/orders`
+    and the ledger in `state_dir`, both beside the configuration file; no monitoring endpoint."""
+    return BridgeToml({
+        "bridge": {"name": name, "control_interval": "1s", "plugin_dirs": [], "state_dir": state_dir},
+        "monitoring": {"listen": ""},
+        "spark": {"warehouse": "landing"},
+        "types.orders": {"bulk_size": "128KB", "bulk_timeout": "500ms"},
+    })
+
+
+def stomp_bridge(queue: str, *, port: int = 61613, ack_mode: str = "cumulative", broker: str = "activemq",
+                 threads: int = 2, batch: int = 200, extra_bridge: str = "", extra_listener: str = "",
+                 extra_source: str = "", spark: str = 'master = "local[2]"',
+                 state_dir: str = "state") -> BridgeToml:
+    """A `mqbridge run` on one STOMP queue (`process_bridge`); `spark` is where Spark runs
+    (`master = …` or `remote = …`), and may end with sub-tables of `[spark]` (`[spark.conf]`);
+    the `extra_*` texts are added to `[bridge]`, `[[listeners]]` and `[sources.amq]`."""
+    return (process_bridge("eo", state_dir=state_dir).add("bridge", extra_bridge).add("spark", spark)
+            .set("sources.amq", kind="stomp", port=port, broker=broker, ack_mode=ack_mode, heartbeat="10s")
+            .add("sources.amq", extra_source)
+            .listener(source="amq", queue=queue, threads=threads, batch=batch, wait="200ms",
+                      message_type="orders", backout_queue=f"{queue}.backout")
+            .add(LISTENER, extra_listener))
+
+
+def stomp_config(tmp_path: Path, queue: str, *, name: str = "bridge.toml", **options: Any) -> Path:
+    """`stomp_bridge(queue, **options)` written to `<tmp_path>/<name>`; its path."""
+    return stomp_bridge(queue, **options).write(tmp_path / name)
+
+
+#: The queues of `mq_bridge`'s queue manager.
+MQ_QUEUE, MQ_BOQ, MQ_DLQ = "ORDERS", "ORDERS.BOQ", "SYSTEM.DEAD.LETTER.QUEUE"
+
+
+def mq_bridge(queue_manager: str, *, threads: int = 2, batch: int = 100) -> BridgeToml:
+    """A `mqbridge run` on queue ORDERS of the fake queue manager `queue_manager` (`process_bridge`;
+    the process needs `fake_mq_env`)."""
+    return (process_bridge("eo-mq").set("spark", master="local[2]", warehouse="landing")
+            .set("sources.qm", **fake_mq_source(queue_manager))
+            .listener(source="qm", queue=MQ_QUEUE, threads=threads, batch=batch, wait="200ms",
+                      message_type="orders"))
+
+
+def mq_config(tmp_path: Path, queue_manager: str, **options: Any) -> Path:
+    """`mq_bridge(queue_manager, **options)` written to `<tmp_path>/bridge.toml`; its path."""
+    return mq_bridge(queue_manager, **options).write(tmp_path / "bridge.toml")
 
 
 def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str] | None = None,

@@ -16,17 +16,9 @@ import pytest
 from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
+from tests.support.waiting import wait_until
 
 DEADLINE = 3.0
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = DEADLINE) -> None:
-    """Poll `predicate` until it is true; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
 
 
 def msg(msg_id: str, mtype: str = "a", size: int = 1000, received: float | None = None) -> Message:
@@ -120,7 +112,7 @@ class Results:
             return sum(len(r) for r in self.got.values())
 
     def one(self, msg_id: str) -> MessageResult:
-        wait_until(lambda: self.got.get(msg_id))
+        wait_until(lambda: self.got.get(msg_id), DEADLINE, f"the result of {msg_id}")
         with self.lock:
             (result,) = self.got[msg_id]
             return result
@@ -170,7 +162,7 @@ def test_size_flush_when_bulk_bytes_reach_bulk_size(make: Factory) -> None:
     # When the third reaches it
     collector.submit(msg("a3"), results)
     # Then the bulk goes to the executor, counted as "size"
-    wait_until(lambda: results.count() == 3)
+    wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     assert ex["a"].batches == [["a1", "a2", "a3"]]
     assert ex["a"].bulks[0][2] == "size"
     assert collector.stats().flushed == {"size": 1}
@@ -182,7 +174,7 @@ def test_memory_flush_forwards_every_active_bulk(make: Factory) -> None:
     collector.submit(msg("b1", "b"))
     assert collector.stats().flushed == {}
     collector.submit(msg("a2", "a"))  # collector bytes reach memory
-    wait_until(lambda: ex["a"].bulks and ex["b"].bulks)
+    wait_until(lambda: ex["a"].bulks and ex["b"].bulks, DEADLINE, "a bulk of each type")
     assert ex["a"].batches == [["a1", "a2"]] and ex["b"].batches == [["b1"]]
     assert collector.stats().flushed == {"memory": 2}
 
@@ -191,7 +183,7 @@ def test_count_flush_forwards_the_oldest_active_bulk(make: Factory) -> None:
     collector, ex = make(("a", "b", "c"), max_bulks=2)
     collector.submit(msg("a1", "a"))
     collector.submit(msg("b1", "b"))  # now 2 active bulks: the oldest (a) goes
-    wait_until(lambda: ex["a"].bulks)
+    wait_until(lambda: ex["a"].bulks, DEADLINE, "a bulk")
     assert ex["a"].batches == [["a1"]] and ex["a"].bulks[0][2] == "count"
     stats = collector.stats()
     assert stats.flushed == {"count": 1} and stats.active_bulks == 1
@@ -205,11 +197,11 @@ def test_timer_flushes_a_bulk_whose_oldest_message_is_too_old(make: Factory) -> 
     # Given a bulk just younger than the timeout, the timer looks at it but keeps it
     clock.now += 4.9
     seen = clock.calls
-    wait_until(lambda: clock.calls >= seen + 3)
+    wait_until(lambda: clock.calls >= seen + 3, DEADLINE, "the timer to look at the bulk 3 times")
     assert collector.stats().flushed == {} and not ex["a"].bulks
     # When it reaches the timeout, the timer forwards it
     clock.now += 0.1
-    wait_until(lambda: ex["a"].bulks)
+    wait_until(lambda: ex["a"].bulks, DEADLINE, "the timed-out bulk")
     assert ex["a"].bulks[0][2] == "timeout"
     assert collector.stats().flushed == {"timeout": 1}
 
@@ -219,7 +211,7 @@ def test_requested_flush_by_msg_ids_forwards_only_their_bulks(make: Factory) -> 
     collector.submit(msg("a1", "a"))
     collector.submit(msg("b1", "b"))
     assert collector.flush(msg_ids=["a1", "unknown"]) == 1
-    wait_until(lambda: ex["a"].bulks)
+    wait_until(lambda: ex["a"].bulks, DEADLINE, "a bulk")
     assert collector.stats().active_bulks == 1 and not ex["b"].bulks
     assert collector.flush(msg_ids=["a1"]) == 0  # its bulk is no longer active
     assert collector.flush(message_type="b") == 1
@@ -234,7 +226,7 @@ def test_flush_without_arguments_forwards_all_with_the_given_reason(make: Factor
     collector.submit(msg("a1", "a"))
     collector.submit(msg("b1", "b"))
     assert collector.flush(reason="shutdown") == 2
-    wait_until(lambda: ex["a"].bulks and ex["b"].bulks)
+    wait_until(lambda: ex["a"].bulks and ex["b"].bulks, DEADLINE, "a bulk of each type")
     assert collector.stats().flushed == {"shutdown": 2}
 
 
@@ -274,7 +266,7 @@ def test_registering_an_executor_again_replaces_it(make: Factory, caplog: pytest
     assert "replaced" in caplog.text
     collector.submit(msg("a1"))
     collector.flush()
-    wait_until(lambda: replacement.bulks)
+    wait_until(lambda: replacement.bulks, DEADLINE, "a bulk on the replacement executor")
     assert not ex["a"].bulks
 
 
@@ -295,11 +287,11 @@ def test_producer_handler_is_called_once_then_removed(make: Factory) -> None:
     collector.submit(msg("m1"), producer)
     collector.flush()
     assert producer.one("m1").ok
-    wait_until(lambda: observer.count() == 1)
+    wait_until(lambda: observer.count() == 1, DEADLINE, "1 observed result")
     # The same id again, without a handler: the first producer hears nothing more
     collector.submit(msg("m1"))
     collector.flush()
-    wait_until(lambda: observer.count() == 2)
+    wait_until(lambda: observer.count() == 2, DEADLINE, "2 observed results")
     assert producer.count() == 1
 
 
@@ -313,7 +305,7 @@ def test_handlers_registered_by_msg_id_and_unregistered(make: Factory) -> None:
     collector.submit(msg("m1"))
     collector.submit(msg("m2"))
     collector.flush()
-    wait_until(lambda: observer.count() == 2)
+    wait_until(lambda: observer.count() == 2, DEADLINE, "2 observed results")
     assert kept.one("m1").ok and dropped.count() == 0
 
 
@@ -328,7 +320,8 @@ def test_intermediate_handlers_see_every_message_of_their_type(make: Factory) ->
         collector.submit(msg(f"a{i}", "a"), producer)
     collector.submit(msg("b0", "b"), producer)
     collector.flush()
-    wait_until(lambda: producer.count() == 4 and observer_a.count() == 3 and observer_b.count() == 1)
+    wait_until(lambda: producer.count() == 4 and observer_a.count() == 3 and observer_b.count() == 1, DEADLINE,
+               "every producer's and observer's result")
     assert sorted(observer_a.got) == ["a0", "a1", "a2"] and list(observer_b.got) == ["b0"]
     assert gone.count() == 0
 
@@ -343,7 +336,7 @@ def test_is_bulk_mode_on_while_held_and_off_after_the_result(make: Factory) -> N
     assert executor.entered.wait(DEADLINE)
     assert collector.is_bulk_mode_on("m1")  # executing
     executor.gate.set()
-    wait_until(lambda: not collector.is_bulk_mode_on("m1"))
+    wait_until(lambda: not collector.is_bulk_mode_on("m1"), DEADLINE, "bulk mode off for m1")
     # The handler ran while the message was still held: a listener that sees "not held"
     # can rely on its result having been delivered.
     assert seen_in_handler == [True]
@@ -363,7 +356,7 @@ def test_executor_exception_makes_every_result_retryable(make: Factory, caplog: 
         for i in range(3):
             collector.submit(msg(f"m{i}"), results)
         collector.flush()
-        wait_until(lambda: results.count() == 3)
+        wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     bulk_id = executor.bulks[0][0]
     for i in range(3):
         result = results.one(f"m{i}")
@@ -387,7 +380,7 @@ def test_wrong_result_count_and_unknown_ids_are_handled(make: Factory) -> None:
     for i in range(3):
         collector.submit(msg(f"m{i}"), results)
     collector.flush()
-    wait_until(lambda: results.count() == 3)
+    wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     assert results.one("m0").ok
     for missing in ("m1", "m2"):
         result = results.one(missing)
@@ -437,7 +430,7 @@ def test_one_bulk_per_type_at_a_time_while_types_run_in_parallel(make: Factory) 
     assert ex["a"].batches == [["a1"]]
     for executor in ex.values():
         executor.gate.set()
-    wait_until(lambda: results.count() == 3)
+    wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     assert ex["a"].batches == [["a1"], ["a2"]]
     assert concurrency.max_type == {"a": 1, "b": 1} and concurrency.max_total == 2
 
@@ -456,7 +449,7 @@ def test_queued_bulks_of_a_type_are_coalesced(make: Factory, caplog: pytest.LogC
     assert collector.stats().queued_bulks == 2
     with caplog.at_level(logging.DEBUG, logger="mqbridge.collector"):
         executor.gate.set()
-        wait_until(lambda: results.count() == 3)
+        wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     # They were written as one bulk, under the first one's id
     assert executor.batches == [["a1"], ["a2", "a3"]]
     merged_id = executor.bulks[1][0]
@@ -498,14 +491,14 @@ def test_backpressure_blocks_submit_until_results_release_memory(make: Factory) 
     assert executor.entered.wait(DEADLINE)
     # When a third message does not fit, its submit blocks
     outcome = submit_in_thread(collector, msg("a3"), handler=results)
-    wait_until(lambda: collector.stats().backpressure_waits == 1)
+    wait_until(lambda: collector.stats().backpressure_waits == 1, DEADLINE, "a submit waiting for memory")
     assert "done" not in outcome and not collector.is_bulk_mode_on("a3")
     # Then the results of the executing bulk release memory and the submit goes through
     executor.gate.set()
-    wait_until(lambda: "done" in outcome)
+    wait_until(lambda: "done" in outcome, DEADLINE, "the blocked submit to go through")
     assert collector.is_bulk_mode_on("a3")
     collector.flush()
-    wait_until(lambda: results.count() == 3)
+    wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     assert collector.stats().bytes == 0
 
 
@@ -515,7 +508,7 @@ def test_blocked_submit_forwards_active_bulks_instead_of_waiting_for_their_timeo
     collector.submit(msg("a1"), results)
     collector.submit(msg("a2"), results)  # 2000 < 2500: still active
     collector.submit(msg("a3"), results)  # does not fit: the active bulk is sent on, then it fits
-    wait_until(lambda: results.count() == 2)
+    wait_until(lambda: results.count() == 2, DEADLINE, "2 results")
     assert ex["a"].batches == [["a1", "a2"]]
     assert collector.stats().flushed == {"memory": 1} and collector.is_bulk_mode_on("a3")
 
@@ -535,9 +528,9 @@ def test_stop_event_interrupts_a_blocked_submit(make: Factory) -> None:
     assert executor.entered.wait(DEADLINE)
     stop = threading.Event()
     outcome = submit_in_thread(collector, msg("a2"), stop=stop)
-    wait_until(lambda: collector.stats().backpressure_waits == 1)
+    wait_until(lambda: collector.stats().backpressure_waits == 1, DEADLINE, "a submit waiting for memory")
     stop.set()
-    wait_until(lambda: "error" in outcome)
+    wait_until(lambda: "error" in outcome, DEADLINE, "the blocked submit to fail")
     assert isinstance(outcome["error"], CollectorClosedError) and "stopping" in str(outcome["error"])
     assert not collector.is_bulk_mode_on("a2") and collector.stats().messages == 1
 
@@ -551,7 +544,7 @@ def test_blocked_submit_times_out(make: Factory) -> None:
         collector.submit(msg("a2"), handler, timeout=0.05)
     assert not collector.is_bulk_mode_on("a2")
     executor.gate.set()
-    wait_until(lambda: collector.stats().messages == 0)
+    wait_until(lambda: collector.stats().messages == 0, DEADLINE, "an empty collector")
     assert handler.count() == 0
 
 
@@ -587,10 +580,10 @@ def test_close_wakes_a_blocked_submit(make: Factory) -> None:
     collector, _ = make(("a",), memory=1000, executors={"a": executor})
     collector.submit(msg("a1"))
     outcome = submit_in_thread(collector, msg("a2"))
-    wait_until(lambda: collector.stats().backpressure_waits == 1)
+    wait_until(lambda: collector.stats().backpressure_waits == 1, DEADLINE, "a submit waiting for memory")
     closer = threading.Thread(target=collector.close, args=(DEADLINE,), name="test-close", daemon=True)
     closer.start()
-    wait_until(lambda: "error" in outcome)
+    wait_until(lambda: "error" in outcome, DEADLINE, "the blocked submit to fail")
     assert isinstance(outcome["error"], CollectorClosedError)
     executor.gate.set()
     closer.join(DEADLINE)
@@ -609,8 +602,9 @@ def test_a_raising_handler_does_not_break_the_others(make: Factory, caplog: pyte
         collector.submit(msg("m1"), producer)
         collector.submit(msg("m2"), producer)
         collector.flush()
-        wait_until(lambda: producer.count() == 2 and observer.count() == 2)
-        wait_until(lambda: collector.stats().messages == 0)
+        wait_until(lambda: producer.count() == 2 and observer.count() == 2, DEADLINE,
+                   "2 results for the producer and the observer")
+        wait_until(lambda: collector.stats().messages == 0, DEADLINE, "an empty collector")
     assert collector.stats().handler_errors == 2 and collector.stats().bytes == 0
     assert "observer bug" in caplog.text
 
@@ -630,7 +624,7 @@ def test_two_deliveries_with_one_msg_id_each_get_their_own_result(make: Factory)
     collector.submit(good, lambda m, r: seen.append((m, r)))
     # When the bulk is executed
     collector.flush()
-    wait_until(lambda: len(seen) == 2)
+    wait_until(lambda: len(seen) == 2, DEADLINE, "2 results")
     # Then each delivery got its own result: neither masks the other
     outcomes = {id(m): r.outcome for m, r in seen}
     assert outcomes == {id(bad): Outcome.PERMANENT, id(good): Outcome.SUCCESS}

@@ -23,11 +23,12 @@ from mqbridge.message import Message, MessageResult
 from mqbridge.monitoring.health import health_problems
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import PoisonLog, SourceContext
-from tests.support.bridge import RunningBridge, run_until_idle, wait_for
+from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
 from tests.support.plugins import STAMP, make_host, request, write_plugin
+from tests.support.waiting import wait_until
 
 POISON = b"m13"
 
@@ -255,14 +256,14 @@ def test_a_plugin_version_that_raises_on_every_message_falls_back_to_the_last_go
     running = RunningBridge(app.bridge)
     try:
         broker.put_many("orders", bodies(10))
-        wait_for(lambda: len(executor.landed) >= 10, 30, "v1 messages")
+        wait_until(lambda: len(executor.landed) >= 10, 30, "v1 messages")
 
         # When v2, which loads but raises on every message, is swapped in mid-stream
         write_plugin(folder, "stamp", RAISING)
         assert host.check_for_changes() and host.generation == 2
         sent = [f"n{i:02d}".encode() for i in range(30)]
         broker.put_many("orders", sent)
-        wait_for(lambda: len(executor.landed) >= 40, 30, "every message")
+        wait_until(lambda: len(executor.landed) >= 40, 30, "every message")
     finally:
         running.stop()
 

@@ -19,8 +19,9 @@ from mqbridge.errors import (
 )
 from mqbridge.observer import BridgeView, Observer
 from mqbridge.source import Source, SourceContext, open_source
-from tests.support.bridge import RunningBridge, run_until_idle, wait_for
+from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.memory import FailingSource, RecordingExecutor, memory_app, memory_config
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize(("error", "decision"), [
@@ -185,9 +186,9 @@ def test_observers_hear_every_event_and_a_broken_one_changes_nothing() -> None:
     recorder = Recorder()
     app = memory_app(cfg, RecordingExecutor(), observers=[Broken(), recorder])
     running = RunningBridge(app.bridge)
-    wait_for(lambda: "ready" in recorder.events and "tick" in recorder.events, 10, "ready and a tick")
+    wait_until(lambda: "ready" in recorder.events and "tick" in recorder.events, 10, "ready and a tick")
     app.bridge.reload_event.set()
-    wait_for(lambda: "reload" in recorder.events, 10, "the reload")
+    wait_until(lambda: "reload" in recorder.events, 10, "the reload")
     status = app.bridge.status()
     assert status["recorder"] > 0 and status["Broken"] == {"error": "RuntimeError: status bug"}
     assert {"plugins", "guard"} <= set(status)  # the composition root's own observers

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.listeners.mq import MqSource
+from tests.support.configs import fake_mq_source
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 
@@ -17,8 +17,7 @@ DLQ = "SYSTEM.DEAD.LETTER.QUEUE"
 
 def source_config(server: FakeQueueManagerServer, **overrides: Any) -> MqSourceConfig:
     """An `[sources.X]` block of kind "mq" for `server` (validated, like the loader does)."""
-    fields: dict[str, Any] = {"queue_manager": server.name, "channel": "DEV.APP.SVRCONN",
-                              "conn_name": "mqhost(1414)", "reconnect": "as_def"}
+    fields: dict[str, Any] = {**fake_mq_source(server.name), "reconnect": "as_def"}
     fields.update(overrides)
     return MqSourceConfig(**fields)
 
@@ -38,15 +37,6 @@ def make_source(server: FakeQueueManagerServer, queue: str, *, config: dict[str,
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:8].upper()}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll `predicate` until it holds, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def receive_n(source: MqSource, n: int, timeout: float = 5.0) -> list[Any]:

@@ -30,7 +30,8 @@ from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.source import DeliveryTracker
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.fakes.mq_testing import make_source, wait_until
+from tests.support.fakes.mq_testing import make_source
+from tests.support.waiting import wait_until
 
 C = pymqi_fake.CMQC
 DLQ = "SYSTEM.DEAD.LETTER.QUEUE"

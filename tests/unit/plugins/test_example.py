@@ -14,7 +14,7 @@ from mqbridge.errors import PreprocessorError
 from mqbridge.plugins import PluginHost
 from tests.support.plugins import make_host, message, request
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "plugins" / "redact.py"
 
 

@@ -20,7 +20,7 @@ from mqbridge.config import (
 )
 from mqbridge.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_ENV = {"AMQ_USER": "bridge", "AMQ_PASSWORD": "amq-secret-1", "MQ_PASSWORD": "mq-secret-2"}
 
 TYPES = """

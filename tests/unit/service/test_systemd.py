@@ -13,29 +13,16 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.config import load_config
 from mqbridge.service.systemd import UnitSpec, quote, render_unit, unit_name
-from tests.support.configs import orders_config
-
-CONFIG = """
-[bridge]
-name = "{name}"
-shutdown_timeout = "45s"
-control_interval = "5s"
-state_dir = "{state}"
-plugin_dirs = []
-[logging]
-file = "{log}"
-[spark]
-warehouse = "{warehouse}"
-"""
-CONFIG = orders_config(CONFIG)
+from tests.support.configs import orders
 
 
 def write_config(folder: Path, *, name: str = "orders", state: str = "state", log: str = "log/bridge.log",
                  warehouse: str = "landing") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "bridge.toml"
-    path.write_text(CONFIG.format(name=name, state=state, log=log, warehouse=warehouse))
-    return path
+    toml = (orders()
+            .set("bridge", name=name, shutdown_timeout="45s", control_interval="5s", state_dir=state,
+                 plugin_dirs=[])
+            .set("logging", file=log).set("spark", warehouse=warehouse))
+    return toml.write(folder / "bridge.toml")
 
 
 def executable(path: Path) -> Path:

@@ -298,7 +298,7 @@ def test_the_builtins_are_declared_once_and_the_entry_points_agree() -> None:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["mqbridge"]
     assert declared == {module.rsplit(".", 1)[-1]: module for module in BUILTIN_PLUGINS}
     installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="mqbridge")}

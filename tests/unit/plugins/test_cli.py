@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from mqbridge.cli import main
-from tests.support.configs import orders_config
+from tests.support.configs import BridgeToml, orders
 from tests.support.plugins import STAMP, write_plugin
 
-CONFIG = orders_config('[bridge]\nname = "plugins"\nplugin_dirs = ["plugins"]\n[monitoring]\nlisten = ""',
-                      "preprocessors = [{chain}]")
+
+def with_chain(chain: str) -> BridgeToml:
+    """`orders` with plugins from `plugins` beside the file and this preprocessor chain."""
+    return (orders(listener=f"preprocessors = [{chain}]")
+            .set("bridge", name="plugins", plugin_dirs=["plugins"]).set("monitoring", listen=""))
 
 
 def config(tmp_path: Path, chain: str) -> Path:
-    path = tmp_path / "bridge.toml"
-    path.write_text(CONFIG.format(chain=chain))
-    return path
+    return with_chain(chain).write(tmp_path / "bridge.toml")
 
 
 def test_plugins_without_config_lists_the_builtins(capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,14 +57,12 @@ def test_check_config_rejects_an_unknown_preprocessor(tmp_path: Path, capsys: py
 
 
 def test_the_default_plugin_folder_may_be_missing_a_configured_one_may_not(tmp_path: Path) -> None:
-    from mqbridge.config import parse_config
     from mqbridge.plugins import PluginHost
 
-    text = CONFIG.format(chain='"envelope"')
-    host = PluginHost.from_config(parse_config(text.replace('plugin_dirs = ["plugins"]\n', ""),
-                                               str(tmp_path / "a.toml")))
+    toml = with_chain('"envelope"')
+    host = PluginHost.from_config(toml.set("bridge", plugin_dirs=None).parse(tmp_path / "a.toml"))
     host.start()
     assert host.plugin_dirs == [tmp_path / "preprocessors"] and host.errors == []
-    host = PluginHost.from_config(parse_config(text, str(tmp_path / "a.toml")))
+    host = PluginHost.from_config(toml.parse(tmp_path / "a.toml"))
     host.start()
     assert f"plugin folder {tmp_path / 'plugins'} does not exist" in str(host.errors[0])

@@ -27,7 +27,7 @@ from mqbridge.landing.ledger import Ledger, SqliteLedger, ledger_path, owner_ali
 from mqbridge.landing.ledger.sqlite import _HOLDING
 from mqbridge.message import Message
 from mqbridge.purge.purger import purge_history, record_purge
-from tests.support.configs import orders_config
+from tests.support.configs import orders
 from tests.support.ledger import dead_owner, restarted_owner
 
 MOVES = [("/t/_staging/o/b1/put_date=2024-01-01/part-0.parquet", "/t/put_date=2024-01-01/part-b1-00000.parquet")]
@@ -267,9 +267,7 @@ def test_identity_rules() -> None:
 
 # -- mqbridge ledger --------------------------------------------------------------------------
 def _config(tmp_path: Path) -> Path:
-    path = tmp_path / "bridge.toml"
-    path.write_text(orders_config(head='[bridge]\nstate_dir = "state"\n'))
-    return path
+    return orders().set("bridge", state_dir="state").write(tmp_path / "bridge.toml")
 
 
 def test_ledger_command_prints_the_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,15 +11,19 @@ import pytest
 
 from mqbridge.config import parse_config
 from mqbridge.reload import ConfigReloader, changed_keys
-from tests.support.configs import orders_config
+from tests.support.configs import BridgeToml, orders
 
-BASE = orders_config('[bridge]\ncontrol_interval = "5s"\n{max_rss}\n[logging]\nlevel = "{level}"\n'
-                     '[collector]\nworkers = {workers}', source='password = "{password}"\nallow_plaintext_password = true')
+
+def reloadable(level: str = "INFO", workers: int = 2, password: str = "s3cret-one",
+               max_rss: str = "") -> BridgeToml:
+    """`orders` with a key of each kind: applied at once, needing a restart, a secret."""
+    return (orders().set("bridge", control_interval="5s", max_rss=max_rss or None).set("logging", level=level)
+            .set("collector", workers=workers)
+            .set("sources.amq", password=password, allow_plaintext_password=True))
 
 
 def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one", max_rss: str = "") -> Any:
-    line = f'max_rss = "{max_rss}"' if max_rss else ""
-    return parse_config(BASE.format(level=level, workers=workers, password=password, max_rss=line))
+    return reloadable(level, workers, password, max_rss).parse()
 
 
 @pytest.fixture
@@ -51,8 +55,7 @@ def test_apply_sets_the_level_and_reports_restart_keys(root_level: None, caplog:
 
 
 def test_a_broken_file_changes_nothing(tmp_path: Any, root_level: None, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "bridge.toml"
-    path.write_text(BASE.format(level="INFO", workers=2, password="x", max_rss=""))
+    path = reloadable(password="x").write(tmp_path / "bridge.toml")
     running = parse_config(path.read_text(), str(path))
     path.write_text(path.read_text() + "\n[collector]\nmemroy = 1\n")
     bridge = SimpleNamespace(config=running)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from mqbridge.monitoring.metrics import BridgeMetrics
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.monitoring.status_client import run_status, url_from_config
 from tests.support.configs import orders_config
+from tests.support.http import fetch
 
 CONFIG = orders_config('[monitoring]\nlisten = "{listen}"', "backout_threshold = 0")
 
@@ -164,32 +163,24 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Monitorin
     monitor.stop()
 
 
-def _get(url: str) -> tuple[int, str, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.headers["Content-Type"], response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers["Content-Type"], exc.read().decode()
-
-
 def test_server_serves_metrics_status_and_an_unhealthy_healthz_before_listeners_start(server: MonitoringServer) -> None:
     assert server.port != 0 and server.url == f"http://127.0.0.1:{server.port}"
-    code, content_type, text = _get(server.url + "/metrics")
+    code, content_type, text = fetch(server.url + "/metrics")
     assert code == 200 and content_type.startswith("text/plain; version=")
     assert "mqbridge_listener_threads_configured" not in text and "mqbridge_memory_guard_paused 0.0" in text
-    code, content_type, text = _get(server.url + "/status")
+    code, content_type, text = fetch(server.url + "/status")
     status = json.loads(text)
     assert code == 200 and content_type == "application/json"
     assert {"listeners", "collector", "spark", "guard", "process", "health"} <= set(status)
     assert status["health"] == {"healthy": False, "problems": ["no listener threads started"]}
-    assert _get(server.url + "/healthz")[:3:2] == (503, "no listener threads started\n")
-    assert _get(server.url + "/nothing")[0] == 404
+    assert fetch(server.url + "/healthz")[:3:2] == (503, "no listener threads started\n")
+    assert fetch(server.url + "/nothing")[0] == 404
 
 
 @pytest.mark.parametrize("server", ["[::1]:0"], indirect=True)
 def test_server_binds_ipv6_loopback(server: MonitoringServer) -> None:
     assert server.url.startswith("http://[::1]:")
-    assert _get(server.url + "/healthz")[0] == 503
+    assert fetch(server.url + "/healthz")[0] == 503
 
 
 def test_stop_closes_the_socket_and_a_taken_port_fails_clearly(server: MonitoringServer, tmp_path: Path) -> None:
