@@ -22,7 +22,7 @@ from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
-from mqbridge.control import Bridge, ChainFactory, SourceFactory
+from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (

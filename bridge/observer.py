@@ -49,7 +49,7 @@ class LimitView(Protocol):
 
 
 class BridgeView(Protocol):
-    """What an observer sees of the running bridge (`mqbridge.control.Bridge` is one): the
+    """What an observer sees of the running bridge (`mqbridge.supervisor.Bridge` is one): the
     configuration in force, the counters, the collector's and breakers' summaries, the status page
     and the one-line summary, and whether it is stopping. Nothing here starts or stops threads."""
 

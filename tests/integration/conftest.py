@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.control import Bridge
+from mqbridge.supervisor import Bridge
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.bridge import RunningBridge
 

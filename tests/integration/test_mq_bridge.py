@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.control import Bridge
+from mqbridge.supervisor import Bridge
 from mqbridge.listeners.mq import MqSource
 from mqbridge.source import InDoubtLog, SourceContext
 from tests.support.bridge import (

@@ -14,7 +14,7 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.config import parse_config
-from mqbridge.control import Bridge
+from mqbridge.supervisor import Bridge
 from mqbridge.listeners.mq import MqSource
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.plugins.fallback import FALLBACK_AFTER

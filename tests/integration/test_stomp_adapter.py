@@ -16,7 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from mqbridge.config import StompSourceConfig
-from mqbridge.control import Decision, decide
+from mqbridge.supervisor import Decision, decide
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.source import BackoutMove, DeliveryTracker

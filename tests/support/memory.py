@@ -11,7 +11,7 @@ from typing import Any
 
 from mqbridge.app import App, build_app
 from mqbridge.config import BridgeConfig
-from mqbridge.control import ChainFactory, SourceFactory
+from mqbridge.supervisor import ChainFactory, SourceFactory
 from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.source import open_source

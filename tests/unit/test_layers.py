@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocessors": "mqbridge.preprocessors",
            "config": "mqbridge.config", "service": "mqbridge.service"}
 #: The message loop: it hands bulks to executors it is given and knows nothing of how they land.
-LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.control",
+LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.supervisor",
         "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard",
         "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe", "mqbridge.sizing")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")

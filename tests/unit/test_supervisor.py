@@ -1,4 +1,4 @@
-"""The supervisor (mqbridge.control): restart with capped backoff, halt, retry later, stop the
+"""The supervisor (mqbridge.supervisor): restart with capped backoff, halt, retry later, stop the
 bridge; and the observers it tells. On the in-memory source, without a broker or Spark."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mqbridge.control import BACKOFF_INITIAL, BACKOFF_MAX, Bridge, Decision, decide
+from mqbridge.supervisor import BACKOFF_INITIAL, BACKOFF_MAX, Bridge, Decision, decide
 from mqbridge.errors import (
     BackoutFailedError,
     ConfigError,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mqbridge.control import Slot
+from mqbridge.supervisor import Slot
 from mqbridge.counters import Counters
 from mqbridge.service.notify import BridgeNotifier, Notifier
 
