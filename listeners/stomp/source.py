@@ -78,7 +78,7 @@ from mqbridge.errors import (
     SourceError,
     SourceRefusedError,
 )
-from mqbridge.listeners.stomp_frames import (
+from mqbridge.listeners.stomp.frames import (
     Frames,
     drop,
     header_int,
@@ -91,7 +91,7 @@ from mqbridge.source import BackoutMove, Confirmations, DeliveryTracker, InDoubt
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
 
 # Headers that become columns of the landed row (or are per-delivery plumbing).
 _COLUMN_HEADERS = {"message-id", "destination", "timestamp", "ack", "subscription", "content-length",
