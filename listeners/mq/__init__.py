@@ -4,6 +4,7 @@
 
 * `connect` -- MQCD/MQSCO/MQCNO, opening the input queue, inquiring BOTHRESH/BOQNAME/DEADQ/MAXUMSGS
 * `driver` -- loading ibmmq or pymqi (only when a source is built), wrapping their errors once
+* `get` -- MQGET under syncpoint: the wait, conversion, a buffer that grows, the message handles
 * `mapping` -- MQMD fields and message properties to headers, the MQDLH
 * `poison` -- moving a message to the backout or dead-letter queue in the unit of work
 * `unit` -- bookkeeping of the messages got in one unit of work

@@ -57,19 +57,12 @@ class ReportSender(SyncpointPutter):
         c = self._cmqc
         original = slot.md
         reply_to, reply_qmgr = text(original.ReplyToQ), text(original.ReplyToQMgr)
-        feedback = MQFB_PAN if option == MQRO_PAN else MQFB_NAN
         what = f"{'PAN' if option == MQRO_PAN else 'NAN'} report for message {slot.msg_id} of {self.queue}"
         if not reply_to:
             confirmed.failed += 1
             log.error("%s: the message has no ReplyToQ; no report is sent", what)
             return 0
-        report = int(original.Report)
-        md = self._driver.MD()
-        md.MsgType, md.Feedback, md.Report = MQMT_REPORT, feedback, 0
-        md.Format, md.Encoding, md.CodedCharSetId = c.MQFMT_STRING, c.MQENC_NATIVE, 1208
-        md.Persistence, md.Priority, md.Expiry = original.Persistence, original.Priority, original.Expiry
-        md.MsgId = original.MsgId if report & MQRO_PASS_MSG_ID else _MQMI_NONE
-        md.CorrelId = original.CorrelId if report & MQRO_PASS_CORREL_ID else original.MsgId
+        md = self._report_md(original, option)
         body = {"result": "landed" if option == MQRO_PAN else "backout", "message_id": slot.msg_id,
                 "queue": self.queue, "queue_manager": self.qmgr_name, **details}
         data = json.dumps(body).encode()
@@ -85,10 +78,7 @@ class ReportSender(SyncpointPutter):
             problem = reason_of(refused) or -1
             dlh = pack_dlh(c, reason=problem, dest_queue=reply_to, dest_qmgr=reply_qmgr or self.qmgr_name,
                            original=md, put_appl_name=self.appl_name, now=utcnow())
-            dead = self._driver.MD()
-            for name in ("MsgType", "Feedback", "Persistence", "Priority", "Expiry", "MsgId", "CorrelId"):
-                setattr(dead, name, getattr(md, name))
-            dead.Format, dead.Encoding, dead.CodedCharSetId = c.MQFMT_DEAD_LETTER_HEADER, c.MQENC_NATIVE, c.MQCCSI_Q_MGR
+            dead = self._dead_letter_md(md)
             if dead_letter_queue and self._put1(qmgr, dead_letter_queue, dlh + data, dead, handle, f"the {what}",
                                                 new_msg_id=new_id) is None:
                 confirmed.rerouted += 1
@@ -102,6 +92,30 @@ class ReportSender(SyncpointPutter):
         finally:
             if handle is not None:
                 _quietly(getattr(handle, "dlt", None))
+
+    def _report_md(self, original: Any, option: int) -> Any:
+        """The MQMD of the report `option` asks for about the message of MQMD `original`: its
+        MsgId and CorrelId as the message's report options say; its persistence, priority and
+        expiry the message's."""
+        c = self._cmqc
+        report = int(original.Report)
+        md = self._driver.MD()
+        md.MsgType, md.Feedback, md.Report = MQMT_REPORT, MQFB_PAN if option == MQRO_PAN else MQFB_NAN, 0
+        md.Format, md.Encoding, md.CodedCharSetId = c.MQFMT_STRING, c.MQENC_NATIVE, 1208
+        md.Persistence, md.Priority, md.Expiry = original.Persistence, original.Priority, original.Expiry
+        md.MsgId = original.MsgId if report & MQRO_PASS_MSG_ID else _MQMI_NONE
+        md.CorrelId = original.CorrelId if report & MQRO_PASS_CORREL_ID else original.MsgId
+        return md
+
+    def _dead_letter_md(self, md: Any) -> Any:
+        """The MQMD of a report put to the dead-letter queue behind an MQDLH: the report's own
+        fields, the MQDLH's format."""
+        c = self._cmqc
+        dead = self._driver.MD()
+        for name in ("MsgType", "Feedback", "Persistence", "Priority", "Expiry", "MsgId", "CorrelId"):
+            setattr(dead, name, getattr(md, name))
+        dead.Format, dead.Encoding, dead.CodedCharSetId = c.MQFMT_DEAD_LETTER_HEADER, c.MQENC_NATIVE, c.MQCCSI_Q_MGR
+        return dead
 
     def _properties(self, qmgr: Any, values: dict[str, str]) -> Any:
         """A message handle holding `values` as string properties; None if handles are unavailable

@@ -42,6 +42,7 @@ from mqbridge.errors import (
 )
 from mqbridge.listeners.mq.connect import (
     DEFAULT_MAX_UNCOMMITTED,
+    QueueSettings,
     connect_options,
     connect_qmgr,
     inquire_settings,
@@ -49,9 +50,6 @@ from mqbridge.listeners.mq.connect import (
 )
 from mqbridge.listeners.mq.driver import (
     MQRC_BACKED_OUT,
-    MQRC_NO_MSG_AVAILABLE,
-    MQRC_SYNCPOINT_LIMIT_REACHED,
-    MQRC_TRUNCATED_MSG_FAILED,
     driver_errors,
     is_connection_loss,
     is_warning,
@@ -59,7 +57,8 @@ from mqbridge.listeners.mq.driver import (
     reason_of,
     wrap,
 )
-from mqbridge.listeners.mq.mapping import correlation_id, hex_id, md_headers, put_timestamp, read_properties
+from mqbridge.listeners.mq.get import SyncpointGetter, UnitFull
+from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timestamp, read_properties
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
@@ -78,8 +77,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MqSource"]
 
-INITIAL_BUFFER = 64 * 1024
-MAX_BUFFER = 2 * 100 * 1024 * 1024  # MQ's largest message (100 MB), doubled for data conversion
 MQRC_BACKOUT_THRESHOLD_REACHED = 2362
 MQFB_APPL_FIRST = 65536
 
@@ -111,10 +108,7 @@ class MqSource:
         self._driver = driver if driver is not None else load_driver()
         self._cmqc = self._driver.CMQC
         self._errors = driver_errors(self._driver)
-        self._batch = listener.batch if listener is not None else 1
-        # Explicit listener overrides of the queue's BOTHRESH/BOQNAME (None: not configured).
-        self._threshold_override = listener.backout_threshold if listener is not None else None
-        self._queue_override = listener.backout_queue if listener is not None else None
+        self._listener = listener  # its batch, and its overrides of the queue's BOTHRESH/BOQNAME
         # The settings were validated by MqSourceConfig (and the queue name by BridgeConfig).
         self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
@@ -142,14 +136,12 @@ class MqSource:
         self.in_doubt_redelivered = 0
         self._qmgr: Any = None
         self._input: Any = None
-        self._handles: list[Any] = []
-        self._handles_unavailable = False
+        self._getter = SyncpointGetter(self._driver, self._errors, config, self._where)
         self._names_unavailable_logged = False
         self._unit: list[UnitSlot] = []
         self._uncommitted = 0  # gets and puts in the unit of work (MAXUMSGS counts both)
         self._full = False
         self._quiescing = False
-        self._buffer = INITIAL_BUFFER
         self._idle = threading.Event()  # never set: an interruptible pause
 
     @property
@@ -166,8 +158,7 @@ class MqSource:
                                                  self.destination)
             settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
                                         self._where, self.config.queue_manager)
-            self._apply(settings.backout_threshold, settings.backout_queue, settings.dead_letter_queue,
-                        settings.max_uncommitted)
+            self._apply(settings)
         except BaseException:
             self.close()
             raise
@@ -175,27 +166,34 @@ class MqSource:
                  self._where, self.config.channel, self.config.conn_name, self.backout_threshold,
                  self.backout_queue or "-", self.dead_letter_queue or "-", self.max_uncommitted)
 
-    def _apply(self, threshold: int, backout_queue: str, dead_letter_queue: str, max_uncommitted: int) -> None:
-        override = self._threshold_override
-        self.backout_threshold = int(override) if override is not None else threshold
-        self.backout_queue = str(self._queue_override) if self._queue_override else backout_queue
-        self.dead_letter_queue = dead_letter_queue
+    def _apply(self, settings: QueueSettings) -> None:
+        """Take the queue's settings, with the listener's explicit `backout_threshold` and
+        `backout_queue` (None: not configured) instead of BOTHRESH and BOQNAME; check the
+        listener's batch against MAXUMSGS."""
+        listener = self._listener
+        override = listener.backout_threshold if listener is not None else None
+        queue_override = listener.backout_queue if listener is not None else None
+        batch = listener.batch if listener is not None else 1
+        max_uncommitted = settings.max_uncommitted
+        self.backout_threshold = int(override) if override is not None else settings.backout_threshold
+        self.backout_queue = str(queue_override) if queue_override else settings.backout_queue
+        self.dead_letter_queue = settings.dead_letter_queue
         self.max_uncommitted = max_uncommitted
-        if self._batch > max_uncommitted:
+        if batch > max_uncommitted:
             raise ConfigError(
-                f"listeners ({self.name}:{self.destination}).batch = {self._batch} is above queue manager "
+                f"listeners ({self.name}:{self.destination}).batch = {batch} is above queue manager "
                 f"{self.config.queue_manager}'s MaxUncommittedMsgs (MAXUMSGS) = {max_uncommitted}: lower "
                 "batch, or ALTER QMGR MAXUMSGS")
-        if 2 * self._batch > max_uncommitted:
+        if 2 * batch > max_uncommitted:
             log.warning("%s: batch %d with MAXUMSGS %d: a unit of work is capped at %d messages, because each "
                         "message moved to a backout queue adds an uncommitted put (a third of MAXUMSGS for "
-                        "messages asking for NAN reports: the move and the report)", self._where, self._batch,
+                        "messages asking for NAN reports: the move and the report)", self._where, batch,
                         max_uncommitted, max_uncommitted // 2)
 
     def close(self) -> None:
         qmgr, self._qmgr = self._qmgr, None
         queue, self._input = self._input, None
-        handles, self._handles = self._handles, []
+        handles = self._getter.take_handles()
         self._end_unit()
         self._quiescing = False
         if qmgr is None:
@@ -269,72 +267,17 @@ class MqSource:
         return not self._full and self._uncommitted + reserve + 2 + self._nan_seen <= self.max_uncommitted
 
     def _get(self, deadline: float) -> UnitSlot | None:
-        c, d = self._cmqc, self._driver
-        convert = self.config.convert
-        cap = self.config.wait_interval
-        while True:
-            wait = max(0.0, deadline - time.monotonic())
-            if cap:
-                wait = min(wait, float(cap))
-            handle = self._handle(len(self._unit))
-            md = d.MD()  # a fresh MQMD: reused MsgId/CorrelId would match only the previous message
-            gmo = d.GMO(Version=c.MQGMO_VERSION_4)
-            gmo.Options = c.MQGMO_SYNCPOINT | c.MQGMO_WAIT | c.MQGMO_FAIL_IF_QUIESCING
-            gmo.WaitInterval = int(wait * 1000)
-            if handle is not None:
-                gmo.Options |= c.MQGMO_PROPERTIES_IN_HANDLE
-                gmo.MsgHandle = handle.msg_handle
-            if convert:
-                gmo.Options |= c.MQGMO_CONVERT
-                md.CodedCharSetId = 1208 if convert is True else int(convert)
-                md.Encoding = c.MQENC_NATIVE
-            warning = 0
-            try:
-                body = self._input.get(self._buffer, md, gmo)
-            except self._errors as exc:
-                reason = reason_of(exc)
-                if reason == MQRC_NO_MSG_AVAILABLE:
-                    return None
-                if reason == MQRC_TRUNCATED_MSG_FAILED:
-                    self._grow_buffer(exc, bool(convert))  # the message is still on the queue
-                    continue
-                if reason == MQRC_SYNCPOINT_LIMIT_REACHED and self._unit:
-                    self._full = True
-                    return None
-                if not is_warning(exc):
-                    raise wrap(exc, f"MQGET from {self._where}") from exc
-                # A warning (e.g. 2119 not converted) still got the message: it is in our unit.
-                body, warning = bytes(getattr(exc, "message", b"") or b""), reason or 0
-                log.warning("MQGET from %s: %s; the message is delivered as it was got", self._where, exc)
-            slot = UnitSlot(hex_id(md.MsgId), md, bytes(body), handle, int(md.BackoutCount), warning)
+        """The next message, got in the unit of work; None if none came by `deadline` or the unit
+        of work is full."""
+        try:
+            slot = self._getter.get(self._qmgr, self._input, len(self._unit), deadline)
+        except UnitFull:
+            self._full = True
+            return None
+        if slot is not None:
             self._unit.append(slot)
             self._uncommitted += 1
-            return slot
-
-    def _grow_buffer(self, exc: BaseException, convert: bool) -> None:
-        length = int(getattr(exc, "original_length", 0) or 0)
-        wanted = max(length * (2 if convert else 1), self._buffer * 2)
-        if self._buffer >= MAX_BUFFER:
-            raise SourceError(f"MQGET from {self._where}: a message of {length} bytes does not fit "
-                              f"{self._buffer} bytes") from exc
-        self._buffer = min(wanted, MAX_BUFFER)
-        log.info("MQGET from %s: message of %d bytes; buffer grown to %d bytes", self._where, length, self._buffer)
-
-    def _handle(self, index: int) -> Any:
-        """The message handle for the index-th message of the unit (a pool reused per unit)."""
-        if self._handles_unavailable:
-            return None
-        while len(self._handles) <= index:
-            try:
-                self._handles.append(self._driver.MessageHandle(self._qmgr))
-            except self._errors as exc:
-                if is_connection_loss(exc):
-                    raise wrap(exc, f"MQCRTMH on {self._where}") from exc
-                self._handles_unavailable = True
-                log.warning("%s: message handles are unavailable (%s): message properties stay in the "
-                            "body as an MQRFH2 header, as the queue's PROPCTL decides", self._where, exc)
-                return None
-        return self._handles[index]
+        return slot
 
     def _to_message(self, slot: UnitSlot) -> Message:
         md = slot.md

@@ -137,8 +137,9 @@ def test_an_error_frame_during_the_unit_fails_it_and_gives_it_back(
     src.connect()
     receive(src, 2)
     # An ERROR arrives while the unit is open (an ACK the broker does not know: ActiveMQ answers ERROR)
-    src._conn.send_frame("ACK", {"id": "no-such-ack-id"})  # noqa: SLF001
-    assert src._frames.wait_for(lambda: bool(src._frames.errors), time.monotonic() + 30)  # noqa: SLF001
+    src._connection.conn.send_frame("ACK", {"id": "no-such-ack-id"})  # noqa: SLF001
+    frames = src._connection.frames  # noqa: SLF001
+    assert frames.wait_for(lambda: bool(frames.errors), time.monotonic() + 30)
     with pytest.raises(SourceConnectionError, match="the broker sent ERROR during the unit of work: "
                                                     ".*Unexpected ACK received"):
         src.commit()

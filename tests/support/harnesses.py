@@ -198,13 +198,14 @@ class StompHarness(Harness):
         assert self.proxy.cut() >= 1
         # Wait until stomp.py has noticed, so the next call fails at once instead of waiting
         # for a receipt that cannot come.
-        wait_until(lambda: source._frames.disconnected.is_set(), 10, "stomp.py to see the cut")  # type: ignore[attr-defined]
+        frames = source._connection.frames  # type: ignore[attr-defined]
+        wait_until(lambda: frames.disconnected.is_set(), 10, "stomp.py to see the cut")
 
     def cut_after_puts(self, source: Source) -> None:
         # The adapter SENDs (moves, copies given back) and waits for their receipts before it ACKs
         # (RabbitMQ, which answers a transaction's frames only at COMMIT, holds them until then):
         # a cut at the first ACK lands inside the transaction.
-        conn = source._conn  # type: ignore[attr-defined]
+        conn = source._connection.conn  # type: ignore[attr-defined]
         ack = conn.ack
 
         def cut_then_ack(*args: Any, **kwargs: Any) -> Any:

@@ -19,7 +19,7 @@ def test_the_wheel_has_exactly_one_top_level_import_name(tmp_path: Path) -> None
     # Then its only package is mqbridge, with every folder mapped under it
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"mqbridge"}
-    for module in ("mqbridge/__init__.py", "mqbridge/py.typed", "mqbridge/listeners/stomp.py",
+    for module in ("mqbridge/__init__.py", "mqbridge/py.typed", "mqbridge/listeners/stomp/__init__.py",
                    "mqbridge/config/schema.py", "mqbridge/service/notify.py",
                    "mqbridge/preprocessors/envelope.py", "mqbridge/plugins/host.py", "mqbridge/config/example.toml"):
         assert module in names, module

@@ -8,7 +8,7 @@ import random
 import stomp.utils
 
 from mqbridge.listeners import stomp as adapter  # noqa: F401  (installs the fast parser)
-from mqbridge.listeners.stomp_frames import _stomp_parse_headers, parse_headers
+from mqbridge.listeners.stomp.frames import _stomp_parse_headers, parse_headers
 
 PIECES = ["a", "b", "key", "message-id", ":", "::", "\\c", "\\n", "\\\\", "\\r", "\\t", "\\", "é", " ", "\r", "x:y", ""]
 

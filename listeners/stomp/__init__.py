@@ -1,0 +1,34 @@
+"""STOMP source adapter (ActiveMQ, RabbitMQ, Artemis), on stomp.py.
+
+`StompSource` (in `source`: receiving a unit of work, committing it, giving it back) is the public
+surface; the rest is its implementation:
+
+* `connection` -- the stomp.py connection and its subscription: connect within `connect_timeout`,
+  SEND with a receipt, give messages back (NACK or a new subscription), close; stomp.py's errors
+  wrapped once
+* `commit` -- the commit of a unit: what it removes, moves and gives back, then the frames that do
+  it, in a STOMP transaction or confirmed by receipts (`commit_mode`)
+* `unit` -- bookkeeping of the messages received in one unit of work
+* `mapping` -- a MESSAGE frame's headers to a message (refused at the edge if they do not parse);
+  the headers of what the adapter SENDs: a copy given back or stamped (`mqbridge-requeue-*`), a
+  move to a backout queue, a result to the reply-to
+* `frames` -- stomp.py's listener: MESSAGE frames to the listener thread, bounded waits for
+  CONNECTED, receipts and ERROR frames; closing a connection for sure; the faster header parser
+
+Importing this package imports stomp.py (a dependency of the bridge) and makes it parse frame
+headers with `frames.parse_headers`.
+"""
+
+from __future__ import annotations
+
+from mqbridge.listeners.stomp.mapping import (
+    REQUEUE_COUNT,
+    REQUEUE_ID,
+    REQUEUE_REASON,
+    REQUEUE_REDELIVERED,
+    REQUEUE_TIMESTAMP,
+)
+from mqbridge.listeners.stomp.source import STAMP_GRACE, StompSource
+
+__all__ = ["REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED", "REQUEUE_TIMESTAMP",
+           "STAMP_GRACE", "StompSource"]

@@ -1,0 +1,188 @@
+"""One STOMP connection and its subscription, on stomp.py: connecting and subscribing within
+`connect_timeout`, SENDing with a receipt, giving unacknowledged messages back, closing.
+
+stomp.py's exceptions become SourceConnectionError here, at the adapter's edge. A broker that
+answers CONNECT or SUBSCRIBE with ERROR (bad credentials, unknown virtual host, no permission)
+raises SourceRefusedError, which halts the listener instead of reconnecting forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from mqbridge.config import StompSourceConfig
+from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError, SourceRefusedError
+from mqbridge.listeners.stomp.frames import Frames, drop
+from mqbridge.message import Message
+
+log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
+
+_ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
+
+
+class Connection:
+    """The stomp.py connection of one source to one queue (`conn`, None when closed) and what its
+    listener has seen (`frames`); each `open` makes a new one."""
+
+    def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
+                 client_name: str) -> None:
+        import stomp.exception
+
+        import stomp  # optional driver, imported where used
+
+        self.name = name
+        self.config = config
+        self.destination = destination
+        self.prefetch = prefetch
+        self.client_name = client_name
+        self.receipt_timeout = config.receipt_timeout
+        self._stomp = stomp
+        self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
+        self.conn: Any = None
+        self.frames = Frames()
+        self.subscription = ""
+
+    @property
+    def lost(self) -> bool:
+        """Closed, failed, or dropped by the broker or the network."""
+        return self.conn is None or self.frames.disconnected.is_set()
+
+    def open(self) -> None:
+        """Connect and subscribe, all within `connect_timeout`. A broker that answers CONNECT or
+        SUBSCRIBE with ERROR raises SourceRefusedError (the listener halts); anything else raises
+        SourceConnectionError."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.connect_timeout
+        conn = self._new_connection()
+        frames = self.frames
+        password = cfg.password.get_secret_value() if cfg.password is not None else None
+        where = f"STOMP broker {cfg.host}:{cfg.port} (source {self.name!r})"
+        try:
+            # stomp.py's own wait for CONNECTED has no end (it waits in slices of timeout/10, forever):
+            # send CONNECT without waiting and wait here, up to the deadline.
+            conn.connect(username=cfg.user, passcode=password, wait=False,
+                         headers={"client-id": f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
+        except self._driver_errors as exc:
+            drop(conn)
+            # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
+            why = (f"{type(exc).__name__}: {exc}" if str(exc) else
+                   f"no TCP connection within {cfg.connect_timeout:g}s (refused or unreachable)")
+            raise SourceConnectionError(f"cannot connect to {where}: {why}") from exc
+        answered = frames.wait_for(lambda: frames.connected or bool(frames.errors) or frames.disconnected.is_set(),
+                                   deadline)
+        if frames.errors:
+            drop(conn)
+            raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
+        if not answered or not frames.connected:
+            drop(conn)
+            why = (f"no answer to CONNECT within {cfg.connect_timeout:g}s (connect_timeout)" if not answered
+                   else "the broker closed the connection during CONNECT")
+            raise SourceConnectionError(f"cannot connect to {where}: {why}")
+        self.conn = conn
+        self.subscribe(deadline)
+        log.info("connected to %s:%s, consuming %s (prefetch %d, %s commits)", cfg.host, cfg.port,
+                 self.destination, self.prefetch, cfg.commit_mode)
+
+    def _new_connection(self) -> Any:
+        """A stomp.py connection, not yet connected, reporting to fresh `frames`."""
+        cfg = self.config
+        heartbeat_ms = int(cfg.heartbeat * 1000)
+        conn = self._stomp.Connection12(
+            [(cfg.host, cfg.port)],
+            heartbeats=(heartbeat_ms, heartbeat_ms),
+            auto_decode=False,  # bodies are bytes, byte-exact
+            reconnect_attempts_max=1,  # the control thread owns reconnecting, with backoff
+            timeout=cfg.connect_timeout,  # bounds the TCP connect and the TLS handshake
+            vhost=cfg.vhost or cfg.host,
+            keepalive=True,
+        )
+        if cfg.ssl:
+            conn.set_ssl(for_hosts=[(cfg.host, cfg.port)], key_file=_str(cfg.key_file),
+                         cert_file=_str(cfg.cert_file), ca_certs=_str(cfg.ca_certs))
+        self.frames = Frames()
+        conn.set_listener("mqbridge", self.frames)
+        return conn
+
+    def subscribe(self, deadline: float | None = None) -> None:
+        """Subscribe, confirmed by a receipt (an ERROR instead is a refusal: no permission)."""
+        self.subscription = f"sub-{uuid.uuid4().hex[:12]}"
+        headers = {"activemq.prefetchSize": str(self.prefetch)}
+        if self.config.broker == "rabbitmq":
+            headers = {"prefetch-count": str(self.prefetch)}
+        elif self.config.broker == "artemis":
+            headers = {"consumer-window-size": "-1"}
+        receipt = f"sub-{self.subscription}"
+        headers["receipt"] = receipt
+        errors_before = len(self.frames.errors)
+        self.guard(lambda: self.conn.subscribe(self.destination, id=self.subscription,
+                                               ack=_ACK_HEADER[self.config.ack_mode],
+                                               headers=headers),
+                   "subscribe")
+        timeout = self.receipt_timeout if deadline is None else max(0.1, deadline - time.monotonic())
+        problem = self.frames.await_receipts([receipt], errors_before, timeout)
+        if len(self.frames.errors) > errors_before:
+            raise SourceRefusedError(f"STOMP broker {self.config.host}:{self.config.port} (source {self.name!r}) "
+                                     f"refused the subscription to {self.destination}: "
+                                     f"{self.frames.errors[errors_before][1]}")
+        if problem:
+            raise SourceConnectionError(f"subscribing to {self.destination} failed: {problem}")
+
+    def give_back(self, messages: Sequence[Message], *, cumulative: bool) -> None:
+        """Return unacknowledged messages to the queue. RabbitMQ (3.10 measured) keeps a removed
+        subscription's unacked messages until the connection closes, but requeues at once on NACK
+        (cumulative in `ack: client` mode, so one NACK of the last message returns a whole unit).
+        ActiveMQ dead-letters on NACK and redelivers when the subscription is replaced."""
+        if self.config.broker != "rabbitmq":
+            self._resubscribe()
+            return
+        for message in messages[-1:] if cumulative else messages:
+            self.guard(lambda m=message: self.conn.nack(m.token, headers={"requeue": "true"}), "nack")
+
+    def _resubscribe(self) -> None:
+        """Replace the subscription so the broker redelivers every unacked message of it
+        (ABORT and NACK cannot do this on ActiveMQ). Frames of the old subscription still in
+        the local queue are dropped by `receive`."""
+        old = self.subscription
+        self.guard(lambda: self.conn.unsubscribe(id=old), "unsubscribe")
+        self.subscribe()
+
+    def guard(self, call: Any, what: str) -> Any:
+        """`call()`, on a connection that is not lost; stomp.py's errors raise SourceConnectionError."""
+        if self.lost:
+            raise SourceConnectionError(f"STOMP connection for {self.destination} is lost ({what})")
+        try:
+            return call()
+        except self._driver_errors as exc:
+            raise SourceConnectionError(f"STOMP {what} on {self.destination} failed: {exc}") from exc
+
+    def send(self, destination: str, body: bytes, headers: dict[str, str], tx: str | None, what: str) -> str:
+        """SEND, in transaction `tx` if any, asking for a receipt; the receipt id."""
+        receipt = f"send-{uuid.uuid4().hex}"
+        headers["receipt"] = receipt
+        if tx is not None:
+            headers["transaction"] = tx
+        self.guard(lambda: self.conn.send(destination, body, headers=headers), what)
+        return receipt
+
+    def close(self) -> None:
+        """Close the connection, if open: the broker gives back every unacknowledged message."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            drop(conn, self.frames)
+
+    def fail(self, reason: str, error: type[SourceError] = SourceConnectionError,
+             msg_ids: list[str] | None = None) -> NoReturn:
+        """Close the connection (the broker gives back every unacknowledged message) and raise."""
+        self.close()
+        if error is InDoubtError:
+            raise InDoubtError(reason, msg_ids or [])
+        raise error(f"{self.destination}: {reason}")
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
