@@ -22,7 +22,6 @@ from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig
-from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
@@ -41,6 +40,7 @@ from mqbridge.plugins import PluginHost
 from mqbridge.purge import PurgeScheduler, recover_purges
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
+from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.supervisor import Bridge
 from mqbridge.monitoring.server import MonitoringServer
+from mqbridge.supervisor import Bridge
 from tests.support.bridge import RunningBridge
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.supervisor import Bridge
 from mqbridge.listeners.mq import MqSource
 from mqbridge.source import InDoubtLog, SourceContext
+from mqbridge.supervisor import Bridge
 from tests.support.bridge import (
     RunningBridge,
     listener_toml,

@@ -11,10 +11,10 @@ from typing import Any
 
 from mqbridge.app import App, build_app
 from mqbridge.config import BridgeConfig
-from mqbridge.supervisor import ChainFactory, SourceFactory
 from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.source import open_source
+from mqbridge.supervisor import ChainFactory, SourceFactory
 from tests.support.configs import LISTENER, BridgeToml
 
 _brokers = itertools.count(1)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from mqbridge.supervisor import Slot
 from mqbridge.counters import Counters
 from mqbridge.service.notify import BridgeNotifier, Notifier
+from mqbridge.supervisor import Slot
 
 
 @pytest.fixture
