@@ -22,9 +22,10 @@ from mqbridge.breaker import AllOpenGate, SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
+from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
 from mqbridge.guard import MemoryGuard
-from mqbridge.listener import Chain, Deduplicator, ListenerSpec, ListenerThread, PlainChain
+from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
 

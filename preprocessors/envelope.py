@@ -126,7 +126,8 @@ def to_xml(header: dict[str, str | None], body: bytes) -> bytes:
     element = ET.SubElement(root, "body", encoding="text" if text is not None else "base64")
     element.text = text if text is not None else base64.b64encode(body).decode("ascii")
     # XML parsers turn a raw CR (and CR LF) into LF; a character reference survives parsing.
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True).replace(b"\r", b"&#13;")
+    document: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return document.replace(b"\r", b"&#13;")
 
 
 def to_json(header: dict[str, str | None], body: bytes) -> bytes:

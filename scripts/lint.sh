@@ -6,3 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/mypy -p mqbridge
+.venv/bin/mypy tests/support  # the test harness, strict too

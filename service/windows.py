@@ -39,7 +39,7 @@ from mqbridge.service.controller import (
 _STATES = {RUNNING: win32service.SERVICE_RUNNING, STOP_PENDING: win32service.SERVICE_STOP_PENDING}
 
 
-class MqbridgeService(win32serviceutil.ServiceFramework):
+class MqbridgeService(win32serviceutil.ServiceFramework):  # type: ignore[misc]  # pywin32 is untyped
     """The service class pythonservice.exe runs for every `mqbridge-<name>` service."""
 
     _svc_name_ = "mqbridge"
@@ -53,7 +53,7 @@ class MqbridgeService(win32serviceutil.ServiceFramework):
         self.controller = ServiceController(config, self._report, configure_logging=_configure_logging)
 
     def GetAcceptedControls(self) -> int:
-        return int(super().GetAcceptedControls()) | win32service.SERVICE_ACCEPT_PARAMCHANGE
+        return int(super().GetAcceptedControls()) | int(win32service.SERVICE_ACCEPT_PARAMCHANGE)
 
     def _report(self, state: str, wait_hint_ms: int) -> None:
         if state in _STATES:

@@ -82,8 +82,8 @@ def launch_driver_gateway(conf: Mapping[str, str]) -> None:
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
-        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
-                                 popen_kwargs={"stderr": subprocess.PIPE})
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]  # pyspark's function has no annotations
+            SparkConf(loadDefaults=False).setAll(list(conf.items())), popen_kwargs={"stderr": subprocess.PIPE})
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
     stream = gateway.proc.stderr

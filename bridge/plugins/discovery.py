@@ -55,7 +55,7 @@ class Source(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class LoadError:
+class LoadProblem:
     """Why one plugin (or folder) could not be loaded, with the file and line when known."""
 
     plugin: str
@@ -203,11 +203,11 @@ def _builtin_files(modules: Iterable[str]) -> set[str]:
 
 def folder_candidates(folders: Iterable[Path], service_uid: int,
                       builtin_modules: Iterable[str] = BUILTIN_PLUGINS, *,
-                      missing_ok: bool = False) -> tuple[list[Candidate], list[LoadError]]:
+                      missing_ok: bool = False) -> tuple[list[Candidate], list[LoadProblem]]:
     """Every `*.py` file (not starting with `_` or `.`) of each folder, read and checked.
     A folder that does not exist is an error unless `missing_ok` (the default folder)."""
     candidates: list[Candidate] = []
-    errors: list[LoadError] = []
+    errors: list[LoadProblem] = []
     skip = _builtin_files(builtin_modules)
     for folder in folders:
         if missing_ok and not folder.exists():
@@ -219,7 +219,7 @@ def folder_candidates(folders: Iterable[Path], service_uid: int,
             files = sorted(p for p in folder.iterdir()
                            if p.suffix == ".py" and not p.name.startswith(("_", ".")))
         except (PluginError, OSError) as exc:
-            errors.append(LoadError(f"folder {folder}", str(exc), str(folder),
+            errors.append(LoadProblem(f"folder {folder}", str(exc), str(folder),
                                     unsafe=isinstance(exc, UnsafePluginPathError)))
             continue
         for path in files:
@@ -228,7 +228,7 @@ def folder_candidates(folders: Iterable[Path], service_uid: int,
             try:
                 candidates.append(read_candidate(path, service_uid))
             except (PluginError, OSError) as exc:
-                errors.append(LoadError(path.stem, str(exc) if isinstance(exc, PluginError)
+                errors.append(LoadProblem(path.stem, str(exc) if isinstance(exc, PluginError)
                                         else f"{type(exc).__name__}: {exc}", str(path),
                                         unsafe=isinstance(exc, UnsafePluginPathError)))
     return candidates, errors

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from mqbridge.errors import PluginError
+from mqbridge.errors import PluginError, PluginLoadError
 from mqbridge.plugins import spec
 from mqbridge.plugins.chain import ChainSpec, Step
 from mqbridge.plugins.discovery import (
     Candidate,
-    LoadError,
+    LoadProblem,
     Plugin,
-    PluginLoadError,
     Source,
     error_line,
     forget_modules,
@@ -86,7 +85,7 @@ class Generation:
     pm: pluggy.PluginManager
     registry: PreprocessorRegistry
     plugins: dict[str, Plugin] = field(default_factory=dict)
-    errors: list[LoadError] = field(default_factory=list)
+    errors: list[LoadProblem] = field(default_factory=list)
     chains: dict[int, ChainSpec] = field(default_factory=dict)
     kept: dict[str, KeptVersion] = field(default_factory=dict)  # plugin key -> why
     problems: list[str] = field(default_factory=list)  # chains that cannot be built
@@ -110,8 +109,8 @@ class GenerationBuilder:
     disabled: Collection[str] = frozenset()
     known_types: Collection[str] | None = None
 
-    def build(self, candidates: Sequence[Candidate], scan_errors: Sequence[LoadError],
-              previous: Generation | None, static_errors: Sequence[LoadError] = (), *,
+    def build(self, candidates: Sequence[Candidate], scan_errors: Sequence[LoadProblem],
+              previous: Generation | None, static_errors: Sequence[LoadProblem] = (), *,
               number: int | None = None, rejected: Mapping[str, tuple[Any, str]] | None = None) -> Generation:
         """A new generation from `candidates`, falling back to `previous` plugin by plugin.
         `rejected` maps plugin keys to (fingerprint, why) of versions that raised on every message
@@ -137,7 +136,7 @@ class GenerationBuilder:
         """Add `cand` to `gen`: its `old` version where unchanged or rejected, else the candidate
         loaded now; if that fails to load or register, the error, and `old` kept in its place."""
         loaded: Plugin | None = None
-        error: LoadError | None = None
+        error: LoadProblem | None = None
         if old is not None and (cand.source is not Source.FOLDER or old.candidate.fingerprint == cand.fingerprint):
             loaded = old  # unchanged: do not run it again
         elif old is not None and cand.key in rejected and rejected[cand.key][0] == cand.fingerprint:
@@ -178,7 +177,7 @@ class GenerationBuilder:
             if self._register(gen, old) is None:
                 gen.kept[key] = kept
 
-    def _register(self, gen: Generation, plugin: Plugin) -> LoadError | None:
+    def _register(self, gen: Generation, plugin: Plugin) -> LoadProblem | None:
         """Validate `plugin` on a scratch manager, let it register its preprocessors, then add it
         to the generation. Returns the error instead of raising."""
         obj = plugin.obj
@@ -250,7 +249,7 @@ def _explain(exc: pluggy.PluginValidationError, obj: object, key: str) -> Plugin
     return PluginLoadError(text, None, line)
 
 
-def _load_error(plugin: str, exc: BaseException, path: Path | None, prefix: str = "") -> LoadError:
+def _load_error(plugin: str, exc: BaseException, path: Path | None, prefix: str = "") -> LoadProblem:
     where = str(path) if path else None
     line = getattr(exc, "line", None)
     if line is None and where:
@@ -260,4 +259,4 @@ def _load_error(plugin: str, exc: BaseException, path: Path | None, prefix: str 
         message = f"{type(exc).__name__}: {exc}"
     elif isinstance(exc, PluginLoadError) and exc.path and exc.path != where:
         where = exc.path
-    return LoadError(plugin, prefix + message, where, line)
+    return LoadProblem(plugin, prefix + message, where, line)

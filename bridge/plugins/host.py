@@ -28,7 +28,7 @@ from mqbridge.plugins.chain import ChainSpec, PreprocessorChain
 from mqbridge.plugins.discovery import (
     BUILTIN_PLUGINS,
     Candidate,
-    LoadError,
+    LoadProblem,
     builtin_candidates,
     default_service_uid,
     disabled_from_env,
@@ -76,7 +76,7 @@ class PluginHost(Observer):
         self._unit_seq = 0
         self._current: Generation | None = None
         self._static: list[Candidate] | None = None  # built-ins and packages: loaded once
-        self._static_errors: list[LoadError] = []
+        self._static_errors: list[LoadProblem] = []
         self._state: tuple[Any, ...] | None = None  # what the folders held at the last scan
         self._active: dict[str, set[str]] = {}  # what is being reported, per kind: logged once
         self._observer_errors: set[str] = set()
@@ -102,7 +102,7 @@ class PluginHost(Observer):
 
     # -- state of the last build -------------------------------------------------------------
     @property
-    def errors(self) -> list[LoadError]:
+    def errors(self) -> list[LoadProblem]:
         """Load errors of the last build (a plugin that keeps its previous version included)."""
         return list(self._last.errors) if self._last else []
 
@@ -117,13 +117,13 @@ class PluginHost(Observer):
         return self.current.number
 
     # -- building ----------------------------------------------------------------------------
-    def _scan(self) -> tuple[list[Candidate], list[LoadError], tuple[Any, ...]]:
+    def _scan(self) -> tuple[list[Candidate], list[LoadProblem], tuple[Any, ...]]:
         if self._static is None:
             self._static = builtin_candidates(BUILTIN_PLUGINS)
             try:
                 self._static += package_candidates(self._entry_points() if self._entry_points else ())
             except Exception as exc:
-                self._static_errors.append(LoadError("entry points", f"cannot list installed plugins: {exc}"))
+                self._static_errors.append(LoadProblem("entry points", f"cannot list installed plugins: {exc}"))
         folder, errors = folder_candidates(self.plugin_dirs, self.service_uid, missing_ok=self.missing_dirs_ok)
         state = (tuple((c.key, c.fingerprint) for c in folder), tuple(map(str, errors)))
         return self._static + folder, errors, state

@@ -345,10 +345,9 @@ class MqSource:
     def _slot_of(self, message: Message) -> UnitSlot | None:
         """The unit's slot of this delivery: its token (which preprocessed copies keep), not its
         MsgId, since an application may put two messages with one MsgId and both can be in a unit."""
-        for slot in self._unit:
-            if slot is message.token:
-                return slot
-        return next((slot for slot in self._unit if slot.msg_id == message.msg_id), None)
+        token: object = message.token
+        return (next((slot for slot in self._unit if slot is token), None)
+                or next((slot for slot in self._unit if slot.msg_id == message.msg_id), None))
 
     def rollback(self) -> None:
         qmgr = self._require()

@@ -14,7 +14,7 @@ import stomp
 HOST, PORT = "127.0.0.1", 61613
 
 
-class _Collect(stomp.ConnectionListener):
+class _Collect(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is untyped
     def __init__(self) -> None:
         self.frames: queue.Queue[Any] = queue.Queue()
         self.receipts: dict[str, threading.Event] = {}

@@ -77,7 +77,7 @@ def run_until_idle(bridge: Bridge, idle: float = 2.0, timeout: float = 180.0) ->
 def read_table(spark: Any, path: Path) -> list[Any]:
     if not path.exists():
         return []
-    return spark.read.parquet(str(path)).collect()
+    return list(spark.read.parquet(str(path)).collect())
 
 
 def listener_toml(queue: str, type_: str, *, source: str = "amq", threads: int = 1, batch: int = 200,

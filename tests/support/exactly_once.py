@@ -162,7 +162,7 @@ RABBIT = ("127.0.0.1", 61623)
 RABBIT_SOURCE = 'user = "guest"\npassword = "guest"\nallow_plaintext_password = true\nvhost = "/"'
 
 
-class _Frames(stomp.ConnectionListener):
+class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is untyped
     def __init__(self) -> None:
         self.frames: queues.Queue[Any] = queues.Queue()
         self.receipts: dict[str, threading.Event] = {}

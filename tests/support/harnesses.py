@@ -186,9 +186,9 @@ class StompHarness(Harness):
 
     def source(self, queue: str, *, cuttable: bool = False) -> Source:
         port = self.proxy.port if cuttable else self.address[1]
-        cfg = StompSourceConfig(host=self.address[0], port=port, heartbeat=2.0, connect_timeout=3.0,
-                                broker=self.broker, ack_mode=self.ack_mode, commit_mode=self.commit_mode,
-                                **self.credentials)  # type: ignore[arg-type]
+        cfg = StompSourceConfig.model_validate(dict(
+            host=self.address[0], port=port, heartbeat=2.0, connect_timeout=3.0, broker=self.broker,
+            ack_mode=self.ack_mode, commit_mode=self.commit_mode, **self.credentials))
         src = StompSource("stomp", cfg, queue, prefetch=10, tracker=DeliveryTracker(), client_name="contract",
                           stamp=self.stamp)
         self.sources.append(src)

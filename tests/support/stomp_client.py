@@ -11,7 +11,7 @@ from typing import Any
 import stomp
 
 
-class _Frames(stomp.ConnectionListener):
+class _Frames(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is untyped
     def __init__(self) -> None:
         self.frames: queues.Queue[Any] = queues.Queue()
         self.receipts: dict[str, threading.Event] = {}

@@ -62,7 +62,7 @@ def owner_alive(owner: str) -> bool:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False  # killed, not yet reaped by its parent: it will never write again
-        return abs(process.create_time() - created) < 1.0
+        return bool(abs(process.create_time() - created) < 1.0)
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.AccessDenied:

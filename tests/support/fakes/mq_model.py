@@ -87,11 +87,11 @@ class StoredMessage:
 
     @property
     def msg_id(self) -> bytes:
-        return self.md["MsgId"]
+        return bytes(self.md["MsgId"])
 
     @property
     def backout_count(self) -> int:
-        return self.md["BackoutCount"]
+        return int(self.md["BackoutCount"])
 
     def prop(self, name: str) -> Any:
         return self.properties[name][1]

@@ -305,7 +305,7 @@ class FakeQueueManagerServer:
             self._queue_for(queue)._insert(StoredMessage(body, md, props, next(self._seq)))
             self._persist()
             self.cond.notify_all()
-            return md["MsgId"]
+            return bytes(md["MsgId"])
 
     def put_many(self, queue: str, bodies: list[bytes], **kw: Any) -> list[bytes]:
         with self.deferred_persistence():
