@@ -66,8 +66,8 @@ def decide(failure: BaseException) -> Decision:
     return Decision.RESTART
 
 SourceFactory = Callable[[SourceContext], Source]
-#: The chain provider of one listener entry (by its position in the configuration).
-ChainFactory = Callable[[int], Callable[[], Chain]]
+#: The chain provider of one listener entry, by its name (`source:queue`).
+ChainFactory = Callable[[str], Callable[[], Chain]]
 
 
 @dataclass
@@ -75,7 +75,6 @@ class Slot:
     """One configured listener thread position and the thread currently filling it."""
 
     config: ListenerConfig
-    entry: int  # position of the [[listeners]] entry in the configuration
     index: int  # thread number within the entry, 1..threads
     name: str
     thread: ListenerThread | None = None
@@ -138,9 +137,9 @@ class Bridge:
         self.collector.start()
         if self.breakers is not None:
             self.breakers.start()
-        for entry, cfg in enumerate(self.config.listeners):
+        for cfg in self.config.listeners:
             for index in range(1, cfg.threads + 1):
-                self.slots.append(Slot(cfg, entry, index, f"{cfg.source}:{cfg.queue}#{index}"))
+                self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared())
         self.counters.set("listener_threads_configured", len(self.slots))
         self.reconcile()
@@ -166,7 +165,7 @@ class Bridge:
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it
             gates.append(sink_gate)
-        thread = ListenerThread(spec, source, self.collector, self._chain_factory(slot.entry), self.counters,
+        thread = ListenerThread(spec, source, self.collector, self._chain_factory(f"{slot.config.source}:{slot.config.queue}"), self.counters,
                                 shared.tracker, dedupe=self._dedupe,
                                 gate=AllOpenGate(gates), poison=shared.poison,
                                 sink_gate=self.breakers.gate if self.breakers is not None else None)

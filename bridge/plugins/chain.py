@@ -57,10 +57,9 @@ class Step:
 class ChainSpec:
     """The steps of one listener entry in one plugin generation (shared by its units of work)."""
 
-    listener: str  # "source:queue"
+    listener: str  # "source:queue": the listener entry's name, its key in a generation's chains
     steps: tuple[Step, ...] = ()
     generation: int = 0
-    entry: int = 0  # the listener entry (its index in the configuration)
     classify_hook: pluggy.HookCaller | None = None  # mqbridge_classify of the generation
     plugin_names: Mapping[str, str] = field(default_factory=dict)  # pluggy name -> display name
 

@@ -68,13 +68,13 @@ class Probation:
     def __init__(self, limit: int = FALLBACK_AFTER) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._trials: dict[int, Trial] = {}
+        self._trials: dict[str, Trial] = {}
 
     def start(self, new: Generation, old: Generation) -> None:
         """`new` replaces `old`: put each entry whose chain runs a changed plugin on trial. An entry
         still on trial under `old` keeps the generation that was last good for it."""
         with self._lock:
-            trials: dict[int, Trial] = {}
+            trials: dict[str, Trial] = {}
             for entry, spec in new.chains.items():
                 previous = self._trials.get(entry)
                 good = previous.good if previous is not None and not previous.succeeded else old
@@ -88,8 +88,8 @@ class Probation:
             self._trials = {}
 
     def _trial(self, spec: ChainSpec) -> Trial | None:
-        trial = self._trials.get(spec.entry)
-        if trial is None or trial.succeeded or trial.rejected or trial.generation.chains.get(spec.entry) is not spec:
+        trial = self._trials.get(spec.listener)
+        if trial is None or trial.succeeded or trial.rejected or trial.generation.chains.get(spec.listener) is not spec:
             return None
         return trial
 
@@ -97,7 +97,7 @@ class Probation:
         """The last good chain of `spec`'s entry while `spec` is on trial, else None."""
         with self._lock:
             trial = self._trial(spec)
-            return None if trial is None else trial.good.chains[spec.entry]
+            return None if trial is None else trial.good.chains[spec.listener]
 
     def record(self, spec: ChainSpec, succeeded: int, blamed: int) -> Trial | None:
         """Count one unit's outcome; returns the trial when it has just failed (the caller swaps

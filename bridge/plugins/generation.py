@@ -36,12 +36,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ChainRequest:
-    """One listener entry's configured chain: `preprocessors = [...]`."""
+    """One listener entry's configured chain: `preprocessors = [...]`, keyed by the listener's name
+    (`source:queue`, unique in a valid configuration)."""
 
-    key: int  # index in the configuration's listeners
-    label: str  # "listeners[0] (amq:/queue/orders)", for errors
     listener: str  # "amq:/queue/orders"
+    label: str  # "listeners[0] (amq:/queue/orders)", for errors
     refs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.listener
 
 
 def requests_from_config(config: BridgeConfig) -> list[ChainRequest]:
@@ -50,7 +54,7 @@ def requests_from_config(config: BridgeConfig) -> list[ChainRequest]:
     for index, listener in enumerate(config.listeners):
         name = f"{listener.source}:{listener.queue}"
         refs = tuple((ref.name, dict(ref.options)) for ref in listener.preprocessors)
-        requests.append(ChainRequest(index, f"listeners[{index}] ({name})", name, refs))
+        requests.append(ChainRequest(name, f"listeners[{index}] ({name})", refs))
     return requests
 
 
@@ -86,7 +90,7 @@ class Generation:
     registry: PreprocessorRegistry
     plugins: dict[str, Plugin] = field(default_factory=dict)
     errors: list[LoadProblem] = field(default_factory=list)
-    chains: dict[int, ChainSpec] = field(default_factory=dict)
+    chains: dict[str, ChainSpec] = field(default_factory=dict)  # by listener name
     kept: dict[str, KeptVersion] = field(default_factory=dict)  # plugin key -> why
     problems: list[str] = field(default_factory=list)  # chains that cannot be built
     disabled: list[Candidate] = field(default_factory=list)  # skipped: MQBRIDGE_DISABLED_PLUGINS
@@ -105,7 +109,7 @@ def _manager() -> pluggy.PluginManager:
 class GenerationBuilder:
     """Builds generations for a fixed set of listener chains (see the module docstring)."""
 
-    requests: Mapping[int, ChainRequest]
+    requests: Mapping[str, ChainRequest]
     disabled: Collection[str] = frozenset()
     known_types: Collection[str] | None = None
 
@@ -225,8 +229,8 @@ class GenerationBuilder:
                     gen.problems.append(f"{request.label}: preprocessor {name!r} (plugin {ptype.plugin}) routes to "
                                         f"unconfigured message type(s) {', '.join(sorted(unknown))}")
                 steps.append(Step(name, ptype.plugin, instance))
-            gen.chains[request.key] = ChainSpec(request.listener, tuple(steps), gen.number, request.key,
-                                                gen.pm.hook.mqbridge_classify, names)
+            gen.chains[request.listener] = ChainSpec(request.listener, tuple(steps), gen.number,
+                                                     classify_hook=gen.pm.hook.mqbridge_classify, plugin_names=names)
 
     def _hint(self, gen: Generation, name: str) -> str:
         hints = [f"known: {', '.join(gen.registry.names()) or 'none'}"]

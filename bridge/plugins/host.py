@@ -5,7 +5,7 @@ one reload path, `check_for_changes()`: rescan the folders and, when a drop-in f
 changed or removed (content hash, mode or owner), build a new generation off to the side,
 validate it and swap it in under a lock. The bridge calls it on every control tick (`on_tick`)
 and on a reload request (`on_reload`, SIGHUP). A unit of work takes one snapshot
-(`chain_provider(i)()`), so it finishes on the generation it started with. A generation whose
+(`chain_provider(listener)()`), so it finishes on the generation it started with. A generation whose
 chains cannot be built is never swapped in.
 """
 
@@ -186,19 +186,19 @@ class PluginHost(Observer):
         if self._current is not None:
             forget_modules(self._current.module_names())
 
-    def chain(self, index: int) -> PreprocessorChain:
-        """A snapshot of listener entry `index`'s chain for one unit of work."""
+    def chain(self, listener: str) -> PreprocessorChain:
+        """A snapshot of the chain of `listener` (its name, `source:queue`) for one unit of work."""
         with self._lock:
             gen = self.current
             self._unit_seq += 1
             unit = self._unit_seq
-        return PreprocessorChain(gen.chains[index], unit, judge=self)
+        return PreprocessorChain(gen.chains[listener], unit, judge=self)
 
-    def chain_provider(self, index: int) -> Callable[[], PreprocessorChain]:
-        """What the listener of `config.listeners[index]` calls once per unit of work."""
-        if index not in self.requests:
-            raise ConfigError(f"no listener entry {index} in the plugin host")
-        return lambda: self.chain(index)
+    def chain_provider(self, listener: str) -> Callable[[], PreprocessorChain]:
+        """What the threads of listener `listener` (`source:queue`) call once per unit of work."""
+        if listener not in self.requests:
+            raise ConfigError(f"no listener {listener!r} in the plugin host (known: {sorted(self.requests)})")
+        return lambda: self.chain(listener)
 
     def check_for_changes(self) -> bool:
         """Rescan the plugin folders; build, validate and swap in a new generation if anything

@@ -47,9 +47,14 @@ def write_plugin(folder: Path, name: str, code: str, mode: int = 0o644) -> Path:
     return path
 
 
+def listener(key: int = 0) -> str:
+    """The name of the listener `request(..., key=key)` configures."""
+    return f"amq:/queue/q{key}"
+
+
 def request(*refs: str | tuple[str, dict[str, Any]], key: int = 0) -> ChainRequest:
     pairs = tuple((r, {}) if isinstance(r, str) else r for r in refs)
-    return ChainRequest(key, f"listeners[{key}] (amq:/queue/q{key})", f"amq:/queue/q{key}", pairs)
+    return ChainRequest(listener(key), f"listeners[{key}] ({listener(key)})", pairs)
 
 
 def make_host(folder: Path | None, *requests: ChainRequest, **kwargs: Any) -> PluginHost:

@@ -27,7 +27,7 @@ from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
-from tests.support.plugins import STAMP, make_host, request, write_plugin
+from tests.support.plugins import STAMP, listener, make_host, request, write_plugin
 from tests.support.waiting import wait_until
 
 POISON = b"m13"
@@ -252,7 +252,7 @@ def test_a_plugin_version_that_raises_on_every_message_falls_back_to_the_last_go
     host.start()
     cfg, broker = memory_config(batch=5, threshold=3)
     executor = RecordingExecutor()
-    app = memory_app(cfg, executor, chain_factory=lambda _entry: host.chain_provider(0))
+    app = memory_app(cfg, executor, chain_factory=lambda _entry: host.chain_provider(listener(0)))
     running = RunningBridge(app.bridge)
     try:
         broker.put_many("orders", bodies(10))
@@ -295,8 +295,8 @@ def test_a_new_plugin_version_that_gets_one_message_through_is_kept() -> None:
     host.start()
     write_plugin(folder, "stamp", STAMP.format(version="v2"))
     assert host.check_for_changes()
-    chain = host.chain(0)
+    chain = host.chain(listener(0))
     assert chain.fallback() is not None  # on trial: a fallback chain exists
     chain.record(1, 0)
-    assert host.chain(0).fallback() is None and host.generation == 2
+    assert host.chain(listener(0)).fallback() is None and host.generation == 2
     host.close()

@@ -13,7 +13,7 @@ from mqbridge import current_chain
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message
 from mqbridge.plugins.chain import ChainSpec, PreprocessorChain, Step
-from tests.support.plugins import make_host, message, request, write_plugin
+from tests.support.plugins import listener, make_host, message, request, write_plugin
 
 
 class Recorder:
@@ -138,7 +138,7 @@ def test_classify_hook_errors_blame_the_plugin_that_raised(tmp_path: Path) -> No
     """)
     host = make_host(tmp_path, request("envelope"))
     host.start()
-    chain = host.chain(0)
+    chain = host.chain(listener(0))
     assert chain.classify(message(b"<x/>")) == "routed"
     assert chain.classify(message(b"plain")) is None
     with pytest.raises(PreprocessorError) as info:
@@ -151,7 +151,7 @@ def test_each_call_of_the_provider_is_one_unit_of_work_snapshot(tmp_path: Path) 
     # Given two listener threads taking snapshots concurrently
     host = make_host(None, request("envelope"))
     host.start()
-    provider = host.chain_provider(0)
+    provider = host.chain_provider(listener(0))
     units: list[int] = []
     lock = threading.Lock()
 

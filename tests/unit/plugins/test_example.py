@@ -12,7 +12,7 @@ import pytest
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.plugins import PluginHost
-from tests.support.plugins import make_host, message, request
+from tests.support.plugins import listener, make_host, message, request
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "plugins" / "redact.py"
@@ -35,7 +35,7 @@ def test_the_documented_example_is_the_tested_file() -> None:
 
 def test_example_masks_fields(host: PluginHost) -> None:
     body = json.dumps({"order": 1, "card_number": "4111111111111111", "cvv": "123"}).encode()
-    out = host.chain(0).process(message(body))
+    out = host.chain(listener(0)).process(message(body))
     assert out is not None
     assert json.loads(out.body) == {"order": 1, "card_number": "***", "cvv": "***"}
     assert out.headers["redacted"] == "card_number,cvv"
@@ -43,11 +43,11 @@ def test_example_masks_fields(host: PluginHost) -> None:
 
 
 def test_example_consumes_heartbeats(host: PluginHost) -> None:
-    assert host.chain(0).process(message(b"", headers={"type": "heartbeat"})) is None
+    assert host.chain(listener(0)).process(message(b"", headers={"type": "heartbeat"})) is None
 
 
 def test_example_rejects_bodies_that_are_not_json(host: PluginHost, caplog: pytest.LogCaptureFixture) -> None:
-    chain = host.chain(0)
+    chain = host.chain(listener(0))
     with pytest.raises(PreprocessorError, match="preprocessor 'redact' .*JSONDecodeError") as info:
         chain.process(message(b"<xml/>"))
     chain.on_submit_error(message(b"<xml/>"), info.value)
@@ -68,6 +68,6 @@ def test_the_readme_snippet_works_as_a_drop_in_file(tmp_path: Path) -> None:
     (tmp_path / "snippet.py").write_text(match.group(1))
     host = make_host(tmp_path, request("drop_empty"))
     host.start()
-    assert host.chain(0).process(message(b"  \n")) is None
-    assert host.chain(0).process(message(b"x")) is not None
+    assert host.chain(listener(0)).process(message(b"  \n")) is None
+    assert host.chain(listener(0)).process(message(b"x")) is not None
     host.close()

@@ -18,7 +18,7 @@ from mqbridge.plugins import PluginHost
 from mqbridge.plugins.discovery import BUILTIN_PLUGINS, check_safe_path, disabled_from_env
 from mqbridge.plugins.generation import ChainRequest, requests_from_config
 from tests.support.configs import orders_config
-from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
+from tests.support.plugins import STAMP, dropin_modules, listener, make_host, message, request, write_plugin
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_builtins_folder_files_and_packages_are_loaded_the_same_way(tmp_path: Pa
     assert rows["stamp"]["source"] == "folder" and rows["stamp"]["version"] == "v1"
     assert rows["stamp"]["mtime"] and rows["stamp"]["path"].endswith("stamp.py")
     # And the chain runs them in the configured order
-    out = host.chain(0).process(message(b"abc"))
+    out = host.chain(listener(0)).process(message(b"abc"))
     assert out is not None and out.headers["plugin_version"] == "v1"
     assert b'"body": "ABC"' in out.body and out.headers["mqbridge-envelope"] == "json"
 
@@ -93,7 +93,7 @@ def test_options_reach_the_preprocessor_validated(tmp_path: Path) -> None:
     write_plugin(tmp_path, "stamp", STAMP.format(version="v1"))
     host = make_host(tmp_path, request(("stamp", {"header": "x-version"})))
     host.start()
-    out = host.chain(0).process(message())
+    out = host.chain(listener(0)).process(message())
     assert out is not None and out.headers["x-version"] == "v1" and "plugin_version" not in out.headers
 
 
@@ -182,8 +182,8 @@ def test_requests_from_config_accept_names_and_tables() -> None:
     text = text.replace("/queue/orders\"", "/queue/a\"", 1)
     text += '[[listeners]]\nsource = "amq"\nqueue = "/queue/b"\nmessage_type = "orders"\nbackout_threshold = 0\n'
     assert requests_from_config(parse_config(text)) == [
-        ChainRequest(0, "listeners[0] (amq:/queue/a)", "amq:/queue/a", (("decode", {}), ("envelope", {"format": "json"}))),
-        ChainRequest(1, "listeners[1] (amq:/queue/b)", "amq:/queue/b", ()),
+        ChainRequest("amq:/queue/a", "listeners[0] (amq:/queue/a)", (("decode", {}), ("envelope", {"format": "json"}))),
+        ChainRequest("amq:/queue/b", "listeners[1] (amq:/queue/b)", ()),
     ]
 
 

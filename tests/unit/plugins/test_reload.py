@@ -15,7 +15,7 @@ import pytest
 from mqbridge.counters import Counters
 from mqbridge.plugins import PluginHost
 from mqbridge.plugins.generation import Kept
-from tests.support.plugins import STAMP, dropin_modules, make_host, message, request, write_plugin
+from tests.support.plugins import STAMP, dropin_modules, listener, make_host, message, request, write_plugin
 
 
 @pytest.fixture
@@ -34,14 +34,14 @@ def host(folder: Path) -> Iterator[PluginHost]:
 
 
 def version(host: PluginHost) -> str:
-    out = host.chain(0).process(message())
+    out = host.chain(listener(0)).process(message())
     assert out is not None
     return out.headers["plugin_version"]
 
 
 def test_a_changed_file_is_swapped_in_and_a_running_unit_keeps_its_snapshot(host: PluginHost, folder: Path) -> None:
     # Given a unit of work that took its snapshot before the change
-    in_flight = host.chain(0)
+    in_flight = host.chain(listener(0))
     assert host.check_for_changes() is False  # nothing changed yet
 
     # When the file changes and the control thread checks
@@ -106,7 +106,7 @@ def test_a_new_version_rejecting_the_configured_options_is_not_swapped_in(folder
     assert "listeners[0] (amq:/queue/q0): preprocessor 'stamp' (plugin stamp): unknown option(s) header" \
         in host.status()["reload_error"]
     assert host.counters.total("plugin_reload_failures") == 1
-    out = host.chain(0).process(message())
+    out = host.chain(listener(0)).process(message())
     assert out is not None and out.headers["x-v"] == "v1"
     # Fixed: accepted
     write_plugin(folder, "stamp", STAMP.format(version="v3"))
@@ -164,9 +164,9 @@ def test_no_unit_of_work_mixes_versions_while_reloads_happen(host: PluginHost, f
     # Given a listener-like thread processing units of 5 messages as fast as it can
     stop = threading.Event()
     units: list[tuple[int, set[str]]] = []
-    provider = host.chain_provider(0)
+    provider = host.chain_provider(listener(0))
 
-    def listener() -> None:
+    def listen() -> None:
         while not stop.is_set():
             chain = provider()
             versions = set()
@@ -176,7 +176,7 @@ def test_no_unit_of_work_mixes_versions_while_reloads_happen(host: PluginHost, f
                 versions.add(out.headers["plugin_version"])
             units.append((chain.unit, versions))
 
-    thread = threading.Thread(target=listener)
+    thread = threading.Thread(target=listen)
     thread.start()
     try:
         # When the file is rewritten ten times while it runs

@@ -12,7 +12,7 @@ from mqbridge.errors import ConfigError, PreprocessorError
 from mqbridge.message import Message
 from mqbridge.plugins import PluginHost
 from mqbridge.preprocessors.jsonpath import parse_path
-from tests.support.plugins import make_host, message, request
+from tests.support.plugins import listener, make_host, message, request
 
 
 def chain_host(*refs: str | tuple[str, dict[str, Any]], **kwargs: Any) -> PluginHost:
@@ -22,7 +22,7 @@ def chain_host(*refs: str | tuple[str, dict[str, Any]], **kwargs: Any) -> Plugin
 
 
 def run(host: PluginHost, msg: Message) -> Message:
-    out = host.chain(0).process(msg)
+    out = host.chain(listener(0)).process(msg)
     assert out is not None
     return out
 
@@ -54,7 +54,7 @@ def test_decode_with_a_fixed_charset_and_strict_errors_raises_on_bad_bytes() -> 
     host = chain_host(("decode", {"charset": "ascii"}))
     assert run(host, message(b"ok")).body == b"ok"
     with pytest.raises(PreprocessorError, match="preprocessor 'decode'.*UnicodeDecodeError"):
-        host.chain(0).process(message(b"caf\xe9"))
+        host.chain(listener(0)).process(message(b"caf\xe9"))
     host = chain_host(("decode", {"charset": "ascii", "errors": "replace"}))
     assert run(host, message(b"caf\xe9")).body == "caf\ufffd".encode()
 
@@ -80,12 +80,12 @@ ROUTE = {"path": "$.meta['doc type']", "types": {"order": "orders", "invoice": "
 ])
 def test_jsonpath_classifies_by_field(body: bytes, expected: str) -> None:
     host = chain_host(("jsonpath", ROUTE))
-    assert host.chain(0).classify(message(body)) == expected
+    assert host.chain(listener(0)).classify(message(body)) == expected
 
 
 def test_jsonpath_without_default_keeps_the_listener_type_and_copies_the_value() -> None:
     host = chain_host(("jsonpath", {"path": "$.items[1].kind", "types": {"b": "bees"}, "header": "kind"}))
-    chain = host.chain(0)
+    chain = host.chain(listener(0))
     msg = message(b'{"items": [{"kind": "a"}, {"kind": "b"}]}')
     assert chain.classify(msg) == "bees"
     assert chain.classify(message(b'{"items": [{"kind": "a"}, {"kind": "c"}]}')) is None

@@ -71,7 +71,7 @@ class Clock:
 
 def fake_bridge(threads: list[threading.Thread]) -> Any:
     """What the notifier reads of a bridge: slots with threads, its summary line, the stop event."""
-    slots = [Slot(config=None, entry=0, index=i, name=f"q#{i}", thread=t) for i, t in enumerate(threads, 1)]  # type: ignore[arg-type]
+    slots = [Slot(config=None, index=i, name=f"q#{i}", thread=t) for i, t in enumerate(threads, 1)]  # type: ignore[arg-type]
     return SimpleNamespace(slots=slots, counters=Counters(), stop_event=threading.Event(),
                            summary=lambda: f"threads {len(slots)}/{len(slots)} committed=0",
                            config=SimpleNamespace(bridge=SimpleNamespace(shutdown_timeout=30.0)))
