@@ -155,8 +155,9 @@ def report_landing(ledgers: dict[str, Ledger], start: int, bulks: int) -> None:
             print(f"  {name:10} {kind:12} {rates[name]:>10,.0f} identities/s  (per bulk of {BULK}: median "
                   f"{statistics.median(t) * 1000:.1f} ms, mean {statistics.mean(t) * 1000:.1f} ms, "
                   f"max {max(t) * 1000:.1f} ms)")
+        median_change = statistics.median(times["empty"]) / statistics.median(times["pre-filled"]) - 1
         print(f"  {kind}: pre-filled is {100 * (rates['pre-filled'] / rates['empty'] - 1):+.1f}% vs empty "
-              f"(medians: {100 * (statistics.median(times['empty']) / statistics.median(times['pre-filled']) - 1):+.1f}%)")
+              f"(medians: {100 * median_change:+.1f}%)")
 
 
 def report_stats(name: str, ledger: Ledger, path: Path) -> None:

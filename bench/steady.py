@@ -357,11 +357,14 @@ def run(args: argparse.Namespace) -> None:
         writes = at_end.writes - at_w.writes
         print(f"    bulk writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows")
         # cold start, from the same fresh process
-        half = next((t for (t0, c0), (t, c) in zip(windows, windows[2:], strict=False) if (c - c0) / (t - t0) >= steady / 2), None)
+        half = next((t for (t0, c0), (t, c) in zip(windows, windows[2:], strict=False)
+                     if (c - c0) / (t - t0) >= steady / 2), None)
         cold_rate = warm / (t_w - first_commit)
         print(f"(c) cold start: first commit {first_commit - started:.1f}s after start; half the steady rate "
-              f"(1s window) at {half:.1f}s" if half is not None else "(c) cold start: never reached half the steady rate")
-        print(f"    first W from the first commit: {cold_rate:,.0f} msg/s ({steady / cold_rate:.2f}x slower than steady); "
+              f"(1s window) at {half:.1f}s"
+              if half is not None else "(c) cold start: never reached half the steady rate")
+        print(f"    first W from the first commit: {cold_rate:,.0f} msg/s "
+              f"({steady / cold_rate:.2f}x slower than steady); "
               f"from the process start: {warm / (t_w - started):,.0f} msg/s")
 
         # latency at half the steady rate, same process
@@ -381,10 +384,11 @@ def run(args: argparse.Namespace) -> None:
         after = last[0]
         p50 = histogram_quantile(0.5, before.latency_buckets, after.latency_buckets)
         p99 = histogram_quantile(0.99, before.latency_buckets, after.latency_buckets)
-        print(f"(d) put-to-commit at {rate:,.0f} msg/s (half of steady): p50 {p50 * 1000:,.0f} ms, p99 {p99 * 1000:,.0f} ms "
-              f"(histogram_quantile over {n:,} messages)" if p50 is not None and p99 is not None else "(d) no latency samples")
-        print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, Spark JVM {usage.peak_jvm / 2**20:,.0f} MB "
-              f"(collector memory {args.collector_memory})")
+        print(f"(d) put-to-commit at {rate:,.0f} msg/s (half of steady): "
+              f"p50 {p50 * 1000:,.0f} ms, p99 {p99 * 1000:,.0f} ms (histogram_quantile over {n:,} messages)"
+              if p50 is not None and p99 is not None else "(d) no latency samples")
+        print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, "
+              f"Spark JVM {usage.peak_jvm / 2**20:,.0f} MB (collector memory {args.collector_memory})")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

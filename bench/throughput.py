@@ -196,8 +196,8 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-bench-"))
     try:
-        print(f"messages: {n} x {args.size} B; bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}, "
-              f"{args.ack_mode} acks")
+        print(f"messages: {n} x {args.size} B; "
+              f"bridge: {args.threads} threads, batch {args.batch}, bulk {args.bulk_size}, {args.ack_mode} acks")
         q1 = unique_queue("bench-ceiling")
         print(f"put rate:                     {put(q1, n, args.size, args.port):>9,.0f} msg/s")
         ceiling_rate = ceiling(q1, n, prefetch=min(args.batch, 1000), port=args.port)
@@ -228,7 +228,8 @@ def main() -> None:
                 rates[mode].append(bridge_rate)
                 stats = bridge.collector.stats()
                 label = "with ledger" if mode else "no ledger"
-                print(f"(b) mqbridge end to end, {label:11}: {bridge_rate:>9,.0f} msg/s  ratio {bridge_rate / ceiling_rate:.2f}"
+                print(f"(b) mqbridge end to end, {label:11}: {bridge_rate:>9,.0f} msg/s  "
+                      f"ratio {bridge_rate / ceiling_rate:.2f}"
                       f"  ({stats.executed_bulks} Spark writes, {stats.execute_seconds_total:.1f}s writing)")
                 used = {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
                 print(f"    CPU seconds, {wall:.1f}s wall on {psutil.cpu_count()} cores: "
@@ -245,7 +246,8 @@ def main() -> None:
             change = statistics.mean(rates[True]) / statistics.mean(rates[False]) - 1
             print(f"    the ledger changes the rate by {change:+.1%}")
         if land_seconds:
-            print(f"    ledger per bulk (prepare, publish, mark published): mean {statistics.mean(land_seconds) * 1000:.1f} ms, "
+            print(f"    ledger per bulk (prepare, publish, mark published): "
+                  f"mean {statistics.mean(land_seconds) * 1000:.1f} ms, "
                   f"max {max(land_seconds) * 1000:.1f} ms over {len(land_seconds)} bulks; per unit of work lookup: "
                   f"mean {statistics.mean(lookup_seconds) * 1000:.1f} ms over {len(lookup_seconds)} units")
         args.exactly_once = modes[0]

@@ -121,7 +121,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     `reload_event` are set by signal or service control handlers.
     """
     counters = counters or Counters()
-    initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners], ledger=config.bridge.exactly_once)
+    initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners],
+                      ledger=config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)

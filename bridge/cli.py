@@ -48,7 +48,8 @@ def installed_commands() -> list[Callable[[Any], None]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mqbridge", description="Move messages from message queues into Spark tables.")
+    parser = argparse.ArgumentParser(prog="mqbridge",
+                                     description="Move messages from message queues into Spark tables.")
     parser.add_argument("--version", action="version", version=f"mqbridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

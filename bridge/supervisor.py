@@ -165,7 +165,8 @@ class Bridge:
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it
             gates.append(sink_gate)
-        thread = ListenerThread(spec, source, self.collector, self._chain_factory(f"{slot.config.source}:{slot.config.queue}"), self.counters,
+        chain = self._chain_factory(f"{cfg.source}:{cfg.queue}")
+        thread = ListenerThread(spec, source, self.collector, chain, self.counters,
                                 shared.tracker, dedupe=self._dedupe,
                                 gate=AllOpenGate(gates), poison=shared.poison,
                                 sink_gate=self.breakers.gate if self.breakers is not None else None)

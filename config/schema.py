@@ -45,7 +45,9 @@ class BridgeSection(Model):
         default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
                                   "DEFAULT_PLUGIN_DIRS (preprocessors), which may be missing")
     max_rss: Size | None = Field(default=None, gt=0, description="Resident memory guard in bytes; None: no guard")
-    state_dir: Path = Field(default=Path("state"), description="Directory of local state (the landing ledger); the systemd unit makes it writable and its working directory")
+    state_dir: Path = Field(default=Path("state"),
+                            description="Directory of local state (the landing ledger); "
+                                        "the systemd unit makes it writable and its working directory")
     exactly_once: bool = Field(default=True, description="true: land through the ledger, no duplicates; false: no "
                                                          "ledger, at-least-once; readers must de-duplicate")
     dedupe_window: Duration = Field(default=parse_duration("7d"), gt=0, description="How long the ledger "

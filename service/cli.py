@@ -46,15 +46,16 @@ def add_parser(sub: Any) -> None:
             parser.add_argument("--watchdog", default=None, metavar="DURATION",
                                 help="systemd: WatchdogSec (default 4 control intervals, at least 60s; 0 disables)")
         if action in ("install", "remove"):
-            parser.add_argument("--unit-dir", default=None, help="systemd: unit directory (default /etc/systemd/system)")
+            parser.add_argument("--unit-dir", default=None,
+                                help="systemd: unit directory (default /etc/systemd/system)")
 
 
 def cmd_service(args: argparse.Namespace) -> int:
     """Run one `mqbridge service ...` command."""
     if args.kind == "windows":
         if sys.platform != "win32":
-            raise ServiceError(f"--windows installs a Windows service and only works on Windows (this is {sys.platform}); "
-                               "on Linux use --systemd")
+            raise ServiceError("--windows installs a Windows service and only works on Windows "
+                               f"(this is {sys.platform}); on Linux use --systemd")
         return _windows(args)
     if not sys.platform.startswith("linux"):
         raise ServiceError(f"--systemd only works on Linux (this is {sys.platform}); on Windows use --windows")

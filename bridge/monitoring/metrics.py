@@ -42,7 +42,8 @@ HELP = {
                        "committed without"),
     "results_rerouted": "Results that went to the dead-letter queue instead of the reply-to queue",
     "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
-    "messages_duplicated_risk": "Landed messages whose unit of work was backed out (exactly_once = false: they land again)",
+    "messages_duplicated_risk": "Landed messages whose unit of work was backed out "
+                                "(exactly_once = false: they land again)",
     "preprocessor_errors": "Preprocessor failures",
     "put_to_commit_seconds": "Latency from the message's put time to its commit",
     "bulk_write_seconds": "Duration of one bulk's executor call (Spark write), by message type",
@@ -66,7 +67,8 @@ HELP = {
     "recovery_rolled_forward": "Prepared bulks of dead processes published by recovery",
     "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",
     "sink_available": "1 while the sink (a message type's table) takes writes, 0 while its circuit breaker is open",
-    "sink_breaker_opens": "Times a sink's circuit breaker opened (an outage: Spark down, JVM gone, path unwritable, timeout)",
+    "sink_breaker_opens": "Times a sink's circuit breaker opened "
+                          "(an outage: Spark down, JVM gone, path unwritable, timeout)",
     "sink_probes": "Probe writes to unavailable sinks, by result (ok closes the breaker)",
     "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
     "plugin_fallbacks": "Times a new plugin generation that raised on every message was replaced by the last good one",

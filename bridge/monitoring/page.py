@@ -71,7 +71,9 @@ function render(s) {
   const h = document.getElementById("health");
   h.textContent = health.healthy ? "healthy" : "NOT healthy"; h.className = health.healthy ? "ok" : "bad";
   const problems = document.getElementById("problems"); problems.replaceChildren();
-  for (const p of health.problems || []) { const li = document.createElement("li"); li.textContent = p; problems.append(li); }
+  for (const p of health.problems || []) {
+    const li = document.createElement("li"); li.textContent = p; problems.append(li);
+  }
   text("updated", "updated " + new Date().toISOString().slice(11, 19) + " UTC");
   rows("listeners", s.listeners || [], (r, l) => {
     const m = l.listener_messages || {};
@@ -114,7 +116,8 @@ function render(s) {
   const list = (plugins.plugins || []).map(p => p.name + " " + p.version + " (" + p.source + ", " + p.state + ")");
   const errors = (plugins.errors || []).map(e => typeof e === "object" ? JSON.stringify(e) : String(e));
   text("plugins", (list.length ? "generation " + plugins.generation + ": " + list.join("; ") : "none") +
-    (errors.length ? "; errors: " + errors.join("; ") : "") + (plugins.reload_error ? "; reload: " + plugins.reload_error : ""));
+    (errors.length ? "; errors: " + errors.join("; ") : "") +
+    (plugins.reload_error ? "; reload: " + plugins.reload_error : ""));
 }
 async function refresh() {
   try {

@@ -55,7 +55,8 @@ def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
     except ValueError:
         status = None
     if code != 200 or not isinstance(status, dict) or "listeners" not in status:
-        raise StatusUnreachableError(f"{base}/status answered HTTP {code} without a bridge status; is this an mqbridge endpoint?")
+        raise StatusUnreachableError(f"{base}/status answered HTTP {code} without a bridge status; "
+                                     "is this an mqbridge endpoint?")
     health_code, health_body = _get(base + "/healthz", timeout)
     return status, health_code, health_body.decode("utf-8", "replace")
 
@@ -106,7 +107,8 @@ def _collector_lines(status: dict[str, Any]) -> list[str]:
     c = status.get("collector", {})
     flushed = ", ".join(f"{k}={v}" for k, v in sorted((c.get("flushed") or {}).items())) or "none"
     spark = status.get("spark") or {}
-    state = {True: "reachable", False: f"NOT reachable: {spark.get('error')}", None: "not checked"}[spark.get("reachable")]
+    states = {True: "reachable", False: f"NOT reachable: {spark.get('error')}", None: "not checked"}
+    state = states[spark.get("reachable")]
     return [f"collector  {c.get('messages', 0)} messages, {_mb(c.get('bytes'))}, {c.get('active_bulks', 0)} active "
             f"/ {c.get('queued_bulks', 0)} queued / {c.get('in_flight_bulks', 0)} writing bulks; "
             f"flushed: {flushed}",
@@ -154,9 +156,10 @@ def _process_lines(status: dict[str, Any]) -> list[str]:
         out = ["memory     guard off (no [bridge] max_rss)"]
     proc = status.get("process") or {}
     if proc:
-        out.append(f"process    pid {proc.get('pid')}, rss {_mb(proc.get('rss_bytes'))}, cpu {proc.get('cpu_seconds')}s, "
-                   f"{proc.get('threads')} threads, {proc.get('open_files')} open files, "
-                   f"{proc.get('connections')} connections, up {proc.get('uptime_seconds')}s")
+        out.append(f"process    pid {proc.get('pid')}, rss {_mb(proc.get('rss_bytes'))}, "
+                   f"cpu {proc.get('cpu_seconds')}s, {proc.get('threads')} threads, "
+                   f"{proc.get('open_files')} open files, {proc.get('connections')} connections, "
+                   f"up {proc.get('uptime_seconds')}s")
     return out
 
 

@@ -182,7 +182,8 @@ def builtin_candidates(modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candida
             for m in modules]
 
 
-def package_candidates(entry_points: Iterable[Any], builtin_modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
+def package_candidates(entry_points: Iterable[Any],
+                       builtin_modules: Iterable[str] = BUILTIN_PLUGINS) -> list[Candidate]:
     """Installed plugins; entry points that name a built-in module are the built-ins themselves."""
     builtins = set(builtin_modules)
     return [Candidate(f"{Source.PACKAGE.value}:{ep.name}", ep.name, Source.PACKAGE,

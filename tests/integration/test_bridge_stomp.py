@@ -66,7 +66,8 @@ def test_two_types_over_two_queues_land_exactly_once(tmp_path: Path, spark, amq:
     assert amq.depth(q_orders) == 0 and amq.depth(q_blobs) == 0
 
 
-def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp_path: Path, spark, amq: AmqClient) -> None:
+def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(
+        tmp_path: Path, spark, amq: AmqClient) -> None:
     # Given the orders table's path is a regular file, so every Spark write fails, and the default
     # backout threshold (3)
     q = unique_queue("sparkfail")
@@ -82,7 +83,8 @@ def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(tmp
     # When the write has failed: an outage, the sink's breaker opens, the messages go back and the
     # listener pauses intake; probes keep failing (more often than the threshold)
     assert bridge.breakers is not None
-    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") > 0,
+    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3
+               and bridge.counters.total("messages_backed_out") > 0,
                120, "the breaker of sink orders to fail three probes")
     assert bridge.counters.total("messages_committed") == 0
     assert amq.depth(q + ".backout") == 0
@@ -149,7 +151,8 @@ schema = "order_id STRING, amount DOUBLE"
     assert "json" in moved[0].headers["mqbridge-reason"].lower()
 
 
-def test_cut_connection_is_restarted_by_the_control_thread_and_nothing_is_lost(tmp_path: Path, spark, amq: AmqClient) -> None:
+def test_cut_connection_is_restarted_by_the_control_thread_and_nothing_is_lost(
+        tmp_path: Path, spark, amq: AmqClient) -> None:
     # Given the bridge reaches the broker through a proxy whose connections we can cut
     proxy = TcpProxy(("127.0.0.1", 61613))
     q = unique_queue("cut")

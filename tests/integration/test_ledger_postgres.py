@@ -123,8 +123,8 @@ def test_three_bridges_on_one_queue_two_killed_mid_stream(tmp_path: Path, spark:
     result = account(sent, landed(spark, table))
     assert result.clean, f"{result}\n{out[-3000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
-    verify = subprocess.run([sys.executable, "-m", "mqbridge", "ledger", "--config", str(configs[2]), "--verify"], capture_output=True,
-                            text=True, timeout=60)
+    verify = subprocess.run([sys.executable, "-m", "mqbridge", "ledger", "--config", str(configs[2]), "--verify"],
+                            capture_output=True, text=True, timeout=60)
     assert verify.returncode == 0 and "verify: OK" in verify.stdout, verify.stdout + verify.stderr
     assert PASSWORD not in verify.stdout and "***" in verify.stdout
     assert all(PASSWORD not in text for text in [out, *outputs])
@@ -181,8 +181,8 @@ def _on_another_host(host: str, config: Path, failpoint: str | None = None, *arg
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def test_a_bulk_in_flight_on_a_killed_host_is_neither_landed_twice_nor_lost(tmp_path: Path, spark: Any,
-                                                                             amq: AmqClient, pg: PostgresServer) -> None:
+def test_a_bulk_in_flight_on_a_killed_host_is_neither_landed_twice_nor_lost(
+        tmp_path: Path, spark: Any, amq: AmqClient, pg: PostgresServer) -> None:
     # Given 300 messages, and two bridges with their own state_dir sharing one PostgreSQL ledger,
     # bridge A on "another host" (lease 15 s: longer than B takes to start, so that B's start-up
     # recovery leaves A's bulk alone and B meets its messages while A counts as alive)

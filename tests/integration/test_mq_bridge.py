@@ -114,7 +114,8 @@ def test_spark_failure_backs_every_message_out_and_they_land_once_the_fault_clea
     # When the write has failed: an outage, the unit is backed out and the sink's breaker opens
     # (the listener pauses intake), and its probes keep failing
     assert bridge.breakers is not None
-    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3 and bridge.counters.total("messages_backed_out") >= 300,
+    wait_until(lambda: bridge.breakers["orders"].probe_failures >= 3
+               and bridge.counters.total("messages_backed_out") >= 300,
                120, "a backout and three failed probes")
 
     # Then nothing was removed from the queue and every message came back with BackoutCount + 1

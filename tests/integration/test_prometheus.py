@@ -66,8 +66,9 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
     try:
         # When a real Prometheus scrapes it with the shipped rules
         with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], [ALERTS]) as prom:
-            wait_until(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
-                       == ["100"], 180, "100 commits seen by Prometheus")
+            committed = 'sum(mqbridge_messages_committed_total{job="mqbridge"})'
+            wait_until(lambda: [r["value"][1] for r in prom.query(committed)] == ["100"],
+                       180, "100 commits seen by Prometheus")
             # Then every metric the dashboard queries is there
             missing = [name for name in sorted(dashboard_metrics() - NOT_YET) if not prom.query(f"count({name})")]
             assert missing == [], f"the dashboard queries metrics the bridge does not export: {missing}"
@@ -111,7 +112,8 @@ def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, s
         with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], [fast]) as prom:
             # When the sink is unavailable: the breaker alert fires, naming the sink
             def breaker_alert() -> list[dict[str, Any]]:
-                return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "MqbridgeSinkUnavailable"]
+                return [a for a in prom.api("alerts")["alerts"]
+                        if a["labels"]["alertname"] == "MqbridgeSinkUnavailable"]
 
             wait_until(lambda: any(a["state"] == "firing" for a in breaker_alert()), 120, "the breaker alert to fire")
             [alert] = breaker_alert()
@@ -121,8 +123,9 @@ def test_a_sink_outage_fires_the_breaker_alert_and_it_resolves(tmp_path: Path, s
             wait_until(lambda: [r["value"][1] for r in prom.query('mqbridge_sink_available{type="orders"}')] == ["1"],
                        120, "mqbridge_sink_available back to 1")
             wait_until(lambda: breaker_alert() == [], 60, "the breaker alert to resolve")
-            wait_until(lambda: [r["value"][1] for r in prom.query('sum(mqbridge_messages_committed_total{job="mqbridge"})')]
-                       == ["20"], 120, "the 20 messages committed")
+            committed = 'sum(mqbridge_messages_committed_total{job="mqbridge"})'
+            wait_until(lambda: [r["value"][1] for r in prom.query(committed)] == ["20"],
+                       120, "the 20 messages committed")
     finally:
         stop.set()
         runner.join(120)

@@ -55,7 +55,8 @@ def test_the_cost_model_picks_the_strategy_and_only_survivors_remain(
     # Given a container of 1,000 rows in 10 files
     last = strategy == "drop the last"
     strategy = strategy.removesuffix(" the last")
-    table = land_container(spark, tmp_path / "landing", tmp_path / "state", next_day=5 if strategy == "drop" and not last else 0)
+    table = land_container(spark, tmp_path / "landing", tmp_path / "state",
+                           next_day=5 if strategy == "drop" and not last else 0)
     before = rows_of(spark, table)
     files_before = files_state(table)
     purger = Purger(spark, fixed_costs(tmp_path), counters=Counters())
@@ -163,7 +164,8 @@ def test_purge_command_dry_run_changes_nothing_then_purges_by_retention(spark: A
     assert sorted(rows_of(spark, table)) == sorted(f"m{n}" for n in range(0, ROWS, 10))
 
     # and the ledger's check knows the landed files it no longer finds were removed by that purge
-    assert verify_ledger(config) == "verify: OK (10 published bulks, 10 files; 10 removed since by purges of their containers)"
+    assert verify_ledger(config) == ("verify: OK (10 published bulks, 10 files; "
+                                     "10 removed since by purges of their containers)")
 
     # and a --where that is not valid SQL for the table is refused with the reason
     proc = mqbridge("purge", "--config", str(config), "--where", "no_such_column = 1")

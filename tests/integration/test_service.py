@@ -252,7 +252,8 @@ def test_sighup_reloads_plugins_and_configuration_now(tmp_path: Path, spark: Any
         assert bridge.wait(90) == 0, bridge.output()
     finally:
         bridge.kill()
-    versions = {bytes(r.body)[:1]: r.headers["plugin_version"] for r in read_table(spark, tmp_path / "landing" / "orders")}
+    versions = {bytes(r.body)[:1]: r.headers["plugin_version"]
+                for r in read_table(spark, tmp_path / "landing" / "orders")}
     assert versions == {b"a": "v1", b"b": "v2"}
 
 

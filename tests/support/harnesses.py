@@ -182,7 +182,8 @@ class StompHarness(Harness):
         return [bytes(f.body) for f in self.client.browse(queue)]
 
     def moved(self, queue: str) -> list[tuple[bytes, str]]:
-        return [(bytes(f.body), f.headers.get(REASON_HEADER, "")) for f in self.client.browse(self.backout_queue(queue))]
+        return [(bytes(f.body), f.headers.get(REASON_HEADER, ""))
+                for f in self.client.browse(self.backout_queue(queue))]
 
     def source(self, queue: str, *, cuttable: bool = False) -> Source:
         port = self.proxy.port if cuttable else self.address[1]

@@ -295,7 +295,8 @@ def test_the_health_probe_never_waits_longer_than_ping_wait_for_spark(monkeypatc
         assert probe.check() is False
         status = probe.status()
         assert status["reachable"] is False and "no answer from Spark within" in status["error"]
-        assert any(p.startswith("spark: not reachable") for p in health_problems({"listeners": [{"name": "a#1", "alive": True, "phase": "receiving"}], "spark": status}))
+        bridge_status = {"listeners": [{"name": "a#1", "alive": True, "phase": "receiving"}], "spark": status}
+        assert any(p.startswith("spark: not reachable") for p in health_problems(bridge_status))
     finally:
         release.set()
 

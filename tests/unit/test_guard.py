@@ -21,7 +21,8 @@ class FakeRss:
         return self.value
 
 
-def test_pauses_above_the_limit_and_resumes_only_below_the_hysteresis_threshold(caplog: pytest.LogCaptureFixture) -> None:
+def test_pauses_above_the_limit_and_resumes_only_below_the_hysteresis_threshold(
+        caplog: pytest.LogCaptureFixture) -> None:
     # Given a guard at 100 MB
     counters, rss = Counters(), FakeRss(50 * MB)
     guard = MemoryGuard(100 * MB, counters, rss=rss)

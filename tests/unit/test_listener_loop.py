@@ -80,7 +80,8 @@ def test_a_message_failing_every_time_is_moved_after_exactly_the_threshold() -> 
     assert attempts[b"m3"] == 3
     [moved] = broker.browse("orders.backout")
     assert moved.body == b"m3"
-    assert moved.headers["mqbridge-reason"].startswith("delivered 3 times, backout threshold is 3; last failure: always fails")
+    assert moved.headers["mqbridge-reason"].startswith(
+        "delivered 3 times, backout threshold is 3; last failure: always fails")
     assert Counter(executor.bodies()) == Counter(b for b in bodies(10) if b != b"m3")
 
 

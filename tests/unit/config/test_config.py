@@ -66,7 +66,8 @@ def test_example_file_loads_with_its_environment(monkeypatch: pytest.MonkeyPatch
     assert amq.user == "bridge" and amq.password is not None and amq.password.get_secret_value() == "amq-secret-1"
     assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.sql.parquet.compression.codec": "zstd"}
     assert cfg.bridge.max_rss == 2 << 30
-    assert (cfg.bridge.exactly_once, cfg.bridge.dedupe_window, cfg.listeners[0].identity) == (True, 7 * 86400.0, "msg_id")
+    assert ((cfg.bridge.exactly_once, cfg.bridge.dedupe_window, cfg.listeners[0].identity)
+            == (True, 7 * 86400.0, "msg_id"))
 
 
 def test_demo_file_loads() -> None:
@@ -377,8 +378,10 @@ def test_stomp_commit_mode_timeouts_and_message_size_are_configurable() -> None:
     amq = parse(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "artemis"\ncommit_mode = "transactional"'
                                 '\nreceipt_timeout = "2s"\nmax_message_size = "1MB"\nvhost = "v1"')).sources["amq"]
     assert isinstance(amq, StompSourceConfig)
-    assert (amq.commit_mode, amq.receipt_timeout, amq.max_message_size, amq.vhost) == ("transactional", 2.0, 1 << 20, "v1")
-    assert "sources.amq.max_message_size" in error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nmax_message_size = 0'))
+    assert ((amq.commit_mode, amq.receipt_timeout, amq.max_message_size, amq.vhost)
+            == ("transactional", 2.0, 1 << 20, "v1"))
+    assert "sources.amq.max_message_size" in error(
+        MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nmax_message_size = 0'))
     assert "sources.amq.commit_mode" in error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\ncommit_mode = "auto"'))
 
 
@@ -416,7 +419,8 @@ def test_mq_reconnect_values(value: str, expected: object) -> None:
     cfg = parse(text + LISTENER.replace('"amq"', '"qm"'))
     assert cfg.sources["qm"].reconnect == expected  # type: ignore[union-attr]
     bad = text.replace(f"reconnect = {value}", 'reconnect = "sometimes"')
-    assert error(bad + LISTENER.replace('"amq"', '"qm"')).startswith("demo.toml: sources.qm.reconnect: must be true, false")
+    assert error(bad + LISTENER.replace('"amq"', '"qm"')).startswith(
+        "demo.toml: sources.qm.reconnect: must be true, false")
 
 
 def test_mq_convert_and_conn_name() -> None:

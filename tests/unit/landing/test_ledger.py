@@ -101,7 +101,8 @@ def test_identity_lookups_start_from_the_identities_asked(ledger: Ledger) -> Non
         ledger.mark_published(f"b{n}")
     db = sqlite3.connect(ledger.path)
     try:
-        plan = [row[3] for row in db.execute(f"EXPLAIN QUERY PLAN SELECT i.identity {_HOLDING}", ('["x"]', "published"))]
+        plan = [row[3] for row in db.execute(f"EXPLAIN QUERY PLAN SELECT i.identity {_HOLDING}",
+                                             ('["x"]', "published"))]
     finally:
         db.close()
     assert plan[0].startswith("SCAN j VIRTUAL TABLE"), plan

@@ -182,7 +182,8 @@ def test_requests_from_config_accept_names_and_tables() -> None:
     text = text.replace("/queue/orders\"", "/queue/a\"", 1)
     text += '[[listeners]]\nsource = "amq"\nqueue = "/queue/b"\nmessage_type = "orders"\nbackout_threshold = 0\n'
     assert requests_from_config(parse_config(text)) == [
-        ChainRequest("amq:/queue/a", "listeners[0] (amq:/queue/a)", (("decode", {}), ("envelope", {"format": "json"}))),
+        ChainRequest("amq:/queue/a", "listeners[0] (amq:/queue/a)",
+                     (("decode", {}), ("envelope", {"format": "json"}))),
         ChainRequest("amq:/queue/b", "listeners[1] (amq:/queue/b)", ()),
     ]
 

@@ -77,7 +77,8 @@ def fake_bridge(threads: list[threading.Thread]) -> Any:
                            config=SimpleNamespace(bridge=SimpleNamespace(shutdown_timeout=30.0)))
 
 
-def test_watchdog_pings_when_due_while_the_control_loop_runs_even_with_a_stuck_or_dead_listener(notify_socket: tuple[str, socket.socket]) -> None:
+def test_watchdog_pings_when_due_while_the_control_loop_runs_even_with_a_stuck_or_dead_listener(
+        notify_socket: tuple[str, socket.socket]) -> None:
     path, sock = notify_socket
     sock.settimeout(0.2)
     release = threading.Event()

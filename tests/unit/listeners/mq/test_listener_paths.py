@@ -57,7 +57,8 @@ class StubExecutor:
 
 
 class FailingChain(PlainChain):
-    def __init__(self, fail: Callable[[Message], BaseException | None] | None = None, classify: str | None = None) -> None:
+    def __init__(self, fail: Callable[[Message], BaseException | None] | None = None,
+                 classify: str | None = None) -> None:
         super().__init__()
         self._fail, self._type = fail, classify
 

@@ -82,7 +82,8 @@ def test_tls_and_credentials_reach_the_channel_definition(qm) -> None:
     qm.users = {"app": "s3cret"}
     src = make_source(qm, "ORDERS", config={
         "user": "app", "password": "s3cret",
-        "cipher_spec": "ANY_TLS12_OR_HIGHER", "key_repository": "/var/mqm/ssl/key", "certificate_label": "ibmwebspheremqapp",
+        "cipher_spec": "ANY_TLS12_OR_HIGHER", "key_repository": "/var/mqm/ssl/key",
+        "certificate_label": "ibmwebspheremqapp",
         "reconnect": "qmgr"})
     src.connect()
     info = qm.live_connections()[0].info
