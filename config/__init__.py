@@ -1,6 +1,6 @@
 """mqbridge configuration (TOML contract v1): typed models, validated once at load.
 
-    cfg = load_config("bridge.toml")          # raises bridge.errors.ConfigError, one line
+    cfg = load_config("bridge.toml")          # raises mqbridge.errors.ConfigError, one line
     cfg.types["orders"].bulk_size             # bytes (int); durations are seconds (float)
 
 Relative paths in the file are kept as written; `cfg.resolve_path(p)` takes them from the file's
