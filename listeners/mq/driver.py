@@ -1,6 +1,6 @@
 """Loading the IBM MQ driver (ibmmq, else pymqi) and turning its errors into mqbridge's.
 
-Every pymqi/ibmmq exception is wrapped here, once, into `bridge.errors` types; nothing above
+Every pymqi/ibmmq exception is wrapped here, once, into `mqbridge.errors` types; nothing above
 the MQ adapter sees a driver exception. The reason codes are IBM MQ's (cmqc.h).
 """
 
