@@ -440,7 +440,7 @@ class BulkCollector:
             results, error = [], exc
             log.error("executor for %r failed on bulk %s (%d messages); all retryable",
                       bulk.message_type, bulk.bulk_id, len(messages), exc_info=exc)
-        return _match_results(bulk, messages, results, error)
+        return triage.match_results(bulk, messages, results, error)
 
     def probe(self, message_type: str) -> None:
         """One probe write to the sink of `message_type` (raises if it cannot be written to). An
@@ -486,36 +486,6 @@ class BulkCollector:
         self._held[message.msg_id] -= 1
         if self._held[message.msg_id] <= 0:
             del self._held[message.msg_id]
-
-
-def _match_results(bulk: Bulk, messages: list[Message], results: list[MessageResult],
-                   error: Exception | None) -> list[tuple[Message, MessageResult]]:
-    """Pair each message with its result by msg_id; a message without one gets a retryable
-    result (the executor raised, or returned too few / unknown results). Messages sharing a msg_id
-    take that id's results in order: executors report in the bulk's order."""
-    by_id: dict[str, list[MessageResult]] = defaultdict(list)
-    for result in results:
-        by_id[result.msg_id].append(result)
-    if error is not None:
-        reason = f"{type(error).__name__}: {error}"
-    else:
-        reason = f"executor returned no result for this message ({len(results)} results for {len(messages)} messages)"
-    pairs = []
-    for message in messages:
-        found = by_id.get(message.msg_id)
-        if found:
-            result = found.pop(0)
-            if not result.bulk_id:  # executors may leave it to us
-                result = dataclasses.replace(result, bulk_id=bulk.bulk_id)
-        else:
-            result = MessageResult.retryable(message.msg_id, reason, bulk.bulk_id)
-        pairs.append((message, result))
-    extra = sum(len(rest) for rest in by_id.values())
-    if error is None and (extra or len(results) != len(messages)):
-        log.error("executor for %r returned %d results for %d messages of bulk %s (%d unknown); "
-                  "messages without a result are retryable", bulk.message_type, len(results),
-                  len(messages), bulk.bulk_id, extra)
-    return pairs
 
 
 __all__ = ["BulkCollector", "CollectorLimits", "CollectorStats", "Executor", "ResultHandler", "TypeLimits"]

@@ -15,11 +15,16 @@ collector also opens the sink's circuit breaker (`mqbridge.breaker`).
 Bisecting costs writes: at most `MAX_BISECT_WRITES` per failed bulk. Suspects left when they are
 spent (a bulk with many bad messages) come back as ordinary RETRYABLE results, as before triage
 existed, and are bisected again when they are redelivered.
+
+`match_results` pairs an executor's answer with the bulk's messages (a message without a result
+of its own is RETRYABLE), the first step for every bulk written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -154,3 +159,33 @@ def _as_outage(pairs: Pairs, indexes: list[int], reason: str) -> Pairs:
         if result.outcome is Outcome.RETRYABLE:
             out[i] = (message, MessageResult.sink_outage(message.msg_id, reason, result.bulk_id))
     return out
+
+
+def match_results(bulk: Bulk, messages: list[Message], results: list[MessageResult],
+                  error: Exception | None) -> list[tuple[Message, MessageResult]]:
+    """Pair each message with its result by msg_id; a message without one gets a retryable
+    result (the executor raised, or returned too few / unknown results). Messages sharing a msg_id
+    take that id's results in order: executors report in the bulk's order."""
+    by_id: dict[str, list[MessageResult]] = defaultdict(list)
+    for result in results:
+        by_id[result.msg_id].append(result)
+    if error is not None:
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = f"executor returned no result for this message ({len(results)} results for {len(messages)} messages)"
+    pairs = []
+    for message in messages:
+        found = by_id.get(message.msg_id)
+        if found:
+            result = found.pop(0)
+            if not result.bulk_id:  # executors may leave it to us
+                result = dataclasses.replace(result, bulk_id=bulk.bulk_id)
+        else:
+            result = MessageResult.retryable(message.msg_id, reason, bulk.bulk_id)
+        pairs.append((message, result))
+    extra = sum(len(rest) for rest in by_id.values())
+    if error is None and (extra or len(results) != len(messages)):
+        log.error("executor for %r returned %d results for %d messages of bulk %s (%d unknown); "
+                  "messages without a result are retryable", bulk.message_type, len(results),
+                  len(messages), bulk.bulk_id, extra)
+    return pairs
