@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Static checks over all five folders (the package mqbridge) and the tests: ruff (style, imports,
-# and the one-way layers: each folder's .ruff.toml bans what it may not import) and mypy.
+# the folder names are not import names) and mypy.
 # Needs the virtualenv of scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -31,9 +31,8 @@ class Connection:
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  client_name: str) -> None:
-        import stomp.exception
-
         import stomp  # optional driver, imported where used
+        import stomp.exception
 
         self.name = name
         self.config = config

@@ -84,6 +84,10 @@ def test_core_imports_no_adapter() -> None:
     assert offenders == [], "core finds adapters by the configuration's kind string and by entry points"
 
 
+def test_the_configuration_imports_no_adapter() -> None:
+    assert _violations("mqbridge.config", ADAPTERS) == [], "config/ validates; adapters read their typed sections"
+
+
 def test_adapters_do_not_import_each_other() -> None:
     for adapter in ADAPTERS:
         others = tuple(a for a in ADAPTERS if a != adapter)
