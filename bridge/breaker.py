@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mqbridge.counters import Counters
-from mqbridge.guard import IntakeGate
+from mqbridge.gate import IntakeGate
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
@@ -149,39 +149,6 @@ class SinkBreaker:
                 "probes": self.probes,
                 "probe_failures": self.probe_failures,
             }
-
-
-class AllOpenGate(IntakeGate):
-    """A gate that is open when all of its gates are (the memory guard's and a sink breaker's):
-    what a listener thread waits at before its next batch. Its parts are opened and closed by their
-    owners, never through it."""
-
-    def __init__(self, gates: Iterable[IntakeGate]) -> None:
-        super().__init__()
-        self.gates = list(gates)
-
-    def add(self, gate: IntakeGate) -> None:
-        """Wait for `gate` too from now on (the sink of a type a classify hook routed messages to)."""
-        if all(gate is not known for known in self.gates):
-            self.gates = [*self.gates, gate]  # a new list: readers iterate a snapshot without a lock
-
-    def open(self) -> None:
-        raise TypeError("open the gates an AllOpenGate is made of")
-
-    def close(self) -> None:
-        raise TypeError("close the gates an AllOpenGate is made of")
-
-    @property
-    def is_open(self) -> bool:
-        return all(gate.is_open for gate in self.gates)
-
-    def wait(self, timeout: float) -> bool:
-        """Wait at most `timeout` seconds for every gate to be open; True if they are."""
-        deadline = time.monotonic() + timeout
-        for gate in self.gates:
-            if not gate.wait(max(0.0, deadline - time.monotonic())):
-                return False
-        return self.is_open
 
 
 class SinkBreakers(Observer):

@@ -10,7 +10,6 @@ listeners from flapping when memory hovers around the limit.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import psutil
 
 from mqbridge.counters import Counters
+from mqbridge.gate import IntakeGate
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
@@ -29,28 +29,6 @@ RESUME_RATIO = 0.9
 def process_rss() -> int:
     """Resident set size of this process in bytes."""
     return int(psutil.Process().memory_info().rss)
-
-
-class IntakeGate:
-    """Open: listeners read. Closed: listeners wait before their next batch."""
-
-    def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
-
-    @property
-    def is_open(self) -> bool:
-        return self._open.is_set()
-
-    def open(self) -> None:
-        self._open.set()
-
-    def close(self) -> None:
-        self._open.clear()
-
-    def wait(self, timeout: float) -> bool:
-        """Wait at most `timeout` seconds for the gate to be open; True if it is."""
-        return self._open.wait(timeout)
 
 
 class MemoryGuard(Observer):

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from mqbridge import failpoints
 from mqbridge.bookkeeping import DeliveryBook
-from mqbridge.breaker import AllOpenGate
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
@@ -36,7 +35,7 @@ from mqbridge.errors import (
     PreprocessorError,
     UnknownMessageTypeError,
 )
-from mqbridge.guard import IntakeGate
+from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.message import Message
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
 from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.breaker import AllOpenGate, SinkBreakers
+from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
 from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
+from mqbridge.gate import AllOpenGate
 from mqbridge.guard import MemoryGuard
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from mqbridge.app import build_app
-from mqbridge.breaker import AllOpenGate, SinkBreaker, SinkBreakers
+from mqbridge.breaker import SinkBreaker, SinkBreakers
 from mqbridge.counters import Counters
-from mqbridge.guard import IntakeGate
+from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
 from mqbridge.preprocess import PlainChain
 from mqbridge.source import DeliveryTracker, open_source

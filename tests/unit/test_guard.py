@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from mqbridge.counters import Counters
-from mqbridge.guard import RESUME_RATIO, IntakeGate, MemoryGuard
+from mqbridge.gate import IntakeGate
+from mqbridge.guard import RESUME_RATIO, MemoryGuard
 
 MB = 2**20
 

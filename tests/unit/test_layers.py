@@ -20,7 +20,7 @@ FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocesso
 #: The message loop: it hands bulks to executors it is given and knows nothing of how they land.
 LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.supervisor",
         "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard",
-        "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe", "mqbridge.sizing")
+        "mqbridge.gate", "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe", "mqbridge.sizing")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
 
 
