@@ -1,7 +1,7 @@
 """The delivery bookkeeping of one queue, as a listener thread keeps it: one object that the listener
 tells what became of its messages, and that updates every record the queue keeps about them.
 
-The records themselves (`DeliveryTracker`, `PoisonLog` in `mqbridge.source`) are shared by the
+The records themselves (`DeliveryTracker`, `PoisonLog` in `mqbridge.records`) are shared by the
 queue's listener threads and its source adapters, and kept across restarts of those threads. The
 listener loop reaches them only through a `DeliveryBook`: callers say what happened (`failed`,
 `given_back_in_outage`, `backed_out`, `left_queue`, ...), the book knows which records that changes
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mqbridge.message import Message
-from mqbridge.source import DeliveryTracker, PoisonLog
+from mqbridge.records import DeliveryTracker, PoisonLog
 
 
 @dataclass(frozen=True)

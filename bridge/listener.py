@@ -38,7 +38,8 @@ from mqbridge.errors import (
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.message import Message
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
-from mqbridge.source import BackoutMove, DeliveryTracker, PoisonLog, Source
+from mqbridge.records import DeliveryTracker, PoisonLog
+from mqbridge.source import BackoutMove, Source
 from mqbridge.unit_plan import (
     Unit,
     UnitPlan,

@@ -63,15 +63,8 @@ from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
-from mqbridge.source import (
-    BackoutMove,
-    Confirmations,
-    DeliveryTracker,
-    InDoubtLog,
-    Landed,
-    PoisonLog,
-    SourceContext,
-)
+from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
+from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
 
 log = logging.getLogger(__name__)
 

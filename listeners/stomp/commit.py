@@ -31,7 +31,8 @@ from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.mapping import backout_headers, requeue_headers, result_of
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
-from mqbridge.source import BackoutMove, Confirmations, DeliveryTracker, InDoubtLog, Landed
+from mqbridge.records import DeliveryTracker, InDoubtLog
+from mqbridge.source import BackoutMove, Confirmations, Landed
 
 #: What a SEND was about, by its receipt id: a move, the message a result is about, or None (a
 #: copy given back or stamped).

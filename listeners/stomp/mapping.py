@@ -13,7 +13,8 @@ from typing import Any
 
 from mqbridge.listeners.stomp.frames import header_int, one_line, put_time
 from mqbridge.message import Message, put_date_of, utcnow
-from mqbridge.source import BackoutMove, DeliveryTracker, Landed
+from mqbridge.records import DeliveryTracker
+from mqbridge.source import BackoutMove, Landed
 
 # Headers that become columns of the landed row (or are per-delivery plumbing).
 _COLUMN_HEADERS = {"message-id", "destination", "timestamp", "ack", "subscription", "content-length",

@@ -62,7 +62,8 @@ from mqbridge.listeners.stomp.frames import install_fast_header_parsing
 from mqbridge.listeners.stomp.mapping import REQUEUE_ID, to_message
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
-from mqbridge.source import BackoutMove, Confirmations, DeliveryTracker, InDoubtLog, Landed, SourceContext
+from mqbridge.records import DeliveryTracker, InDoubtLog
+from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 

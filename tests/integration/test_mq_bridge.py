@@ -16,7 +16,8 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.listeners.mq import MqSource
-from mqbridge.source import InDoubtLog, SourceContext
+from mqbridge.records import InDoubtLog
+from mqbridge.source import SourceContext
 from mqbridge.supervisor import Bridge
 from tests.support.bridge import (
     RunningBridge,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mqbridge.listeners.stomp import StompSource
-from mqbridge.source import DeliveryTracker
+from mqbridge.records import DeliveryTracker
 from tests.support.bridge import read_table
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, bodies
 from tests.support.harnesses import RabbitMqStamped

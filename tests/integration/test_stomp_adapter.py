@@ -18,7 +18,8 @@ from pydantic import SecretStr
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp import StompSource
-from mqbridge.source import BackoutMove, DeliveryTracker
+from mqbridge.records import DeliveryTracker
+from mqbridge.source import BackoutMove
 from mqbridge.supervisor import Decision, decide
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import RABBIT_SOURCE, private_activemq

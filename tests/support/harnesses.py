@@ -16,7 +16,8 @@ from pydantic import SecretStr
 from mqbridge.config import StompSourceConfig
 from mqbridge.listeners.memory import REASON_HEADER, MemoryBroker, MemorySource
 from mqbridge.listeners.stomp import StompSource
-from mqbridge.source import DeliveryTracker, Source
+from mqbridge.records import DeliveryTracker
+from mqbridge.source import Source
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_source, unique
 from tests.support.stomp_client import StompClient

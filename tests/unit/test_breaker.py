@@ -15,7 +15,8 @@ from mqbridge.counters import Counters
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
 from mqbridge.preprocess import PlainChain
-from mqbridge.source import DeliveryTracker, open_source
+from mqbridge.records import DeliveryTracker
+from mqbridge.source import open_source
 from mqbridge.triage import settle
 from tests.support.bridge import run_until_idle
 from tests.support.memory import RecordingExecutor, memory_app, memory_config

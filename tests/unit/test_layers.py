@@ -19,8 +19,9 @@ FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocesso
            "config": "mqbridge.config", "service": "mqbridge.service"}
 #: The message loop: it hands bulks to executors it is given and knows nothing of how they land.
 LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.supervisor",
-        "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.preprocess", "mqbridge.guard",
-        "mqbridge.gate", "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe", "mqbridge.sizing")
+        "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.records", "mqbridge.preprocess",
+        "mqbridge.guard", "mqbridge.gate", "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe",
+        "mqbridge.sizing")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
 
 

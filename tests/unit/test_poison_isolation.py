@@ -22,7 +22,8 @@ from mqbridge.listeners.mq import MqSource
 from mqbridge.message import Message, MessageResult
 from mqbridge.monitoring.health import health_problems
 from mqbridge.plugins.fallback import FALLBACK_AFTER
-from mqbridge.source import PoisonLog, SourceContext
+from mqbridge.records import PoisonLog
+from mqbridge.source import SourceContext
 from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer

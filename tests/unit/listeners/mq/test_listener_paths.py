@@ -27,7 +27,7 @@ from mqbridge.errors import (
 from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.listeners.mq import MqSource
 from mqbridge.message import Bulk, Message, MessageResult
-from mqbridge.source import DeliveryTracker
+from mqbridge.records import DeliveryTracker
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_source

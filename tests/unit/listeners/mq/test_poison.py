@@ -8,7 +8,8 @@ import pytest
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
 from mqbridge.listeners.mq import MqSource
 from mqbridge.listeners.mq.mapping import unpack_dlh
-from mqbridge.source import BackoutMove, InDoubtLog
+from mqbridge.records import InDoubtLog
+from mqbridge.source import BackoutMove
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_testing import DLQ, make_source, receive_n
 
@@ -200,7 +201,7 @@ def test_backouts_during_a_sink_outage_do_not_count_towards_bothresh(qm) -> None
     """A unit backed out because its sink was down raised BackoutCount, but an outage is not
     poison: the adapter discounts the give-backs the listener recorded for the queue."""
     from mqbridge.listeners.mq.mapping import hex_id
-    from mqbridge.source import DeliveryTracker
+    from mqbridge.records import DeliveryTracker
 
     msg_id = qm.put("ORDERS", b"outage victim", backout_count=3)  # BOTHRESH is 3
     tracker = DeliveryTracker()

@@ -15,7 +15,7 @@ import pytest
 
 from mqbridge.config import StompSourceConfig
 from mqbridge.listeners.stomp import StompSource
-from mqbridge.source import DeliveryTracker
+from mqbridge.records import DeliveryTracker
 
 
 def frame(body: bytes = b"body", **headers: str) -> Any:
