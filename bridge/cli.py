@@ -123,7 +123,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from mqbridge.landing.containers import containers, type_tables
+    from mqbridge.landing.containers import containers
+    from mqbridge.landing.tables import type_tables
 
     cfg = load_config(args.config)
     warehouse = cfg.resolve_path(cfg.spark.warehouse)

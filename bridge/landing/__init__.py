@@ -21,16 +21,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mqbridge.landing.containers import Container, type_tables
+    from mqbridge.landing.containers import Container
     from mqbridge.landing.executor import SparkExecutor, executors_for, spark_writes_bulks
     from mqbridge.landing.landing import Landing
     from mqbridge.landing.publication import RecoveryReport, recover
     from mqbridge.landing.session import SparkSessions, check_warehouse, create_spark_session
-    from mqbridge.landing.tables import holders, shared_tables
+    from mqbridge.landing.tables import holders, shared_tables, type_tables
 
 _SURFACE = {
     "Container": "mqbridge.landing.containers",
-    "type_tables": "mqbridge.landing.containers",
+    "type_tables": "mqbridge.landing.tables",
     "Landing": "mqbridge.landing.landing",
     "RecoveryReport": "mqbridge.landing.publication",
     "recover": "mqbridge.landing.publication",

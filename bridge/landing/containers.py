@@ -16,16 +16,14 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mqbridge.config import TypeConfig
 from mqbridge.config.tables import render
 from mqbridge.errors import PurgeError
-from mqbridge.landing import tables
 from mqbridge.message import Bulk
 
 #: The order of rows inside a written file: by partition first (Spark's writer needs it), then the key.
@@ -46,13 +44,6 @@ def tables_of(table: str, bulk: Bulk, rows: Iterable[int]) -> dict[str, list[int
                       message_type=m.message_type or bulk.message_type)
         groups.setdefault(name, []).append(i)
     return groups
-
-
-def type_tables(warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[Path, list[str]]:
-    """Every existing table directory of the configured types (a template's: those it rendered, by
-    the tables' markers, see `mqbridge.landing.tables`), with the types that land in it; a plain table is
-    listed even before it exists."""
-    return tables.type_tables(warehouse, types)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.counters import Counters
-from mqbridge.landing.containers import type_tables
-from mqbridge.landing.tables import holders
+from mqbridge.landing.tables import holders, type_tables
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.purger import Designation, Purger, type_designations
 
