@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from mqbridge.collector import CollectorStats
+    from mqbridge.collector_limits import CollectorStats
     from mqbridge.config import BridgeConfig
     from mqbridge.counters import Counters
 

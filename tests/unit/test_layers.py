@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,11 @@ def _module(folder: str, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> set[str]:
+def _runtime_imports(path: Path, *, annotations: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    annotation_only = {id(n) for node in ast.walk(tree)
-                       if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                       for n in ast.walk(node)}
+    annotation_only = set() if annotations else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)}
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in annotation_only:
@@ -93,6 +94,19 @@ def test_adapters_do_not_import_each_other() -> None:
     for adapter in ADAPTERS:
         others = tuple(a for a in ADAPTERS if a != adapter)
         assert _violations(adapter, others) == [], f"{adapter} depends on core only"
+
+
+def test_no_import_cycles_not_even_through_annotations() -> None:
+    # `from mqbridge.landing import rows` imports the module rows, not (only) the package's __init__
+    imports = {_module(folder, path): _runtime_imports(path, annotations=True)
+               for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))}
+    graph = {module: {name for name in names if name in imports and name != module
+                      and not any(other.startswith(name + ".") and other in imports for other in names)}
+             for module, names in imports.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as cycle:
+        pytest.fail(f"import cycle: {' -> '.join(cycle.args[1])}")
 
 
 def test_the_graph_sees_the_imports_it_checks() -> None:
