@@ -84,7 +84,7 @@ class BulkCollector:
     """
 
     def __init__(self, limits: CollectorLimits, types: Mapping[str, TypeLimits], *,
-                 clock: Callable[[], float] = time.monotonic, tick: float = 0.05,
+                 clock: Callable[[], float] = time.monotonic, tick: float = 0.01,
                  counters: Counters | None = None, breakers: SinkBreakers | None = None) -> None:
         if limits.memory <= 0 or limits.max_bulks < 1 or limits.workers < 1:
             raise ValueError(f"collector limits must be positive: {limits}")
