@@ -40,6 +40,8 @@ bulk_timeout = "1s"
 
 def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     code, text = get(url + "/metrics")
+    if code == 0:
+        raise ConnectionRefusedError(f"nothing answers at {url}")  # not listening (yet)
     assert code == 200
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
