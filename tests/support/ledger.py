@@ -11,6 +11,8 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.support.configs import orders
+
 
 def dead_owner() -> str:
     """An owner of this host whose process is not running: a pid that is not in use."""
@@ -42,3 +44,14 @@ def stage_like_spark(staging: Path, files_per_date: dict[str, int], rows_per_fil
     staging.mkdir(parents=True, exist_ok=True)
     (staging / "_SUCCESS").write_bytes(b"")
     return written
+
+
+def ledger_config(tmp_path: Path) -> Path:
+    """The orders configuration with `state_dir = "state"`, written to tmp_path/bridge.toml."""
+    return orders().set("bridge", state_dir="state").write(tmp_path / "bridge.toml")
+
+
+def parquet_of_rows(path: Path, rows: int) -> None:
+    """A real Parquet file of `rows` rows at `path` (its footer is what `mqbridge ledger --verify` counts)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"body": [f"row-{n}" for n in range(rows)]}), path)
