@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pyspark.sql import Observation, SparkSession
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -45,6 +47,7 @@ from mqbridge.landing.publication import (
 )
 from mqbridge.landing.rows import (
     LANDED_COLUMNS,
+    SPARK_SCHEMA,
     arrow_table,
     corrupt_rows,
     json_precheck,
@@ -133,6 +136,22 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
     section = sessions.section
     remote = section.remote if section is not None else is_connect(sessions.current)
     return None if remote else codec
+
+
+def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path) -> DataFrame:
+    """The bulk's rows as a DataFrame. Spark Connect: from the Arrow table itself, which travels to
+    the server as Arrow over gRPC. In-process Spark: read from an uncompressed Parquet file that
+    pyarrow writes at `handoff` (a directory the caller removes after the write). `createDataFrame`
+    would ship the rows inside the task instead ("task of very large size"): the JVM then
+    deserialises and copies every row, ~3x its CPU per write on 16,000 rows of 1 KB (see the
+    README's benchmark section), where the Parquet reader maps the file's pages into column vectors."""
+    if is_connect(spark):
+        return spark.createDataFrame(rows)
+    handoff.mkdir(parents=True, exist_ok=True)
+    path = handoff / "rows.parquet"
+    pq.write_table(rows, path, compression="none", use_dictionary=False, store_schema=False)
+    # With the schema given, Spark plans the read without opening the file's footer first.
+    return spark.read.schema(SPARK_SCHEMA).parquet(str(path))
 
 
 class SparkExecutor:
@@ -346,7 +365,7 @@ class SparkExecutor:
         staged = landing is not None or self.arrow is not None
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
-        observation = self._stage(bulk, keep, target, staged)
+        observation = self._stage(bulk, keep, target, staged, staging_dir(path, owner, f"{ledger_bulk_id}.rows"))
         # Without a ledger the rows are in the table from here on: nothing below may fail in a way
         # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
         if observation is not None:
@@ -367,18 +386,24 @@ class SparkExecutor:
         log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
                   len(landed), path, self.last_write_seconds)
 
-    def _stage(self, bulk: Bulk, keep: list[int], target: Path, staged: bool) -> Observation | None:
-        """Write the rows `keep` of `bulk` to `target` (pyarrow or Spark); a staged part that failed
-        is discarded. The Observation of a JSON type's corrupt rows, when Spark wrote them."""
+    def _stage(self, bulk: Bulk, keep: list[int], target: Path, staged: bool, handoff: Path) -> Observation | None:
+        """Write the rows `keep` of `bulk` to `target` (pyarrow or Spark, which reads them from a file
+        under `handoff`, removed after); a staged part that failed is discarded. The Observation of a
+        JSON type's corrupt rows, when Spark wrote them."""
         try:
             if self.arrow is not None:
                 self._stage_arrow(bulk, keep, target, self.arrow)
                 return None
-            return self._stage_spark(bulk, keep, target, "overwrite" if staged else "append")
+            return self._stage_spark(bulk, keep, target, "overwrite" if staged else "append", handoff)
         except BaseException:
             if staged:
                 discard(target)  # the staged part, if any; nothing reads or publishes it
             raise
+        finally:
+            discard(handoff)
+            if not staged:  # an append straight into the table leaves no `_staging` behind
+                with contextlib.suppress(OSError):
+                    handoff.parents[1].rmdir()
 
     def _publish(self, bulk: Bulk, landed: list[int], table: str, path: Path, target: Path, ledger_bulk_id: str,
                  *, staged: bool) -> None:
@@ -409,11 +434,11 @@ class SparkExecutor:
                 with contextlib.suppress(OSError):
                     empty.rmdir()
 
-    def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str) -> Observation | None:
+    def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
         rows of a JSON type."""
         spark = self.sessions.get()
-        df = spark.createDataFrame(arrow_table(bulk, keep))
+        df = bulk_frame(spark, arrow_table(bulk, keep), handoff)
         observation: Observation | None = None
         if self.schema is None:
             # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
@@ -425,8 +450,10 @@ class SparkExecutor:
             parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
             df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
         # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
-        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py).
-        df = df.coalesce(max(1, math.ceil(sum(len(bulk.messages[i].body) for i in keep) / FILE_BYTES)))
+        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py). The handoff
+        # file is read as one partition: a bulk of more than FILE_BYTES is spread by a (local) shuffle.
+        tasks = math.ceil(sum(len(bulk.messages[i].body) for i in keep) / FILE_BYTES)
+        df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
         # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
         df = df.sortWithinPartitions(*SORT_COLUMNS)
         poison = failpoints.value("spark_poison_body")

@@ -21,6 +21,7 @@ import json
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from mqbridge.errors import ConfigError
@@ -47,6 +48,8 @@ ARROW_SCHEMA = pa.schema([
     pa.field("put_date", pa.date32(), nullable=False),
     pa.field("_row", pa.int32(), nullable=False),  # position in the bulk; never written
 ])
+#: ARROW_SCHEMA as Spark reads it from a Parquet file pyarrow wrote (every column nullable).
+SPARK_SCHEMA: StructType = from_arrow_schema(ARROW_SCHEMA)
 _CORRUPT = "_mqbridge_corrupt_record"
 _INVALID = "body is not valid JSON for schema"
 
