@@ -413,5 +413,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--identity", default="auto",
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
-    group.add_argument("--writer", default="auto", choices=("auto", "arrow", "spark"),
+    group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")

@@ -151,9 +151,10 @@ class SparkSection(Model):
     catalog: bool = Field(default=False, description="Register each landed table in the session's catalog "
                           "(the one `conf` configures, e.g. a Hive metastore) so it is read by name")
     writer: Literal["auto", "arrow", "spark"] = Field(
-        default="auto", description="Who writes the Parquet files of a type without `schema`: `arrow` (pyarrow, in the "
-        "bridge's process, no Spark job), `spark` (a Spark job), `auto` (arrow, except with `remote` or a "
-        "compression codec pyarrow does not write); a type with `schema` is always written by Spark")
+        default="spark", description="Who writes the Parquet files of a type without `schema`: `spark` (a Spark "
+        "job reads, sorts and writes every bulk: the data pipeline runs on Spark), `arrow` (pyarrow, in the "
+        "bridge's process, bypassing Spark), `auto` (arrow, except with `remote` or a compression codec pyarrow "
+        "does not write); a type with `schema` is always written by Spark")
     write_timeout: Duration = Field(default=parse_duration("10m"), gt=0, description="A bulk or probe write running "
                                     "longer is cancelled (its Spark job group) and counts as an outage of the sink")
     probe_interval_max: Duration = Field(default=parse_duration("1m"), gt=0, description="Longest wait between two "

@@ -97,7 +97,7 @@ def _path_lock(path: Path) -> threading.Lock:
 
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
                   landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
-                  catalog: bool = False, writer: str = "auto",
+                  catalog: bool = False, writer: str = "spark",
                   conf: Mapping[str, str] | None = None) -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given);
     `catalog`: each landed table is registered in the session's catalog (`mqbridge.landing.catalog`);
