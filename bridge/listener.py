@@ -1,4 +1,4 @@
-"""The listener thread: one unit of work at a time, from receive to commit or rollback.
+"""The listener thread: units of work, from receive to commit or rollback.
 
     receive a batch (up to `batch` messages, at most `wait`)
       → classify each message on its original content
@@ -10,8 +10,11 @@
         commit (removing them, moving permanent failures to the backout queue)
         or give the retryable failures back to the source queue.
 
-Only this thread touches its source; the collector's workers hand results back through a
-`UnitResults` waiter. The queue's delivery records are kept through a `DeliveryBook`.
+A listener holds up to `in_flight` units at once, one per source connection of its own
+(`mqbridge.in_flight`): while the collector holds its earlier units it reads the next; units are
+finished in the order they were read. Only this thread touches its sources; the collector's
+workers hand results back through a `UnitResults` waiter. The queue's delivery records are kept
+through a `DeliveryBook`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqbridge import failpoints
@@ -36,6 +39,7 @@ from mqbridge.errors import (
     UnknownMessageTypeError,
 )
 from mqbridge.gate import AllOpenGate, IntakeGate
+from mqbridge.in_flight import Connections, PendingUnit
 from mqbridge.message import Message
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
 from mqbridge.records import DeliveryTracker, PoisonLog
@@ -49,11 +53,14 @@ from mqbridge.unit_plan import (
     halting_error,
     plan_unit,
 )
+from mqbridge.unit_report import report_committed
 
 log = logging.getLogger(__name__)
 
 # Seconds to wait after backing out a whole unit of work before reading again.
 ROLLBACK_PAUSE = 0.5
+# Longest wait for a first message while units are in flight: their results are looked at between.
+POLL_IN_FLIGHT = 0.05
 
 
 @dataclass
@@ -94,7 +101,7 @@ class ListenerThread(threading.Thread):
     def __init__(
         self,
         spec: ListenerSpec,
-        source: Source,
+        source: Source | Sequence[Source],
         collector: BulkCollector,
         chain_provider: Callable[[], Chain],
         counters: Counters,
@@ -113,7 +120,10 @@ class ListenerThread(threading.Thread):
         self._fed: set[str] = {spec.message_type}
         self.dedupe = dedupe  # the landing ledger (exactly-once), or None (at-least-once)
         self.spec = spec
-        self.source = source
+        # Its connections (`[[listeners]] in_flight`, each holding at most one unit of work) and,
+        # as `source`, the one whose unit is being read or finished.
+        self.connections = Connections(list(source) if isinstance(source, Sequence) else [source])
+        self.source = self.connections.sources[0]
         self.collector = collector
         self.chain_provider = chain_provider
         self.counters = counters
@@ -138,7 +148,7 @@ class ListenerThread(threading.Thread):
     @property
     def idle(self) -> bool:
         """Connected, waiting for messages, holding no unit of work."""
-        return self.state.phase == "receiving"
+        return self.state.phase == "receiving" and not self.connections.pending
 
     def run(self) -> None:
         try:
@@ -149,22 +159,47 @@ class ListenerThread(threading.Thread):
             self.state.phase = "failed"
             self.state.last_error = f"{type(exc).__name__}: {exc}"
         finally:
-            self.source.close()
+            self.connections.finish_after_failure(self._finish_unit, self.spec.name)
+            for source in self.connections:
+                source.close()
 
     def _run(self) -> None:
         self.state.phase = "connecting"
-        self.source.connect()
+        for source in self.connections:
+            source.connect()
         self.state.connected_once = True
+        connections = self.connections
         while not self._stop_event.is_set():
-            if not self._wait_for_gate():
+            while (oldest := connections.oldest()) is not None and oldest.ready:
+                self._finish_oldest()
+            free = connections.free()
+            gate_closed = self.gate is not None and not self.gate.is_open
+            # A full set, a closed gate (the units in flight may be what holds it: memory, an
+            # unavailable sink) or isolating suspects: finish the oldest unit first.
+            if connections.pending and (free is None or gate_closed or self.book.isolating):
+                self._finish_oldest()
+                continue
+            if free is None or not self._wait_for_gate():
                 break
+            self.source = free
             self.state.phase = "receiving"
             self.state.heartbeat = time.monotonic()
-            batch = self._receive_batch()
+            batch = self._receive_batch(POLL_IN_FLIGHT if connections.pending else 1.0)
             if batch:
                 self.state.phase = "processing"
                 self._process(batch)
                 self.state.units += 1
+        while connections.pending:  # stopping: every unit in flight is finished first
+            self._finish_oldest()
+
+    def _finish_oldest(self) -> None:
+        """Wait for the oldest unit in flight's results and finish it on its own connection."""
+        self._finish_unit(self.connections.pop_oldest())
+
+    def _finish_unit(self, unit: PendingUnit) -> None:
+        self.source = unit.source
+        self.state.phase = "processing"
+        unit.finish()
 
     def _wait_for_gate(self) -> bool:
         """Wait while the memory guard holds intake, in short steps (stop stays prompt, the
@@ -178,9 +213,9 @@ class ListenerThread(threading.Thread):
                 return False
         return not self._stop_event.is_set()
 
-    def _receive_batch(self) -> list[Message]:
+    def _receive_batch(self, first_wait: float) -> list[Message]:
         """Up to `batch` messages; waits at most `wait` once the first one has arrived, and
-        at most ~1 s for the first (so a stop request is seen promptly)."""
+        at most `first_wait` (capped by `wait`) for the first (so a stop request is seen promptly)."""
         spec = self.spec
         # While the queue has suspects, units of one: a culprit then fails alone (see PoisonLog).
         isolating = self.book.isolating
@@ -189,7 +224,7 @@ class ListenerThread(threading.Thread):
             log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
                      if isolating else f"no suspects left: reading units of up to {spec.batch} messages again")
         limit = 1 if isolating else spec.batch
-        first = self.source.receive(timeout=min(1.0, max(spec.wait, 0.05)))
+        first = self.source.receive(timeout=min(first_wait, max(spec.wait, 0.05)))
         if first is None:
             return []
         batch = [first]
@@ -245,9 +280,15 @@ class ListenerThread(threading.Thread):
         # is backed out, and the ledger recognises them when they come back, one by one.
 
         results = self._submit(pre.submitted)
-        self._finish(Unit(tuple(batch), tuple((m, results.get(m)) for m in pre.submitted), tuple(moves),
-                          tuple((m, str(e)) for m, e in pre.failed),
-                          deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed))
+        submitted = pre.submitted
+
+        def finish() -> None:
+            self._await(results, submitted)
+            self._finish(Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
+                              tuple((m, str(e)) for m, e in pre.failed),
+                              deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed))
+
+        self.connections.add(PendingUnit(self.source, results, finish))
 
     def _land_nothing(self, batch: list[Message], todo: list[Message], chain: Chain,
                       failed: list[tuple[Message, PreprocessorError]]) -> None:
@@ -264,8 +305,7 @@ class ListenerThread(threading.Thread):
         self._back_out(batch, str(failed[0][1]), suspects=batch, halt=halt)
 
     def _submit(self, submitted: list[Message]) -> UnitResults:
-        """Hand the unit's messages to the collector, have it flush their bulks now, and wait for
-        their results."""
+        """Hand the unit's messages to the collector; their results come back through the waiter."""
         results = UnitResults(submitted)
         try:
             for message in submitted:
@@ -278,7 +318,6 @@ class ListenerThread(threading.Thread):
             raise
         if submitted:
             self._feeding({m.message_type for m in submitted})
-        self._await(results, submitted)
         return results
 
     def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
@@ -381,7 +420,7 @@ class ListenerThread(threading.Thread):
                 if count:
                     self.counters.inc(name, count, **self._labels)
         self.book.left_queue(plan.left)
-        self._count_committed(unit, plan)
+        report_committed(self.counters, self._labels, spec.name, unit, plan)
         if plan.returns:
             self.counters.inc("messages_backed_out", len(plan.returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(plan.returns), spec.queue,
@@ -390,29 +429,6 @@ class ListenerThread(threading.Thread):
                 raise halt
             if len(plan.returns) == len(unit.batch):
                 self._pause_after_rollback()  # nothing of the unit got through: do not spin on it
-
-    def _count_committed(self, unit: Unit, plan: UnitPlan) -> None:
-        """Counters and log lines of a committed unit of work."""
-        spec = self.spec
-        returned_ids = {m.msg_id for m in plan.returns}
-        now = time.monotonic()
-        self.counters.observe_many("put_to_commit_seconds", [
-            self._latency(m, now) for m in unit.submitted if m.msg_id not in returned_ids], **self._labels)
-        committed = len(unit.batch) - len(plan.returns) - len(plan.moves)
-        self.counters.inc("messages_committed", committed, **self._labels)
-        if unit.consumed:
-            self.counters.inc("messages_consumed_by_preprocessors", unit.consumed, **self._labels)
-        if unit.deduplicated:
-            self.counters.inc("messages_deduplicated", len(unit.deduplicated), **self._labels)
-            log.info("%s: %d redelivered messages were already landed; committed without landing them again",
-                     spec.name, len(unit.deduplicated))
-        if plan.moves:
-            self.counters.inc("messages_moved_to_backout", len(plan.moves), **self._labels)
-            for move in plan.moves:
-                log.warning("%s: moved message %s to backout queue %s: %s", spec.name,
-                            move.message.msg_id, move.queue or "(source default)", move.reason)
-                self.counters.record("backout_moves", listener=spec.name, msg_id=move.message.msg_id,
-                                     queue=move.queue or "(source default)", reason=move.reason)
 
     def _back_out(self, batch: list[Message], reason: str, *, suspects: list[Message],
                   halt: PoisonLoopError | None = None) -> None:
@@ -473,13 +489,6 @@ class ListenerThread(threading.Thread):
 
     def _exhausted_reason(self, message: Message) -> str:
         return exhausted_reason(message, self.spec.backout_threshold, self.book.last_reason(message))
-
-    @staticmethod
-    def _latency(message: Message, now_monotonic: float) -> float:
-        if message.put_timestamp is None:
-            return now_monotonic - message.received_monotonic
-        age = (message.received_timestamp - message.put_timestamp).total_seconds()
-        return max(0.0, age) + (now_monotonic - message.received_monotonic)
 
 
 __all__ = ["BridgeError", "Chain", "ListenerSpec", "ListenerState", "ListenerThread", "PlainChain", "Preprocessed",

@@ -149,9 +149,12 @@ class Bridge:
     def _spawn(self, slot: Slot) -> None:
         cfg = slot.config
         shared = self.shared[(cfg.source, cfg.queue)]
-        source = self._source_factory(SourceContext(
+        # One connection per unit in flight, each with a client name of its own.
+        sources = [self._source_factory(SourceContext(
             source_name=cfg.source, source=self.config.sources[cfg.source], listener=cfg,
-            bridge_name=self.config.bridge.name, thread_index=slot.index, shared=shared))
+            bridge_name=self.config.bridge.name, thread_index=(slot.index - 1) * cfg.in_flight + k, shared=shared))
+            for k in range(1, cfg.in_flight + 1)]
+        source = sources[0]
         if source.applies_backout_threshold:
             threshold = 0  # the adapter moves them itself (see Source.applies_backout_threshold)
         elif cfg.backout_threshold is None:
@@ -167,7 +170,7 @@ class Bridge:
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it
             gates.append(sink_gate)
         chain = self._chain_factory(f"{cfg.source}:{cfg.queue}")
-        thread = ListenerThread(spec, source, self.collector, chain, self.counters,
+        thread = ListenerThread(spec, sources, self.collector, chain, self.counters,
                                 shared.tracker, dedupe=self._dedupe,
                                 gate=AllOpenGate(gates), poison=shared.poison,
                                 sink_gate=self.breakers.gate if self.breakers is not None else None)

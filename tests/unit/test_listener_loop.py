@@ -3,21 +3,32 @@ is committed, returned, moved to the backout queue, and how often each message l
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 
+import pytest
+
 from mqbridge.listener import PlainChain
-from mqbridge.message import Message, MessageResult
-from tests.support.bridge import run_until_idle
+from mqbridge.message import Bulk, Message, MessageResult
+from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture(params=[1, 3], ids=lambda n: f"in_flight={n}")
+def in_flight(request: pytest.FixtureRequest) -> int:
+    """Every settlement path holds whether a listener waits for each unit or holds several in flight."""
+    return int(request.param)
 
 
 def bodies(n: int, prefix: str = "m") -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
-def test_a_unit_that_lands_is_committed_once() -> None:
+def test_a_unit_that_lands_is_committed_once(in_flight: int) -> None:
     # Given 25 messages on the queue
-    cfg, broker = memory_config(threads=2, batch=10)
+    cfg, broker = memory_config(threads=2, batch=10, extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(25))
     executor = RecordingExecutor()
     # When the bridge runs until idle
@@ -30,8 +41,8 @@ def test_a_unit_that_lands_is_committed_once() -> None:
     assert counters.total("messages_committed") == counters.total("messages_received") == 25
 
 
-def test_a_permanent_failure_moves_only_that_message_with_its_reason() -> None:
-    cfg, broker = memory_config()
+def test_a_permanent_failure_moves_only_that_message_with_its_reason(in_flight: int) -> None:
+    cfg, broker = memory_config(extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(10))
 
     def decide(message: Message) -> MessageResult | None:
@@ -45,9 +56,9 @@ def test_a_permanent_failure_moves_only_that_message_with_its_reason() -> None:
     assert broker.depth("orders") == 0
 
 
-def test_a_retryable_failure_returns_only_that_message_until_it_lands() -> None:
+def test_a_retryable_failure_returns_only_that_message_until_it_lands(in_flight: int) -> None:
     # Given a message whose first two writes fail (an outage of its own bulk)
-    cfg, broker = memory_config()
+    cfg, broker = memory_config(extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(10))
     seen: Counter[bytes] = Counter()
 
@@ -66,8 +77,8 @@ def test_a_retryable_failure_returns_only_that_message_until_it_lands() -> None:
     assert broker.depth("orders.backout") == 0
 
 
-def test_a_message_failing_every_time_is_moved_after_exactly_the_threshold() -> None:
-    cfg, broker = memory_config(threshold=3)
+def test_a_message_failing_every_time_is_moved_after_exactly_the_threshold(in_flight: int) -> None:
+    cfg, broker = memory_config(threshold=3, extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(10))
     attempts: Counter[bytes] = Counter()
 
@@ -85,9 +96,9 @@ def test_a_message_failing_every_time_is_moved_after_exactly_the_threshold() -> 
     assert Counter(executor.bodies()) == Counter(b for b in bodies(10) if b != b"m3")
 
 
-def test_a_preprocessor_failure_returns_only_its_message_and_the_unit_goes_on() -> None:
+def test_a_preprocessor_failure_returns_only_its_message_and_the_unit_goes_on(in_flight: int) -> None:
     # Given a chain whose one step raises on one message, once
-    cfg, broker = memory_config(threshold=3)
+    cfg, broker = memory_config(threshold=3, extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(10))
     failed: list[bytes] = []
 
@@ -106,8 +117,8 @@ def test_a_preprocessor_failure_returns_only_its_message_and_the_unit_goes_on() 
     assert broker.depth("orders.backout") == 0
 
 
-def test_a_consuming_preprocessor_commits_without_landing() -> None:
-    cfg, broker = memory_config()
+def test_a_consuming_preprocessor_commits_without_landing(in_flight: int) -> None:
+    cfg, broker = memory_config(extra=f"in_flight = {in_flight}")
     broker.put_many("orders", [b"keep", b"heartbeat", b"keep"])
 
     def drop_heartbeats(message: Message) -> Message | None:
@@ -136,3 +147,64 @@ def test_two_deliveries_of_one_message_in_flight_do_not_share_a_result() -> None
     results(again, MessageResult.retryable("ID:1", "write failed"))
     assert results.wait(0) and results.get(again) == MessageResult.retryable("ID:1", "write failed")
     assert results.get(first) is None
+
+
+def test_a_listener_reads_its_next_units_while_the_sink_writes_the_earlier_one() -> None:
+    # Given one listener thread with batch 10 and 3 units in flight, and a sink whose first write
+    # blocks until the test lets it go
+    cfg, broker = memory_config(batch=10, extra="in_flight = 3")
+    broker.put_many("orders", bodies(40))
+    release = threading.Event()
+    sizes: list[int] = []
+
+    class GatedExecutor(RecordingExecutor):
+        def execute(self, bulk: Bulk) -> list[MessageResult]:
+            sizes.append(len(bulk.messages))
+            if len(sizes) == 1:
+                assert release.wait(30), "the test never released the first write"
+            return super().execute(bulk)
+
+    executor = GatedExecutor()
+    app = memory_app(cfg, executor)
+    running = RunningBridge(app.bridge)
+    try:
+        # While the first write is held, the listener reads two more units on its other connections
+        wait_until(lambda: app.bridge.counters.total("messages_received") >= 30, 10,
+                   "the listener to read 30 messages while its first unit's write is held")
+        assert app.bridge.counters.total("messages_committed") == 0
+        time.sleep(0.3)  # a fourth unit would need a free connection: none is
+        assert app.bridge.counters.total("messages_received") == 30
+        release.set()
+        wait_until(lambda: app.bridge.counters.total("messages_committed") == 40, 10,
+                   "all 40 messages committed after the first write was released")
+    finally:
+        release.set()
+        assert running.stop() == 0
+    # Then units of one thread went out together: a bulk larger than a unit; each message landed once
+    assert max(sizes) > 10
+    assert Counter(executor.bodies()) == Counter(bodies(40))
+    assert broker.depth("orders") == 0
+
+
+def test_stopping_finishes_every_unit_in_flight_first() -> None:
+    # Given a listener holding 3 units in flight, all waiting for a held write
+    cfg, broker = memory_config(batch=5, extra="in_flight = 3")
+    broker.put_many("orders", bodies(15))
+    release = threading.Event()
+
+    class HeldExecutor(RecordingExecutor):
+        def execute(self, bulk: Bulk) -> list[MessageResult]:
+            assert release.wait(30), "the test never released the writes"
+            return super().execute(bulk)
+
+    executor = HeldExecutor()
+    app = memory_app(cfg, executor)
+    running = RunningBridge(app.bridge)
+    wait_until(lambda: app.bridge.counters.total("messages_received") == 15, 10, "3 units of 5 read")
+    # When the bridge is asked to stop and the writes are let go
+    app.bridge.stop()
+    release.set()
+    assert running.wait(30) == 0
+    # Then every unit was committed before its connection closed: nothing is left or redelivered
+    assert Counter(executor.bodies()) == Counter(bodies(15))
+    assert broker.depth("orders") == 0

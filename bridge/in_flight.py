@@ -1,0 +1,82 @@
+"""A listener's units in flight: its source connections and the units of work they hold.
+
+A listener thread reads a unit of work, hands it to the collector and, instead of waiting for its
+results, reads the next unit on another connection of its own (`[[listeners]] in_flight`
+connections, each with its own unit of work: a STOMP transaction, an IBM MQ syncpoint). So the
+listener keeps receiving while Spark writes the bulk that holds its earlier units, and the next bulk
+can grow past `threads x batch`. Units are finished (committed or given back) in the order they
+were read, each on the connection it was read on; a connection holds one unit at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from mqbridge.source import Source
+from mqbridge.unit_plan import UnitResults
+
+log = logging.getLogger("mqbridge.listener")
+
+
+@dataclass
+class PendingUnit:
+    """A unit of work handed to the collector, waiting for its results on its `source`."""
+
+    source: Source
+    results: UnitResults
+    #: Waits for the results and finishes the unit (plan, then commit or give back) on `source`.
+    finish: Callable[[], None]
+
+    @property
+    def ready(self) -> bool:
+        """Every result is in: finishing will not wait."""
+        return self.results.wait(0)
+
+
+class Connections:
+    """The listener's sources and its pending units, oldest first."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        if not sources:
+            raise ValueError("a listener needs at least one source connection")
+        self.sources = list(sources)
+        self.pending: deque[PendingUnit] = deque()
+
+    def __iter__(self) -> Iterator[Source]:
+        return iter(self.sources)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def free(self) -> Source | None:
+        """A connection holding no unit, or None when every one does."""
+        held = {id(unit.source) for unit in self.pending}
+        return next((source for source in self.sources if id(source) not in held), None)
+
+    def add(self, unit: PendingUnit) -> None:
+        self.pending.append(unit)
+
+    def oldest(self) -> PendingUnit | None:
+        return self.pending[0] if self.pending else None
+
+    def pop_oldest(self) -> PendingUnit:
+        return self.pending.popleft()
+
+    def finish_after_failure(self, finish: Callable[[PendingUnit], None], name: str) -> None:
+        """The listener `name` ends on an error with units in flight on other connections: `finish`
+        each (its messages may have landed: committing them avoids a redelivery); one that cannot be
+        finished is given back (rolled back) on its connection."""
+        while self.pending:
+            unit = self.pending.popleft()
+            try:
+                finish(unit)
+            except BaseException as exc:
+                log.warning("%s: a unit of work in flight could not be finished after the listener failed (%s): "
+                            "giving it back", name, exc)
+                try:
+                    unit.source.rollback()
+                except Exception:
+                    log.debug("%s: rollback failed", name, exc_info=True)

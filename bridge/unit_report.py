@@ -1,0 +1,45 @@
+"""What a committed unit of work reports: its counters (messages committed, deduplicated, moved
+aside, put-to-commit latency) and its log lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from mqbridge.counters import Counters
+from mqbridge.message import Message
+from mqbridge.unit_plan import Unit, UnitPlan
+
+log = logging.getLogger("mqbridge.listener")
+
+
+def put_to_commit(message: Message, now_monotonic: float) -> float:
+    """Seconds from the message's put (its receipt when the source gives no put time) to now."""
+    if message.put_timestamp is None:
+        return now_monotonic - message.received_monotonic
+    age = (message.received_timestamp - message.put_timestamp).total_seconds()
+    return max(0.0, age) + (now_monotonic - message.received_monotonic)
+
+
+def report_committed(counters: Counters, labels: Mapping[str, str], name: str, unit: Unit, plan: UnitPlan) -> None:
+    """Counters and log lines of a committed unit of work of the listener `name`."""
+    returned_ids = {m.msg_id for m in plan.returns}
+    now = time.monotonic()
+    counters.observe_many("put_to_commit_seconds", [
+        put_to_commit(m, now) for m in unit.submitted if m.msg_id not in returned_ids], **labels)
+    committed = len(unit.batch) - len(plan.returns) - len(plan.moves)
+    counters.inc("messages_committed", committed, **labels)
+    if unit.consumed:
+        counters.inc("messages_consumed_by_preprocessors", unit.consumed, **labels)
+    if unit.deduplicated:
+        counters.inc("messages_deduplicated", len(unit.deduplicated), **labels)
+        log.info("%s: %d redelivered messages were already landed; committed without landing them again",
+                 name, len(unit.deduplicated))
+    if plan.moves:
+        counters.inc("messages_moved_to_backout", len(plan.moves), **labels)
+        for move in plan.moves:
+            queue = move.queue or "(source default)"
+            log.warning("%s: moved message %s to backout queue %s: %s", name, move.message.msg_id, queue, move.reason)
+            counters.record("backout_moves", listener=name, msg_id=move.message.msg_id, queue=queue,
+                            reason=move.reason)
