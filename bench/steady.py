@@ -261,6 +261,7 @@ source = "src"
 queue = "{destination}"
 threads = {args.threads}
 batch = {args.batch}
+in_flight = {args.in_flight}
 wait = "200ms"
 message_type = "bench"
 backout_queue = "{destination}.backout"
@@ -299,7 +300,7 @@ def run(args: argparse.Namespace) -> None:
     warm, measure = args.warm, args.measure
     total = warm + measure
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
-          f"bridge: {args.threads} threads x batch {args.batch}, bulk {args.bulk_size}, exactly-once, "
+          f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, bulk {args.bulk_size}, exactly-once, "
           f"writer {args.writer}, `mqbridge run`")
     q1 = f"/queue/bench-raw-{uuid.uuid4().hex[:8]}"
     print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
@@ -413,5 +414,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--identity", default="auto",
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
+    group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")

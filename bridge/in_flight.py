@@ -44,6 +44,7 @@ class Connections:
             raise ValueError("a listener needs at least one source connection")
         self.sources = list(sources)
         self.pending: deque[PendingUnit] = deque()
+        self._last = -1  # the index `free` returned last
 
     def __iter__(self) -> Iterator[Source]:
         return iter(self.sources)
@@ -52,9 +53,17 @@ class Connections:
         return len(self.sources)
 
     def free(self) -> Source | None:
-        """A connection holding no unit, or None when every one does."""
+        """A connection holding no unit, or None when every one does: the free one read least
+        recently, so that each is read in turn (a broker dispatches to every consumer: what it sent
+        to a connection that was never read again would wait there)."""
         held = {id(unit.source) for unit in self.pending}
-        return next((source for source in self.sources if id(source) not in held), None)
+        count = len(self.sources)
+        for step in range(1, count + 1):
+            index = (self._last + step) % count
+            if id(self.sources[index]) not in held:
+                self._last = index
+                return self.sources[index]
+        return None
 
     def add(self, unit: PendingUnit) -> None:
         self.pending.append(unit)

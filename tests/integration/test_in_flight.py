@@ -1,0 +1,86 @@
+"""Units in flight (`[[listeners]] in_flight`) on the real parts: a listener thread holding several
+units of work, each on a connection of its own, lands every message exactly once, on ActiveMQ and
+on RabbitMQ (stamping), run to the end and killed with SIGKILL at the steps of the landing protocol
+while several units are in flight."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import read_table
+from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, bodies
+from tests.support.processes import leftovers, run_until_idle, run_until_killed, stomp_config
+
+pytestmark = pytest.mark.integration
+
+IN_FLIGHT = "in_flight = 3"
+
+
+def _accounted(sent: list[bytes], rows: list[Any]) -> tuple[int, int, int]:
+    """(lost, duplicated, unexpected), each body counted as often as it was sent."""
+    want, got = collections.Counter(sent), collections.Counter(bytes(r.body) for r in rows)
+    missing, extra = want - got, got - want
+    duplicated = sum(n for body, n in extra.items() if body in want)
+    return sum(missing.values()), duplicated, sum(extra.values()) - duplicated
+
+
+def test_one_thread_with_units_in_flight_reads_every_connection_and_lands_each_message_once(
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given 2,500 messages and one listener thread holding up to 3 units of 100 (ActiveMQ dispatches
+    # to all three connections: one never read again would keep its prefetched messages)
+    q = unique_queue("inflight")
+    sent = bodies(2500, "if")
+    amq.put_many(q, sent)
+    config = stomp_config(tmp_path, q, threads=1, batch=100, extra_listener=IN_FLIGHT)
+    # When the bridge runs until idle
+    out = run_until_idle(config)
+    # Then every message is in the table once and the queue is empty
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert _accounted(sent, rows) == (0, 0, 0), out[-3000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert leftovers(tmp_path / "landing" / "orders") == []
+
+
+def test_killed_with_units_in_flight_then_restarted_lands_every_message_exactly_once(
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given 3,000 messages, two threads holding up to 3 units each, killed after a bulk was
+    # published and before its unit's commit (the other units in flight are given back by the broker)
+    failpoint = "before_source_commit"
+    q = unique_queue("inflight-kill")
+    sent = bodies(3000, failpoint)
+    amq.put_many(q, sent)
+    config = stomp_config(tmp_path, q, threads=2, batch=200, extra_listener=IN_FLIGHT)
+    run_until_killed(config, failpoint)
+    # When it is started again and runs until idle
+    out = run_until_idle(config)
+    # Then lost, duplicated, unexpected: all 0; nothing is left behind
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert _accounted(sent, rows) == (0, 0, 0), out[-3000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert leftovers(tmp_path / "landing" / "orders") == []
+
+
+@pytest.mark.timeout(600)
+def test_rabbitmq_with_units_in_flight_killed_before_commit_lands_every_message_once(
+        tmp_path: Path, spark: Any, rabbitmq: tuple[str, int]) -> None:
+    # Given 2,000 messages without id headers on RabbitMQ (the bridge stamps them) and one thread
+    # holding up to 3 units, killed before a commit
+    rabbit = Rabbit(rabbitmq)
+    queue = f"/queue/test.inflight.{uuid.uuid4().hex[:8]}"
+    sent = bodies(2000, "rif")
+    rabbit.put(queue, [(body, {}) for body in sent])
+    config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", extra_source=RABBIT_SOURCE,
+                          threads=1, batch=100, extra_listener=IN_FLIGHT)
+    run_until_killed(config, "before_source_commit")
+    # When it runs again until idle
+    out = run_until_idle(config)
+    # Then every message landed once
+    rows = read_table(spark, tmp_path / "landing" / "orders")
+    assert _accounted(sent, rows) == (0, 0, 0), out[-3000:]
+    assert rabbit.depth(queue) == 0 and rabbit.depth(queue + ".backout") == 0
