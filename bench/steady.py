@@ -300,7 +300,8 @@ def run(args: argparse.Namespace) -> None:
     warm, measure = args.warm, args.measure
     total = warm + measure
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
-          f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, bulk {args.bulk_size}, exactly-once, "
+          f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
+          f"bulk {args.bulk_size}, exactly-once, "
           f"writer {args.writer}, `mqbridge run`")
     q1 = f"/queue/bench-raw-{uuid.uuid4().hex[:8]}"
     print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
