@@ -86,7 +86,7 @@ class Run:
     """One listener thread on ORDERS, with its collector, until a condition or its end."""
 
     def __init__(self, qm: FakeQueueManagerServer, executor: StubExecutor, *, chain: PlainChain | None = None,
-                 source: MqSource | None = None, batch: int = 10) -> None:
+                 source: MqSource | None = None, batch: int = 10, in_flight: int = 1) -> None:
         self.qm, self.executor = qm, executor
         self.collector = BulkCollector(CollectorLimits(memory=64 << 20, max_bulks=10, workers=2),
                                        {"orders": TypeLimits(bulk_size=1 << 20, bulk_timeout=0.2)})
@@ -97,7 +97,9 @@ class Run:
                             message_type="orders", backout_threshold=0, backout_queue=None)
         the_chain = chain or PlainChain()
         self.counters = Counters()
-        self.thread = ListenerThread(spec, self.source, self.collector, lambda: the_chain, self.counters,
+        # `in_flight` connections, one unit of work each (`[[listeners]] in_flight`)
+        sources = [self.source] + [make_source(qm, "ORDERS", batch=batch) for _ in range(in_flight - 1)]
+        self.thread = ListenerThread(spec, sources, self.collector, lambda: the_chain, self.counters,
                                      DeliveryTracker())
         self.thread.start()
 
@@ -226,3 +228,28 @@ def test_the_detector_catches_a_disconnect_before_backout(qm) -> None:
     assert len(qm.disconnects_with_open_uow) == 1
     with pytest.raises(AssertionError, match="disconnected before backing out"):
         run.assert_nothing_lost()
+
+
+def test_units_in_flight_on_three_connections_are_all_committed(qm) -> None:
+    # Given a listener holding up to 3 units of 10, each on a connection of its own, and a sink that
+    # holds its first write until the listener has read two more units
+    gate = threading.Event()
+    run = Run(qm, StubExecutor(gate=gate), in_flight=3)
+    wait_until(lambda: run.counters.total("messages_received") >= 30, 10,
+               "30 messages read on three connections while the first write is held")
+    assert qm.uncommitted() == 30  # three units of work open at once
+    gate.set()
+    # Then every unit is committed on its own connection, none disconnects with its unit open
+    assert run.finish(lambda: run.counters.total("messages_committed") == 30) is None
+    run.assert_nothing_lost()
+    assert qm.queue("ORDERS").bodies() == [] and sorted(run.executor.landed) == BODIES
+
+
+def test_connection_lost_with_units_in_flight_loses_nothing(qm) -> None:
+    gate = threading.Event()
+    run = Run(qm, StubExecutor(gate=gate), in_flight=3)
+    wait_until(lambda: run.counters.total("messages_received") >= 30, 10, "three units in flight")
+    qm.break_connections()
+    gate.set()
+    assert isinstance(run.finish(), SourceConnectionError | InDoubtError)
+    run.assert_nothing_lost()
