@@ -206,8 +206,10 @@ def histogram_quantile(q: float, before: dict[float, float], after: dict[float, 
 class Usage:
     """CPU seconds and peak RSS of the broker, the bridge's Python and its JVM children."""
 
-    def __init__(self, bridge: psutil.Process, broker: psutil.Process | None) -> None:
+    def __init__(self, bridge: psutil.Process, broker: psutil.Process | None,
+                 server: psutil.Process | None = None) -> None:
         self.bridge, self.broker = bridge, broker
+        self.server = server  # a Spark Connect server's JVM (`--connect`), counted as the Spark JVM
         self.peak_python = self.peak_jvm = 0
 
     def _cpu(self, proc: psutil.Process | None) -> float:
@@ -219,7 +221,7 @@ class Usage:
 
     def jvms(self) -> list[psutil.Process]:
         try:
-            return self.bridge.children(recursive=True)
+            return self.bridge.children(recursive=True) + ([self.server] if self.server is not None else [])
         except psutil.Error:
             return []
 
@@ -245,8 +247,8 @@ state_dir = "state"
 [monitoring]
 listen = "127.0.0.1:{port}"
 [spark]
-master = "local[2]"
-warehouse = "landing"
+{f'remote = "{args.remote}"' if args.remote else 'master = "local[2]"'}
+warehouse = "{workdir / 'landing'}"
 writer = "{args.writer}"
 [collector]
 memory = "{args.collector_memory}"
@@ -314,6 +316,15 @@ def run(args: argparse.Namespace) -> None:
           f"dispatch limit here)")
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-steady-"))
+    server = None
+    args.remote = None
+    if args.connect:
+        from tests.support.spark_servers import SparkConnectServer
+
+        server = SparkConnectServer(workdir / "connect")
+        server.start()
+        args.remote = server.url
+        print(f"Spark Connect server {server.url} (pid {server.pid()})")
     q2 = f"/queue/bench-bridge-{uuid.uuid4().hex[:8]}"
     put(broker, q2, total, args.size)
     port = free_port()
@@ -324,7 +335,8 @@ def run(args: argparse.Namespace) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=workdir,
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
-        usage = Usage(psutil.Process(proc.pid), broker.process())
+        usage = Usage(psutil.Process(proc.pid), broker.process(),
+                      psutil.Process(server.pid()) if server is not None else None)
         last: list[Sample] = []
         windows: list[tuple[float, float]] = []  # (seconds since start, committed)
 
@@ -397,6 +409,8 @@ def run(args: argparse.Namespace) -> None:
             proc.wait(120)
         except subprocess.TimeoutExpired:
             proc.kill()
+        if server is not None:
+            server.stop()
         if args.keep:
             print(f"    kept {workdir}")
         else:
@@ -416,5 +430,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
+    group.add_argument("--connect", action="store_true",
+                       help="start a Spark Connect server (pyspark's sbin/start-connect-server.sh, local[2]) and "
+                            "have the bridge write through it; its JVM is counted as the Spark JVM")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")
