@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 # Seconds to wait after backing out a whole unit of work before reading again.
 ROLLBACK_PAUSE = 0.5
-# Longest wait for a first message while units are in flight: their results are looked at between.
+# Longest wait for a first message on one connection while units are in flight (their results are
+# looked at between) or while the thread has other connections to read.
 POLL_IN_FLIGHT = 0.05
 
 
@@ -184,7 +185,9 @@ class ListenerThread(threading.Thread):
             self.source = free
             self.state.phase = "receiving"
             self.state.heartbeat = time.monotonic()
-            batch = self._receive_batch(POLL_IN_FLIGHT if connections.pending else 1.0)
+            # With several connections each is polled in turn: a message the broker dispatched to one
+            # must not wait while the thread blocks on another.
+            batch = self._receive_batch(POLL_IN_FLIGHT if connections.pending or len(connections) > 1 else 1.0)
             if batch:
                 self.state.phase = "processing"
                 self._process(batch)
