@@ -250,6 +250,8 @@ listen = "127.0.0.1:{port}"
 {f'remote = "{args.remote}"' if args.remote else 'master = "local[2]"'}
 warehouse = "{workdir / 'landing'}"
 writer = "{args.writer}"
+[spark.conf]
+{chr(10).join(f'"{k}" = "{v}"' for k, v in (item.split("=", 1) for item in args.spark_conf))}
 [collector]
 memory = "{args.collector_memory}"
 workers = 2
@@ -430,6 +432,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
+    group.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="a [spark.conf] setting of the bridge (repeatable)")
     group.add_argument("--connect", action="store_true",
                        help="start a Spark Connect server (pyspark's sbin/start-connect-server.sh, local[2]) and "
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
