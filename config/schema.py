@@ -304,7 +304,7 @@ class ListenerConfig(Model):
     queue: str = Field(min_length=1, description="Queue (STOMP destination or MQ queue name)")
     threads: int = Field(default=1, ge=1, le=64, description="Listener threads on this queue")
     batch: int = Field(default=500, ge=1, le=100_000, description="Maximum messages per unit of work")
-    in_flight: int = Field(default=1, ge=1, le=16, description="Units of work one listener thread holds at once, "
+    in_flight: int = Field(default=2, ge=1, le=16, description="Units of work one listener thread holds at once, "
                            "each on a source connection of its own: it reads the next while Spark writes the "
                            "bulk holding the earlier ones (connections to the broker: threads x in_flight)")
     wait: Duration = Field(default=parse_duration("1s"), description="Maximum wait to fill a batch")
