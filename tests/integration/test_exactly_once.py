@@ -115,5 +115,7 @@ def test_a_commit_cut_off_before_its_receipt_lands_nothing_twice(
     rows = landed(spark, tmp_path / "landing" / "orders")
     assert set(rows) == set(sent) and [b for b, n in rows.items() if n > 1] == []
     if not forward:  # the broker redelivered the unit; the ledger knew it had landed
-        assert bridge.counters.total("messages_deduplicated") == 100
+        # (the cut ends both connections of the listener, in_flight = 2: a second landed unit in
+        # flight is given back with it and recognised too)
+        assert bridge.counters.total("messages_deduplicated") in (100, 200)
     assert amq.depth(q) == 0
