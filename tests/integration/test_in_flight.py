@@ -15,11 +15,16 @@ import pytest
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import read_table
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, bodies
-from tests.support.processes import leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.processes import leftovers, run_until_idle, run_until_killed, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
 IN_FLIGHT = "in_flight = 3"
+
+
+def spark_config(tmp_path: Path, queue: str, **options: Any) -> Path:
+    """`stomp_bridge` with the default writer: Spark writes every bulk."""
+    return stomp_bridge(queue, **options).set("spark", writer="spark").write(tmp_path / "bridge.toml")
 
 
 def _accounted(sent: list[bytes], rows: list[Any]) -> tuple[int, int, int]:
@@ -37,7 +42,7 @@ def test_one_thread_with_units_in_flight_reads_every_connection_and_lands_each_m
     q = unique_queue("inflight")
     sent = bodies(2500, "if")
     amq.put_many(q, sent)
-    config = stomp_config(tmp_path, q, threads=1, batch=100, extra_listener=IN_FLIGHT)
+    config = spark_config(tmp_path, q, threads=1, batch=100, extra_listener=IN_FLIGHT)
     # When the bridge runs until idle
     out = run_until_idle(config)
     # Then every message is in the table once and the queue is empty
@@ -55,7 +60,7 @@ def test_killed_with_units_in_flight_then_restarted_lands_every_message_exactly_
     q = unique_queue("inflight-kill")
     sent = bodies(3000, failpoint)
     amq.put_many(q, sent)
-    config = stomp_config(tmp_path, q, threads=2, batch=200, extra_listener=IN_FLIGHT)
+    config = spark_config(tmp_path, q, threads=2, batch=200, extra_listener=IN_FLIGHT)
     run_until_killed(config, failpoint)
     # When it is started again and runs until idle
     out = run_until_idle(config)
@@ -75,7 +80,7 @@ def test_rabbitmq_with_units_in_flight_killed_before_commit_lands_every_message_
     queue = f"/queue/test.inflight.{uuid.uuid4().hex[:8]}"
     sent = bodies(2000, "rif")
     rabbit.put(queue, [(body, {}) for body in sent])
-    config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", extra_source=RABBIT_SOURCE,
+    config = spark_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", extra_source=RABBIT_SOURCE,
                           threads=1, batch=100, extra_listener=IN_FLIGHT)
     run_until_killed(config, "before_source_commit")
     # When it runs again until idle

@@ -21,7 +21,7 @@ def amq_bridge(tmp_path: Path, body: str = "", *, port: int = 61613) -> BridgeTo
     return BridgeToml({
         "bridge": {"name": "test", "control_interval": "500ms", "shutdown_timeout": "60s", "plugin_dirs": []},
         "monitoring": {"listen": ""},
-        "spark": {"master": "local[2]", "warehouse": warehouse},
+        "spark": {"master": "local[2]", "warehouse": warehouse, "writer": "auto"},  # as in process_bridge
         "collector": {"memory": "64MB", "max_bulks": 10, "workers": 2},
         # A 2 s STOMP heartbeat times out when the machine is busy (Spark, other benchmarks); the
         # lost connection redelivers a landed unit of work: a duplicate that is not the test's doing.

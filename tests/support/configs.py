@@ -57,6 +57,18 @@ def _lines(keys: Mapping[str, Any]) -> list[str]:
     return [f"{_key(k)} = {toml_value(v)}" for k, v in keys.items() if v is not None]
 
 
+def _keys_set_in(text: str) -> set[str]:
+    """The bare keys `text` sets in its own table (before the header of any sub-table it goes on to)."""
+    keys: set[str] = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            break
+        if match := re.match(r"([A-Za-z0-9_-]+)\s*=", stripped):
+            keys.add(match.group(1))
+    return keys
+
+
 @dataclass(frozen=True)
 class BridgeToml:
     """A bridge configuration as data: `tables` by dotted name in file order ("bridge",
@@ -92,7 +104,9 @@ class BridgeToml:
         """The configuration file's text."""
         parts = [self.extra.get(HEAD, "")]
         for name, keys in self.tables.items():
-            parts += [f"[{name}]", *_lines(keys), self.extra.get(name, "")]
+            added = self.extra.get(name, "")
+            own = _keys_set_in(added)  # text a test wrote by hand wins over a preset's key
+            parts += [f"[{name}]", *_lines({k: v for k, v in keys.items() if k not in own}), added]
         for n, keys in enumerate(self.listeners, 1):
             parts += ["[[listeners]]", *_lines(keys)]
             if n == len(self.listeners):

@@ -23,7 +23,10 @@ def process_bridge(name: str, *, state_dir: str = "state") -> BridgeToml:
     return BridgeToml({
         "bridge": {"name": name, "control_interval": "1s", "plugin_dirs": [], "state_dir": state_dir},
         "monitoring": {"listen": ""},
-        "spark": {"warehouse": "landing"},
+        # pyarrow writes the raw bulks: these tests start many bridges with small bulks, and a Spark
+        # write costs a second on a cold JVM. The default writer (Spark) runs in tests/integration/
+        # test_in_flight.py, test_spark_executor.py, test_spark_modes.py and the demo.
+        "spark": {"warehouse": "landing", "writer": "auto"},
         "types.orders": {"bulk_size": "128KB", "bulk_timeout": "500ms"},
     })
 

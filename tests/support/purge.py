@@ -51,6 +51,6 @@ def purge_bridge(*, queue: str = "/queue/orders", message_type: str = "orders") 
     `message_type`, whose `[types.X]` table the caller adds."""
     return BridgeToml({
         "bridge": {"state_dir": "state", "plugin_dirs": []},
-        "spark": {"master": "local[1]", "warehouse": "landing"},
+        "spark": {"master": "local[1]", "warehouse": "landing", "writer": "auto"},  # as in process_bridge
         "sources.amq": {"kind": "stomp"},
     }).listener(source="amq", queue=queue, message_type=message_type, backout_queue=f"{queue}.backout")
