@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -36,6 +34,7 @@ from mqbridge.errors import (
 from mqbridge.landing import arrow_writer
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
+from mqbridge.landing.handoff import bulk_frame
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
@@ -47,7 +46,6 @@ from mqbridge.landing.publication import (
 )
 from mqbridge.landing.rows import (
     LANDED_COLUMNS,
-    SPARK_SCHEMA,
     arrow_table,
     corrupt_rows,
     json_precheck,
@@ -136,22 +134,6 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
     section = sessions.section
     remote = section.remote if section is not None else is_connect(sessions.current)
     return None if remote else codec
-
-
-def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path) -> DataFrame:
-    """The bulk's rows as a DataFrame. Spark Connect: from the Arrow table itself, which travels to
-    the server as Arrow over gRPC. In-process Spark: read from an uncompressed Parquet file that
-    pyarrow writes at `handoff` (a directory the caller removes after the write). `createDataFrame`
-    would ship the rows inside the task instead ("task of very large size"): the JVM then
-    deserialises and copies every row, ~3x its CPU per write on 16,000 rows of 1 KB (see the
-    README's benchmark section), where the Parquet reader maps the file's pages into column vectors."""
-    if is_connect(spark):
-        return spark.createDataFrame(rows)
-    handoff.mkdir(parents=True, exist_ok=True)
-    path = handoff / "rows.parquet"
-    pq.write_table(rows, path, compression="none", use_dictionary=False, store_schema=False)
-    # With the schema given, Spark plans the read without opening the file's footer first.
-    return spark.read.schema(SPARK_SCHEMA).parquet(str(path))
 
 
 class SparkExecutor:
