@@ -49,8 +49,11 @@ def read_by_name(tmp_path: Path) -> dict[str, Any]:
 
 def test_landed_tables_are_read_by_name_from_a_hive_metastore(tmp_path: Path, amq: AmqClient) -> None:
     # Given a bridge whose [spark.conf] makes its catalog a Hive metastore, and 300 messages put now
+    # (every "now" carries one producer `timestamp`, which ActiveMQ keeps: a run across midnight UTC
+    # must not make a third put_date)
     q = unique_queue("catalog")
-    amq.put_many(q, [f"m{i}".encode() for i in range(300)])
+    now = int(time.time() * 1000)
+    amq.put_many(q, [f"m{i}".encode() for i in range(300)], headers={"timestamp": str(now)})
     hive = f"""
 catalog = true
 [spark.conf]
@@ -71,9 +74,9 @@ catalog = true
     # (ActiveMQ keeps a producer's `timestamp`): a new put_date while the table is registered
     run = OutputReader(mqbridge("run", "--config", str(config), "--until-idle", "5s"))
     try:
-        amq.put_many(q, [f"k{i}".encode() for i in range(50)])
+        amq.put_many(q, [f"k{i}".encode() for i in range(50)], headers={"timestamp": str(now)})
         wait_until(lambda: amq.depth(q) == 0, 180, "the first 50 to be committed")
-        three_days_ago = str(int((time.time() - 3 * 86400) * 1000))
+        three_days_ago = str(now - 3 * 86_400_000)
         amq.put_many(q, [f"n{i}".encode() for i in range(200)], headers={"timestamp": three_days_ago})
         assert run.wait(300) == 0, run.text()[-3000:]
     finally:
