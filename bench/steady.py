@@ -68,7 +68,7 @@ class Broker:
     def source_toml(self) -> str:
         lines = ['kind = "stomp"', f"port = {self.port}", f'broker = "{self.kind}"']
         if self.user:
-            lines += [f'user = "{self.user}"', f'password = "{self.password}"', "allow_plaintext_password = true"]
+            lines += [f'user = "{self.user}"', f'password = "{self.password}"']  # to 127.0.0.1: no TLS needed
         return "\n".join(lines)
 
     def process(self) -> psutil.Process | None:

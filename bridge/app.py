@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
-from mqbridge.config import StompSourceConfig
+from mqbridge.config import StompSourceConfig, plaintext_notes
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
@@ -68,6 +68,8 @@ class App:
         cfg = self.config
         log.info("mqbridge %s starting: %s (%d listener threads)", __version__, cfg.path,
                  sum(listener.threads for listener in cfg.listeners))
+        for note in plaintext_notes(cfg):  # accepted, but an operator should know
+            log.warning("%s", note)
         monitor = self.monitor
         try:
             if monitor is not None:

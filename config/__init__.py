@@ -10,7 +10,9 @@ directory (`cfg.base_dir`). Secrets are `pydantic.SecretStr`: call `.get_secret_
 from __future__ import annotations
 
 from mqbridge.config.base import parse_duration, parse_size
+from mqbridge.config.exposure import plaintext_notes
 from mqbridge.config.loader import key_path, load_config, parse_config
+from mqbridge.config.plaintext import is_loopback
 from mqbridge.config.schema import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_HALT_AFTER_FAILURES,
@@ -52,9 +54,11 @@ __all__ = [
     "StompSourceConfig",
     "TypeConfig",
     "shown_remote",
+    "is_loopback",
     "key_path",
     "load_config",
     "parse_config",
     "parse_duration",
     "parse_size",
+    "plaintext_notes",
 ]

@@ -22,6 +22,7 @@ from mqbridge.config.base import (
     parse_duration,
     parse_size,
 )
+from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.tables import is_template, render, template_problem
 from mqbridge.errors import KeyedError, Loc
@@ -64,6 +65,8 @@ class LedgerSection(Model):
                                  description="PostgreSQL schema holding the ledger's tables (created on first use)")
     lease: Duration = Field(default=parse_duration("60s"), gt=0, description="A bridge on another host whose "
                             "heartbeat is older than this is taken for dead: its prepared bulks are finished by others")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password in `url` without TLS "
+                                           "(sslmode absent, disable, allow or prefer) to a host that is not loopback")
 
     @field_validator("url")
     @classmethod
@@ -71,6 +74,13 @@ class LedgerSection(Model):
         if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("a ledger URL starts with postgresql:// (e.g. postgresql://bridge@db:5432/mqbridge)")
         return value
+
+    @model_validator(mode="after")
+    def _check_plaintext(self) -> LedgerSection:
+        problem = ledger_problem(self.url.get_secret_value(), self.allow_plaintext_password) if self.url else None
+        if problem:
+            raise KeyedError([(("url",), problem)])
+        return self
 
 
 class MonitoringSection(Model):

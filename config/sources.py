@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from mqbridge.config.base import Duration, Model, Size, parse_duration
+from mqbridge.config.plaintext import all_loopback, conn_name_hosts, is_loopback
 from mqbridge.errors import KeyedError
 
 
@@ -42,7 +43,8 @@ class StompSourceConfig(Model):
     max_message_size: Size | None = Field(default=None, gt=0,
                                           description="Bodies larger than this go to the backout queue; "
                                                       "default: no limit")
-    allow_plaintext_password: bool = Field(default=False, description="Accept a password without TLS (ssl = false)")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password without TLS (ssl = false) "
+                                           "to a host that is not loopback (127.0.0.0/8, ::1, localhost)")
     ssl: bool = Field(default=False, description="Use TLS")
     ssl_insecure: bool = Field(default=False, description="Allow TLS without ca_certs (no server verification)")
     ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM)")
@@ -57,10 +59,12 @@ class StompSourceConfig(Model):
         if self.ssl and self.ca_certs is None and not self.ssl_insecure:
             raise KeyedError([(("ca_certs",), "ssl = true needs ca_certs: without it stomp.py does not verify "
                                               "the broker's certificate (set ssl_insecure = true to accept that)")])
-        if self.password is not None and not self.ssl and not self.allow_plaintext_password:
+        if self.password is not None and not self.ssl and not self.allow_plaintext_password \
+                and not is_loopback(self.host):
             raise KeyedError([(("password",), "set with ssl = false: without TLS the STOMP passcode travels in "
-                                              "clear; set ssl = true (with ca_certs), or "
-                                              "allow_plaintext_password = true to accept the risk")])
+                                              f"clear to host {self.host!r}, which is not a loopback address; set "
+                                              "ssl = true (with ca_certs), or allow_plaintext_password = true "
+                                              "to accept the risk")])
         if self.vhost is None and self.broker == "rabbitmq":
             self.vhost = "/"  # RabbitMQ's default virtual host; the host name is never a vhost there
         if self.commit_mode is None:
@@ -97,7 +101,8 @@ class MqSourceConfig(Model):
     cipher_spec: str | None = Field(default=None, description="TLS CipherSpec of the channel, enables TLS")
     key_repository: str | None = Field(default=None, description="Key repository stem (no .kdb)")
     certificate_label: str | None = Field(default=None, description="Client certificate label")
-    allow_plaintext_password: bool = Field(default=False, description="Accept a password on a channel without TLS")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password on a channel without TLS "
+                                           "to a conn_name that is not loopback (127.0.0.0/8, ::1, localhost)")
     reconnect: Annotated[bool | Literal["qmgr", "any", "disabled", "as_def"], BeforeValidator(_check_reconnect)] = \
         Field(default=True, description='Client auto-reconnect: true/"any", "qmgr", false/"disabled", "as_def"')
     convert: Annotated[bool | int, BeforeValidator(_check_convert)] = Field(
@@ -116,9 +121,11 @@ class MqSourceConfig(Model):
         if self.user and self.password is None:
             raise KeyedError([(("password",), "required when user is set (MQCSP authenticates a user with a "
                                               "password)")])
-        if self.password is not None and not self.cipher_spec and not self.allow_plaintext_password:
+        if self.password is not None and not self.cipher_spec and not self.allow_plaintext_password \
+                and not all_loopback(conn_name_hosts(self.conn_name)):
             raise KeyedError([(("password",), "set without cipher_spec: without TLS the MQCSP password travels "
-                                              "in clear; set cipher_spec and key_repository, or "
+                                              f"in clear to conn_name {self.conn_name!r}, which is not only "
+                                              "loopback addresses; set cipher_spec and key_repository, or "
                                               "allow_plaintext_password = true to accept the risk")])
         return self
 

@@ -15,7 +15,7 @@ from tests.support.configs import orders_config
 
 CONFIG = orders_config(
     '[logging]\nlevel = "debug"\nformat = "json"\nfile = "logs/bridge.log"\nmax_bytes = "1KB"\nbackup_count = 2',
-    "backout_threshold = 0", 'password = "${ENV:AMQ_PASSWORD}"\nallow_plaintext_password = true')
+    "backout_threshold = 0", 'password = "${ENV:AMQ_PASSWORD}"')
 
 
 @pytest.fixture(autouse=True)

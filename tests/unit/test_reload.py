@@ -19,7 +19,7 @@ def reloadable(level: str = "INFO", workers: int = 2, password: str = "s3cret-on
     """`orders` with a key of each kind: applied at once, needing a restart, a secret."""
     return (orders().set("bridge", control_interval="5s", max_rss=max_rss or None).set("logging", level=level)
             .set("collector", workers=workers)
-            .set("sources.amq", password=password, allow_plaintext_password=True))
+            .set("sources.amq", password=password))
 
 
 def config(level: str = "INFO", workers: int = 2, password: str = "s3cret-one", max_rss: str = "") -> Any:

@@ -302,7 +302,7 @@ def test_unset_variable_and_unreadable_file_are_errors(tmp_path: Path) -> None:
 # -- secrets ----------------------------------------------------------------------------------
 def test_secrets_are_not_in_errors_nor_repr() -> None:
     env = {"PW": "hunter2-top-secret"}
-    stomp = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"\nallow_plaintext_password = true')
+    stomp = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"')  # to 127.0.0.1
     cfg = parse(stomp, env)
     assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg)
     mq = TYPES + SOURCE + """
@@ -357,10 +357,10 @@ def test_mq_password_is_accepted_with_tls_or_explicit_consent() -> None:
 
 
 def test_stomp_password_without_tls_is_refused_unless_allowed() -> None:
-    with_password = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = "${ENV:PW}"')
+    with_password = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nhost = "broker.example"\npassword = "${ENV:PW}"')
     message = error(with_password, {"PW": "hunter2-top-secret"})
     assert message.startswith("demo.toml: sources.amq.password: set with ssl = false: without TLS the STOMP "
-                              "passcode travels in clear") and "hunter2" not in message
+                              "passcode travels in clear to host 'broker.example'") and "hunter2" not in message
     for extra in ("allow_plaintext_password = true", 'ssl = true\nca_certs = "/etc/ca.pem"'):
         cfg = parse(with_password.replace('kind = "stomp"', 'kind = "stomp"\n' + extra), {"PW": "pw"})
         assert isinstance(cfg.sources["amq"], StompSourceConfig)
