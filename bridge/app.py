@@ -96,7 +96,7 @@ class App:
             return
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
         tables = list(type_tables(warehouse, self.config.types))
-        report = recover(self.landing.ledger, tables)
+        report = recover(self.landing.ledger, tables, warehouse=warehouse)
         for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge.purger)
             recover_purges(table)
         counters = self.bridge.counters
@@ -211,8 +211,8 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
                         "and quorum queues), so identity = \"msg_id\" cannot recognise a redelivery: a message "
                         "redelivered after a crash lands again; leave identity unset (stamp) or set "
                         "identity = \"header:NAME\" to an id the producer sets", listener.source, listener.queue)
-    return Landing(ledger=ledger, owner=ledger.owner, counters=counters,
-                   dedupe_window=config.bridge.dedupe_window)
+    return Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=config.bridge.dedupe_window,
+                   warehouse=config.resolve_path(config.spark.warehouse))
 
 
 def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,

@@ -39,6 +39,7 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
     discard,
+    private_staging,
     publish,
     staged_moves,
     staging_dir,
@@ -62,6 +63,7 @@ from mqbridge.landing.session import (
     jvm_gone,
     one_line,
     write_probe,
+    writes_as_this_user,
 )
 from mqbridge.landing.tables import add_types
 from mqbridge.message import Bulk, MessageResult, put_date_of
@@ -373,6 +375,8 @@ class SparkExecutor:
         under `handoff`, removed after); a staged part that failed is discarded. The Observation of a
         JSON type's corrupt rows, when Spark wrote them."""
         try:
+            if self.arrow is not None or writes_as_this_user(self.sessions.get()):
+                private_staging(handoff)  # and so `target`, beside it: no other user reads or swaps a staged file
             if self.arrow is not None:
                 self._stage_arrow(bulk, keep, target, self.arrow)
                 return None

@@ -71,6 +71,7 @@ class Landing(Observer):
     owner: str
     counters: Counters
     dedupe_window: float
+    warehouse: Path  # recovery touches only paths of its tables (publication.check_bulk_paths)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
@@ -117,7 +118,7 @@ class Landing(Observer):
         """Roll forward (or back) a prepared bulk whose owner is dead; False if it is alive."""
         if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
             return False
-        if roll_forward(self.ledger, bulk):
+        if roll_forward(self.ledger, bulk, self.warehouse):
             log.warning("bulk %s of a process that is gone was rolled forward: its messages "
                         "came back to this bridge", bulk.bulk_id)
             self.counters.inc("recovery_rolled_forward")

@@ -40,6 +40,7 @@ from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
 from mqbridge.landing.containers import table_lock
 from mqbridge.landing.ledger import Ledger, PreparedBulk, owner_alive, this_host
 from mqbridge.landing.tables import record_landing
+from mqbridge.strict_modes import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ def staging_dir(table_path: Path, owner: str, bulk_id: str) -> Path:
     if not _BULK_ID.fullmatch(bulk_id):
         raise ValueError(f"{bulk_id!r} cannot be a file name (letters, digits, . _ -)")
     return Path(table_path) / STAGING / owner_dirname(owner) / bulk_id
+
+
+def private_staging(staging: Path) -> None:
+    """Create `<table>/_staging/<owner>` above a bulk's `staging` directory 0700, whatever the umask
+    (the table's own directory as the umask says: readers need it): no other local user can read a
+    staged file or swap it before it is published."""
+    private_dir(Path(staging).parents[1])
+    private_dir(Path(staging).parent)
 
 
 def staged_moves(table_path: Path, staging: Path, bulk_id: str) -> list[tuple[str, str]]:
@@ -177,7 +186,7 @@ class RecoveryReport:
     skipped_live: int = 0
 
 
-def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
+def recover(ledger: Ledger, table_paths: Iterable[Path], *, warehouse: Path) -> RecoveryReport:
     """Finish what dead processes left: run at start-up, before any listener.
 
     Every prepared bulk whose owner is dead is rolled forward (its remaining files published, the
@@ -187,14 +196,15 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
     of dead owners of this host and Spark's `_temporary` directories directly under each table are
     removed. Bulks and directories of live owners (another bridge on this state_dir) are left.
 
-    Raises LedgerError when a staged file of a dead bulk is gone and its target does not exist.
+    Raises LedgerError when a staged file of a dead bulk is gone and its target does not exist, or
+    when a dead bulk names a path outside its table under `warehouse` (`check_bulk_paths`).
     """
     report = RecoveryReport()
     for bulk in ledger.in_progress():
         if ledger.owner_alive(bulk.owner):
             report.skipped_live += 1
             continue
-        if roll_forward(ledger, bulk):
+        if roll_forward(ledger, bulk, warehouse):
             report.rolled_forward += 1
         else:
             report.rolled_back += 1
@@ -221,12 +231,14 @@ def recover(ledger: Ledger, table_paths: Iterable[Path]) -> RecoveryReport:
     return report
 
 
-def roll_forward(ledger: Ledger, bulk: PreparedBulk) -> bool:
+def roll_forward(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> bool:
     """Finish a dead owner's prepared bulk: publish its remaining files and mark it published
     (True); or, when another bulk published one of its identities meanwhile and none of its own
     files was moved yet, remove its staged files and forget it (False). Idempotent.
 
-    Raises LedgerError when a staged file is gone and its target does not exist."""
+    Raises LedgerError when a staged file is gone and its target does not exist, or when the bulk
+    names a path outside its table under `warehouse` (`check_bulk_paths`: nothing is touched)."""
+    check_bulk_paths(bulk, warehouse)
     untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
     if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):
         for staged, _ in bulk.files:
@@ -242,6 +254,38 @@ def roll_forward(ledger: Ledger, bulk: PreparedBulk) -> bool:
                           f"{exc}") from exc
     ledger.mark_published(bulk.bulk_id)
     return True
+
+
+def check_bulk_paths(bulk: PreparedBulk, warehouse: Path) -> None:
+    """Raise LedgerError unless every move of `bulk` stays inside its own table under `warehouse`:
+    from `<table>/_staging/...` to `<table>/<partitions>/part-<bulk_id>-<n>.parquet`, no `..`, no
+    hidden or `_` directory as a target. The ledger is data: whoever wrote a path into it must not
+    make recovery rename or remove files anywhere else. Such a bulk is left as it is, and so are
+    its files."""
+    root = os.path.abspath(warehouse)
+    table = os.path.normpath(os.path.join(root, bulk.table))
+    final_name = re.compile(rf"part-{re.escape(bulk.bulk_id)}-\d+\.parquet")
+    for staged, final in bulk.files:
+        # Compared as written, `..` resolved: a path through a symbolic link in the warehouse is the
+        # warehouse's business; one that climbs out of it by name is not.
+        staged, final = os.path.normpath(staged), os.path.normpath(final)
+        problem = None
+        if not _BULK_ID.fullmatch(bulk.bulk_id) or not _inside(table, root):
+            problem = f"its table {bulk.table!r} is not a directory of the warehouse {warehouse}"
+        elif not os.path.isabs(staged) or not _inside(staged, os.path.join(table, STAGING)):
+            problem = f"staged file {staged!r} is not under {os.path.join(table, STAGING)}"
+        elif (not os.path.isabs(final) or not _inside(final, table) or not final_name.fullmatch(os.path.basename(final))
+              or any(part.startswith(("_", ".")) for part in os.path.relpath(final, table).split(os.sep))):
+            problem = f"target {final!r} is not a part file of bulk {bulk.bulk_id} in {table}"
+        if problem:
+            raise LedgerError(f"prepared bulk {bulk.bulk_id} of {bulk.owner} names a path outside the warehouse's "
+                              f"tables: {problem}; it is left alone, its files untouched (a ledger that names "
+                              "such paths was written by something other than mqbridge: inspect it)")
+
+
+def _inside(path: str, directory: str) -> bool:
+    """`path` is below `directory` (both normalised)."""
+    return path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _remove(path: str) -> None:

@@ -98,6 +98,13 @@ def is_connect(session: Any) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+def writes_as_this_user(session: Any) -> bool:
+    """Spark writes files as this process's user: an in-process driver with a local master. A Spark
+    Connect server or a cluster's executors may run as another user, who must be able to create
+    what the bridge would otherwise create private for it."""
+    return not is_connect(session) and str(getattr(session.sparkContext, "master", "")).startswith("local")
+
+
 def jvm_gone(session: Any) -> bool:
     """True when the in-process driver's JVM (py4j's java child process) has exited or its
     SparkContext is stopped; never a py4j call, so it cannot hang. Always False for Spark Connect."""

@@ -1,10 +1,11 @@
 """Finding plugin code and running it safely: the built-ins (declared once, in `BUILTIN_PLUGINS`),
 installed packages (entry-point group `mqbridge`) and loose `.py` files in the plugin folders.
 
-Drop-in files are checked like sshd's StrictModes before a byte of them runs: the file, its
-folder and every directory up to `/` must be owned by the service user or root and not be
-writable by group or others. The one exception is an *ancestor* directory with the sticky bit
-(`/tmp`): others may write there but cannot replace or rename what they do not own.
+Drop-in files are checked like sshd's StrictModes (`mqbridge.strict_modes`, which checks the
+`state_dir` and the ledger too) before a byte of them runs: the file, its folder and every
+directory up to `/` must be owned by the service user or root and not be writable by group or
+others. The one exception is an *ancestor* directory with the sticky bit (`/tmp`): others may write
+there but cannot replace or rename what they do not own.
 
 Each drop-in file is executed from the exact bytes that were checked and fingerprinted, as a
 module with a unique name (`mqbridge_dropin_<stem>_<n>`), so a reloaded version never collides
@@ -33,6 +34,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from mqbridge.errors import PluginError, PluginLoadError, UnsafePluginPathError
+from mqbridge.strict_modes import service_uid, unsafe_reason
 
 #: The built-in plugins, by module name: the one place they are declared. They are found by name
 #: (core never imports `mqbridge.preprocessors`) and registered exactly like a third-party plugin.
@@ -134,29 +136,6 @@ def disabled_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str
 
 
 # -- safety --------------------------------------------------------------------------------------
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def unsafe_reason(st: os.stat_result, service_uid: int, *, ancestor: bool) -> str | None:
-    """Why a file or directory with this stat is unsafe to trust, or None."""
-    if st.st_uid not in (0, service_uid):
-        return (f"is owned by {_owner(st.st_uid)}, not by the service user ({_owner(service_uid)}) "
-                "or root")
-    sticky_dir = ancestor and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_mode & stat.S_IWOTH and not sticky_dir:
-        return f"is world-writable (mode {mode:04o})"
-    if st.st_mode & stat.S_IWGRP and not sticky_dir:
-        return f"is group-writable (mode {mode:04o})"
-    return None
-
-
 def check_safe_path(path: Path, service_uid: int, *, target_stat: os.stat_result | None = None) -> None:
     """Raise UnsafePluginPathError unless `path` and every directory above it (after resolving
     symbolic links) is owned by `service_uid` or root and not group- or world-writable."""
@@ -172,7 +151,7 @@ def check_safe_path(path: Path, service_uid: int, *, target_stat: os.stat_result
 
 
 def default_service_uid() -> int:
-    return os.geteuid() if hasattr(os, "geteuid") else 0
+    return service_uid()
 
 
 # -- discovery -----------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mqbridge.strict_modes import private_dir
+
 log = logging.getLogger(__name__)
 
 FILE_NAME = "purge_costs.json"
@@ -120,7 +122,7 @@ class CostModel:
             return Coefficients()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)  # the state_dir: 0700 when this creates it (mqbridge.strict_modes)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self.learned), indent=2) + "\n")
         os.replace(tmp, self.path)

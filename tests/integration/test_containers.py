@@ -38,8 +38,8 @@ def test_a_bulk_of_three_destinations_lands_in_three_tables_rows_ordered_by_put_
         bulk.add(Message(msg_id=f"m{n}", body=f"body-{n}".encode(), source="amq", destination=queues[n % 3],
                          message_type="orders", put_timestamp=put, received_timestamp=put))
     ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
     warehouse = tmp_path / "landing"
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0, warehouse=warehouse)
     executor = SparkExecutor(spark, warehouse, "orders", TypeConfig(table="{destination}"), landing=landing)
 
     # When it is executed

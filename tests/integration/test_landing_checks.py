@@ -107,7 +107,8 @@ def test_a_ledger_locked_past_its_busy_timeout_is_an_outage_and_everything_lands
 def test_one_identity_twice_in_one_bulk_lands_once(spark: Any, tmp_path: Path) -> None:
     # Given a bulk in which two deliveries share an identity (a producer's retry), and a third message
     ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600,
+                      warehouse=tmp_path / "landing")
     executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders"), landing=landing)
     now = datetime.now(timezone.utc)
     messages = [Message(msg_id=f"m{n}", body=body, source="amq", destination="/queue/q", put_timestamp=now,

@@ -38,7 +38,8 @@ def land_old_rows(spark: Any, tmp_path: Path, age: timedelta = timedelta(0)) -> 
     """1,000 rows put in the last seconds (today's container, where the stream lands too), or
     `age` earlier, in 10 files."""
     ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
+                      warehouse=tmp_path / "landing")
     executor = SparkExecutor(spark, tmp_path / "landing", "orders", TypeConfig(table="orders"), landing=landing)
     sent = bodies(OLD, "old")
     now = datetime.now(timezone.utc) - age

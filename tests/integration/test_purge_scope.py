@@ -26,7 +26,8 @@ def land(spark: Any, tmp_path: Path, message_type: str, table: str, destination:
     """`rows` messages of `message_type` (configured `table`) read from `destination`, put one a
     minute from T0 on, landed exactly once as the bridge lands them."""
     ledger = SqliteLedger.open(tmp_path / "state" / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
+                      warehouse=tmp_path / "landing")
     executor = SparkExecutor(spark, tmp_path / "landing", message_type, TypeConfig(table=table), landing=landing)
     bulk = Bulk(message_type)
     for n in range(rows):

@@ -23,7 +23,7 @@ def land_container(spark: Any, warehouse: Path, state: Path, next_day: int = 0) 
     """One container (put_date 2024-06-01) of ROWS rows in BULKS files; message n put n minutes
     after midnight, its body holding every byte value; `next_day` more rows on 2024-06-02."""
     ledger = SqliteLedger.open(state / "ledger.sqlite3", owner=owner_id())
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0, warehouse=warehouse)
     executor = SparkExecutor(spark, warehouse, "orders", TypeConfig(table="orders"), landing=landing)
     per_bulk = ROWS // BULKS
     for b in range(BULKS):

@@ -11,7 +11,9 @@ that had not committed is rolled back as if it never began. Writers take the loc
 waits for a writer, so the second connection (`published`) does not queue behind a `prepare`.
 
 A file that is corrupt, unreadable or another kind of SQLite database raises `LedgerError`; a
-missing file is created (`Ledger.created`).
+missing file is created (`Ledger.created`), 0600 in a 0700 directory whatever the umask (SQLite
+gives its `-wal` and `-shm` files the database's mode). A `state_dir` or ledger file that another
+user owns or may write raises ConfigError (`mqbridge.strict_modes`): it is never opened.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from mqbridge.errors import LedgerError
 from mqbridge.landing.ledger.base import Ledger
 from mqbridge.landing.ledger.schema import SCHEMA_VERSION, initialise_counters, schema_statements
+from mqbridge.strict_modes import check_trusted, private_dir, private_file
 
 #: The ledger's file name under `[bridge] state_dir`.
 LEDGER_FILE = "ledger.sqlite3"
@@ -98,11 +101,15 @@ class SqliteLedger(Ledger):
     @classmethod
     def open(cls, path: Path, *, owner: str) -> SqliteLedger:
         """Open (or create, with its directory) the ledger at `path`. Raises LedgerError when the
-        file is corrupt, unreadable or another kind of SQLite database."""
+        file is corrupt, unreadable or another kind of SQLite database, ConfigError when it or its
+        directory can be changed by another user."""
         path = Path(path)
-        created = not path.exists()
+        # Whoever can write the ledger decides what counts as landed and what recovery renames.
+        check_trusted(path.parent, "state_dir")
+        check_trusted(path, "ledger")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
+            created = private_file(path) or path.stat().st_size == 0  # empty: never set up
             # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
             db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                  check_same_thread=False)

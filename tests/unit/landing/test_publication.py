@@ -120,7 +120,7 @@ def test_a_dead_owners_bulk_is_rolled_forward_once(tmp_path: Path, table: Path, 
     # Given a bulk prepared by a process that died before publishing it
     moves = prepare_dead_bulk(tmp_path, table, "b1", ["m1", "m2"])
     # When this process starts
-    report = recover(ledger, [table])
+    report = recover(ledger, [table], warehouse=table.parent)
     # Then its files are in the table, it is published, and its staging is gone
     assert (report.rolled_forward, report.rolled_back, report.skipped_live) == (1, 0, 0)
     assert report.stale_dirs_removed == 1
@@ -128,7 +128,7 @@ def test_a_dead_owners_bulk_is_rolled_forward_once(tmp_path: Path, table: Path, 
     assert ledger.in_progress() == [] and ledger.published(["m1", "m2"]) == {"m1", "m2"}
     assert not (table / "_staging").exists() or list((table / "_staging").iterdir()) == []
     # And a second start changes nothing
-    assert recover(ledger, [table]) == type(report)(0, 0, 0, 0)
+    assert recover(ledger, [table], warehouse=table.parent) == type(report)(0, 0, 0, 0)
     assert len(landed(table)) == 3
 
 
@@ -136,7 +136,7 @@ def test_a_half_published_bulk_is_completed(tmp_path: Path, table: Path, ledger:
     moves = prepare_dead_bulk(tmp_path, table, "b1", ["m1"])
     publish(moves[:1])  # the process died after its first rename
     assert len(landed(table)) == 1
-    assert recover(ledger, [table]).rolled_forward == 1
+    assert recover(ledger, [table], warehouse=table.parent).rolled_forward == 1
     assert len(landed(table)) == 3 and ledger.published(["m1"]) == {"m1"}
 
 
@@ -148,7 +148,7 @@ def test_a_live_owners_bulk_and_staging_are_left_alone(tmp_path: Path, table: Pa
     staging_moves = staged_moves(table, staging, "live")
     other.prepare("live", "orders", staging_moves, ["m1"])
     other.close()
-    report = recover(ledger, [table])
+    report = recover(ledger, [table], warehouse=table.parent)
     assert (report.rolled_forward, report.skipped_live, report.stale_dirs_removed) == (0, 1, 0)
     assert Path(staging_moves[0][0]).exists() and landed(table) == []
     assert [b.bulk_id for b in ledger.in_progress()] == ["live"]
@@ -159,7 +159,7 @@ def test_a_bulk_on_another_host_is_left_alone(tmp_path: Path, table: Path, ledge
     remote.prepare("remote", "orders", [("/nowhere/a", "/nowhere/b")], ["m1"])
     remote.close()
     (table / "_staging" / "elsewhere.example_1_1.00").mkdir(parents=True)
-    report = recover(ledger, [table])
+    report = recover(ledger, [table], warehouse=table.parent)
     assert (report.skipped_live, report.stale_dirs_removed) == (1, 0)
     assert (table / "_staging" / "elsewhere.example_1_1.00").is_dir()
 
@@ -171,7 +171,7 @@ def test_stale_staging_and_spark_temporary_are_removed(tmp_path: Path, table: Pa
     (table / "_temporary" / "0" / "_temporary").mkdir(parents=True)
     live = staging_dir(table, owner_id(), "writing")
     live.mkdir(parents=True)
-    report = recover(ledger, [table])
+    report = recover(ledger, [table], warehouse=table.parent)
     assert report.stale_dirs_removed == 2
     assert not stale.parent.exists() and not (table / "_temporary").exists()
     assert live.is_dir()  # our own (live) staging stays
@@ -183,7 +183,7 @@ def test_a_dead_bulk_whose_messages_another_bulk_published_is_rolled_back(
     # the messages were redelivered and landed by another bulk before this start
     ledger.prepare("winner", "orders", [], ["m2"])
     ledger.mark_published("winner")
-    report = recover(ledger, [table])
+    report = recover(ledger, [table], warehouse=table.parent)
     assert (report.rolled_forward, report.rolled_back) == (0, 1)
     assert landed(table) == [] and not any(Path(staged).exists() for staged, _ in moves)
     assert ledger.in_progress() == []
@@ -194,7 +194,7 @@ def test_missing_staged_file_and_target_is_an_error_naming_the_bulk(
     moves = prepare_dead_bulk(tmp_path, table, "broken", ["m1"])
     Path(moves[0][0]).unlink()
     with pytest.raises(LedgerError, match="prepared bulk broken of table orders cannot be rolled forward"):
-        recover(ledger, [table])
+        recover(ledger, [table], warehouse=table.parent)
     assert [b.bulk_id for b in ledger.in_progress()] == ["broken"]  # still prepared: an operator decides
 
 
@@ -203,7 +203,8 @@ def test_a_live_bridge_rolls_forward_a_dead_owners_bulk_when_its_messages_come_b
     # Given a bulk a dead process moved into the table but never marked published
     moves = prepare_dead_bulk(tmp_path, table, "orders-dead-00000001", ["m1", "m2"])
     publish(moves[:1])
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(),
+                      dedupe_window=3600.0, warehouse=table.parent)
     # When its messages come back to this (live) bridge
     found = landing.published(["m1", "m2", "m3"])
     # Then they count as landed, the bulk is finished and published, its staging is gone
@@ -219,7 +220,8 @@ def test_a_live_owners_prepared_bulk_is_not_taken_over(tmp_path: Path, table: Pa
     staging = staging_dir(table, owner_id(), "orders-live-00000001")
     stage_like_spark(staging, {"2024-01-01": 1})
     ledger.prepare("orders-live-00000001", "orders", staged_moves(table, staging, "orders-live-00000001"), ["x"])
-    other = Landing(ledger=ledger, owner="another-host:1:1.00", counters=Counters(), dedupe_window=3600.0)
+    other = Landing(ledger=ledger, owner="another-host:1:1.00", counters=Counters(),
+                    dedupe_window=3600.0, warehouse=table.parent)
     # Another bridge that meets "x" again is not told "not landed" (it would land it twice): it waits
     # for the bulk, and past CLAIM_WAIT gives its unit back (an outage, uncounted)
     monkeypatch.setattr("mqbridge.landing.landing.CLAIM_WAIT", 0.3)
@@ -242,11 +244,11 @@ def test_an_owner_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path: 
     theirs = SqliteLedger.open(Path(ledger.path), owner=stranger)
     theirs.heartbeat()  # its heartbeat is fresh
     theirs.close()
-    assert ledger.owner_alive(stranger) and recover(ledger, [table]).skipped_live == 1
+    assert ledger.owner_alive(stranger) and recover(ledger, [table], warehouse=table.parent).skipped_live == 1
     # When its heartbeat is older than the lease, it is dead: its bulk is finished here
     ledger.lease = 0.0
     assert not ledger.owner_alive(stranger)
-    assert recover(ledger, [table]).rolled_forward == 1
+    assert recover(ledger, [table], warehouse=table.parent).rolled_forward == 1
     assert landed(table) == sorted(str(Path(final).relative_to(table)) for _, final in moves)
 
 
@@ -279,7 +281,8 @@ def test_a_staged_file_that_is_not_parquet_is_an_outage(table: Path) -> None:
 
 def test_land_records_nothing_when_the_staged_rows_are_missing(table: Path, ledger: Ledger) -> None:
     # Given a bulk of 4 messages whose staging holds 3 rows (a file lost on the way)
-    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(),
+                      dedupe_window=3600, warehouse=table.parent)
     staging = staging_dir(table, ledger.owner, "b1")
     stage_like_spark(staging, {"2024-01-01": 1}, rows_per_file=3)
     # When it is landed: an outage, and the ledger holds nothing of it, the table nothing either
