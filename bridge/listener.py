@@ -418,10 +418,9 @@ class ListenerThread(threading.Thread):
         confirmed = self.source.commit(moves=list(plan.moves), returns=list(plan.returns), landed=landed)
         failpoints.hit("after_source_commit")
         if confirmed is not None:
-            for name, count in (("results_sent", confirmed.sent), ("results_failed", confirmed.failed),
-                                ("results_rerouted", confirmed.rerouted)):
-                if count:
-                    self.counters.inc(name, count, **self._labels)
+            for name in ("sent", "failed", "rerouted", "not_allowed"):
+                if count := getattr(confirmed, name):
+                    self.counters.inc(f"results_{name}", count, **self._labels)
         self.book.left_queue(plan.left)
         report_committed(self.counters, self._labels, spec.name, unit, plan)
         if plan.returns:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
+from mqbridge.reply_to import FirstTimes, ReplyAllowList
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig, SourceConfig
@@ -54,6 +55,14 @@ class Confirmations:
     sent: int = 0  # in a committed unit of work
     failed: int = 0  # could not be sent (the message was committed without it)
     rerouted: int = 0  # went to the dead-letter queue: the reply-to queue did not take it
+    not_allowed: int = 0  # not sent: the reply-to is not in the listener's reply_to_allow (mqbridge.reply_to)
+
+    def add(self, other: Confirmations) -> None:
+        """Count `other`'s results in these."""
+        self.sent += other.sent
+        self.failed += other.failed
+        self.rerouted += other.rerouted
+        self.not_allowed += other.not_allowed
 
 
 @runtime_checkable
@@ -108,6 +117,8 @@ class QueueShared:
     poison: PoisonLog = field(default_factory=PoisonLog)
     #: Messages whose result the broker refused (a bad reply-to): their unit goes through without it.
     unconfirmable: InDoubtLog = field(default_factory=InDoubtLog)
+    #: Reply destinations a result was refused for, so that each is logged once (mqbridge.reply_to).
+    refused_replies: FirstTimes = field(default_factory=FirstTimes)
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,11 @@ class SourceContext:
     def client_name(self) -> str:
         """"<bridge name>-<thread index>": unique per listener thread of one queue."""
         return f"{self.bridge_name}-{self.thread_index}"
+
+    def reply_allow(self, queue_manager: str | None = None) -> ReplyAllowList:
+        """The listener's `reply_to_allow` (IBM MQ: for the connected `queue_manager`)."""
+        return ReplyAllowList(self.listener.reply_to_allow, listener=f"{self.source_name}:{self.listener.queue}",
+                              queue_manager=queue_manager, refusals=self.shared.refused_replies)
 
 
 class SourceAdapter(Protocol):

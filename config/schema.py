@@ -333,6 +333,9 @@ class ListenerConfig(Model):
     confirm: Literal["off", "reply-to"] = Field(
         default="off", description="STOMP: `reply-to` sends a message with a `reply-to` header a result message "
         "(landed or backout) in the commit's transaction; IBM MQ answers the MQMD Report options instead")
+    reply_to_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, description="Glob patterns of the reply-to destinations results may go to (IBM MQ: QMGR/QUEUE, "
+        "or QUEUE on the connected queue manager); None: STOMP any, IBM MQ the connected queue manager only")
     identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
                           "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
                           "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")
@@ -431,6 +434,10 @@ class BridgeConfig(Model):
                 elif getattr(source, "commit_mode", None) == "receipted":
                     problems.append(((*where, "confirm"), "needs commit_mode = \"transactional\": a result sent "
                                      "outside the ACKs' transaction could be sent twice for one message"))
+            if listener.reply_to_allow is not None and source is not None and source.kind != "mq" \
+                    and listener.confirm == "off":
+                problems.append(((*where, "reply_to_allow"), 'only used with confirm = "reply-to" (STOMP) or by an '
+                                                             "IBM MQ source's reports"))
             # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
             if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
                 problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "

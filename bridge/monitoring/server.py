@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # Per-listener message counts shown in /status, by counter name.
 LISTENER_COUNTS = ("messages_received", "messages_committed", "messages_backed_out", "messages_moved_to_backout",
-                   "results_sent", "results_failed", "results_rerouted")
+                   "results_sent", "results_failed", "results_rerouted", "results_not_allowed")
 
 
 class _Server(ThreadingHTTPServer):

@@ -95,10 +95,12 @@ def _listener_lines(status: dict[str, Any]) -> list[str]:
     out.append("(MSG/S and COMMITTED are per queue, shared by its threads)")
     for entry in {f"{e.get('source')}:{e.get('queue')}": e for e in status.get("listeners", [])}.values():
         counts = entry.get("listener_messages") or {}
-        sent, failed, rerouted = (counts.get(f"results_{k}") or 0 for k in ("sent", "failed", "rerouted"))
-        if sent or failed or rerouted:
+        sent, failed, rerouted, refused = (counts.get(f"results_{k}") or 0
+                                           for k in ("sent", "failed", "rerouted", "not_allowed"))
+        if sent or failed or rerouted or refused:
             out.append(f"results to producers, {entry.get('source')}:{entry.get('queue')}: {sent:.0f} sent, "
-                       f"{failed:.0f} failed, {rerouted:.0f} rerouted")
+                       f"{failed:.0f} failed, {rerouted:.0f} rerouted"
+                       + (f", {refused:.0f} not allowed (reply_to_allow)" if refused else ""))
     return out
 
 

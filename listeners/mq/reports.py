@@ -11,8 +11,11 @@ Where the message landed (table, bulk id, put_date) or why it was moved is in me
 (`mqbridge_result`, `mqbridge_table`, ...) and, as JSON, in the body (MQSTR, UTF-8). A reply-to
 queue that does not take the report (unknown, put-inhibited, full) makes it a dead-letter message
 with an MQDLH naming the reply-to queue, as a queue manager does; if that fails too, the report is
-dropped with an error log: a report never blocks its unit of work. Confirm on arrival and on
-delivery (MQRO_COA, MQRO_COD) are the queue manager's own reports, not the bridge's.
+dropped with an error log: a report never blocks its unit of work. A reply-to the listener's
+`reply_to_allow` does not allow (default: any queue on the connected queue manager) gets no report:
+counted and logged once (`mqbridge.reply_to`), the message committed as if it had asked for none.
+Confirm on arrival and on delivery (MQRO_COA, MQRO_COD) are the queue manager's own reports, not the
+bridge's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
 from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import utcnow
+from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import Confirmations
 
 log = logging.getLogger(__name__)
@@ -42,7 +46,13 @@ _MQMI_NONE = b"\0" * 24
 
 
 class ReportSender(SyncpointPutter):
-    """Puts PAN and NAN report messages for the messages of one input queue under syncpoint."""
+    """Puts PAN and NAN report messages for the messages of one input queue under syncpoint, to
+    the reply-to queues `allow` allows (`mqbridge.reply_to`; None: the connected queue manager's)."""
+
+    def __init__(self, driver: Any, errors: tuple[type[BaseException], ...], *, queue: str, qmgr_name: str,
+                 appl_name: str, allow: ReplyAllowList | None = None) -> None:
+        super().__init__(driver, errors, queue=queue, qmgr_name=qmgr_name, appl_name=appl_name)
+        self.allow = allow if allow is not None else ReplyAllowList(None, listener=queue, queue_manager=qmgr_name)
 
     @staticmethod
     def wanted(slot: UnitSlot, option: int) -> bool:
@@ -57,10 +67,15 @@ class ReportSender(SyncpointPutter):
         c = self._cmqc
         original = slot.md
         reply_to, reply_qmgr = text(original.ReplyToQ), text(original.ReplyToQMgr)
-        what = f"{'PAN' if option == MQRO_PAN else 'NAN'} report for message {slot.msg_id} of {self.queue}"
+        kind = "PAN" if option == MQRO_PAN else "NAN"
+        what = f"{kind} report for message {slot.msg_id} of {self.queue}"
         if not reply_to:
             confirmed.failed += 1
             log.error("%s: the message has no ReplyToQ; no report is sent", what)
+            return 0
+        if not self.allow.allows_mq(reply_to, reply_qmgr):
+            confirmed.not_allowed += 1  # as if the message had asked for none: it is committed all the same
+            self.allow.refused(f"{reply_qmgr or self.qmgr_name}/{reply_to}", f"{kind} reports of {self.queue}")
             return 0
         md = self._report_md(original, option)
         body = {"result": "landed" if option == MQRO_PAN else "backout", "message_id": slot.msg_id,

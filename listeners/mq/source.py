@@ -64,6 +64,7 @@ from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
+from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,13 @@ class MqSource:
         assert isinstance(source, MqSourceConfig)
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,
                    in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison,
-                   tracker=context.shared.tracker)
+                   tracker=context.shared.tracker, reply_allow=context.reply_allow(source.queue_manager))
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
                  in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge",
-                 poison: PoisonLog | None = None, tracker: DeliveryTracker | None = None) -> None:
+                 poison: PoisonLog | None = None, tracker: DeliveryTracker | None = None,
+                 reply_allow: ReplyAllowList | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -106,8 +108,10 @@ class MqSource:
         self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
                                   qmgr_name=config.queue_manager, appl_name=appl_name)
-        self._reports = ReportSender(self._driver, self._errors, queue=destination,
-                                     qmgr_name=config.queue_manager, appl_name=appl_name)
+        self._reports = ReportSender(self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager,
+                                     appl_name=appl_name, allow=reply_allow or ReplyAllowList(
+                                         listener.reply_to_allow if listener is not None else None,
+                                         listener=name, queue_manager=config.queue_manager))
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
@@ -401,10 +405,7 @@ class MqSource:
                                    "messages is in doubt", msg_ids) from exc
             else:
                 raise wrap(exc, f"MQCMIT on {self._where}") from exc
-        done = self._committed_reports
-        done.sent += self._unit_reports.sent
-        done.failed += self._unit_reports.failed
-        done.rerouted += self._unit_reports.rerouted
+        self._committed_reports.add(self._unit_reports)
         self._end_unit()
 
     def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int) -> None:

@@ -32,6 +32,7 @@ from mqbridge.listeners.stomp.mapping import backout_headers, requeue_headers, r
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
+from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed
 
 #: What a SEND was about, by its receipt id: a move, the message a result is about, or None (a
@@ -102,10 +103,12 @@ class Transaction:
             if move is not None:
                 self._send_move(message, move)
 
-    def send_results(self, plan: CommitPlan, landed: Sequence[Landed], confirmed: Confirmations) -> None:
+    def send_results(self, plan: CommitPlan, landed: Sequence[Landed], confirmed: Confirmations,
+                     allow: ReplyAllowList) -> None:
         """SEND a result to the `reply-to` of each message of the unit that has one and is landed
-        or moved (a message given back or consumed by a preprocessor gets none yet). What a result
-        holds: `mapping.result_of`."""
+        or moved (a message given back or consumed by a preprocessor gets none yet), if `allow`
+        allows that destination (else it is counted, and the message committed as if it had asked
+        for none). What a result holds: `mapping.result_of`."""
         frames = self.connection.frames
         where = {item.message.msg_id: item for item in landed}
         for message in plan.unit.messages:
@@ -115,6 +118,10 @@ class Transaction:
                 continue
             if message.msg_id in self.unconfirmable:
                 confirmed.failed += 1
+                continue
+            if not allow.allows(reply_to):
+                confirmed.not_allowed += 1
+                allow.refused(reply_to, f"results of {self.connection.destination}")
                 continue
             body, headers = result_of(message, move, done)
             errors_before = len(frames.errors)

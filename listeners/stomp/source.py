@@ -63,6 +63,7 @@ from mqbridge.listeners.stomp.mapping import REQUEUE_ID, to_message
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
+from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
@@ -87,11 +88,13 @@ class StompSource:
         return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
                    tracker=context.shared.tracker, client_name=context.client_name,
                    backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
-                   confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable)
+                   confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
+                   reply_allow=context.reply_allow())
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
-                 confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False) -> None:
+                 confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
+                 reply_allow: ReplyAllowList | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -102,6 +105,8 @@ class StompSource:
         # `confirm = "reply-to"`: a result for each message with a reply-to, in the commit's transaction.
         self.confirm = confirm
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
+        # Where those results may go (`reply_to_allow`; default: any destination of this broker).
+        self.reply_allow = reply_allow if reply_allow is not None else ReplyAllowList(None, listener=name)
         # `identity = "stamp"` (see "Stamping" in the module docstring): only stamped copies are handed on.
         self.stamp = stamp
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
@@ -209,7 +214,7 @@ class StompSource:
         tx.send_copies(plan, self.tracker, cumulative=self.cumulative)
         confirmed = Confirmations() if self.confirm else None
         if confirmed is not None:
-            tx.send_results(plan, landed, confirmed)
+            tx.send_results(plan, landed, confirmed, self.reply_allow)
         # Cumulative: an ACK of the unit's last message acknowledges all of it.
         tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
         if plan.returned and not self.cumulative:

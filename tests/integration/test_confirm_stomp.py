@@ -4,15 +4,20 @@ one result, sent in the transaction that removes it from the queue, whatever kil
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import listener_toml, make_config
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit
+from tests.support.http import get
 from tests.support.processes import leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +129,42 @@ def test_on_rabbitmq_each_message_gets_exactly_one_result_matched_by_the_produce
         "order-" + b[:8].decode() for b in big}
     assert "already landed; committed without landing them again" in out, out[-3000:]
     assert rabbit.depth(q) == 0 and leftovers(table) == []
+
+
+def counter_totals(url: str) -> dict[str, float]:
+    """Every counter of /metrics summed over its labels, by name."""
+    code, text = get(url + "/metrics")
+    assert code == 200, text
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def test_results_go_only_to_reply_destinations_the_listener_allows(
+        tmp_path: Path, amq: AmqClient, monitored: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # Given messages asking for results at an allowed destination, at one the listener does not
+    # allow, and messages asking for nothing
+    q = unique_queue("allow")
+    allowed, elsewhere = f"{q}.results.ok", unique_queue("elsewhere")
+    for n in range(10):
+        amq.put(q, f"ok-{n}".encode(), {"reply-to": allowed})
+        amq.put(q, f"no-{n}".encode(), {"reply-to": elsewhere})
+    amq.put_many(q, [f"quiet-{n}".encode() for n in range(5)])
+    listener = listener_toml(q, "orders", batch=50, extra=f'confirm = "reply-to"\nreply_to_allow = ["{q}.results.*"]')
+    cfg = make_config(tmp_path, '[types.orders]\nbulk_timeout = "500ms"\n' + listener)
+    # When the bridge has committed them all
+    with caplog.at_level(logging.WARNING, logger="mqbridge.reply_to"):
+        _bridge, monitor = monitored(cfg)
+        wait_until(lambda: counter_totals(monitor.url).get("mqbridge_messages_committed_total") == 25, 180,
+                   "25 messages committed")
+        totals = counter_totals(monitor.url)
+    # Then only the allowed destination got results; the others were counted, logged once, and
+    # their messages landed and left the queue as if they had asked for nothing
+    assert totals.get("mqbridge_results_sent_total") == 10
+    assert totals.get("mqbridge_results_not_allowed_total") == 10
+    assert sorted(json.loads(bytes(f.body))["result"] for f in amq.drain(allowed)) == ["landed"] * 10
+    assert amq.depth(elsewhere) == 0 and amq.depth(q) == 0
+    refusals = [r.getMessage() for r in caplog.records if "is not allowed by reply_to_allow" in r.getMessage()]
+    assert len(refusals) == 1 and f"reply-to {elsewhere} is not allowed" in refusals[0], refusals

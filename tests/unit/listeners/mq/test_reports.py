@@ -124,8 +124,12 @@ def test_a_missing_reply_to_queue_sends_the_report_to_the_dead_letter_queue_and_
     assert json.loads(data)["result"] == "landed"
 
 
-def test_a_reply_to_queue_manager_goes_by_name_resolution(qm: FakeQueueManagerServer, source: MqSource) -> None:
-    # Given a message whose ReplyToQMgr has a transmission queue here, and one whose has none
+def test_a_reply_to_queue_manager_goes_by_name_resolution(qm: FakeQueueManagerServer) -> None:
+    # Given a listener whose reports may go to other queue managers (by default they may not:
+    # test_report_allow.py), a message whose ReplyToQMgr has a transmission queue here, and one
+    # whose has none
+    source = make_source(qm, "ORDERS", reply_to_allow=["*/REPLIES"])
+    source.connect()
     qm.define_queue("QMREMOTE")  # the transmission queue to QMREMOTE
     qm.put("ORDERS", b"far", report=MQRO_PAN, reply_to_q="REPLIES", reply_to_qmgr="QMREMOTE")
     lost = qm.put("ORDERS", b"nowhere", report=MQRO_PAN, reply_to_q="REPLIES", reply_to_qmgr="QMUNKNOWN")
@@ -144,6 +148,7 @@ def test_a_reply_to_queue_manager_goes_by_name_resolution(qm: FakeQueueManagerSe
     assert header["Reason"] == C.MQRC_UNKNOWN_REMOTE_Q_MGR
     assert (header["DestQName"], header["DestQMgrName"]) == ("REPLIES", "QMUNKNOWN")
     assert dead.md["CorrelId"] == lost
+    source.close()
 
 
 def test_a_unit_keeps_room_under_maxumsgs_for_each_move_and_its_nan(qm: FakeQueueManagerServer) -> None:
