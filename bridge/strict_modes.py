@@ -78,9 +78,10 @@ def check_trusted(path: Path, what: str, *, uid: int | None = None) -> None:
         fixes.append(f"chown {user_name(uid) or uid} {path}")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         fixes.append(f"chmod go-w {path}")
-    raise ConfigError(f"{what} {path} {reason}; mode {stat.S_IMODE(st.st_mode):04o}, owner "
-                      f"{owner_name(st.st_uid)}: another user could change what the bridge trusts, so it "
-                      f"refuses to start (fix: {' && '.join(fixes)})")
+    said = [f"mode {stat.S_IMODE(st.st_mode):04o}" if "(mode" not in reason else "",
+            f"owner {owner_name(st.st_uid)}" if "owned by" not in reason else ""]
+    raise ConfigError(f"{what} {path} {reason}, {', '.join(s for s in said if s)}: another user could change "
+                      f"what the bridge trusts, so it refuses to start (fix: {' && '.join(fixes)})")
 
 
 def private_dir(path: Path) -> Path:
