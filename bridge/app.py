@@ -40,6 +40,7 @@ from mqbridge.plugins import PluginHost
 from mqbridge.purge import PurgeScheduler, recover_purges
 from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
+from mqbridge.strict_modes import check_trusted
 from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     `reload_event` are set by signal or service control handlers.
     """
     counters = counters or Counters()
+    # Checked whatever the ledger's backend (the SQLite ledger checks its own file too): the state
+    # the bridge keeps must not be changeable by another local user (mqbridge.strict_modes).
+    check_trusted(config.resolve_path(config.bridge.state_dir), "state_dir")
     initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners],
                       ledger=config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)

@@ -33,8 +33,9 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from mqbridge import strict_modes
 from mqbridge.errors import PluginError, PluginLoadError, UnsafePluginPathError
-from mqbridge.strict_modes import service_uid, unsafe_reason
+from mqbridge.strict_modes import unsafe_reason
 
 #: The built-in plugins, by module name: the one place they are declared. They are found by name
 #: (core never imports `mqbridge.preprocessors`) and registered exactly like a third-party plugin.
@@ -151,7 +152,7 @@ def check_safe_path(path: Path, service_uid: int, *, target_stat: os.stat_result
 
 
 def default_service_uid() -> int:
-    return service_uid()
+    return strict_modes.service_uid()
 
 
 # -- discovery -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from mqbridge.errors import ConfigError
 from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
 from mqbridge.landing.publication import private_staging, staging_dir
 from mqbridge.strict_modes import check_trusted, private_dir, private_file
+from tests.support.memory import RecordingExecutor, memory_app, memory_config
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="no POSIX modes on Windows")
 
@@ -102,3 +103,12 @@ def test_a_private_staging_directory_hides_staged_files(tmp_path: Path, umask: i
     private_staging(staging)
     assert mode(staging.parents[1]) == 0o700 and mode(staging.parent) == 0o700
     assert table.is_dir() and mode(table) == 0o777 & ~umask  # readers of the table need it
+
+
+def test_the_bridge_checks_its_state_dir_whatever_keeps_the_ledger() -> None:
+    # Given a bridge without the SQLite ledger (at-least-once here; a PostgreSQL ledger alike)
+    cfg, _broker = memory_config()
+    cfg.bridge.exactly_once = False
+    os.chmod(cfg.bridge.state_dir, 0o777)
+    with pytest.raises(ConfigError, match=rf"^state_dir {cfg.bridge.state_dir} is world-writable"):
+        memory_app(cfg, RecordingExecutor())
