@@ -43,7 +43,7 @@ def test_a_run_under_umask_000_keeps_the_state_dir_ledger_and_staging_private(tm
 
 
 @pytest.mark.parametrize(("bits", "said"), [(0o770, "group-writable (mode 0770)"),
-                                            (0o777, "world-writable (mode 0777)")])
+                                            (0o777, "world-writable (mode 0777)")], ids=["group", "world"])
 def test_a_state_dir_others_may_write_stops_the_start_before_anything_is_read(
         tmp_path: Path, amq: AmqClient, bits: int, said: str) -> None:
     q = unique_queue("modes")
