@@ -214,6 +214,8 @@ class SparkExecutor:
         existed = self._path.exists()
         try:
             spark = self.sessions.get()
+            if writes_as_this_user(spark):  # a probe may be the first to make `_staging`: private too
+                private_staging(target)
             self._guarded(spark, f"probe of {self.table}", lambda: write_probe(spark, target))
             # Written through Spark (whoever writes the bulks) and read back here: a Spark that
             # writes where this process does not look is down for the bridge, whatever it says.
