@@ -21,7 +21,7 @@ from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
 from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
-from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, run_status, url_from_config
+from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, Credentials, run_status, url_from_config
 from mqbridge.plugins import PluginHost, report
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "exit 0 healthy, 1 unhealthy, 3 unreachable")
     status.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
                                                     "http://127.0.0.1:9464)")
-    status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] listen to ask")
+    status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] to ask: its "
+                                                             "listen address, TLS and token")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
     ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
                                            "(exit 1 if any is missing)")
@@ -322,14 +323,16 @@ def install_signal_handlers(stop: threading.Event, reload: threading.Event | Non
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    url = args.url
-    if url is None and args.config:
+    url, credentials = args.url, None
+    if args.config:
+        config = load_config(args.config)
+        credentials = Credentials.from_config(config)  # the token and TLS, also for a --url given
         try:
-            url = url_from_config(load_config(args.config))
+            url = url or url_from_config(config)
         except StatusUnreachableError as exc:
             print(f"mqbridge status: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
-    code, text = run_status(url or DEFAULT_URL, args.timeout)
+    code, text = run_status(url or DEFAULT_URL, args.timeout, credentials)
     print(text, file=sys.stdout if code != EXIT_UNREACHABLE else sys.stderr)
     return code
 

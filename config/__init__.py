@@ -12,6 +12,7 @@ from __future__ import annotations
 from mqbridge.config.base import parse_duration, parse_size
 from mqbridge.config.exposure import plaintext_notes
 from mqbridge.config.loader import key_path, load_config, parse_config
+from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import is_loopback
 from mqbridge.config.schema import (
     DEFAULT_BACKOUT_THRESHOLD,
@@ -23,7 +24,6 @@ from mqbridge.config.schema import (
     LedgerSection,
     ListenerConfig,
     LoggingSection,
-    MonitoringSection,
     PreprocessorRef,
     PurgeSection,
     SparkSection,

@@ -1,5 +1,6 @@
-"""What the bridge says once at start about secrets it was told to send without TLS: each source
-or ledger password that goes in clear to a loopback address or with `allow_plaintext_password`."""
+"""What the bridge says once at start about secrets it was told to send without TLS: each source or
+ledger password, and the monitoring token, that goes in clear to a loopback address or with the
+section's `allow_plaintext_*` switch."""
 
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ def plaintext_notes(config: BridgeConfig) -> list[str]:
         if password and not tls and hosts:  # over a Unix-domain socket it never reaches a network
             notes.append(f"[ledger] url: the PostgreSQL password travels without TLS to {', '.join(hosts)}"
                          + _why(all_loopback(hosts)))
+    monitoring = config.monitoring
+    if monitoring.enabled and monitoring.token is not None and not monitoring.tls:
+        assert monitoring.host is not None  # enabled
+        notes.append(f"[monitoring] token: travels without TLS to {monitoring.listen}"
+                     + _why(is_loopback(monitoring.host), "allow_plaintext_token"))
     return notes
 
 
-def _why(loopback: bool) -> str:
+def _why(loopback: bool, switch: str = "allow_plaintext_password") -> str:
     return (" (a loopback address: it does not leave this machine)" if loopback
-            else " (allow_plaintext_password = true)")
+            else f" ({switch} = true)")

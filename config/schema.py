@@ -22,6 +22,7 @@ from mqbridge.config.base import (
     parse_duration,
     parse_size,
 )
+from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.tables import is_template, render, template_problem
@@ -31,7 +32,6 @@ from mqbridge.errors import KeyedError, Loc
 #: this one may be missing.
 DEFAULT_PLUGIN_DIRS = (Path("preprocessors"),)
 
-_HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(\d{1,5})")
 #: A message type name: it starts every bulk id (`mqbridge.message.new_bulk_id`), a file name.
 _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -83,37 +83,6 @@ class LedgerSection(Model):
         return self
 
 
-class MonitoringSection(Model):
-    """`[monitoring]`: the HTTP endpoint serving /metrics and /status."""
-
-    listen: str = Field(default="127.0.0.1:9464", description='host:port ([::1]:9464 for IPv6); "" disables')
-
-    @field_validator("listen")
-    @classmethod
-    def _check_listen(cls, value: str) -> str:
-        value = value.strip()
-        match = _HOSTPORT.fullmatch(value)
-        if value and (not match or int(match[2]) > 65535):
-            raise ValueError(f'{value!r} is not host:port (e.g. 127.0.0.1:9464, 0.0.0.0:9464, [::1]:9464; '
-                             'port 0-65535; "" disables)')
-        return value
-
-    @property
-    def enabled(self) -> bool:
-        """False when `listen = ""`."""
-        return bool(self.listen)
-
-    @property
-    def host(self) -> str | None:
-        """The host to bind (IPv6 without brackets), or None when disabled."""
-        return self.listen.rsplit(":", 1)[0].strip("[]") if self.listen else None
-
-    @property
-    def port(self) -> int | None:
-        """The port to bind (0: any free port), or None when disabled."""
-        return int(self.listen.rsplit(":", 1)[1]) if self.listen else None
-
-
 class LoggingSection(Model):
     """`[logging]`: level, format and optional rotating file."""
 
@@ -135,8 +104,9 @@ _URL_PASSWORD = re.compile(r"^[a-z]+://[^:/@]*:([^@/]+)@")
 _REMOTE_PARAM = re.compile(r";([^;=/]+)=([^;]*)")
 #: Parameters of a Spark Connect URL that are credentials.
 _REMOTE_SECRETS = frozenset({"token"})
-#: spark.conf keys whose values are redacted wherever they came from (Spark's own `redaction.regex` idea).
-_SECRET_CONF_KEY = re.compile(r"secret|password|token|credential|access\.?key", re.IGNORECASE)
+#: spark.conf keys whose values are secrets wherever they came from: Spark's default `spark.redaction.regex`
+#: ((?i)secret|password|token|access[.]?key) and `credential`.
+SECRET_CONF_KEY = re.compile(r"secret|password|token|credential|access\.?key", re.IGNORECASE)
 
 
 def remote_secrets(remote: str) -> list[str]:
@@ -480,9 +450,16 @@ class BridgeConfig(Model):
                 found["ledger.url.password"] = password[1]
         for n, token in enumerate(remote_secrets(self.spark.remote or "")):
             found[f"spark.remote.token[{n}]"] = token
-        for key, value in self.spark.conf.items():
-            # A value read from ${ENV:}/${FILE:} is kept out of files for a reason; a key named
-            # like a credential is one whatever its origin.
-            if key in self._referenced_conf or _SECRET_CONF_KEY.search(key):
-                found[f'spark.conf."{key}"'] = value
+        if self.monitoring.token is not None:
+            found["monitoring.token"] = self.monitoring.token.get_secret_value()
+        for key in self.secret_conf_keys():
+            found[f'spark.conf."{key}"'] = self.spark.conf[key]
         return found
+
+    def secret_conf_keys(self) -> frozenset[str]:
+        """The `[spark.conf]` keys whose values are secrets: a value read from `${ENV:}`/`${FILE:}`
+        is kept out of files for a reason; a key named like a credential (Spark's own
+        `spark.redaction.regex` idea) is one whatever its origin. They never go on a command line
+        (`mqbridge.landing.jvm`)."""
+        return frozenset(key for key in self.spark.conf
+                         if key in self._referenced_conf or SECRET_CONF_KEY.search(key))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.certs import certs  # noqa: F401 -- the session fixture of TLS certificates, for every test
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,6 +1,7 @@
 """Monitoring: what a running bridge shows of itself, and the client that reads it.
 
 The modules: `server` (the HTTP endpoint: `/metrics`, `/status`, `/health` and the status page),
+`access` (its bearer token and TLS),
 `metrics` (the Prometheus series), `health` (what makes the bridge unhealthy, and the Spark probe),
 `page` (the status page's HTML), `status_client` (`mqbridge status`: fetch and render `/status`)
 and `progress` (the progress line on a terminal). Monitoring observes the bridge; it imports no
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         EXIT_HEALTHY,
         EXIT_UNHEALTHY,
         EXIT_UNREACHABLE,
+        Credentials,
         run_status,
         url_from_config,
     )
@@ -38,6 +40,7 @@ _SURFACE = {
     "ProgressLine": "mqbridge.monitoring.progress",
     "MonitoringServer": "mqbridge.monitoring.server",
     "DEFAULT_URL": "mqbridge.monitoring.status_client",
+    "Credentials": "mqbridge.monitoring.status_client",
     "EXIT_HEALTHY": "mqbridge.monitoring.status_client",
     "EXIT_UNHEALTHY": "mqbridge.monitoring.status_client",
     "EXIT_UNREACHABLE": "mqbridge.monitoring.status_client",
@@ -45,7 +48,7 @@ _SURFACE = {
     "url_from_config": "mqbridge.monitoring.status_client",
 }
 
-__all__ = ["DEFAULT_URL", "EXIT_HEALTHY", "EXIT_UNHEALTHY", "EXIT_UNREACHABLE", "BridgeMetrics",
+__all__ = ["DEFAULT_URL", "EXIT_HEALTHY", "EXIT_UNHEALTHY", "EXIT_UNREACHABLE", "BridgeMetrics", "Credentials",
            "MonitoringServer", "ProgressLine", "SparkProbe", "health_problems", "initialize_series",
            "process_info", "run_status", "url_from_config"]
 

@@ -9,7 +9,9 @@
                Answered from state: never waits on Spark for more than health.PING_WAIT
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
-interfaces unless configured); port 0 picks a free port, readable from `port` afterwards.
+interfaces unless configured); port 0 picks a free port, readable from `port` afterwards. With
+`tls_cert` it speaks HTTPS only (the handshake runs on the request's own thread, so a slow client
+never holds up the others); with `token` every request passes `mqbridge.monitoring.access` first.
 `App.run` (mqbridge.app) starts it after the bridge has started and stops it on the way out.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
+from mqbridge.monitoring.access import Access, server_context
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
 from mqbridge.monitoring.page import PAGE
@@ -42,6 +46,10 @@ LISTENER_COUNTS = ("messages_received", "messages_committed", "messages_backed_o
                    "results_sent", "results_failed", "results_rerouted", "results_not_allowed")
 
 
+#: Seconds a client may take over its TLS handshake or between two reads of its request.
+CLIENT_TIMEOUT = 10.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a slow scraper never delays shutdown
     monitor: MonitoringServer
@@ -53,13 +61,31 @@ class _Server(ThreadingHTTPServer):
         self.server_address = self.socket.getsockname()
         self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # On the request's own thread: the TLS handshake (the accepting thread only accepts).
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(CLIENT_TIMEOUT)
+            try:
+                request.do_handshake()
+            except (OSError, ssl.SSLError) as exc:  # no client certificate, a client that does not trust us...
+                log.info("monitoring: TLS handshake with %s failed: %s", client_address[0], exc)
+                return
+        super().finish_request(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = CLIENT_TIMEOUT
 
     def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
         monitor = self.server.monitor
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        denial = monitor.access.check(path, self.headers.get("Authorization"))
+        if denial is not None:
+            log.info("monitoring: %s %s refused: %s", self.address_string(), path, denial.reason)
+            self._send(401, "text/plain; charset=utf-8", b"authentication required: Authorization: Bearer <token>\n",
+                       {"WWW-Authenticate": denial.challenge})
+            return
         try:
             if path in ("/", "/index.html"):
                 self._send(200, "text/html; charset=utf-8", PAGE.encode())
@@ -77,8 +103,10 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("monitoring: %s failed", path)
             self._send(500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode())
 
-    def _send(self, code: int, content_type: str, body: bytes) -> None:
+    def _send(self, code: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
@@ -113,10 +141,13 @@ class MonitoringServer(Observer):
     """
 
     def __init__(self, bridge: BridgeView, host: str, port: int, *,
-                 session: Callable[[], Any] = lambda: None) -> None:
+                 session: Callable[[], Any] = lambda: None, access: Access | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.bridge = bridge
         self.host = host
         self.requested_port = port
+        self.access = access or Access()
+        self.tls = tls
         self.probe = SparkProbe(session, max_age=bridge.config.bridge.control_interval)
         self.rates = ListenerRates()
         self.registry = CollectorRegistry(auto_describe=False)
@@ -127,11 +158,13 @@ class MonitoringServer(Observer):
     @classmethod
     def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,
                    session: Callable[[], Any] = lambda: None) -> MonitoringServer | None:
-        """The server `[monitoring] listen` asks for, or None when it is disabled ("")."""
+        """The server `[monitoring]` asks for, or None when it is disabled (`listen = ""`).
+        ConfigError when its TLS files cannot be used."""
         if not section.enabled:
             return None
         assert section.host is not None and section.port is not None
-        return cls(bridge, section.host, section.port, session=session)
+        return cls(bridge, section.host, section.port, session=session, access=Access.from_section(section),
+                   tls=server_context(section, bridge.config.resolve_path))
 
     def on_tick(self, bridge: BridgeView) -> None:
         self.rates.update(bridge)
@@ -147,7 +180,7 @@ class MonitoringServer(Observer):
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def bind(self) -> None:
         """Bind the configured address (before the bridge starts, so a taken port fails fast).
@@ -159,6 +192,9 @@ class MonitoringServer(Observer):
                                                           type=socket.SOCK_STREAM)[0]
             server_class = type("_BoundServer", (_Server,), {"address_family": family})
             self._server = server_class(address, _Handler)
+            if self.tls is not None:
+                self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True,
+                                                           do_handshake_on_connect=False)
         except OSError as exc:
             raise BridgeError(f"monitoring: cannot listen on {self.url} ([monitoring] listen): {exc}") from exc
         self._server.monitor = self
@@ -170,7 +206,12 @@ class MonitoringServer(Observer):
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="monitoring-http", daemon=True)
         self._thread.start()
-        log.info("monitoring: serving /metrics, /status and /healthz on %s", self.url)
+        guarded = ("" if self.access.token is None else
+                   "; /metrics and /healthz open, the rest needs the token" if self.access.public
+                   else "; every path needs the token")
+        log.info("monitoring: serving /metrics, /status and /healthz on %s%s%s", self.url,
+                 " (client certificate required)" if self.tls is not None and self.tls.verify_mode == ssl.CERT_REQUIRED
+                 else "", guarded)
 
     def stop(self) -> None:
         """Stop serving and close the socket."""

@@ -1,19 +1,24 @@
 """`mqbridge status`: ask a running bridge's monitoring endpoint how it is doing.
 
 Fetches /status and /healthz and prints a table. Exit codes: 0 healthy, 1 unhealthy,
-3 unreachable (nothing answers, or not a bridge).
+3 unreachable (nothing answers, not a bridge, or it refuses us). With `--config`, it speaks HTTPS
+as `[monitoring]` says (`mqbridge.monitoring.access.client_context`) and sends its token.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
-from mqbridge.config import BridgeConfig
+from mqbridge.config import BridgeConfig, is_loopback
 from mqbridge.errors import StatusUnreachableError
+from mqbridge.monitoring.access import client_context
 
 DEFAULT_URL = "http://127.0.0.1:9464"
 EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREACHABLE = 0, 1, 3
@@ -32,24 +37,53 @@ def url_from_config(config: BridgeConfig) -> str:
     if section.port == 0:
         raise StatusUnreachableError(f"{where} listens on port 0 (any free port); give --url")
     host = _WILDCARDS.get(section.host, section.host)
-    return f"http://{f'[{host}]' if ':' in host else host}:{section.port}"
+    return f"{'https' if section.tls else 'http'}://{f'[{host}]' if ':' in host else host}:{section.port}"
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
+@dataclass(frozen=True)
+class Credentials:
+    """What `mqbridge status` shows the endpoint: a bearer token, and the TLS context that verifies
+    the server (and presents a client certificate)."""
+
+    token: str | None = None
+    context: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_config(cls, config: BridgeConfig) -> Credentials:
+        """The token and TLS of a configuration's `[monitoring]` (ConfigError for unusable files)."""
+        section = config.monitoring
+        token = section.token.get_secret_value() if section.token is not None else None
+        return cls(token, client_context(section, config.resolve_path))
+
+
+def _get(url: str, timeout: float, credentials: Credentials) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if credentials.token is not None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "https" and not is_loopback(parts.hostname or ""):
+            raise StatusUnreachableError(f"{url}: the token would travel in clear to {parts.hostname}; use https")
+        request.add_header("Authorization", f"Bearer {credentials.token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 -- an http(s) URL the user gave
+        with urllib.request.urlopen(request, timeout=timeout,  # noqa: S310 -- an http(s) URL the user gave
+                                    context=credentials.context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:  # 503 from /healthz is an answer, not a failure
+        if exc.code == 401:
+            raise StatusUnreachableError(
+                f"{url} answered 401: the endpoint needs its token ([monitoring] token of the file given with "
+                "--config)" if credentials.token is None else f"{url} answered 401: the token was refused") from exc
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise StatusUnreachableError(f"no bridge answers at {url}: {reason}") from exc
 
 
-def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
+def fetch(url: str, timeout: float = 5.0,
+          credentials: Credentials | None = None) -> tuple[dict[str, Any], int, str]:
     """(status document, /healthz code, /healthz body) of the bridge at `url`."""
     base = url.rstrip("/")
-    code, body = _get(base + "/status", timeout)
+    credentials = credentials or Credentials()
+    code, body = _get(base + "/status", timeout, credentials)
     try:
         status = json.loads(body)
     except ValueError:
@@ -57,7 +91,7 @@ def fetch(url: str, timeout: float = 5.0) -> tuple[dict[str, Any], int, str]:
     if code != 200 or not isinstance(status, dict) or "listeners" not in status:
         raise StatusUnreachableError(f"{base}/status answered HTTP {code} without a bridge status; "
                                      "is this an mqbridge endpoint?")
-    health_code, health_body = _get(base + "/healthz", timeout)
+    health_code, health_body = _get(base + "/healthz", timeout, credentials)
     return status, health_code, health_body.decode("utf-8", "replace")
 
 
@@ -165,10 +199,10 @@ def _process_lines(status: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_status(url: str, timeout: float = 5.0) -> tuple[int, str]:
+def run_status(url: str, timeout: float = 5.0, credentials: Credentials | None = None) -> tuple[int, str]:
     """(exit code, text to print) for `mqbridge status`."""
     try:
-        status, code, body = fetch(url, timeout)
+        status, code, body = fetch(url, timeout, credentials)
     except StatusUnreachableError as exc:
         return EXIT_UNREACHABLE, f"mqbridge status: {exc}"
     # /status and /healthz are two moments: healthy only if both say so, with both's problems.

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mqbridge.app import build_app, run_bridge
 from mqbridge.cli import main
-from mqbridge.config.schema import MonitoringSection
+from mqbridge.config import MonitoringSection
 from mqbridge.logsetup import setup_from_config
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.amq import AmqClient, unique_queue

@@ -3,6 +3,7 @@ server that is not (or no longer) listening, so a test can poll an endpoint whil
 
 from __future__ import annotations
 
+import ssl
 import urllib.error
 import urllib.request
 from typing import NamedTuple
@@ -16,10 +17,13 @@ class Response(NamedTuple):
     text: str
 
 
-def fetch(url: str, *, timeout: float = 10.0) -> Response:
-    """GET `url`: its status, Content-Type and body, whatever the status."""
+def fetch(url: str, *, timeout: float = 10.0, token: str | None = None,
+          context: ssl.SSLContext | None = None) -> Response:
+    """GET `url`: its status, Content-Type and body, whatever the status; `token` is sent as
+    `Authorization: Bearer`, `context` verifies an https server."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return Response(response.status, response.headers.get("Content-Type", ""),
                             response.read().decode())
     except urllib.error.HTTPError as exc:
@@ -28,7 +32,8 @@ def fetch(url: str, *, timeout: float = 10.0) -> Response:
         return Response(0, "", "")
 
 
-def get(url: str, *, timeout: float = 10.0) -> tuple[int, str]:
+def get(url: str, *, timeout: float = 10.0, token: str | None = None,
+        context: ssl.SSLContext | None = None) -> tuple[int, str]:
     """GET `url`: its status and body (status 0: no server answered)."""
-    status, _, text = fetch(url, timeout=timeout)
+    status, _, text = fetch(url, timeout=timeout, token=token, context=context)
     return status, text
