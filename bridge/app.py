@@ -25,6 +25,7 @@ from mqbridge.config import StompSourceConfig, plaintext_notes
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
+    DriverSecrets,
     Landing,
     SparkSessions,
     check_warehouse,
@@ -134,7 +135,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
     collector = _build_collector(config, counters, breakers, plugins)
     landing = open_landing(config, counters)
-    sessions = SparkSessions(config.spark, spark)
+    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config))
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)

@@ -143,7 +143,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from mqbridge.landing import create_spark_session
+    from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.purge import PurgeFactory, recover_purges
 
     cfg = load_config(args.config)
@@ -154,7 +154,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
     types = {name: t for name, t in cfg.types.items() if not args.type or name in args.type}
     factory = PurgeFactory(cfg)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf)
+                                 app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf,
+                                 secrets=DriverSecrets.of(cfg))
     purger = factory.purger(spark)
     now = datetime.now(timezone.utc)
     ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}

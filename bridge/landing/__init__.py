@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mqbridge.landing.containers import Container
+    from mqbridge.landing.driver_secrets import DriverSecrets
     from mqbridge.landing.executor import SparkExecutor, executors_for, spark_writes_bulks
     from mqbridge.landing.landing import Landing
     from mqbridge.landing.publication import RecoveryReport, recover
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 _SURFACE = {
     "Container": "mqbridge.landing.containers",
+    "DriverSecrets": "mqbridge.landing.driver_secrets",
     "type_tables": "mqbridge.landing.tables",
     "Landing": "mqbridge.landing.landing",
     "RecoveryReport": "mqbridge.landing.publication",
@@ -44,8 +46,8 @@ _SURFACE = {
     "shared_tables": "mqbridge.landing.tables",
 }
 
-__all__ = ["Container", "Landing", "RecoveryReport", "SparkExecutor", "SparkSessions", "check_warehouse",
-           "create_spark_session", "executors_for", "holders", "recover", "shared_tables",
+__all__ = ["Container", "DriverSecrets", "Landing", "RecoveryReport", "SparkExecutor", "SparkSessions",
+           "check_warehouse", "create_spark_session", "executors_for", "holders", "recover", "shared_tables",
            "spark_writes_bulks", "type_tables"]
 
 

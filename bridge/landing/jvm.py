@@ -11,9 +11,13 @@ import atexit
 import contextlib
 import logging
 import os
+import shlex
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
 from typing import Any
+
+from mqbridge.landing.driver_secrets import child_environment, private_properties
 
 #: Loggers whose warnings say nothing an operator can act on.
 _QUIET = ("org.apache.spark.util.Utils", "org.apache.hadoop.util.NativeCodeLoader")
@@ -68,10 +72,28 @@ def _remove(path: str) -> None:
 _JVM_NOISE = ("WARNING: Using incubator modules:",)
 
 
-def launch_driver_gateway(conf: Mapping[str, str]) -> None:
+class _ChildKwargs(dict[str, Any]):
+    """Popen keyword arguments whose `env`, whoever sets it, holds none of `secrets`: pyspark's
+    `launch_gateway` sets `env` to a copy of os.environ just before it starts the JVM, and offers no
+    other way to give the child an environment of our choice."""
+
+    def __init__(self, secrets: Collection[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.secrets = secrets
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, child_environment(value, self.secrets) if key == "env" else value)
+
+
+def launch_driver_gateway(conf: Mapping[str, str], secret_conf: Mapping[str, str] | None = None,
+                          hidden: Collection[str] = ()) -> None:
     """Start the in-process driver's JVM (py4j gateway) as pyspark would for `conf`, unless one
     runs, with its standard error through a pipe: each line is copied to our standard error, except
-    `_JVM_NOISE`, which goes to the log at DEBUG. pyspark's `getOrCreate` then uses this gateway."""
+    `_JVM_NOISE`, which goes to the log at DEBUG. pyspark's `getOrCreate` then uses this gateway.
+
+    `conf` goes on spark-submit's command line; `secret_conf` in a private properties file
+    (`driver_secrets.private_properties`) removed once the JVM has started; the JVM's environment
+    holds none of the `hidden` values (`driver_secrets.child_environment`)."""
     import subprocess
     import sys
     import threading
@@ -79,16 +101,39 @@ def launch_driver_gateway(conf: Mapping[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    with SparkContext._lock:
+    with SparkContext._lock, private_properties(secret_conf or {}) as properties, \
+            _submit_args(properties if secret_conf else None):
         if SparkContext._gateway is not None:
             return
         gateway = launch_gateway(  # type: ignore[no-untyped-call]  # pyspark's function has no annotations
-            SparkConf(loadDefaults=False).setAll(list(conf.items())), popen_kwargs={"stderr": subprocess.PIPE})
+            SparkConf(loadDefaults=False).setAll(list(conf.items())),
+            popen_kwargs=_ChildKwargs(hidden, stderr=subprocess.PIPE))
+        # launch_gateway returns once the JVM has told us its port: SparkSubmit has read the file.
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
     stream = gateway.proc.stderr
     threading.Thread(target=_copy_jvm_stderr, args=(stream, sys.stderr), name="spark-jvm-stderr",
                      daemon=True).start()
+
+
+@contextlib.contextmanager
+def _submit_args(properties: Path | None) -> Iterator[None]:
+    """pyspark's `PYSPARK_SUBMIT_ARGS` (its only way to pass spark-submit an option) with our
+    properties file first, for the duration of the launch (under SparkContext._lock, which every
+    JVM launch of pyspark holds too); `--load-spark-defaults`: spark-defaults.conf still applies."""
+    if properties is None:
+        yield
+        return
+    given = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--properties-file {shlex.quote(str(properties))} --load-spark-defaults "
+                                         f"{given or 'pyspark-shell'}")
+    try:
+        yield
+    finally:
+        if given is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = given
 
 
 def _copy_jvm_stderr(source: Any, target: Any) -> None:

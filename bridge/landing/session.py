@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from mqbridge.config import SparkSection, shown_remote
 from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError
+from mqbridge.landing.driver_secrets import DriverSecrets
 from mqbridge.landing.jvm import driver_log_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing.publication import discard, owner_dirname, staged_moves, verify_staged
 
@@ -61,9 +62,15 @@ def one_line(exc: BaseException) -> str:
 
 
 def create_spark_session(master: str = "local[*]", remote: str | None = None, app_name: str = "mqbridge",
-                         conf: Mapping[str, str] | None = None) -> SparkSession:
+                         conf: Mapping[str, str] | None = None,
+                         secrets: DriverSecrets | None = None) -> SparkSession:
     """The process's SparkSession (created on first call, reused after), in-process on `master`,
     or through Spark Connect when `remote` ("sc://host:15002") is given.
+
+    An in-process driver's JVM gets the settings that are secrets (named like credentials, or
+    `secrets.conf_keys`) in a private file, never on its command line, and an environment without
+    `secrets.values` (`mqbridge.landing.driver_secrets`); every setting is then also set on the
+    session's SparkConf through py4j, as pyspark's builder does.
 
     Raises SparkUnavailableError when Spark cannot be started or reached.
     """
@@ -81,8 +88,10 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
             _fail_fast(spark)
             _set_connect_conf(spark, settings)
         else:
-            launch_driver_gateway({**{k: str(v) for k, v in settings.items()},
-                                   "spark.master": master, "spark.app.name": app_name})
+            secrets = secrets or DriverSecrets()
+            public, secret = secrets.split({k: str(v) for k, v in settings.items()})
+            launch_driver_gateway({**public, "spark.master": master, "spark.app.name": app_name}, secret,
+                                  secrets.values)
             builder = SparkSession.builder.appName(app_name).master(master)
             for key, value in settings.items():
                 builder = builder.config(key, str(value))
@@ -229,10 +238,13 @@ class SparkSessions:
     When the in-process driver's JVM dies (killed, out of memory), `reset` forgets the session and
     the next `get()` starts a new one; every executor asks `get()` for each write, so all of them
     pick the new session up. `section` None: only the session given is ever used (tests).
+    `secrets`: what a driver JVM it starts must not get on its command line or in its environment.
     """
 
-    def __init__(self, section: SparkSection | None, session: SparkSession | None = None) -> None:
+    def __init__(self, section: SparkSection | None, session: SparkSession | None = None,
+                 secrets: DriverSecrets | None = None) -> None:
         self.section = section
+        self.secrets = secrets
         self._session = session
         self._lock = threading.Lock()
         self.recreated = 0  # sessions started again after the JVM was gone
@@ -253,7 +265,7 @@ class SparkSessions:
                     raise SparkUnavailableError("the SparkSession given to the bridge is gone and cannot be "
                                                 "started again (no [spark] section)")
                 self._session = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
-                                                     conf=s.conf)
+                                                     conf=s.conf, secrets=self.secrets)
                 if self.recreated:
                     log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
             return self._session

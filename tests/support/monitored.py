@@ -4,6 +4,8 @@ state read from /status, the process started in the background and finished with
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,16 @@ def listener_phases(url: str) -> list[str]:
 def start(config: Path, *, failpoint: str | None = None, idle: str = "3s") -> OutputReader:
     """`mqbridge run --until-idle` in the background, its output collected."""
     return OutputReader(mqbridge("run", "--config", str(config), "--until-idle", idle, failpoint=failpoint))
+
+
+@contextmanager
+def running(config: Path, *, env_extra: dict[str, str] | None = None) -> Iterator[OutputReader]:
+    """`mqbridge run` (no end of its own) in the background while the block runs; SIGTERM after."""
+    run = OutputReader(mqbridge("run", "--config", str(config), env_extra=env_extra))
+    try:
+        yield run
+    finally:
+        run.terminate()
 
 
 def finish(run: OutputReader, timeout: float = 300) -> str:

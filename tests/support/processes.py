@@ -51,6 +51,16 @@ def stomp_config(tmp_path: Path, queue: str, *, name: str = "bridge.toml", **opt
     return stomp_bridge(queue, **options).write(tmp_path / name)
 
 
+def memory_bridge(name: str = "mem", *, writer: str = "auto") -> BridgeToml:
+    """A `mqbridge run` on queue `orders` of its in-process memory broker (`process_bridge`): it
+    never gets a message (nothing outside the process can put one), for tests of what the process
+    shows of itself. `writer = "spark"` makes it start its Spark driver JVM (the start-up probe)."""
+    return (process_bridge(name).set("spark", master="local[1]", writer=writer)
+            .set("sources.mem", kind="memory")
+            .listener(source="mem", queue="orders", message_type="orders", backout_queue="orders.backout",
+                      wait="200ms"))
+
+
 #: The queues of `mq_bridge`'s queue manager.
 MQ_QUEUE, MQ_BOQ, MQ_DLQ = "ORDERS", "ORDERS.BOQ", "SYSTEM.DEAD.LETTER.QUEUE"
 
