@@ -9,7 +9,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,16 +43,24 @@ class Prometheus:
     def query(self, expr: str) -> list[Any]:
         return list(self.api("query", query=expr)["result"])
 
+    def targets(self, job: str) -> list[dict[str, Any]]:
+        """The active targets of scrape job `job` (`health`: up, down or unknown; `lastError`)."""
+        return [t for t in self.api("targets", state="active")["activeTargets"] if t["labels"].get("job") == job]
+
 
 @contextmanager
-def prometheus(base: Path, targets: list[str], rule_files: list[Path]) -> Iterator[Prometheus]:
-    """Started and ready; stopped at the end."""
+def prometheus(base: Path, targets: list[str], rule_files: list[Path], *,
+               scrape: Mapping[str, Any] | None = None,
+               other_jobs: Sequence[Mapping[str, Any]] = ()) -> Iterator[Prometheus]:
+    """Started and ready; stopped at the end. `scrape` adds to the job's scrape configuration
+    (`scheme`, `authorization`, `tls_config`...); `other_jobs` are further scrape configurations."""
     port = free_port()
     base.mkdir(parents=True, exist_ok=True)
     (base / "prometheus.yml").write_text(json.dumps({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": "mqbridge", "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [{"job_name": "mqbridge", "static_configs": [{"targets": targets}], **(scrape or {})},
+                           *other_jobs],
     }))  # JSON is YAML
     log = open(base / "prometheus.log", "wb")  # noqa: SIM115 -- closed below, after the process
     proc = subprocess.Popen([tool("prometheus"), f"--config.file={base / 'prometheus.yml'}",
