@@ -117,8 +117,11 @@ class UnitSpec:
             writable.append(config.resolve_path(config.logging.file).parent)
         command = command or default_command()
         plugin_dirs = DEFAULT_PLUGIN_DIRS if config.bridge.plugin_dirs is None else config.bridge.plugin_dirs
+        monitoring = config.monitoring
+        tls_files = (monitoring.tls_cert, monitoring.tls_key, monitoring.tls_client_ca)
         readable = [config_file, Path(command[0]), Path(mqbridge.__file__).resolve().parent.parent,
-                    *(config.resolve_path(p) for p in plugin_dirs)]
+                    *(config.resolve_path(p) for p in plugin_dirs),
+                    *(config.resolve_path(p) for p in tls_files if p is not None)]
         if watchdog is None:
             watchdog = max(MIN_WATCHDOG, 4 * config.bridge.control_interval)
         return cls(name=config.bridge.name, command=command, config_file=config_file, user=user,

@@ -81,6 +81,15 @@ def test_home_and_tmp_are_opened_only_when_the_service_needs_them() -> None:
     assert unit["ProtectHome"] == ["read-only"] and unit["PrivateTmp"] == ["no"]
 
 
+def test_the_monitoring_tls_files_are_paths_the_service_reads(tmp_path: Path) -> None:
+    toml = (orders().set("bridge", state_dir="/var/lib/mqbridge", plugin_dirs=[]).set("spark", warehouse="/srv/l")
+            .set("monitoring", tls_cert="/home/ops/tls/mon.pem", tls_key="tls/mon.key"))
+    config_file = toml.write(tmp_path / "bridge.toml")
+    spec = UnitSpec.from_config(load_config(config_file), config_file, command=["/opt/mqbridge/bin/mqbridge"])
+    assert {Path("/home/ops/tls/mon.pem"), tmp_path / "tls" / "mon.key"} <= set(spec.readable)
+    assert settings(render_unit(spec))["ProtectHome"] == ["read-only"]  # the certificate lives under /home
+
+
 def test_quote_for_systemd() -> None:
     assert quote("/srv/a-b_c/x.toml") == "/srv/a-b_c/x.toml"
     assert quote("/srv/100%/a b") == '"/srv/100%%/a b"'
