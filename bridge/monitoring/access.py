@@ -44,6 +44,8 @@ class Access:
 
     @classmethod
     def from_section(cls, section: MonitoringSection) -> Access:
+        """The access rule of `[monitoring]`: its token, and /metrics and /healthz public with
+        `metrics_public`."""
         token = section.token.get_secret_value().encode() if section.token is not None else None
         return cls(token, PUBLIC_PATHS if section.metrics_public else frozenset())
 
