@@ -258,6 +258,7 @@ workers = 2
 [types.bench]
 bulk_size = "{args.bulk_size}"
 bulk_timeout = "2s"
+{f'latency = "{args.type_latency}"' if args.type_latency else ""}
 [sources.src]
 {broker.source_toml()}
 [[listeners]]
@@ -432,6 +433,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
+    group.add_argument("--type-latency", default=None, metavar="DURATION",
+                       help="[types.bench] latency (the product's default when not given)")
     group.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                        help="a [spark.conf] setting of the bridge (repeatable)")
     group.add_argument("--connect", action="store_true",

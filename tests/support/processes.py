@@ -96,7 +96,13 @@ def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
                      env_extra: dict[str, str] | None = None) -> str:
     """Run until the failpoint kills the process (SIGKILL); its output."""
     proc = mqbridge("run", "--config", str(config), failpoint=failpoint, env_extra=env_extra)
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"failpoint {failpoint} was not reached within {timeout:.0f}s; the bridge's "
+                             f"output (last 6000 characters):\n{out[-6000:]}") from None
     assert proc.returncode == -signal.SIGKILL, f"expected a kill at {failpoint}, got {proc.returncode}:\n{out}"
     assert f"failpoint {failpoint} reached" in out, out
     return out
