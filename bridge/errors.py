@@ -50,6 +50,12 @@ class SourceRefusedError(SourceError, HaltListener):
     names the source key and carries the broker's own reason."""
 
 
+class SourceTLSError(SourceError, HaltListener):
+    """A TLS problem at connect (the broker's certificate not trusted, expired or for another host; a
+    client certificate missing or refused; unreadable TLS files): a configuration error, which
+    reconnecting cannot mend. The message names the source and the certificate problem."""
+
+
 class InDoubtError(SourceError):
     """A commit was sent but its outcome is unknown (e.g. MQRC 2009 on MQCMIT, no STOMP receipt).
 

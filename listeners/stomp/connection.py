@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mqbridge.config import StompSourceConfig
-from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError, SourceRefusedError
+from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError, SourceRefusedError, SourceTLSError
 from mqbridge.listeners.stomp.frames import Frames, drop
+from mqbridge.listeners.stomp.tls import diagnose as tls_diagnose
 from mqbridge.message import Message
 
 log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
@@ -69,6 +70,7 @@ class Connection:
         except self._driver_errors as exc:
             drop(conn)
             # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
+            self._raise_if_tls(where, exc)
             why = (f"{type(exc).__name__}: {exc}" if str(exc) else
                    f"no TCP connection within {cfg.connect_timeout:g}s (refused or unreachable)")
             raise SourceConnectionError(f"cannot connect to {where}: {why}") from exc
@@ -79,6 +81,7 @@ class Connection:
             raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
         if not answered or not frames.connected:
             drop(conn)
+            self._raise_if_tls(where, None)  # with TLS 1.3 a refused client certificate shows only now
             why = (f"no answer to CONNECT within {cfg.connect_timeout:g}s (connect_timeout)" if not answered
                    else "the broker closed the connection during CONNECT")
             raise SourceConnectionError(f"cannot connect to {where}: {why}")
@@ -86,6 +89,16 @@ class Connection:
         self.subscribe(deadline)
         log.info("connected to %s:%s, consuming %s (prefetch %d, %s commits)", cfg.host, cfg.port,
                  self.destination, self.prefetch, cfg.commit_mode)
+
+    def _raise_if_tls(self, where: str, cause: BaseException | None) -> None:
+        """After a failed connect over TLS: SourceTLSError when a certificate is why (see `tls.py`)."""
+        cfg = self.config
+        if not cfg.ssl:
+            return
+        problem = tls_diagnose(cfg.host, cfg.port, ca_certs=cfg.ca_certs, cert_file=cfg.cert_file,
+                               key_file=cfg.key_file, timeout=cfg.connect_timeout)
+        if problem is not None:
+            raise SourceTLSError(f"cannot connect to {where}: {problem}") from cause
 
     def _new_connection(self) -> Any:
         """A stomp.py connection, not yet connected, reporting to fresh `frames`."""

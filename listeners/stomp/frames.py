@@ -5,8 +5,11 @@ sure; reading header values that may not parse."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -145,6 +148,12 @@ def drop(conn: Any, frames: Frames | None = None) -> None:
     except Exception:
         log.debug("disconnecting a STOMP connection failed", exc_info=True)
     finally:
+        sock = getattr(conn.transport, "socket", None)
+        if isinstance(sock, ssl.SSLSocket):
+            # stomp.py ends TLS with a blocking unwrap(), which waits for the broker's close_notify for
+            # ever: a broker that went silent would hang this thread. Cut the TCP connection first.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         try:
             conn.transport.disconnect_socket()  # ... or now
         except Exception:
