@@ -8,11 +8,7 @@ needed. The same cases against ActiveMQ's and RabbitMQ's own TLS listeners belon
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import ssl
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,47 +18,8 @@ from mqbridge.config import StompSourceConfig
 from mqbridge.errors import HaltListener, SourceConnectionError, SourceTLSError
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.records import DeliveryTracker
-from tests.support.certs import Certs, KeyPair
-
-
-@contextlib.contextmanager
-def tls_server(pair: KeyPair, client_ca: Path | None = None) -> Iterator[int]:
-    """A TLS endpoint on 127.0.0.1 serving `pair` (requiring a client certificate signed by `client_ca`
-    when given) that completes handshakes and then says nothing; its port."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(pair.cert), str(pair.key))
-    if client_ca is not None:
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(str(client_ca))
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
-    open_connections: list[socket.socket] = []
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                raw, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            raw.settimeout(5)
-            try:
-                open_connections.append(context.wrap_socket(raw, server_side=True))
-            except (ssl.SSLError, OSError):
-                raw.close()  # the client refused us, or we refused the client: what is under test
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
-        for conn in open_connections:
-            conn.close()
+from tests.support.certs import Certs
+from tests.support.tls_server import tls_server
 
 
 def source(port: int, **settings: Any) -> StompSource:
