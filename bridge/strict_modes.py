@@ -13,6 +13,7 @@ Windows has no such mode bits (folder ACLs apply): nothing is checked there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -88,6 +89,9 @@ def private_dir(path: Path) -> Path:
     """`path` as a directory, created 0700 (its missing parents as the umask says) if missing."""
     path = Path(path)
     if not path.is_dir():
+        blocker = next((p for p in reversed((path, *path.parents)) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:  # say so, rather than mkdir's "File exists"
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # another process made it first: it chose the mode
             path.mkdir(mode=PRIVATE_DIR)

@@ -112,3 +112,13 @@ def test_the_bridge_checks_its_state_dir_whatever_keeps_the_ledger() -> None:
     os.chmod(cfg.bridge.state_dir, 0o777)
     with pytest.raises(ConfigError, match=rf"^state_dir {cfg.bridge.state_dir} is world-writable"):
         memory_app(cfg, RecordingExecutor())
+
+
+def test_a_private_dir_under_a_regular_file_names_the_file(tmp_path: Path) -> None:
+    # Given a table path that is a regular file
+    blocker = tmp_path / "orders"
+    blocker.write_text("not a directory")
+    # When a staging directory under it is made private, the error names the file, not mkdir's "File exists"
+    with pytest.raises(NotADirectoryError) as caught:
+        private_dir(blocker / "_staging" / "owner")
+    assert caught.value.filename == str(blocker) and "Not a directory" in str(caught.value)
