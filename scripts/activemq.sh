@@ -8,6 +8,13 @@ BASE="$(realpath -m "${MQBRIDGE_AMQ_BASE:-.amq}")"
 PORT="${MQBRIDGE_STOMP_PORT:-61613}"
 MAX_FRAME="${MQBRIDGE_STOMP_MAX_FRAME:-104857600}"  # bytes; tests of oversized frames lower it
 AUTH_USER="${MQBRIDGE_AMQ_AUTH_USER:-}"  # set (with MQBRIDGE_AMQ_AUTH_PASSWORD): only that user may connect
+# STOMP over TLS (tests/integration/test_broker_tls.py): MQBRIDGE_AMQ_TLS_KEYSTORE (PKCS12: the broker's key
+# and certificate), MQBRIDGE_AMQ_TLS_TRUSTSTORE (PKCS12: the CA of client certificates), their password
+# MQBRIDGE_AMQ_TLS_STORE_PASSWORD; a `stomp+ssl` connector on 127.0.0.1:MQBRIDGE_AMQ_TLS_PORT (server
+# certificate only) and one on 127.0.0.1:MQBRIDGE_AMQ_MTLS_PORT (a client certificate required).
+TLS_KEYSTORE="${MQBRIDGE_AMQ_TLS_KEYSTORE:-}"
+TLS_PORT="${MQBRIDGE_AMQ_TLS_PORT:-}"
+MTLS_PORT="${MQBRIDGE_AMQ_MTLS_PORT:-}"
 HOME_DIR=/usr/share/activemq
 PIDFILE="$BASE/activemq.pid"
 
@@ -30,6 +37,16 @@ write_conf() {
       <authenticationUser username=\"$AUTH_USER\" password=\"${MQBRIDGE_AMQ_AUTH_PASSWORD:?}\" groups=\"users\"/>
     </users></simpleAuthenticationPlugin></plugins>"
     fi
+    local ssl_context="" tls_connectors=""
+    if [ -n "$TLS_KEYSTORE" ]; then
+        local password="${MQBRIDGE_AMQ_TLS_STORE_PASSWORD:?}"
+        ssl_context="<sslContext><sslContext keyStore=\"file:$TLS_KEYSTORE\" keyStorePassword=\"$password\"
+      keyStoreType=\"PKCS12\" trustStore=\"file:${MQBRIDGE_AMQ_TLS_TRUSTSTORE:?}\" trustStorePassword=\"$password\"
+      trustStoreType=\"PKCS12\"/></sslContext>"
+        [ -z "$TLS_PORT" ] || tls_connectors="<transportConnector name=\"stomp-tls\" uri=\"stomp+ssl://127.0.0.1:${TLS_PORT}\"/>"
+        [ -z "$MTLS_PORT" ] || tls_connectors="$tls_connectors
+      <transportConnector name=\"stomp-mtls\" uri=\"stomp+ssl://127.0.0.1:${MTLS_PORT}?transport.needClientAuth=true\"/>"
+    fi
     cp /etc/activemq/instances-available/main/log4j2.properties "$BASE/conf/" 2>/dev/null || true
     cat >"$BASE/conf/activemq.xml" <<XML
 <beans xmlns="http://www.springframework.org/schema/beans"
@@ -50,6 +67,7 @@ write_conf() {
     </destinationPolicy>
     <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>
     $plugins
+    $ssl_context
     <systemUsage><systemUsage>
       <memoryUsage><memoryUsage limit="512 mb"/></memoryUsage>
       <storeUsage><storeUsage limit="8 gb"/></storeUsage>
@@ -57,6 +75,7 @@ write_conf() {
     </systemUsage></systemUsage>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:${PORT}?transport.maxFrameSize=${MAX_FRAME}"/>
+      $tls_connectors
     </transportConnectors>
   </broker>
 </beans>
@@ -66,11 +85,16 @@ XML
 running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 wait_port() {
+    local port
+    for port in "$PORT" $TLS_PORT $MTLS_PORT; do wait_one "$port" || return 1; done
+}
+
+wait_one() {
     for _ in $(seq 1 120); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
         sleep 0.5
     done
-    echo "activemq: STOMP port $PORT did not open; see $BASE/activemq.log" >&2
+    echo "activemq: STOMP port $1 did not open; see $BASE/activemq.log" >&2
     tail -30 "$BASE/activemq.log" >&2 || true
     return 1
 }

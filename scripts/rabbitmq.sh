@@ -7,7 +7,14 @@ set -euo pipefail
 
 BASE="$(realpath -m "${MQBRIDGE_RABBIT_BASE:-.rabbitmq}")"
 PORT="${MQBRIDGE_RABBIT_STOMP_PORT:-61623}"
-export RABBITMQ_NODENAME="mqbridge-test@localhost"
+AMQP_PORT="${MQBRIDGE_RABBIT_AMQP_PORT:-5673}"
+# STOMP over TLS (tests/integration/test_broker_tls.py): a listener on 127.0.0.1:MQBRIDGE_RABBIT_TLS_PORT
+# with the broker's certificate and key and the CA of client certificates from MQBRIDGE_RABBIT_TLS_DIR
+# (server.pem, server.key, ca.pem); a client certificate is required. A second node beside the shared
+# one needs its own MQBRIDGE_RABBIT_NODE, MQBRIDGE_RABBIT_AMQP_PORT and MQBRIDGE_RABBIT_DIST_PORT.
+TLS_PORT="${MQBRIDGE_RABBIT_TLS_PORT:-}"
+export RABBITMQ_NODENAME="${MQBRIDGE_RABBIT_NODE:-mqbridge-test}@localhost"
+[ -z "${MQBRIDGE_RABBIT_DIST_PORT:-}" ] || export RABBITMQ_DIST_PORT="$MQBRIDGE_RABBIT_DIST_PORT"
 export RABBITMQ_CONFIG_FILE="$BASE/rabbitmq.conf"
 export RABBITMQ_ENABLED_PLUGINS_FILE="$BASE/enabled_plugins"
 export RABBITMQ_MNESIA_BASE="$BASE/mnesia"
@@ -29,16 +36,30 @@ install() {
 write_conf() {
     mkdir -p "$BASE/mnesia" "$BASE/log"
     cat >"$RABBITMQ_CONFIG_FILE" <<CONF
-listeners.tcp.default = 127.0.0.1:5673
+listeners.tcp.default = 127.0.0.1:${AMQP_PORT}
 stomp.listeners.tcp.1 = 127.0.0.1:${PORT}
 loopback_users.guest = false
 CONF
+    if [ -n "$TLS_PORT" ]; then
+        mkdir -p "$BASE/tls"
+        cp "${MQBRIDGE_RABBIT_TLS_DIR:?}/server.pem" "$MQBRIDGE_RABBIT_TLS_DIR/server.key" \
+            "$MQBRIDGE_RABBIT_TLS_DIR/ca.pem" "$BASE/tls/"
+        chmod 0600 "$BASE/tls/server.key"
+        cat >>"$RABBITMQ_CONFIG_FILE" <<CONF
+stomp.listeners.ssl.1 = 127.0.0.1:${TLS_PORT}
+ssl_options.cacertfile = $BASE/tls/ca.pem
+ssl_options.certfile = $BASE/tls/server.pem
+ssl_options.keyfile = $BASE/tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = true
+CONF
+    fi
     echo "[rabbitmq_stomp]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
     # Debian's rabbitmq-server drops root for the `rabbitmq` user.
     if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq:rabbitmq "$BASE"; fi
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && { [ -z "$TLS_PORT" ] || (exec 3<>"/dev/tcp/127.0.0.1/$TLS_PORT") 2>/dev/null; }; }
 
 start() {
     if port_open; then echo "rabbitmq: STOMP on 127.0.0.1:$PORT"; return; fi
