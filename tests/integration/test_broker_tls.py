@@ -2,7 +2,8 @@
 `stomp+ssl` connectors (server certificate only, and client certificate required) and RabbitMQ's
 STOMP TLS listener (client certificate required). Every message lands exactly once over each, also
 when the bridge is killed in the middle of a landing; each certificate problem at connect halts its
-listener once, naming the source and the problem, and `run --until-idle` exits 1."""
+listener once, naming the source and the problem, in the log and on /healthz. (That `run
+--until-idle` then exits 1: tests/integration/test_stomp_tls.py.)"""
 
 from __future__ import annotations
 
@@ -15,17 +16,19 @@ import pytest
 from tests.support.amq import AmqClient
 from tests.support.certs import Certs
 from tests.support.configs import BridgeToml, toml_value
-from tests.support.exactly_once import Rabbit, account, bodies
+from tests.support.exactly_once import Rabbit, account, bodies, free_port
+from tests.support.http import get
+from tests.support.monitored import running
 from tests.support.processes import (
     landed,
     leftovers,
-    mqbridge,
     process_bridge,
     run_until_idle,
     run_until_killed,
     stomp_config,
 )
 from tests.support.tls_brokers import TlsBroker, tls_activemq, tls_rabbitmq
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,30 +102,35 @@ def test_each_certificate_problem_halts_its_listener_with_the_source_and_the_rea
     # wrong-host broker certificates: tests/unit/listeners/stomp/test_tls.py, against a TLS endpoint
     # of the test that serves them; a broker serves one certificate.)
     assert amq_tls.tls is not None
-    config = _bridge({
-        "wrong_ca": _tls_source(amq_tls.tls, certs.other_ca),
-        "no_client_amq": _tls_source(amq_tls.mtls, certs.ca),
-        "no_client_rabbit": _tls_source(rabbit_tls.mtls, certs.ca, broker="rabbitmq"),
-    }).write(tmp_path / "bridge.toml")
-    # When the bridge runs until idle
-    proc = mqbridge("run", "--config", str(config), "--until-idle", "3s")
-    try:
-        out, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    # Then it exits 1, each listener halted once with its source and its certificate problem
-    assert proc.returncode == 1, f"exit {proc.returncode}:\n{out[-6000:]}"
-    halted = [line for line in out.splitlines() if "CRITICAL" in line and ": halted: " in line]
     expected = {
         "wrong_ca": "the broker's TLS certificate is not accepted: self-signed certificate in certificate chain",
         "no_client_amq": "set cert_file and key_file",
         "no_client_rabbit": "set cert_file and key_file",
     }
+    healthz = f"http://127.0.0.1:{free_port()}/healthz"
+    config = _bridge({
+        "wrong_ca": _tls_source(amq_tls.tls, certs.other_ca),
+        "no_client_amq": _tls_source(amq_tls.mtls, certs.ca),
+        "no_client_rabbit": _tls_source(rabbit_tls.mtls, certs.ca, broker="rabbitmq"),
+    }).set("monitoring", listen=healthz.split("/")[2]).write(tmp_path / "bridge.toml")
+    # When the bridge runs
+    with running(config) as run:
+        def all_halted() -> bool:
+            code, text = get(healthz)
+            return code == 503 and all(f"(source '{source}')" in text for source in expected)
+        try:
+            wait_until(all_halted, 180, "/healthz to name the 3 listeners halted by their TLS problems")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n/healthz: {get(healthz)}\n{run.text()[-6000:]}") from None
+        _, health = get(healthz)
+    out = run.text()
+    # Then /healthz and the log name each listener's source and certificate problem, and each
+    # listener halted once (no reconnecting)
+    halted = [line for line in out.splitlines() if "CRITICAL" in line and ": halted: " in line]
     for source, problem in expected.items():
         lines = [line for line in halted if f"source '{source}'" in line]
         assert len(lines) == 1 and problem in lines[0], f"{source}: {lines}\n{out[-6000:]}"
+        assert any(f"(source '{source}')" in line and problem in line for line in health.splitlines()), health
     assert "no TCP connection" not in out, out[-6000:]
 
 
