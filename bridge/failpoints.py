@@ -7,7 +7,7 @@ first time it reaches that step. `name:exit` exits with status 137 through `os._
 platforms without SIGKILL. Unset (the default), `hit()` costs one dictionary lookup. The
 environment is read when a point is reached, never at import time.
 
-Points, in the order of the protocol (see README "Delivery guarantees"):
+Points, in the order of the protocol (see docs/guarantees.md):
 
     after_stage           a bulk's files are written to its staging directory
     after_prepare         the ledger holds the bulk as prepared

@@ -229,7 +229,7 @@ class TypeConfig(Model):
 
 
 class PurgeSection(Model):
-    """`[purge]`: the purge cost model's starting values and margin (README "Retention and purge")."""
+    """`[purge]`: the purge cost model's starting values and margin (docs/operations.md "Retention and purge")."""
 
     delete_row_seconds: float | None = Field(default=None, gt=0, description="Seconds per row rewritten by "
                                              "delete; None: learned from past runs (state_dir)")

@@ -18,8 +18,8 @@ def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path) -> DataFrame:
     the server as Arrow over gRPC. In-process Spark: read from an uncompressed Parquet file that
     pyarrow writes at `handoff` (a directory the caller removes after the write). `createDataFrame`
     would ship the rows inside the task instead ("task of very large size"): the JVM then
-    deserialises and copies every row, ~3x its CPU per write on 16,000 rows of 1 KB (see the
-    README's benchmark section), where the Parquet reader maps the file's pages into column vectors."""
+    deserialises and copies every row, ~3x its CPU per write on 16,000 rows of 1 KB (see
+    docs/performance.md), where the Parquet reader maps the file's pages into column vectors."""
     if is_connect(spark):
         return spark.createDataFrame(rows)
     handoff.mkdir(parents=True, exist_ok=True)

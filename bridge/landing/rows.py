@@ -1,5 +1,5 @@
-"""The landed row: its columns (`LANDED_COLUMNS`, documented in the README's "What lands"), the
-Arrow table a bulk becomes (`arrow_table`, in `ARROW_SCHEMA`), and a JSON type's schema and the
+"""The landed row: its columns (`LANDED_COLUMNS`, documented in docs/spark-and-tables.md "Landed
+rows"), the Arrow table a bulk becomes (`arrow_table`, in `ARROW_SCHEMA`), and a JSON type's schema and the
 checks of its bodies.
 
 JSON types are checked twice, because neither check alone is strict enough:

@@ -28,7 +28,7 @@ FILE_NAME = "purge_costs.json"
 #: Weight of one run's measurement in the learned coefficients.
 LEARNING_RATE = 0.5
 #: Starting coefficients before any run: what seven runs learned on a 2-core machine with local[2]
-#: Spark, 1 KB rows, a fresh `mqbridge purge` process each (README "Retention and purge").
+#: Spark, 1 KB rows, a fresh `mqbridge purge` process each (docs/operations.md "Retention and purge").
 DEFAULT_DELETE_ROW_SECONDS = 150e-6
 DEFAULT_COPY_ROW_SECONDS = 100e-6
 DEFAULT_CONTAINER_SECONDS = 1.5

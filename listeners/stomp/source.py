@@ -34,7 +34,7 @@ frames until COMMIT and drops them with the connection), so after any crash eith
 original is on the queue (and is stamped again, no copy having been made) or exactly one stamped
 copy is; a stamped copy keeps its stamp on every redelivery, so the ledger recognises it after a
 crash between publication and commit, as it recognises any stable message id. The cost is one
-more pass through the broker for every message (README: "Exactly-once on RabbitMQ").
+more pass through the broker for every message (docs/guarantees.md: "Exactly-once on RabbitMQ").
 
 Messages refused at the edge (a numeric header that does not parse, a `timestamp` past year 9999,
 a body over `max_message_size`) are not handed to the listener loop: they go to the listener's

@@ -60,9 +60,9 @@ def test_example_requires_its_fields_option() -> None:
         host.start()
 
 
-def test_the_readme_snippet_works_as_a_drop_in_file(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Writing a preprocessor"):]
+def test_the_smallest_plugin_of_the_docs_works_as_a_drop_in_file(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    section = doc[doc.index("## The smallest plugin"):]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     (tmp_path / "snippet.py").write_text(match.group(1))
