@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# The demo: set up, put sample messages on a local ActiveMQ, run the bridge until idle, and
-# show what landed in Spark and what went to the backout queue.
+# The demo: set up, start the bridge on a local ActiveMQ (in the background, monitoring on
+# http://127.0.0.1:9464), put sample messages, wait until both queues are drained, and show what
+# landed in Spark, what went to the backout queue, and the operator's view (`mqbridge status`).
+# The bridge keeps running so that you can open its status page; DEMO_STOP=1 stops it at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 PY=.venv/bin/python
+PIDFILE=data/demo.pid
+CONFIG=config/demo.toml
+
+if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    echo "== stopping the bridge of an earlier demo (pid $(cat "$PIDFILE"))"
+    kill -TERM "$(cat "$PIDFILE")"
+    for _ in $(seq 1 120); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.5; done
+fi
 
 echo "== emptying the demo queues and tables"
 rm -rf data/demo
+mkdir -p data/demo
 $PY - <<'PY'
 import sys; sys.path.insert(0, ".")
 from tests.support.amq import AmqClient
@@ -16,14 +27,35 @@ with AmqClient() as c:
         c.drain(q, quiet=0.3)
 PY
 
+echo "== starting: mqbridge run --config $CONFIG (in the background; its log: data/demo/bridge.log)"
+nohup .venv/bin/mqbridge run --config "$CONFIG" >data/demo/bridge.log 2>&1 &
+echo $! >"$PIDFILE"
+for _ in $(seq 1 240); do
+    if .venv/bin/mqbridge status --config "$CONFIG" >/dev/null 2>&1; then break; fi
+    kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "the bridge ended:"; tail -30 data/demo/bridge.log; exit 1; }
+    sleep 0.5
+done
+
 echo "== putting sample messages"
 $PY scripts/demo_messages.py --orders "${DEMO_ORDERS:-3000}" --invoices "${DEMO_INVOICES:-2000}"
 
-echo "== running: mqbridge run --config config/demo.toml --until-idle 10s"
-.venv/bin/mqbridge run --config config/demo.toml --until-idle 10s
+echo "== waiting until both queues are drained (every message landed, or moved to the backout queue)"
+$PY - <<'PY'
+import sys, time; sys.path.insert(0, ".")
+from tests.support.amq import AmqClient
+deadline = time.monotonic() + 600
+with AmqClient() as c:
+    while True:
+        left = {q: c.depth(q) for q in ("/queue/demo.orders", "/queue/demo.invoices")}
+        if not any(left.values()):
+            break
+        if time.monotonic() > deadline:
+            sys.exit(f"the queues were not drained within 10 minutes: {left}; see data/demo/bridge.log")
+        time.sleep(1)
+PY
 
 echo "== what landed (read back through Spark)"
-.venv/bin/mqbridge tables --config config/demo.toml
+.venv/bin/mqbridge tables --config "$CONFIG"
 
 echo "== what is left on the queues"
 $PY - <<'PY'
@@ -36,3 +68,15 @@ with AmqClient() as c:
         for f in frames[:5]:
             print(f"      {f.body[:30]!r}  reason: {f.headers.get('mqbridge-reason')}")
 PY
+
+echo "== the operator's view: mqbridge status --config $CONFIG"
+.venv/bin/mqbridge status --config "$CONFIG" || true
+if [ "${DEMO_STOP:-0}" = 1 ]; then
+    echo "== stopping the bridge (SIGTERM: it finishes what it holds first)"
+    kill -TERM "$(cat "$PIDFILE")"
+    for _ in $(seq 1 120); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.5; done
+    rm -f "$PIDFILE"
+else
+    echo "== the bridge keeps running: status page http://127.0.0.1:9464/ (also /metrics, /status, /healthz)"
+    echo "   stop it with: kill $(cat "$PIDFILE")    (the broker: scripts/activemq.sh stop)"
+fi
