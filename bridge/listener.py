@@ -86,7 +86,10 @@ class ListenerState:
 
     phase: str = "starting"  # starting | connecting | receiving | processing | paused | stopped | failed
     heartbeat: float = field(default_factory=time.monotonic)
-    last_message: float = 0.0  # monotonic time of the last message received (0: none yet)
+    #: Monotonic time of the last message received or of the last connect (0: neither yet). `run
+    #: --until-idle` counts its idle time from here, so a listener thread that just reconnected (after
+    #: a broker restart) gets the whole idle time to receive what is still on the queue.
+    last_activity: float = 0.0
     connected_once: bool = False
     last_error: str = ""
     units: int = 0
@@ -169,6 +172,7 @@ class ListenerThread(threading.Thread):
         for source in self.connections:
             source.connect()
         self.state.connected_once = True
+        self.state.last_activity = time.monotonic()
         connections = self.connections
         while not self._stop_event.is_set():
             while (oldest := connections.oldest()) is not None and oldest.ready:
@@ -244,7 +248,7 @@ class ListenerThread(threading.Thread):
                 continue
             batch.append(message)
         now = time.monotonic()
-        self.state.last_message = now
+        self.state.last_activity = now
         self.state.heartbeat = now
         self.counters.inc("messages_received", len(batch), **self._labels)
         return batch

@@ -280,7 +280,7 @@ class Bridge:
         return self.collector.stats().messages == 0
 
     def last_activity(self) -> float:
-        times = [s.thread.state.last_message for s in self.slots if s.thread is not None]
+        times = [s.thread.state.last_activity for s in self.slots if s.thread is not None]
         return max(times, default=0.0)
 
     def measure_rates(self) -> None:

@@ -208,3 +208,15 @@ def test_stopping_finishes_every_unit_in_flight_first() -> None:
     # Then every unit was committed before its connection closed: nothing is left or redelivered
     assert Counter(executor.bodies()) == Counter(bodies(15))
     assert broker.depth("orders") == 0
+
+
+def test_until_idle_counts_the_idle_time_from_the_listeners_connect() -> None:
+    # Given an empty queue (a listener thread that just connected, as after a broker restart, has
+    # received nothing yet)
+    cfg, _ = memory_config()
+    app = memory_app(cfg, RecordingExecutor())
+    # When the bridge runs until idle for 2 s
+    started = time.monotonic()
+    assert run_until_idle(app.bridge, idle=2.0, timeout=30) == 0
+    # Then it waited the whole 2 s after connecting for messages, not just its 1 s check
+    assert time.monotonic() - started >= 2.0
