@@ -195,3 +195,38 @@ def test_observers_hear_every_event_and_a_broken_one_changes_nothing() -> None:
     assert running.stop() == 0
     events = recorder.events
     assert events[-1] == "stopping" and events.count("ready") == 1 and "wake" in events
+
+
+def test_errors_per_second_is_the_listener_errors_of_the_last_interval_over_its_length() -> None:
+    # Given a source that cannot connect
+    cfg, _broker = memory_config()
+    app = memory_app(cfg, RecordingExecutor(),
+                     source_factory=lambda _ctx: FailingSource(SourceConnectionError("broker down")))
+    bridge = app.bridge
+    bridge.start()
+    try:
+        [slot] = bridge.slots
+        bridge.measure_rates()  # the start of the first interval
+        started = time.monotonic()
+        # When 6 more connects fail within the interval
+        for _ in range(6):
+            dead_threads(bridge)
+            bridge.reconcile()
+            slot.next_start = 0.0
+            bridge.reconcile()
+        dead_threads(bridge)
+        bridge.reconcile()
+        slot.next_start = float("inf")  # no more tries
+        errors = bridge.counters.total("listener_errors")
+        time.sleep(0.5)
+        elapsed = time.monotonic() - started
+        bridge.measure_rates()
+        # Then the gauge is those errors over the interval's length, and 0 once an interval has none
+        assert errors >= 6
+        assert bridge.counters.gauge("errors_per_second") == pytest.approx(errors / elapsed, rel=0.05)
+        time.sleep(0.2)
+        bridge.measure_rates()
+        assert bridge.counters.gauge("errors_per_second") == 0.0
+    finally:
+        bridge.stop()
+        bridge.shutdown()
