@@ -16,9 +16,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
+from mqbridge.commands.check_config import add_parser as add_check_config
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
-from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, Credentials, run_status, url_from_config
@@ -59,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 0 once every listener has been idle this long and every message is committed")
     run.add_argument("--log-level", default=None, help="override [logging] level")
 
-    check = sub.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("config", help="configuration file (TOML)")
+    add_check_config(sub)
     tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
                                            "size, oldest and newest put_timestamp")
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
@@ -80,7 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
     ledger.set_defaults(handler=cmd_ledger)
     run.set_defaults(handler=cmd_run)
-    check.set_defaults(handler=cmd_check_config)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)
     status.set_defaults(handler=cmd_status)
@@ -105,22 +103,6 @@ def _add_purge_parser(sub: Any) -> None:
                             "designated is always dropped")
     purge.add_argument("--dry-run", action="store_true", help="print the plan and estimates; change nothing")
     purge.set_defaults(handler=cmd_purge)
-
-
-def cmd_check_config(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    host = PluginHost.from_config(cfg)
-    host.start()  # ConfigError if a listener's preprocessor chain cannot be built
-    host.close()
-    for error in host.errors:
-        print(f"{args.config}: warning: plugin not loaded: {error}", file=sys.stderr)
-    for a, b, table in shared_tables(cfg.types):  # legal: a purge of one designates its rows by message_type
-        print(f"{args.config}: warning: types {a} and {b} can land in the same table {table!r}",
-              file=sys.stderr)
-    threads = sum(listener.threads for listener in cfg.listeners)
-    print(f"{args.config}: OK ({len(cfg.sources)} sources, {len(cfg.types)} types, "
-          f"{len(cfg.listeners)} listeners, {threads} listener threads)")
-    return 0
 
 
 def cmd_tables(args: argparse.Namespace) -> int:

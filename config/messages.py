@@ -83,8 +83,10 @@ def _worded(kind: str, ctx: Mapping[str, Any], fallback: str) -> str:
     if template is None:
         # Not met in practice; pydantic's "Input should be ..." still reads as a rule.
         return fallback.replace("Input should be", "must be")
+    # A bound of a duration (a float) reads as the user wrote it: "more than 0", not "0.0".
+    shown = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in ctx.items()}
     try:
-        return template.format(**ctx)
+        return template.format(**shown)
     except (KeyError, IndexError):
         return fallback
 
