@@ -88,7 +88,8 @@ def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | Non
     password, and an operator's shell rarely has the service's environment."""
     checked = check_text(text, path, env, secrets=secrets)
     if checked.config is None:
-        raise _config_error(path, checked.problems) from None
+        # No problem of its own: only keys whose references were left unresolved failed.
+        raise _config_error(path, checked.problems or checked.unresolved) from None
     return checked.config
 
 
@@ -128,12 +129,13 @@ def check_text(text: str, path: str = "<string>", env: Mapping[str, str] | None 
 
 
 def _placeholders(raw: Any, unresolved: list[Loc]) -> Any:
-    """`raw` with the value at each unresolved key path replaced by a placeholder."""
-    for loc in unresolved:
-        parent = raw
-        for part in loc[:-1]:
-            parent = parent[part]
-        parent[loc[-1]] = _UNRESOLVED_URL if loc == ("ledger", "url") else UNRESOLVED
+    """`raw` whose unresolved references (each replaced by `UNRESOLVED` in place, so a Connect URL
+    with a `${ENV:...}` token stays a URL) still pass their key's rules: a `[ledger] url` that was
+    one whole reference becomes a placeholder URL."""
+    if ("ledger", "url") in unresolved:
+        section = raw["ledger"]
+        if not str(section["url"]).startswith(("postgresql://", "postgres://")):
+            section["url"] = _UNRESOLVED_URL
     return raw
 
 
@@ -193,7 +195,7 @@ def _substitute(value: Any, loc: Loc, env: Mapping[str, str], base_dir: Path,
                 problems.append((loc, f"cannot read {file} (${{FILE:{name}}}): {why}"))
             else:
                 return content[:-1] if content.endswith("\n") else content
-        return ""
+        return UNRESOLVED  # only seen with secrets=False: with secrets the problem stops the load
 
     return _REFERENCE.sub(replace, value)
 
