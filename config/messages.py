@@ -52,8 +52,9 @@ _WORDING = {
 }
 
 
-def problems_of(exc: ValidationError, raw: Mapping[str, Any]) -> list[Problem]:
-    """Each pydantic error of validating `raw` as (key path, message), without the input values."""
+def problems_of(exc: ValidationError, raw: Mapping[str, Any] | None) -> list[Problem]:
+    """Each pydantic error of validating `raw` as (key path, message), without the input values.
+    `raw` None: not a whole configuration (a preprocessor's options): no "did you mean"."""
     problems: list[Problem] = []
     for error in exc.errors(include_url=False, include_input=False):
         loc: Loc = tuple(error["loc"])
@@ -66,7 +67,7 @@ def problems_of(exc: ValidationError, raw: Mapping[str, Any]) -> list[Problem]:
         elif kind == "value_error" and cause is not None:
             problems.append((loc, str(cause)))
         elif kind == "extra_forbidden":
-            problems.append((loc, "unknown key" + did_you_mean(loc, raw)))
+            problems.append((loc, "unknown key" + (did_you_mean(loc, raw) if raw is not None else "")))
         elif kind == "union_tag_not_found":
             problems.append(((*loc, "kind"), f"required key is missing ({_SOURCE_KINDS})"))
         elif kind == "union_tag_invalid":

@@ -7,6 +7,7 @@ so the exit codes a script may rely on are written down in one place.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 
 _HELP: dict[str, tuple[str, str]] = {
@@ -87,7 +88,9 @@ def parser_help(command: str) -> dict[str, Any]:
     """The `add_parser` keywords of `command`: description, epilog and a formatter that keeps the
     epilog's lines as written."""
     description, epilog = _HELP[command]
-    return {"description": description, "epilog": epilog, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    # The raw formatter keeps the epilog's layout, so the description is wrapped here instead.
+    return {"description": textwrap.fill(description, 90), "epilog": epilog,
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def commands_with_help() -> list[str]:
