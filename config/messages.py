@@ -123,6 +123,10 @@ def did_you_mean(loc: Loc, raw: Mapping[str, Any]) -> str:
     close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
     if close:
         return f" — did you mean {close[0]}?"
+    if len(loc) == 3 and loc[0] == "sources":  # a key of another kind of source: the kind is what is wrong
+        kinds = [kind for kind, model in _SOURCE_MODELS.items() if loc[2] in _names(model)]
+        if kinds:
+            return f" — a key of kind = {' or '.join(repr(k) for k in kinds)} sources"
     return f" (allowed here: {', '.join(allowed)})" if allowed and len(allowed) <= 12 else ""
 
 

@@ -30,7 +30,7 @@ def environment_findings(config: BridgeConfig) -> list[Finding]:
 
 
 def _directories(config: BridgeConfig) -> Iterator[Finding]:
-    state_dir = config.resolve_path(config.bridge.state_dir)
+    state_dir = _resolved(config, config.bridge.state_dir)
     yield from _writable_dir(("bridge", "state_dir"), state_dir)
     if state_dir.is_dir():  # (a missing one is created private; check_trusted would stat through a file)
         try:
@@ -38,11 +38,11 @@ def _directories(config: BridgeConfig) -> Iterator[Finding]:
         except ConfigError as exc:
             yield Finding(("bridge", "state_dir"), str(exc))
     if config.spark.remote is None:  # with Spark Connect the warehouse is the server's path, not ours
-        yield from _writable_dir(("spark", "warehouse"), config.resolve_path(config.spark.warehouse))
+        yield from _writable_dir(("spark", "warehouse"), _resolved(config, config.spark.warehouse))
     if config.logging.file is not None:
-        yield from _writable_file(("logging", "file"), config.resolve_path(config.logging.file))
+        yield from _writable_file(("logging", "file"), _resolved(config, config.logging.file))
     for index, folder in enumerate(config.bridge.plugin_dirs or ()):
-        path = config.resolve_path(folder)
+        path = _resolved(config, folder)
         if not path.is_dir():
             yield Finding(("bridge", "plugin_dirs", index), f"{path}: {_missing_or_not(path, 'a directory')}",
                           "create it, or remove it from plugin_dirs")
@@ -84,7 +84,7 @@ def _files(config: BridgeConfig) -> Iterator[Finding]:
                 yield from _readable(config, ("sources", name, key), getattr(source, key))
         elif isinstance(source, MqSourceConfig) and source.key_repository:
             # MQ's key repository is a stem: the client opens <stem>.kdb (and its .sth stash).
-            stem = config.resolve_path(source.key_repository)
+            stem = _resolved(config, source.key_repository)
             yield from _readable(config, ("sources", name, "key_repository"), stem.with_name(stem.name + ".kdb"))
     monitoring = config.monitoring
     if monitoring.enabled:
@@ -95,7 +95,7 @@ def _files(config: BridgeConfig) -> Iterator[Finding]:
 def _readable(config: BridgeConfig, loc: Loc, path: Path | None) -> Iterator[Finding]:
     if path is None:
         return
-    full = config.resolve_path(path)
+    full = _resolved(config, path)
     if not full.is_file():
         yield Finding(loc, f"{full}: {_missing_or_not(full, 'a file')}",
                       f"write the path of the file (a relative path is taken from {config.base_dir})")
@@ -126,6 +126,12 @@ def _drivers(config: BridgeConfig) -> Iterator[Finding]:
     if config.ledger.url is not None and not _installed("psycopg"):
         yield Finding(("ledger", "url"), "a PostgreSQL ledger needs psycopg, which is not installed",
                       'pip install "mqbridge[postgresql]"')
+
+
+def _resolved(config: BridgeConfig, path: Path | str) -> Path:
+    """`path` as the bridge would use it, shown without `..` (`config/../data` is `data`); resolving
+    follows symlinks as the kernel does, so the checks see the same directory."""
+    return config.resolve_path(path).resolve()
 
 
 def _mq_driver_problem() -> str | None:

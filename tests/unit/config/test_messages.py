@@ -31,6 +31,8 @@ message_type = "orders"
     (MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nhots = "h"'),
      "sources.amq.hots: unknown key — did you mean host?"),
     (MINIMAL + "batchsize = 5\n", "listeners[0].batchsize: unknown key — did you mean batch?"),
+    (MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nconn_name = "h(1414)"'),
+     "sources.amq.conn_name: unknown key — a key of kind = 'mq' sources"),
     # Negative and zero sizes: neither is said to be allowed where the key refuses it.
     (MINIMAL.replace('"5MB"', "-5"), "types.orders.bulk_size: -5 is negative (use e.g. 512KB, 5MB, 1GB)"),
     (MINIMAL.replace('"5MB"', "0"), "types.orders.bulk_size: must be more than 0"),

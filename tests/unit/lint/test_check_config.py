@@ -168,3 +168,11 @@ def test_lint_text_reports_what_a_file_would_without_one() -> None:
     report = lint_text(BASE.replace("[types.orders]", "[types.orders]\nlatency = 0"), "<string>")
     assert [f.line("x.toml", report.key_lines) for f in report.findings] == [
         "x.toml:6: types.orders.latency: must be more than 0"]
+
+
+def test_paths_in_findings_are_normalised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config").mkdir()
+    path = tmp_path / "config" / "bridge.toml"
+    path.write_text(BASE.replace('kind = "stomp"', 'kind = "stomp"\nssl = true\nca_certs = "../ca.pem"'))
+    assert main(["check-config", str(path)]) == 1
+    assert f"sources.amq.ca_certs: {tmp_path.resolve() / 'ca.pem'}: no such file" in capsys.readouterr().out
