@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 from mqbridge import __version__
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
-from mqbridge.config import StompSourceConfig, plaintext_notes
+from mqbridge.config import StompSourceConfig, key_path, plaintext_notes
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
@@ -35,6 +35,7 @@ from mqbridge.landing import (
     type_tables,
 )
 from mqbridge.landing.ledger import open_ledger, owner_id
+from mqbridge.lint import broker_advice
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
@@ -72,6 +73,8 @@ class App:
                  sum(listener.threads for listener in cfg.listeners))
         for note in plaintext_notes(cfg):  # accepted, but an operator should know
             log.warning("%s", note)
+        for finding in broker_advice(cfg):  # what `check-config` warns about too
+            log.warning("%s: %s — %s", key_path(finding.loc), finding.problem, finding.fix)
         monitor = self.monitor
         try:
             if monitor is not None:

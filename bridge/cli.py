@@ -16,10 +16,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
+from mqbridge.commands.check_config import add_parser as add_check_config
+from mqbridge.commands.help import parser_help
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
-from mqbridge.landing import shared_tables
-from mqbridge.landing.ledger import ledger_path, open_ledger, owner_id
+from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
 from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, Credentials, run_status, url_from_config
 from mqbridge.plugins import PluginHost, report
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
     from mqbridge.purge import Designation, Purger
 
 log = logging.getLogger("mqbridge")
+#: The levels `run --log-level` accepts (those of [logging] level).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def shown_path(path: Path | str) -> Path:
+    """`path` as an operator reads it: absolute, without `..` or symlinks (`config/../data` is shown
+    as the directory it is)."""
+    return Path(path).resolve()
 
 
 def _duration(text: str) -> float:
@@ -53,19 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mqbridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the bridge")
+    run = sub.add_parser("run", help="run the bridge", **parser_help("run"))
     run.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     run.add_argument("--until-idle", type=_duration, default=None, metavar="DURATION",
                      help="exit 0 once every listener has been idle this long and every message is committed")
-    run.add_argument("--log-level", default=None, help="override [logging] level")
+    run.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
+                     help="override [logging] level (any case)")
 
-    check = sub.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("config", help="configuration file (TOML)")
+    add_check_config(sub)
     tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
-                                           "size, oldest and newest put_timestamp")
+                                           "size, oldest and newest put_timestamp", **parser_help("tables"))
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     _add_purge_parser(sub)
-    plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors")
+    plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors",
+                             **parser_help("plugins"))
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
                                            "exit 0 healthy, 1 unhealthy, 3 unreachable")
@@ -75,12 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "listen address, TLS and token")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
     ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
-                                           "(exit 1 if any is missing)")
+                                           "(exit 1 if any is missing)", **parser_help("ledger"))
     ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
     ledger.set_defaults(handler=cmd_ledger)
     run.set_defaults(handler=cmd_run)
-    check.set_defaults(handler=cmd_check_config)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)
     status.set_defaults(handler=cmd_status)
@@ -92,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_purge_parser(sub: Any) -> None:
     """`mqbridge purge`: what it designates (types, age, SQL) and how (strategy, dry run)."""
     purge = sub.add_parser("purge", help="remove designated rows (older than a retention, or matching SQL) from "
-                                         "each container, by delete, copy-and-drop or drop, as the cost model says")
+                                         "each container, by delete, copy-and-drop or drop, as the cost model says",
+                           **parser_help("purge"))
     purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     purge.add_argument("--type", action="append", default=None, metavar="NAME",
                        help="only this message type's tables (repeatable; default: every type)")
@@ -107,29 +117,13 @@ def _add_purge_parser(sub: Any) -> None:
     purge.set_defaults(handler=cmd_purge)
 
 
-def cmd_check_config(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    host = PluginHost.from_config(cfg)
-    host.start()  # ConfigError if a listener's preprocessor chain cannot be built
-    host.close()
-    for error in host.errors:
-        print(f"{args.config}: warning: plugin not loaded: {error}", file=sys.stderr)
-    for a, b, table in shared_tables(cfg.types):  # legal: a purge of one designates its rows by message_type
-        print(f"{args.config}: warning: types {a} and {b} can land in the same table {table!r}",
-              file=sys.stderr)
-    threads = sum(listener.threads for listener in cfg.listeners)
-    print(f"{args.config}: OK ({len(cfg.sources)} sources, {len(cfg.types)} types, "
-          f"{len(cfg.listeners)} listeners, {threads} listener threads)")
-    return 0
-
-
 def cmd_tables(args: argparse.Namespace) -> int:
     from mqbridge.landing.containers import containers
     from mqbridge.landing.tables import type_tables
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, secrets=False)  # the footers need no password
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
-    print(f"warehouse: {warehouse}")
+    print(f"warehouse: {shown_path(warehouse)}")
     for path, names in type_tables(warehouse, cfg.types).items():
         found = containers(path)
         print(f"  {path.relative_to(warehouse)}  (types: {', '.join(names)})"
@@ -146,13 +140,17 @@ def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.purge import PurgeFactory, recover_purges
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, secrets=False)
+    cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
     setup_logging("WARNING")
     unknown = sorted(set(args.type or ()) - set(cfg.types))
     if unknown:
         raise ConfigError(f"--type {', '.join(unknown)}: not a configured type (configured: {', '.join(cfg.types)})")
     types = {name: t for name, t in cfg.types.items() if not args.type or name in args.type}
     factory = PurgeFactory(cfg)
+    # Said before the wait: a local session starts a JVM (seconds), a remote one needs its server.
+    print(f"dry run: nothing is changed; starting Spark ({cfg.spark.shown}) to count the designated rows"
+          if args.dry_run else f"starting Spark ({cfg.spark.shown}) to plan and purge each container", flush=True)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf,
                                  secrets=DriverSecrets.of(cfg))
@@ -194,16 +192,18 @@ def _purge_line(plan: Any) -> str:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, secrets=False)
     if cfg.ledger.url is None:
         path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
         if not path.exists():
-            # Opening would create it: an operator asking about it must hear that it is not there.
-            print(f"ledger: {path}")
+            # An operator asking about it must hear that it is not there (read-only: nothing is created).
+            print(f"ledger: {shown_path(path)}")
             print("  no ledger file (nothing landed with exactly_once yet, or state_dir is wrong)")
             return 1
-    ledger = open_ledger(cfg, owner=owner_id())
-    print(f"ledger: {ledger.path}")
+    else:
+        cfg.require_resolved("ledger")  # the PostgreSQL URL holds the password
+    ledger = open_ledger_for_reading(cfg, owner=owner_id())
+    print(f"ledger: {shown_path(ledger.path) if cfg.ledger.url is None else ledger.path}")
     try:
         stats = ledger.stats()
         oldest = datetime.fromtimestamp(stats.oldest, timezone.utc).isoformat(timespec="seconds") \
@@ -299,7 +299,7 @@ def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, se
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     setup_logging("CRITICAL")  # load errors are part of the listing
-    host = PluginHost.from_config(load_config(args.config)) if args.config else PluginHost()
+    host = PluginHost.from_config(load_config(args.config, secrets=False)) if args.config else PluginHost()
     host.start(strict=False)
     text, ok = report(host)
     host.close()

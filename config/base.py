@@ -31,7 +31,7 @@ def parse_duration(value: str | int | float) -> float:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("-"):
-            raise ValueError(f"{value!r} is negative; a duration must be 0 or more")
+            raise ValueError(f"{value!r} is negative ({hint})")
         match = _DURATION.fullmatch(text)
         if not match:
             raise ValueError(f"{value!r} is not a duration ({hint})")
@@ -39,7 +39,7 @@ def parse_duration(value: str | int | float) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{value!r} is not a duration ({hint})")
     if value < 0:
-        raise ValueError(f"{value!r} is negative; a duration must be 0 or more")
+        raise ValueError(f"{value!r} is negative ({hint})")
     return float(value)
 
 
@@ -52,11 +52,11 @@ def parse_size(value: str | int) -> int:
         raise ValueError(f"a size is a string like 5MB or a whole number of bytes ({hint})")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"{value} is negative; a size must be 0 or more")
+            raise ValueError(f"{value} is negative ({hint})")
         return value
     text = value.strip()
     if text.startswith("-"):
-        raise ValueError(f"{value!r} is negative; a size must be 0 or more")
+        raise ValueError(f"{value!r} is negative ({hint})")
     match = _SIZE.fullmatch(text)
     if not match:
         raise ValueError(f"{value!r} is not a size ({hint})")
@@ -67,10 +67,11 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 
-def check_table(value: str) -> None:
-    """Raise ValueError unless `value` is a safe relative directory for a table."""
+def check_table(value: str, written: str | None = None) -> None:
+    """Raise ValueError unless `value` is a safe relative directory for a table. `written` is the
+    template `value` was rendered from: the message shows what the user wrote, not our rendering."""
     if not _TABLE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a safe table directory (letters, digits, _ . - and / between "
+        raise ValueError(f"{written or value!r} is not a safe table directory (letters, digits, _ . - and / between "
                          "parts; no '..', no absolute path)")
 
 

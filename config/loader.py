@@ -12,13 +12,15 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from mqbridge.config.messages import problems_of
 from mqbridge.config.schema import BridgeConfig
-from mqbridge.errors import ConfigError, KeyedError, Loc
+from mqbridge.errors import ConfigError, Loc
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,13 +33,30 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _TOML_POSITION = re.compile(r"(.*?)\s*\(at line (\d+), column (\d+)\)$", re.DOTALL)
 _AT_END = " (at end of document)"
 _SHOWN = 3  # problems spelled out in one message; the others are counted
-_SOURCE_KINDS = ("stomp", "mq")
 
 Problem = tuple[Loc, str]
 
 
-def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
-    """Read and validate the TOML configuration file at `path`. Raises ConfigError."""
+#: What an unresolved secret reference is replaced with when secrets are not needed (`secrets=False`):
+#: long enough for a token, without spaces, so the rules of the value's key still pass.
+UNRESOLVED = "unresolved-secret-reference"
+#: The same for a reference that is the whole `[ledger] url`, which must look like a URL.
+_UNRESOLVED_URL = "postgresql://unresolved@localhost/unresolved"
+
+
+@dataclass
+class Checked:
+    """What reading a configuration text found: the configuration (None when it is invalid), every
+    problem (key path, message), and the secret references left unresolved (key path, why)."""
+
+    config: BridgeConfig | None
+    problems: list[Problem]
+    unresolved: list[Problem] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The text of the configuration file at `path`. Raises ConfigError when it cannot be read."""
     name = str(path)
     try:
         data = Path(path).read_bytes()
@@ -46,16 +65,39 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
     except OSError as exc:
         raise ConfigError(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{name}: not UTF-8 text (byte {exc.start})") from None
-    return parse_config(text, name)
 
 
-def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | None = None) -> BridgeConfig:
+def load_config(path: str | os.PathLike[str], *, secrets: bool = True) -> BridgeConfig:
+    """Read and validate the TOML configuration file at `path`. Raises ConfigError. With
+    `secrets=False` (commands that need no secret) an unset `${ENV:...}` or unreadable
+    `${FILE:...}` is no error: see `parse_config`."""
+    return parse_config(read_text(path), str(path), secrets=secrets)
+
+
+def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | None = None, *,
+                 secrets: bool = True) -> BridgeConfig:
     """Validate configuration TOML `text`. `path` names it in error messages; unless it is a
     pseudo-name in angle brackets ("<string>"), relative paths (and `${FILE:...}`) are taken from
-    its directory, else from the current directory. `env` replaces os.environ for `${ENV:...}`."""
+    its directory, else from the current directory. `env` replaces os.environ for `${ENV:...}`.
+
+    With `secrets=False` a reference that cannot be resolved is replaced by `UNRESOLVED` and
+    listed in `BridgeConfig.unresolved` instead of failing: `tables` or a SQLite `ledger` need no
+    password, and an operator's shell rarely has the service's environment."""
+    checked = check_text(text, path, env, secrets=secrets)
+    if checked.config is None:
+        # No problem of its own: only keys whose references were left unresolved failed.
+        raise _config_error(path, checked.problems or checked.unresolved) from None
+    return checked.config
+
+
+def check_text(text: str, path: str = "<string>", env: Mapping[str, str] | None = None, *,
+               secrets: bool = True) -> Checked:
+    """Every problem of configuration TOML `text` (see `parse_config`), collected rather than
+    raised: `check-config` reports them all. Raises ConfigError only when `text` is not TOML.
+    With `secrets=True` unresolved references are problems and stop validation (as `run` does)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -65,20 +107,36 @@ def parse_config(text: str, path: str = "<string>", env: Mapping[str, str] | Non
     problems: list[Problem] = []
     spark_section = raw.get("spark")
     original_conf = dict(spark_section.get("conf") or {}) if isinstance(spark_section, dict) else {}
-    raw = _substitute(raw, (), os.environ if env is None else env, base_dir, problems)
-    if problems:
-        raise _config_error(path, problems)
+    resolved = _substitute(raw, (), os.environ if env is None else env, base_dir, problems)
+    unresolved = list(problems)
+    if problems and secrets:
+        return Checked(None, problems, unresolved, raw)
+    resolved = _placeholders(resolved, [loc for loc, _ in unresolved])
     try:
-        config = BridgeConfig.model_validate(raw)
+        config = BridgeConfig.model_validate(resolved)
     except ValidationError as exc:
-        # `from None`: the ValidationError's own text shows input values, which may be secrets.
-        raise _config_error(path, _problems(exc)) from None
+        # Problems at a key whose reference was not resolved come from the placeholder, not the file.
+        found = [(loc, msg) for loc, msg in problems_of(exc, raw)
+                 if not any(loc[:len(key)] == key for key, _ in unresolved)]
+        return Checked(None, found, unresolved, raw)
     config._path = file
     config._base_dir = base_dir
-    conf = (raw.get("spark") or {}).get("conf") if isinstance(raw.get("spark"), dict) else None
+    config._unresolved = {key_path(loc): msg for loc, msg in unresolved}
+    conf = (resolved.get("spark") or {}).get("conf") if isinstance(resolved.get("spark"), dict) else None
     config._referenced_conf = frozenset(
         key for key, value in (conf or {}).items() if _REFERENCE.search(str(original_conf.get(key, ""))))
-    return config
+    return Checked(config, [], unresolved, raw)
+
+
+def _placeholders(raw: Any, unresolved: list[Loc]) -> Any:
+    """`raw` whose unresolved references (each replaced by `UNRESOLVED` in place, so a Connect URL
+    with a `${ENV:...}` token stays a URL) still pass their key's rules: a `[ledger] url` that was
+    one whole reference becomes a placeholder URL."""
+    if ("ledger", "url") in unresolved:
+        section = raw["ledger"]
+        if not str(section["url"]).startswith(("postgresql://", "postgres://")):
+            section["url"] = _UNRESOLVED_URL
+    return raw
 
 
 def key_path(loc: Loc) -> str:
@@ -137,37 +195,9 @@ def _substitute(value: Any, loc: Loc, env: Mapping[str, str], base_dir: Path,
                 problems.append((loc, f"cannot read {file} (${{FILE:{name}}}): {why}"))
             else:
                 return content[:-1] if content.endswith("\n") else content
-        return ""
+        return UNRESOLVED  # only seen with secrets=False: with secrets the problem stops the load
 
     return _REFERENCE.sub(replace, value)
-
-
-def _problems(exc: ValidationError) -> list[Problem]:
-    """Each pydantic error as (key path, message), without the input values."""
-    problems: list[Problem] = []
-    for error in exc.errors(include_url=False, include_input=False):
-        loc: Loc = tuple(error["loc"])
-        if len(loc) >= 3 and loc[0] == "sources" and loc[2] in _SOURCE_KINDS:
-            loc = loc[:2] + loc[3:]  # the discriminated union adds the kind to the location
-        kind, ctx = error["type"], error.get("ctx") or {}
-        cause = ctx.get("error")
-        if isinstance(cause, KeyedError):
-            problems.extend(((*loc, *sub), msg) for sub, msg in cause.problems)
-            continue
-        if kind == "value_error" and cause is not None:
-            msg = str(cause)
-        elif kind == "extra_forbidden":
-            msg = "unknown key"
-        elif kind == "missing":
-            msg = "required key is missing"
-        elif kind == "union_tag_not_found":
-            loc, msg = (*loc, "kind"), "required key is missing (stomp or mq)"
-        elif kind == "union_tag_invalid":
-            loc, msg = (*loc, "kind"), f"{ctx.get('tag')!r} is not a source kind (stomp or mq)"
-        else:
-            msg = error["msg"]
-        problems.append((loc, msg))
-    return problems
 
 
 def _config_error(path: str, problems: list[Problem]) -> ConfigError:

@@ -26,7 +26,7 @@ from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.tables import is_template, render, template_problem
-from mqbridge.errors import KeyedError, Loc
+from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
 #: this one may be missing.
@@ -102,6 +102,8 @@ class LoggingSection(Model):
 _URL_PASSWORD = re.compile(r"^[a-z]+://[^:/@]*:([^@/]+)@")
 #: A Spark Connect URL's parameters: sc://host:port/;token=…;user_id=… (names are case-insensitive).
 _REMOTE_PARAM = re.compile(r";([^;=/]+)=([^;]*)")
+#: A whole Spark Connect URL: sc://host[:port][/][;name=value...] (pyspark's ChannelBuilder grammar).
+_REMOTE = re.compile(r"sc://(\[[0-9A-Fa-f:.]+\]|[^\s/:;\[\]]+)(:\d{1,5})?/?(;[^\s;=/]+=[^\s;]*)*;?")
 #: Parameters of a Spark Connect URL that are credentials.
 _REMOTE_SECRETS = frozenset({"token"})
 #: spark.conf keys whose values are secrets wherever they came from: Spark's default `spark.redaction.regex`
@@ -153,6 +155,10 @@ class SparkSection(Model):
     def _check_remote(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("sc://"):
             raise ValueError("a Spark Connect URL starts with sc:// (e.g. sc://host:15002)")
+        if value is not None and not _REMOTE.fullmatch(value):
+            # pyspark would refuse it only when the bridge starts Spark, after the listeners are built.
+            raise ValueError(f"{shown_remote(value)!r} is not a Spark Connect URL: write sc://HOST:PORT with no "
+                             "spaces, then optional /;name=value parameters (e.g. sc://spark-host:15002/;use_ssl=true)")
         return value
 
     @field_validator("conf", mode="before")
@@ -203,7 +209,7 @@ class TypeConfig(Model):
             problem = template_problem(value)
             if problem:
                 raise ValueError(problem)
-            check_table(render(value, source="s", destination="d", message_type="t"))
+            check_table(render(value, source="s", destination="d", message_type="t"), written=value)
         elif value:
             check_table(value)
         return value
@@ -363,6 +369,8 @@ class BridgeConfig(Model):
     _base_dir: Path | None = PrivateAttr(None)
     #: The spark.conf keys whose values came from `${ENV:}`/`${FILE:}` (set by the loader).
     _referenced_conf: frozenset[str] = PrivateAttr(frozenset())
+    #: Secret references left unresolved (`load_config(secrets=False)`): key path -> why.
+    _unresolved: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_check(self) -> BridgeConfig:
@@ -434,6 +442,19 @@ class BridgeConfig(Model):
         """`path` made absolute: `~` expanded, relative paths taken from `base_dir`."""
         path = Path(path).expanduser()
         return path if path.is_absolute() else self.base_dir / path
+
+    @property
+    def unresolved(self) -> dict[str, str]:
+        """The secret references loaded without their values (key path -> why): a command that
+        needs one of them calls `require_resolved` first."""
+        return dict(self._unresolved)
+
+    def require_resolved(self, *prefixes: str) -> None:
+        """Raise ConfigError naming the first unresolved reference under one of the key paths
+        `prefixes` (all when none is given): the command needs that value after all."""
+        for key, why in self._unresolved.items():
+            if not prefixes or any(key == p or key.startswith((f"{p}.", f"{p}[")) for p in prefixes):
+                raise ConfigError(f"{self._path or '<string>'}: {key}: {why} (this command needs it)")
 
     def secrets(self) -> dict[str, str]:
         """The plain text of every secret, by key path ("sources.amq.password"): for redaction

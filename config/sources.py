@@ -12,6 +12,11 @@ from mqbridge.config.base import Duration, Model, Size, parse_duration
 from mqbridge.config.plaintext import all_loopback, conn_name_hosts, is_loopback
 from mqbridge.errors import KeyedError
 
+#: "host:1414": one colon (an IPv6 address has several) before digits.
+_HOST_COLON_PORT = re.compile(r"[^\s:(),]+:\d{1,5}")
+#: A host name or address as stomp.py connects to it: no scheme, port or spaces.
+_HOST = re.compile(r"\[?[0-9A-Fa-f:.]+\]?|[A-Za-z0-9_.-]+")
+
 
 class StompSourceConfig(Model):
     """`[sources.<name>]` with kind = "stomp": a STOMP broker (ActiveMQ, RabbitMQ, Artemis)."""
@@ -50,6 +55,17 @@ class StompSourceConfig(Model):
     ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM)")
     cert_file: Path | None = Field(default=None, description="Client certificate (PEM)")
     key_file: Path | None = Field(default=None, description="Client private key (PEM)")
+
+    @field_validator("host")
+    @classmethod
+    def _check_host(cls, value: str) -> str:
+        if _HOST.fullmatch(value):
+            return value
+        if _HOST_COLON_PORT.fullmatch(value):
+            host, port = value.rsplit(":", 1)
+            raise ValueError(f"{value!r} has a port; write host = {host!r} and port = {port}")
+        raise ValueError(f"{value!r} is not a host name or address (no scheme, port or spaces; e.g. "
+                         "broker.example.com or 10.0.0.5)")
 
     @model_validator(mode="after")
     def _check_tls(self) -> StompSourceConfig:
@@ -112,6 +128,11 @@ class MqSourceConfig(Model):
     @field_validator("conn_name")
     @classmethod
     def _check_conn_name(cls, value: str) -> str:
+        colon = next((p.strip() for p in value.split(",") if _HOST_COLON_PORT.fullmatch(p.strip())), None)
+        if colon is not None:
+            # MQ would take "host:1414" for a host name and fail at connect (MQRC 2538).
+            host, port = colon.rsplit(":", 1)
+            raise ValueError(f"{colon!r} is host:port; IBM MQ writes the port in brackets — write {host}({port})")
         if not all(_CONN_NAME.fullmatch(part.strip()) for part in value.split(",")):
             raise ValueError(f"{value!r} is not host(port) or a comma list of them (e.g. mqhost1(1414),mqhost2(1414))")
         return value

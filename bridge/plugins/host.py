@@ -346,7 +346,8 @@ def _row(name: str, source: str, path: str | None, state: str, *, version: str |
 
 def report(host: PluginHost) -> tuple[str, bool]:
     """`mqbridge plugins`: a listing of the plugins, errors and chains; and whether all is well."""
-    lines = [f"plugins (generation {host.status()['generation']}):"]
+    lines = [f"plugins (generation {host.status()['generation']}):",
+             f"  {'NAME':<16} {'SOURCE':<9} {'VERSION':<30} {'PREPROCESSORS':<20} STATE"]
     for row in host.describe():
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["mtime"])) if row["mtime"] else ""
         version = " ".join(x for x in (row["version"], when and f"mtime {when}") if x) or "-"

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from mqbridge.config import key_path
+from mqbridge.config.messages import problems_of
 from mqbridge.errors import PluginError
 from mqbridge.message import Message
 
@@ -78,8 +80,8 @@ class PreprocessorType:
         try:
             return self.options.model_validate(dict(raw))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(options)'}: {e['msg']}"
-                                 for e in exc.errors())
+            # Worded as the configuration's own keys are (no pydantic "Input should be ...").
+            problems = "; ".join(f"{key_path(loc) or '(options)'}: {msg}" for loc, msg in problems_of(exc, None))
             raise PluginError(f"invalid options: {problems}") from None
 
     def instantiate(self, raw: Mapping[str, Any]) -> Preprocessor:

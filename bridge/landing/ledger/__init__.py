@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
 
 __all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "SqliteLedger", "ledger_path",
-           "open_ledger", "owner_alive", "owner_id", "this_host"]
+           "open_ledger", "open_ledger_for_reading", "owner_alive", "owner_id", "this_host"]
 
 
 def open_ledger(config: BridgeConfig, *, owner: str) -> Ledger:
@@ -41,3 +41,12 @@ def open_ledger(config: BridgeConfig, *, owner: str) -> Ledger:
         ledger.close()
         raise LedgerError(f"{exc} (at start-up)") from exc
     return ledger
+
+
+def open_ledger_for_reading(config: BridgeConfig, *, owner: str) -> Ledger:
+    """The ledger a configuration names, for a command that only reads it (`mqbridge ledger`): the
+    SQLite file read-only (it must exist; no heartbeat is written), a PostgreSQL ledger as
+    `open_ledger` opens it."""
+    if config.ledger.url is not None:
+        return open_ledger(config, owner=owner)
+    return SqliteLedger.open_read_only(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)

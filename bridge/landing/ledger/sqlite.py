@@ -60,6 +60,12 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write `path` (nor create it): a `file:` URI with `mode=ro`."""
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+                           isolation_level=None, check_same_thread=False)
+
+
 class SqliteLedger(Ledger):
     """The ledger in one SQLite file; see the module docstring."""
 
@@ -76,7 +82,12 @@ class SqliteLedger(Ledger):
     def _begin_write(self, db: Any) -> None:
         db.execute("BEGIN IMMEDIATE")
 
+    #: Opened by `open_read_only`: every connection is `mode=ro`.
+    read_only = False
+
     def _open_reader(self) -> Any:
+        if self.read_only:
+            return _connect_read_only(Path(self.path))
         reader = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                  check_same_thread=False)
         reader.execute("PRAGMA query_only = ON")
@@ -128,6 +139,20 @@ class SqliteLedger(Ledger):
             db.close()
             raise
         return cls(path, owner, db, created)
+
+    @classmethod
+    def open_read_only(cls, path: Path, *, owner: str) -> SqliteLedger:
+        """The existing ledger at `path`, for reading only (SQLite `mode=ro`): nothing is created,
+        set up or written, not even a heartbeat, so `mqbridge ledger` beside a running bridge
+        changes nothing and needs no write permission. LedgerError when it cannot be read."""
+        try:
+            db = _connect_read_only(Path(path))
+            db.execute("SELECT 1 FROM meta LIMIT 1")
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {path}: cannot open read-only: {exc}") from exc
+        ledger = cls(path, owner, db, created=False)
+        ledger.read_only = True
+        return ledger
 
     @classmethod
     def _setup_when_free(cls, db: sqlite3.Connection, path: Path) -> None:

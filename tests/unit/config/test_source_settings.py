@@ -40,7 +40,7 @@ port = "hunter2-top-secret"
     assert message.startswith("demo.toml: sources.qm1.password: set without cipher_spec: without TLS the MQCSP "
                               "password travels in clear")
     message = error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\npassword = 123456789'))
-    assert message == "demo.toml: sources.amq.password: Input should be a valid string"
+    assert message == ('demo.toml: sources.amq.password: must be a string (in quotes, e.g. "text")')
 
 
 def test_spark_connect_token_and_referenced_conf_values_are_secrets() -> None:
@@ -108,11 +108,11 @@ MQ_LISTENER = LISTENER.replace('"amq"', '"qm"').replace('"/queue/orders"', '"ORD
 @pytest.mark.parametrize("extra, expected", [
     ('user = "app"', "demo.toml: sources.qm.password: required when user is set"),
     ('password = "pw"', "demo.toml: sources.qm.password: set without cipher_spec"),
-    ('queue_manager = "' + "Q" * 49 + '"', "demo.toml: sources.qm.queue_manager: String should have at most 48"),
-    ('channel = ""', "demo.toml: sources.qm.channel: String should have at least 1 character"),
-    ('channel = "' + "C" * 21 + '"', "demo.toml: sources.qm.channel: String should have at most 20"),
-    ('conn_name = ""', "demo.toml: sources.qm.conn_name: String should have at least 1 character"),
-    ('conn_name = "' + "h" * 260 + '(1414)"', "demo.toml: sources.qm.conn_name: String should have at most 264"),
+    ('queue_manager = "' + "Q" * 49 + '"', "demo.toml: sources.qm.queue_manager: must be at most 48 characters"),
+    ('channel = ""', "demo.toml: sources.qm.channel: must not be empty"),
+    ('channel = "' + "C" * 21 + '"', "demo.toml: sources.qm.channel: must be at most 20 characters"),
+    ('conn_name = ""', "demo.toml: sources.qm.conn_name: must not be empty"),
+    ('conn_name = "' + "h" * 260 + '(1414)"', "demo.toml: sources.qm.conn_name: must be at most 264 characters"),
 ])
 def test_mq_settings_the_queue_manager_would_refuse_are_config_errors(extra: str, expected: str) -> None:
     # Given one extra (or overriding) key; TOML refuses a key written twice, so drop the default first

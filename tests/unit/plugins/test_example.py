@@ -56,7 +56,7 @@ def test_example_rejects_bodies_that_are_not_json(host: PluginHost, caplog: pyte
 
 def test_example_requires_its_fields_option() -> None:
     host = make_host(EXAMPLE.parent, request("redact"))
-    with pytest.raises(Exception, match="fields: Field required"):
+    with pytest.raises(Exception, match="fields: required key is missing"):
         host.start()
 
 

@@ -78,7 +78,7 @@ def test_unknown_preprocessor_is_a_config_error_naming_listener_and_plugin(tmp_p
 
 
 @pytest.mark.parametrize(("options", "expected"), [
-    ({"format": "yaml"}, "format: Input should be 'xml' or 'json'"),
+    ({"format": "yaml"}, "format: must be 'xml' or 'json'"),
     ({"fromat": "xml"}, "unknown option(s) fromat (accepted: format)"),
 ])
 def test_invalid_options_are_a_config_error_naming_listener_and_plugin(options: dict[str, Any], expected: str) -> None:

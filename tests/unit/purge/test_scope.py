@@ -153,5 +153,6 @@ def test_check_config_warns_about_types_sharing_a_table_and_accepts_it(
     path.write_text(text)
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr()
-    assert f"{path}: warning: types audit and orders can land in the same table 'orders'" in out.err
-    assert "OK (" in out.out
+    assert f"{path}:16: warning: types.audit.table: types audit and orders can land in the same table 'orders'" \
+        in out.out
+    assert "OK with 1 warning (" in out.out

@@ -1,0 +1,98 @@
+"""Each subcommand's `--help`: what it is for, an example, and its exit codes.
+
+Kept apart from the parsers so `mqbridge.cli` reads as the list of commands and their options, and
+so the exit codes a script may rely on are written down in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import Any
+
+_HELP: dict[str, tuple[str, str]] = {
+    "run": (
+        "Run the bridge: read messages from the configured sources and land them in Spark tables, exactly "
+        "once, until stopped (SIGINT/SIGTERM; a second one exits at once) or, with --until-idle, until "
+        "every listener has been idle that long.",
+        """example:
+  mqbridge run --config /etc/mqbridge/bridge.toml --log-level DEBUG
+  mqbridge run -c bridge.toml --until-idle 30s
+
+exit codes:
+  0  stopped, or idle with every message committed
+  1  not drained, or a listener halted
+  2  configuration error (the message names the file and the key)"""),
+    "check-config": (
+        "Check a configuration file for everything `run` would refuse or warn about, without contacting "
+        "a broker or starting Spark: unknown keys (with the nearest known one), values, formats (MQ "
+        "conn_name, Spark Connect URL, schema DDL), directories this user must write, files it must read, "
+        "the drivers the sources need, plugins and preprocessor chains, and the warnings `run` gives at "
+        "start. One problem per line: FILE:LINE: KEY: problem — what to write instead.",
+        """example:
+  mqbridge check-config --config bridge.toml
+  mqbridge check-config --strict bridge.toml      # in CI: warnings fail too
+
+exit codes:
+  0  nothing `run` would refuse (warnings are listed; with --strict there are none)
+  1  problems found (with --strict: warnings too)
+  2  the file cannot be read or is not TOML"""),
+    "tables": (
+        "List each type's table under the warehouse and its containers (put_date partitions): rows, "
+        "size, files, oldest and newest put_timestamp, read from the Parquet footers. Needs no secrets "
+        "and no Spark.",
+        """example:
+  mqbridge tables --config bridge.toml
+
+exit codes:
+  0  listed
+  2  configuration error"""),
+    "purge": (
+        "Remove designated rows (older than a retention or --older-than, or matching --where) from each "
+        "container, by delete, copy-and-drop or drop, as the cost model says. Starts a Spark session "
+        "(local or the [spark] remote); --dry-run prints the plan and estimates and changes nothing.",
+        """example:
+  mqbridge purge --config bridge.toml --older-than 30d --dry-run
+  mqbridge purge -c bridge.toml --type orders --where "amount < 0"
+
+exit codes:
+  0  done (or planned, with --dry-run)
+  1  a purge failed
+  2  configuration error (an unknown --type included)"""),
+    "plugins": (
+        "List the preprocessor plugins (built-in, installed, and the files of plugin_dirs), the "
+        "preprocessors each registers, load errors, and each listener's chain. Needs no secrets.",
+        """example:
+  mqbridge plugins
+  mqbridge plugins --config bridge.toml
+
+exit codes:
+  0  every plugin loaded and every chain built
+  1  a plugin failed to load or a chain names an unknown preprocessor
+  2  configuration error"""),
+    "ledger": (
+        "Show the landing ledger: bulks prepared and published, identities, size, oldest entry. The "
+        "SQLite ledger is opened read-only (a running bridge is not disturbed); --verify checks that "
+        "every published bulk's files are in place and hold one row per identity.",
+        """example:
+  mqbridge ledger --config bridge.toml --verify
+
+exit codes:
+  0  shown (and verified)
+  1  no ledger file yet, or --verify found missing files or wrong row counts
+  2  configuration error"""),
+}
+
+
+def parser_help(command: str) -> dict[str, Any]:
+    """The `add_parser` keywords of `command`: description, epilog and a formatter that keeps the
+    epilog's lines as written."""
+    description, epilog = _HELP[command]
+    # The raw formatter keeps the epilog's layout, so the description is wrapped here instead.
+    return {"description": textwrap.fill(description, 90), "epilog": epilog,
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def commands_with_help() -> list[str]:
+    """The subcommands described here (the tests check each one's --help)."""
+    return list(_HELP)

@@ -1,0 +1,86 @@
+"""What the bridge accepts but says at start, as findings: each weakens a guarantee or is likely
+not what was meant. `check-config` reports them as warnings (`--strict`: errors); `run` logs
+`broker_advice` at start beside the notes it already logs where it decides (`config.exposure`,
+`app.open_landing`), so both say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mqbridge.config import BridgeConfig, StompSourceConfig, is_loopback, plaintext_notes
+from mqbridge.errors import Loc
+from mqbridge.landing import shared_tables
+from mqbridge.landing.ledger import ledger_path
+from mqbridge.lint.findings import Finding
+
+#: RabbitMQ's STOMP prefix for a queue that must already exist: a SEND to a missing one is dropped.
+_AMQ_QUEUE = "/amq/queue/"
+
+
+def advice(config: BridgeConfig) -> list[Finding]:
+    """Every warning `run` would give at start for `config`."""
+    return [*_plaintext(config), *_delivery(config), *broker_advice(config), *_tables(config)]
+
+
+def broker_advice(config: BridgeConfig) -> list[Finding]:
+    """RabbitMQ settings that work in a demo and fail or lose messages in production."""
+    found: list[Finding] = []
+    for name, source in config.sources.items():
+        if not (isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"):
+            continue
+        if source.user in (None, "guest"):
+            # RabbitMQ's loopback_users refuses guest from any other host; where it is allowed,
+            # guest may read and write every queue of the vhost.
+            where = ("" if is_loopback(source.host)
+                     else f" (by default RabbitMQ accepts guest over loopback only; {source.host} is not loopback)")
+            found.append(Finding(("sources", name, "user"), f"RabbitMQ's default guest identity{where}",
+                                 'create a user for the bridge and set user = "mqbridge", '
+                                 'password = "${ENV:MQBRIDGE_PASSWORD}"', "warning"))
+    for index, listener in enumerate(config.listeners):
+        on = config.sources.get(listener.source)
+        queue = listener.backout_queue or ""
+        if isinstance(on, StompSourceConfig) and on.broker == "rabbitmq" and queue.startswith(_AMQ_QUEUE):
+            found.append(Finding(("listeners", index, "backout_queue"),
+                                 f"{queue!r}: RabbitMQ drops a message sent to an /amq/queue/ queue that does not "
+                                 "exist, so a move to the backout queue can be lost",
+                                 f"write /queue/{queue[len(_AMQ_QUEUE):]} (declared durable on first use)", "warning"))
+    return found
+
+
+def _plaintext(config: BridgeConfig) -> Iterator[Finding]:
+    for note in plaintext_notes(config):
+        head, _, rest = note.partition(": ")
+        loc: Loc = (("sources", head.split(".", 1)[1], "password") if head.startswith("sources.")
+                    else ("ledger", "url") if head.startswith("[ledger]") else ("monitoring", "token"))
+        yield Finding(loc, rest if head.startswith("sources.") else note.split(": ", 1)[1], severity="warning")
+
+
+def _delivery(config: BridgeConfig) -> Iterator[Finding]:
+    if not config.bridge.exactly_once:
+        yield Finding(("bridge", "exactly_once"), "no landing ledger: a message redelivered after a crash or a "
+                      "lost commit lands again (at-least-once: readers must de-duplicate by msg_id)",
+                      "remove exactly_once = false", "warning")
+        if config.purge.interval is not None:
+            yield Finding(("purge", "interval"), "ignored with exactly_once = false (a purge's swap needs the "
+                          "ledger's lock)", "remove it, and run `mqbridge purge` with the bridge stopped", "warning")
+        return
+    for index, listener in enumerate(config.listeners):
+        source = config.sources.get(listener.source)
+        if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":
+            yield Finding(("listeners", index, "identity"), "RabbitMQ gives a message a new message-id on every "
+                          "delivery, so msg_id cannot recognise a redelivery: it lands again after a crash",
+                          'leave identity unset (stamp), or identity = "header:NAME" for a producer\'s id',
+                          "warning")
+    warehouse = config.resolve_path(config.spark.warehouse)
+    if config.ledger.url is None and not ledger_path(config.resolve_path(config.bridge.state_dir)).exists() \
+            and warehouse.is_dir() and any(warehouse.iterdir()):
+        yield Finding(("bridge", "state_dir"), f"no landing ledger there, but {warehouse} already holds tables: "
+                      "messages landed before the ledger existed are not recognised if delivered again",
+                      "point state_dir at the directory of the ledger that landed them", "warning")
+
+
+def _tables(config: BridgeConfig) -> Iterator[Finding]:
+    for a, b, table in shared_tables(config.types):  # legal: a purge of one designates its rows by message_type
+        yield Finding(("types", a, "table"), f"types {a} and {b} can land in the same table {table!r}",
+                      "give each type its own table unless they are meant to share it", "warning")
