@@ -1,6 +1,8 @@
 """The status page (`GET /` on the monitoring endpoint) in a real headless browser (Debian's
-`chromium`): it renders the live values of a running bridge — its listener, committed count, the
-messages moved to the backout queue with their reasons — and a screenshot is kept in the output."""
+`chromium`): it renders the live values of a running bridge — its version and uptime, the links to
+the raw endpoints, its listener, committed count, Spark and memory, the messages moved to the
+backout queue with their reasons — and, after a few of its polls of /status, a chart with drawn
+points; a screenshot is kept in the output."""
 
 from __future__ import annotations
 
@@ -43,6 +45,17 @@ def browse(url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def chart_points(dom: str, name: str) -> list[tuple[float, float]]:
+    """The points of chart `name`'s line, as the page's script drew them into the DOM."""
+    svg = re.search(rf'<svg class="chart" id="chart-{name}"[^>]*data-points="(\d+)".*?</svg>', dom, re.S)
+    assert svg is not None, f"no chart {name} in the page"
+    line = re.search(r'<polyline class="line" points="([^"]*)"', svg.group(0))
+    assert line is not None, svg.group(0)
+    points = [(float(x), float(y)) for x, y in re.findall(r"([\d.]+),([\d.]+)", line.group(1))]
+    assert len(points) == int(svg.group(1)), svg.group(0)  # the count the page announces is the one it drew
+    return points
+
+
 def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
                                                  monitored: Any) -> None:
     # Given a bridge that landed 40 orders and moved 2 malformed ones to its backout queue
@@ -67,6 +80,24 @@ def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
     assert dom.count("body is not valid JSON for schema") == 2
     assert '<span id="health" class="ok">healthy</span>' in dom  # /status answered and says healthy
     assert re.search(r'<span class="muted" id="updated">updated \d\d:\d\d:\d\d UTC</span>', dom)
+    # and the version, the uptime and the links to the raw endpoints
+    assert f'<span class="muted" id="version">version {status["version"]}</span>' in dom
+    assert re.search(r'<span id="uptime">up \d+(s|m \d+s|h \d+m)</span>', dom)
+    for path in ("status", "metrics", "healthz"):
+        assert f'<a href="{path}">/{path}</a>' in dom
+    # and how Spark is reached, that it answers, and the memory of the bridge and its collector
+    assert f"<th>Spark</th><td>local, master {status['spark']['master']}</td>" in dom
+    assert '<th>Spark reachable</th><td class="ok">yes</td>' in dom
+    assert re.search(r"<th>bridge process</th><td>RSS \d+\.\d MB \(no memory guard", dom)
+    limit = f"{status['collector_limits']['memory'] / 1048576:.1f} MB"
+    assert re.search(rf"<th>collector memory</th><td>\d+\.\d MB of {re.escape(limit)}, 0 messages waiting", dom)
+    # and the chart of the last minutes has drawn the page's polls (every 3 s of the browser's
+    # 8 s): a backlog point per poll, a committed/s point per two polls, none of them above 0 now
+    # that every message has settled
+    backlog, rate = chart_points(dom, "backlog"), chart_points(dom, "rate")
+    assert len(backlog) >= 3 and len(rate) == len(backlog) - 1, (backlog, rate)
+    assert {y for _, y in backlog + rate} == {90.0}  # the x axis: 0
+    assert [x for x, _ in backlog] == sorted(x for x, _ in backlog) and backlog[-1][0] == 396.0  # ends at "now"
     # And a screenshot is kept for a person to look at
     shot = tmp_path / "status-page.png"
     result = browse(monitor.url + "/", f"--screenshot={shot}", "--window-size=1280,1000")

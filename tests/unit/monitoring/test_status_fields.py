@@ -1,8 +1,11 @@
 """The /status fields the status page reads for its header, its Spark and memory table and its
-chart (version, Spark mode and where, message totals)."""
+chart (version, Spark mode and where, message totals), and the page's own promises that need no
+browser: no external asset, the links, the chart's elements. The page drawn in a real browser is
+tests/integration/test_status_page.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import mqbridge
 from mqbridge.app import build_app
 from mqbridge.config import parse_config
+from mqbridge.monitoring.page import HISTORY_SECONDS, PAGE
 from mqbridge.monitoring.server import MonitoringServer
 from tests.support.configs import orders
 
@@ -61,3 +65,12 @@ def test_status_totals_add_up_every_listener_once(tmp_path: Path) -> None:
     assert totals["messages_committed"] == 12 and totals["messages_moved_to_backout"] == 1
     assert totals["messages_received"] == 0
 
+
+def test_the_page_loads_nothing_from_elsewhere_and_links_the_raw_endpoints() -> None:
+    markup = PAGE.split("<script>")[0]
+    assert "http" not in markup.lower() and "src=" not in markup
+    # relative links: they work behind a reverse proxy's path prefix too
+    assert re.findall(r'<a href="([a-z]+)">', markup) == ["status", "metrics", "healthz"]
+    for element in ('id="version"', 'id="uptime"', 'id="chart-rate"', 'id="chart-backlog"', '<table id="spark">'):
+        assert element in markup
+    assert f"const HISTORY = {HISTORY_SECONDS};" in PAGE and "__" not in PAGE  # every placeholder filled
