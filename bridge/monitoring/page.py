@@ -41,7 +41,7 @@ _TEMPLATE = """<!doctype html>
   figure { margin: 0; background: #fff; border: 1px solid #e3e6ea; padding: .4em .6em; }
   figcaption { font-size: .9em; }
   svg.chart { display: block; width: 28em; height: 8em; }
-  svg.chart .line { fill: none; stroke: #3b6fd4; stroke-width: 2; }
+  svg.chart .line { fill: none; stroke: #2b59c3; stroke-width: 2; }
   svg.chart .axis { stroke: #c4c9d0; stroke-width: 1; }
   svg.chart text { font-size: 11px; fill: #6b7280; }
 </style>

@@ -1,8 +1,8 @@
 """The status page (`GET /` on the monitoring endpoint) in a real headless browser (Debian's
 `chromium`): it renders the live values of a running bridge — its version and uptime, the links to
 the raw endpoints, its listener, committed count, Spark and memory, the messages moved to the
-backout queue with their reasons — and, after a few of its polls of /status, a chart with drawn
-points; a screenshot is kept in the output."""
+backout queue with their reasons — and, after a few of its polls of /status, charts with drawn
+points; a screenshot is kept in the output, and the charts' lines are found among its pixels."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from mqbridge.monitoring.page import PAGE
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import listener_toml, make_config
 from tests.support.http import get
+from tests.support.png import pixels
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -102,4 +104,9 @@ def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
     shot = tmp_path / "status-page.png"
     result = browse(monitor.url + "/", f"--screenshot={shot}", "--window-size=1280,1000")
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
+    # in which the charts' lines are drawn: pixels of their colour, which nothing else on the page has
+    colour = re.search(r"\.line \{ fill: none; stroke: #([0-9a-f]{6});", PAGE)
+    assert colour is not None
+    line = tuple(bytes.fromhex(colour.group(1)))
+    assert sum(1 for pixel in pixels(shot) if pixel == line) >= 200
     print(f"status page screenshot: {shot}")
