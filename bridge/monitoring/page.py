@@ -1,12 +1,13 @@
 """The status page, `GET /` on the monitoring endpoint: one self-contained HTML document (no CDN,
 no build step) that reads `/status` every few seconds and shows it to a person — version, uptime and
-health, links to the raw endpoints, a chart of the last minutes, listeners with their state, rate and
-last error, Spark and memory, sinks, the collector's fill, the ledger, recent moves to a backout
+health, links to the raw endpoints, charts of the last minutes, listeners with their state, rate
+and last error, Spark and memory, sinks, the collector's fill, the ledger, recent moves to a backout
 queue with their reasons, and plugins.
 
-The chart is drawn in the browser from the page's own polls of /status (the bridge keeps no
-history for it): committed messages per second between two polls, and the messages waiting in the
-collector. The page keeps `HISTORY_SECONDS` of polls in memory; a reload starts it empty.
+The charts are drawn in the browser, as inline SVG, from the page's own polls of /status (the bridge
+keeps no history for them): committed messages per second between two polls (from `totals`), and
+the messages waiting in the collector. The page keeps `HISTORY_SECONDS` of polls in memory; a
+reload starts empty.
 
 Every value goes into the page as text (`textContent`), never as markup: reasons and errors may
 quote message content.
