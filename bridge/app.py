@@ -132,7 +132,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     # the bridge keeps must not be changeable by another local user (mqbridge.strict_modes).
     check_trusted(config.resolve_path(config.bridge.state_dir), "state_dir")
     initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners],
-                      ledger=config.bridge.exactly_once)
+                      ledger=config.bridge.exactly_once,
+                      purge=config.purge.interval is not None and config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)

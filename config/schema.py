@@ -150,6 +150,14 @@ class SparkSection(Model):
         Connect URL with its `token` parameter redacted."""
         return shown_remote(self.remote) if self.remote else self.master
 
+    @property
+    def mode(self) -> Literal["connect", "local", "cluster"]:
+        """How the bridge reaches Spark, for a reader of the status page: a Spark Connect server
+        (`remote`), a driver with executors in its own JVM (`local[...]` master), or a cluster master."""
+        if self.remote:
+            return "connect"
+        return "local" if self.master.startswith("local") else "cluster"
+
     @field_validator("remote")
     @classmethod
     def _check_remote(cls, value: str | None) -> str | None:

@@ -93,16 +93,23 @@ LISTENER_SERIES = ("messages_received", "messages_committed", "messages_backed_o
                    "messages_consumed_by_preprocessors", "messages_deduplicated")
 
 
-def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], *, ledger: bool) -> None:
+def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], *, ledger: bool,
+                      purge: bool = False) -> None:
     """Create the per-listener counters at 0 for each (source, queue), with the labels the listener
-    threads use, and the ledger's error counter when there is a ledger."""
+    threads use, the plugin host's fallbacks, the ledger's error counter when there is a ledger and
+    the scheduled purge's rounds and failures when it is on: the alert rules watch these with
+    `increase()`, which misses the first event of a series that did not exist before it."""
     for source, queue in listeners:
         label = f"{source}:{queue}"
         for name in LISTENER_SERIES:
             counters.inc(name, 0, listener=label, queue=queue)
         counters.inc("listener_restarts", 0, listener=label)
+    counters.inc("plugin_fallbacks", 0)
     if ledger:
         counters.inc("ledger_publish_retries", 0)
+    if purge:
+        counters.inc("purge_runs", 0)
+        counters.inc("purge_failures", 0)
 
 
 # CollectorStats field -> (metric name, help). Counters (monotonic) and gauges (current value).

@@ -1,7 +1,13 @@
 """The status page, `GET /` on the monitoring endpoint: one self-contained HTML document (no CDN,
-no build step) that reads `/status` every few seconds and shows it to a person — health, listeners
-with their state, rate and last error, sinks, the collector's fill, the ledger, recent moves to a
-backout queue with their reasons, and plugins.
+no build step) that reads `/status` every few seconds and shows it to a person — version, uptime and
+health, links to the raw endpoints, charts of the last minutes, listeners with their state, rate
+and last error, Spark and memory, sinks, the collector's fill, the ledger, recent moves to a backout
+queue with their reasons, and plugins.
+
+The charts are drawn in the browser, as inline SVG, from the page's own polls of /status (the bridge
+keeps no history for them): committed messages per second between two polls (from `totals`), and
+the messages waiting in the collector. The page keeps `HISTORY_SECONDS` of polls in memory; a
+reload starts empty.
 
 Every value goes into the page as text (`textContent`), never as markup: reasons and errors may
 quote message content.
@@ -11,8 +17,10 @@ from __future__ import annotations
 
 #: Seconds between two reads of /status.
 REFRESH_SECONDS = 3
+#: Seconds of polls the page keeps for its chart (a few hundred points: cheap to keep and redraw).
+HISTORY_SECONDS = 600
 
-PAGE = """<!doctype html>
+_TEMPLATE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -29,15 +37,32 @@ PAGE = """<!doctype html>
   .muted { color: #6b7280; } .bar { background: #e3e6ea; width: 16em; height: .8em; display: inline-block; }
   .fill { background: #3b6fd4; height: 100%; }
   #problems li { color: #b3261e; }
+  nav { margin: .4em 0; }
+  .charts { display: flex; flex-wrap: wrap; gap: 1em; }
+  figure { margin: 0; background: #fff; border: 1px solid #e3e6ea; padding: .4em .6em; }
+  figcaption { font-size: .9em; }
+  svg.chart { display: block; width: 28em; height: 8em; }
+  svg.chart .line { fill: none; stroke: #2b59c3; stroke-width: 2; }
+  svg.chart .axis { stroke: #c4c9d0; stroke-width: 1; }
+  svg.chart text { font-size: 11px; fill: #6b7280; }
 </style>
 </head>
 <body>
-<h1>mqbridge <span id="name"></span></h1>
-<div><span id="health"></span> <span class="muted" id="updated"></span></div>
+<h1>mqbridge <span id="name"></span> <span class="muted" id="version"></span></h1>
+<div><span id="health"></span> <span id="uptime"></span> <span class="muted" id="updated"></span></div>
+<nav id="links">raw data: <a href="status">/status</a> (JSON) &middot; <a href="metrics">/metrics</a>
+(Prometheus) &middot; <a href="healthz">/healthz</a> (200 when healthy)</nav>
 <ul id="problems"></ul>
+<h2>Last minutes <span class="muted" id="history"></span></h2>
+<div class="charts">
+__CHART_rate__
+__CHART_backlog__
+</div>
 <h2>Listeners</h2>
 <table id="listeners"><thead><tr><th>listener</th><th>state</th><th>committed/s</th><th>committed</th>
 <th>backed out</th><th>moved to backout</th><th>restarts</th><th>last error</th></tr></thead><tbody></tbody></table>
+<h2>Spark and memory</h2>
+<table id="spark"><tbody></tbody></table>
 <h2>Sinks</h2>
 <table id="sinks"><thead><tr><th>sink</th><th>state</th><th>details</th></tr></thead><tbody></tbody></table>
 <h2>Collector</h2>
@@ -52,6 +77,9 @@ PAGE = """<!doctype html>
 <script>
 "use strict";
 const REFRESH = __REFRESH__ * 1000;
+const HISTORY = __HISTORY__;
+// The chart's memory: one {t (seconds), committed (total), backlog} per answered poll, HISTORY long.
+const samples = [];
 function text(id, value) { document.getElementById(id).textContent = value; }
 function cell(row, value, cls) {
   const td = row.insertCell(); td.textContent = value === null || value === undefined ? "" : String(value);
@@ -65,8 +93,79 @@ function rows(id, items, fill) {
   if (!items.length) { const r = body.insertRow(); cell(r, "none", "muted").colSpan = 8; }
 }
 function mib(bytes) { return (bytes / 1048576).toFixed(1) + " MB"; }
+function pairs(id, items) {
+  const body = document.querySelector("#" + id + " tbody"); body.replaceChildren();
+  for (const [label, value, cls] of items) {
+    const r = body.insertRow(), th = document.createElement("th"); th.textContent = label; r.append(th);
+    cell(r, value, cls);
+  }
+}
+function duration(seconds) {
+  const s = Math.floor(seconds), d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600);
+  const m = Math.floor(s % 3600 / 60);
+  return d ? d + "d " + h + "h" : h ? h + "h " + m + "m" : m ? m + "m " + s % 60 + "s" : s + "s";
+}
+function record(s) {
+  const t = Date.now() / 1000;
+  samples.push({t: t, committed: (s.totals || {}).messages_committed, backlog: (s.collector || {}).messages});
+  while (samples[0].t < t - HISTORY) samples.shift();
+}
+function rates() {
+  const out = [];
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1], b = samples[i], dt = b.t - a.t;
+    // A restarted bridge counts from 0 again: no rate across the restart.
+    if (dt > 0 && a.committed != null && b.committed != null && b.committed >= a.committed) {
+      out.push([b.t, (b.committed - a.committed) / dt]);
+    }
+  }
+  return out;
+}
+function nice(v) {  // the top of the axis: 1, 2 or 5 x 10^n, so that its label reads well
+  if (v <= 1) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 2, 5, 10].map(m => m * p).find(top => top >= v);
+}
+function draw(id, points, format) {
+  const svg = document.getElementById("chart-" + id);
+  const X0 = 44, X1 = 396, Y0 = 90, Y1 = 8;
+  const now = samples.length ? samples[samples.length - 1].t : 0;
+  // The x axis spans the polls kept (at least two intervals), so the chart fills from the first poll on.
+  const span = Math.max(2 * REFRESH / 1000, samples.length ? now - samples[0].t : 0);
+  const top = nice(Math.max(0, ...points.map(p => p[1])));
+  svg.querySelector(".line").setAttribute("points", points.map(([t, v]) => (X1 - (now - t) / span * (X1 - X0))
+    .toFixed(1) + "," + (Y0 - v / top * (Y0 - Y1)).toFixed(1)).join(" "));
+  svg.querySelector(".top").textContent = format(top);
+  svg.querySelector(".since").textContent = span >= 120 ? "-" + Math.round(span / 60) + " min"
+    : "-" + Math.round(span) + " s";
+  svg.dataset.points = String(points.length);
+  text(id + "-now", points.length ? format(points[points.length - 1][1]) : "waiting for a second poll");
+}
+function chart() {
+  draw("rate", rates(), v => (Math.round(v * 10) / 10) + "/s");
+  draw("backlog", samples.filter(x => x.backlog != null).map(x => [x.t, x.backlog]), v => String(Math.round(v)));
+  text("history", samples.length + " polls, every " + REFRESH / 1000 + " s, kept " + HISTORY / 60 + " min");
+}
+function spark(s) {
+  const spark = s.spark || {}, proc = s.process || {}, guard = s.guard || {}, c = s.collector || {};
+  const modes = {connect: "Spark Connect, server ", local: "local, master ", cluster: "cluster, master "};
+  const limit = (s.collector_limits || {}).memory;
+  const reachable = spark.reachable === true ? ["yes", "ok"] : spark.reachable === false
+    ? ["NO: " + (spark.error || "unknown error"), "bad"] : ["not checked (no Spark session yet)", "muted"];
+  pairs("spark", [
+    ["Spark", (modes[spark.mode] || (spark.mode || "?") + ", ") + (spark.master || "?")],
+    ["Spark reachable", reachable[0], reachable[1]],
+    ["bridge process", proc.rss_bytes == null ? "?" : "RSS " + mib(proc.rss_bytes) + (guard.enabled
+      ? " of max_rss " + mib(guard.max_rss) + (guard.paused ? ": intake PAUSED by the memory guard" : "")
+      : " (no memory guard: [bridge] max_rss is not set)") + "; " + proc.threads + " threads, pid " + proc.pid],
+    ["collector memory", mib(c.bytes || 0) + (limit ? " of " + mib(limit) : "") + ", " + (c.messages || 0) +
+      " messages waiting to be written"],
+  ]);
+}
 function render(s) {
   text("name", s.name || "");
+  text("version", s.version ? "version " + s.version : "");
+  text("uptime", (s.process || {}).uptime_seconds == null ? "" : "up " + duration(s.process.uptime_seconds));
   const health = s.health || {healthy: false, problems: ["no health in /status"]};
   const h = document.getElementById("health");
   h.textContent = health.healthy ? "healthy" : "NOT healthy"; h.className = health.healthy ? "ok" : "bad";
@@ -82,6 +181,7 @@ function render(s) {
     cell(r, m.messages_backed_out ?? ""); cell(r, m.messages_moved_to_backout ?? "");
     cell(r, l.restarts); cell(r, l.last_error || "", l.last_error ? "bad" : "");
   });
+  spark(s);
   const sinks = s.sinks || {};
   rows("sinks", Object.keys(sinks).map(k => [k, sinks[k]]), (r, [name, sink]) => {
     const available = sink.available !== false && sink.state !== "open";
@@ -122,7 +222,8 @@ function render(s) {
 async function refresh() {
   try {
     const response = await fetch("status", {cache: "no-store"});
-    render(await response.json());
+    const s = await response.json();
+    record(s); render(s); chart();
   } catch (e) {
     const h = document.getElementById("health"); h.textContent = "bridge not answering: " + e; h.className = "bad";
   }
@@ -131,4 +232,22 @@ refresh(); setInterval(refresh, REFRESH);
 </script>
 </body>
 </html>
-""".replace("__REFRESH__", str(REFRESH_SECONDS))
+"""
+
+
+def _chart(name: str, caption: str) -> str:
+    """An empty chart, drawn by the page's script: its line, the top of its axis and the span."""
+    return (f'<figure><figcaption>{caption}: <b id="{name}-now"></b></figcaption>\n'
+            f'<svg class="chart" id="chart-{name}" viewBox="0 0 400 110" data-points="0" role="img" '
+            f'aria-label="{caption}">\n'
+            '<line class="axis" x1="44" y1="90" x2="396" y2="90"/><line class="axis" x1="44" y1="8" x2="44" y2="90"/>\n'
+            '<text class="top" x="40" y="14" text-anchor="end"></text>'
+            '<text x="40" y="94" text-anchor="end">0</text>\n'
+            '<text class="since" x="44" y="106"></text><text x="396" y="106" text-anchor="end">now</text>\n'
+            '<polyline class="line" points=""/>\n</svg></figure>')
+
+
+#: The page as served.
+PAGE = (_TEMPLATE.replace("__REFRESH__", str(REFRESH_SECONDS)).replace("__HISTORY__", str(HISTORY_SECONDS))
+        .replace("__CHART_rate__", _chart("rate", "committed messages per second"))
+        .replace("__CHART_backlog__", _chart("backlog", "messages waiting in the collector")))

@@ -3,7 +3,8 @@
     /          HTML: the status page (mqbridge.monitoring.page), refreshed from /status every few seconds
 
     /metrics   Prometheus text (mqbridge.monitoring.metrics.BridgeMetrics, rendered at scrape time)
-    /status    JSON: BridgeView.status() with collector, spark, plugins, guard, process, health
+    /status    JSON: BridgeView.status() with version, message totals, collector, spark (mode and master),
+               plugins, guard, process (rss, uptime), health
     /healthz   200 "ok" while every listener thread is connected, every sink is available (no
                circuit breaker open) and Spark is reachable, else 503 with one problem per line.
                Answered from state: never waits on Spark for more than health.PING_WAIT
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from mqbridge import __version__
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
 from mqbridge.monitoring.access import Access, server_context
@@ -234,8 +236,13 @@ class MonitoringServer(Observer):
             label = f"{entry['source']}:{entry['queue']}"
             entry["listener_committed_per_second"] = self.rates.rates.get(label)
             entry["listener_messages"] = {name: counters.total(name, listener=label) for name in LISTENER_COUNTS}
+        doc["version"] = __version__
         doc["spark"]["master"] = self.bridge.config.spark.shown
+        doc["spark"]["mode"] = self.bridge.config.spark.mode
         doc["collector_limits"] = {"memory": self.bridge.config.collector.memory}
+        # Summed over every listener (a listener's threads share its counts, so the rows of
+        # "listeners" must not be added up): the status page's chart derives committed/s from these.
+        doc["totals"] = {name: counters.total(name) for name in LISTENER_COUNTS}
         doc["recent_backout_moves"] = counters.events("backout_moves")
         problems = health_problems(doc)
         doc["health"] = {"healthy": not problems, "problems": problems}
