@@ -101,6 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(503 if problems else 200, "text/plain; charset=utf-8", body.encode())
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /status or /healthz\n")
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up before the answer (a poll that timed out): nothing to answer, no fault.
+            log.debug("monitoring: %s %s: the client closed the connection first", self.address_string(), path)
         except Exception as exc:
             log.exception("monitoring: %s failed", path)
             self._send(500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode())

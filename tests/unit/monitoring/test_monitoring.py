@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +258,29 @@ def test_status_command_shows_the_results_sent_to_producers_per_queue() -> None:
     text = render("http://127.0.0.1:1", status, True, "")
     assert [line for line in text.splitlines() if line.startswith("results")] == [
         "results to producers, amq:/queue/orders: 7 sent, 1 failed, 0 rerouted"]
+
+
+def test_a_client_that_hangs_up_before_the_answer_is_no_error(server: MonitoringServer,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    # Given a /status that takes a moment, and a client that asks and hangs up at once (a reset)
+    answered = threading.Event()
+    status = server.status
+
+    def slow_status() -> dict[str, Any]:
+        time.sleep(0.3)
+        try:
+            return status()
+        finally:
+            answered.set()
+
+    monkeypatch.setattr(server, "status", slow_status)
+    with socket.create_connection(("127.0.0.1", server.port)) as client:
+        client.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    # When the server answers into the closed connection
+    assert answered.wait(5)
+    time.sleep(0.3)
+    # Then nothing is logged as an error, and the server still answers the next client
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    assert fetch(server.url + "/healthz")[0] == 503
