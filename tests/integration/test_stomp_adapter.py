@@ -84,6 +84,27 @@ def test_a_receipt_wait_ends_when_the_connection_drops(activemq: tuple[str, int]
     assert sorted(f.body for f in amq.drain(q)) == [b"one", b"two"]
 
 
+def test_a_connection_that_goes_quiet_right_after_a_frame_stays_up(activemq: tuple[str, int],
+                                                                   amq: AmqClient) -> None:
+    # Given a connection with 2 s heart-beats that gets a message just after ActiveMQ's second
+    # heart-beat check (4.3 s after connecting; the grace stomp.py gives the first heart-beat is over)
+    # and commits it: ActiveMQ then skips its next heart-beat, the next comes about 3.7 s after that
+    q = unique_queue("quiet")
+    src = source(activemq, q)
+    src.connect()
+    try:
+        time.sleep(4.3)
+        amq.put(q, b"one")
+        receive(src, 1)
+        src.commit()
+        # When it stays quiet for 3 heart-beat periods
+        time.sleep(6.5)
+        # Then it is still connected: an empty receive, not a lost connection
+        assert src.receive(0.2) is None
+    finally:
+        src.close()
+
+
 # -- configuration errors are not outages ------------------------------------------------------
 @pytest.mark.parametrize(("settings", "reason"), [
     ({**RABBIT, "vhost": "no-such-vhost"}, "Bad CONNECT: Virtual host 'no-such-vhost' access denied"),
