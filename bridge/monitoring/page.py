@@ -185,10 +185,16 @@ function render(s) {
   const sinks = s.sinks || {};
   rows("sinks", Object.keys(sinks).map(k => [k, sinks[k]]), (r, [name, sink]) => {
     const available = sink.available !== false && sink.state !== "open";
-    cell(r, name); cell(r, sink.state || (available ? "available" : "unavailable"), available ? "ok" : "bad");
-    const details = Object.entries(sink).filter(([k]) => k !== "state" && k !== "available")
-      .map(([k, v]) => k + ": " + (typeof v === "object" ? JSON.stringify(v) : v)).join(", ");
-    cell(r, details);
+    cell(r, name); cell(r, available ? "available" : "unavailable", available ? "ok" : "bad");
+    const parts = [];
+    if (!available) {
+      parts.push("since " + sink.unavailable_since + " (" + sink.seconds_unavailable + " s), next probe in "
+                 + sink.next_probe_seconds + " s: " + (sink.reason || "unknown"));
+    }
+    if (sink.last_probe_error) parts.push("last probe: " + sink.last_probe_error);
+    parts.push((sink.opens || 0) + " outages, " + (sink.probes || 0) + " probes so far");
+    if (sink.last_outage) parts.push("last outage: " + sink.last_outage + " (" + sink.last_outage_seconds + " s)");
+    cell(r, parts.join("; "));
   });
   const c = s.collector || {};
   const limit = (s.collector_limits || {}).memory || 0;
