@@ -115,11 +115,14 @@ def test_each_certificate_problem_halts_its_listener_with_the_source_and_the_rea
     }).set("monitoring", listen=healthz.split("/")[2]).write(tmp_path / "bridge.toml")
     # When the bridge runs
     with running(config) as run:
-        def all_halted() -> bool:
+        def all_halted() -> bool:  # on /healthz, and logged by the control thread
             code, text = get(healthz)
-            return code == 503 and all(f"(source '{source}')" in text for source in expected)
+            lines = text.splitlines() + run.text().splitlines()
+            return code == 503 and all(
+                sum("halted: " in line and f"(source '{source}')" in line for line in lines) >= 2
+                for source in expected)
         try:
-            wait_until(all_halted, 180, "/healthz to name the 3 listeners halted by their TLS problems")
+            wait_until(all_halted, 180, "/healthz and the log to name the 3 listeners halted by their TLS problems")
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n/healthz: {get(healthz)}\n{run.text()[-6000:]}") from None
         _, health = get(healthz)
