@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "http://127.0.0.1:9464)")
     status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] to ask: its "
                                                              "listen address, TLS and token")
+    status.add_argument("--cacert", type=Path, default=None, metavar="FILE",
+                        help="without --config: CA certificate (PEM) the https endpoint's certificate is verified "
+                             "against (default: the system's CAs)")
+    status.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                        help="without --config: file holding the endpoint's token (a token is never given on the "
+                             "command line, where ps shows it)")
     status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
     ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
                                            "(exit 1 if any is missing)", **parser_help("ledger"))
@@ -324,7 +330,11 @@ def install_signal_handlers(stop: threading.Event, reload: threading.Event | Non
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    url, credentials = args.url, None
+    url, from_files = args.url, args.cacert is not None or args.token_file is not None
+    if args.config and from_files:  # two sources of one CA or token: which one was meant?
+        print("mqbridge status: --cacert and --token-file are for a --url without --config (a configuration's "
+              "[monitoring] gives its own CA and token)", file=sys.stderr)
+        return 2
     if args.config:
         config = load_config(args.config)
         credentials = Credentials.from_config(config)  # the token and TLS, also for a --url given
@@ -333,7 +343,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         except StatusUnreachableError as exc:
             print(f"mqbridge status: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
-    code, text = run_status(url or DEFAULT_URL, args.timeout, credentials)
+    else:
+        url = url or DEFAULT_URL
+        if args.cacert is not None and not url.lower().startswith("https://"):
+            print(f"mqbridge status: --cacert is for an https:// endpoint, not {url}", file=sys.stderr)
+            return 2
+        credentials = Credentials.from_files(args.cacert, args.token_file)
+    code, text = run_status(url, args.timeout, credentials)
     print(text, file=sys.stdout if code != EXIT_UNREACHABLE else sys.stderr)
     return code
 

@@ -51,8 +51,11 @@ class StompSourceConfig(Model):
     allow_plaintext_password: bool = Field(default=False, description="Accept a password without TLS (ssl = false) "
                                            "to a host that is not loopback (127.0.0.0/8, ::1, localhost)")
     ssl: bool = Field(default=False, description="Use TLS")
-    ssl_insecure: bool = Field(default=False, description="Allow TLS without ca_certs (no server verification)")
-    ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM)")
+    ssl_insecure: bool = Field(default=False, description="Allow ssl = true without ca_certs: the broker is then "
+                               "verified against every CA the system trusts (host name checked), not one CA named "
+                               "here; verification is never turned off")
+    ca_certs: Path | None = Field(default=None, description="CA bundle verifying the broker (PEM); required with "
+                                  "ssl = true unless ssl_insecure")
     cert_file: Path | None = Field(default=None, description="Client certificate (PEM)")
     key_file: Path | None = Field(default=None, description="Client private key (PEM)")
 
@@ -73,8 +76,10 @@ class StompSourceConfig(Model):
         if files and not self.ssl:
             raise KeyedError([(("ssl",), f"{', '.join(files)} set but ssl = false; set ssl = true")])
         if self.ssl and self.ca_certs is None and not self.ssl_insecure:
-            raise KeyedError([(("ca_certs",), "ssl = true needs ca_certs: without it stomp.py does not verify "
-                                              "the broker's certificate (set ssl_insecure = true to accept that)")])
+            raise KeyedError([(("ca_certs",), "ssl = true needs ca_certs, the CA that signed the broker's "
+                                              "certificate: without it the broker is verified against every CA "
+                                              "the system trusts, any of which could have signed a certificate "
+                                              "for its host name (set ssl_insecure = true to accept that)")])
         if self.password is not None and not self.ssl and not self.allow_plaintext_password \
                 and not is_loopback(self.host):
             raise KeyedError([(("password",), "set with ssl = false: without TLS the STOMP passcode travels in "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import mqbridge
 from mqbridge.config import DEFAULT_PLUGIN_DIRS, BridgeConfig
+from mqbridge.strict_modes import private_dir
 
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
 DEFAULT_USER = "mqbridge"
@@ -104,6 +105,7 @@ class UnitSpec:
     watchdog: float
     writable: list[Path]
     readable: list[Path] = field(default_factory=list)  # code and configuration the service reads
+    private: list[Path] = field(default_factory=list)  # writable directories created 0700 (state_dir)
     working_dir: Path | None = None
 
     @classmethod
@@ -127,7 +129,7 @@ class UnitSpec:
         return cls(name=config.bridge.name, command=command, config_file=config_file, user=user,
                    shutdown_timeout=config.bridge.shutdown_timeout, watchdog=watchdog,
                    writable=_unique([_clean(p) for p in writable]), readable=[_clean(p) for p in readable],
-                   working_dir=_clean(state))
+                   private=[_clean(state)], working_dir=_clean(state))
 
     @property
     def unit_name(self) -> str:
@@ -223,7 +225,10 @@ def _sandbox_lines(spec: UnitSpec) -> list[str]:
 def prepare_directories(spec: UnitSpec) -> list[Path]:
     """Create the writable directories that do not exist yet, owned by the service user (when
     run as root); `ReadWritePaths=` of a missing directory would stop the service from starting.
-    Returns the directories created."""
+    The private ones (`state_dir`) are made 0700 whatever the umask, as the bridge makes them
+    (`mqbridge.strict_modes`): one the umask left group-writable would stop the bridge at start. The
+    warehouse and the log directory follow the umask: readers of the tables and logs may need them.
+    Their missing parents follow the umask too. Returns the directories created."""
     created = []
     owner = None
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -235,7 +240,10 @@ def prepare_directories(spec: UnitSpec) -> list[Path]:
         if path.exists():
             continue
         missing = [p for p in (path, *path.parents) if not p.exists()]
-        path.mkdir(parents=True)
+        if path in spec.private:
+            private_dir(path)
+        else:
+            path.mkdir(parents=True)
         for made in reversed(missing):
             created.append(made)
             if owner is not None:

@@ -2,7 +2,8 @@
 
 Fetches /status and /healthz and prints a table. Exit codes: 0 healthy, 1 unhealthy,
 3 unreachable (nothing answers, not a bridge, or it refuses us). With `--config`, it speaks HTTPS
-as `[monitoring]` says (`mqbridge.monitoring.access.client_context`) and sends its token.
+as `[monitoring]` says (`mqbridge.monitoring.access.client_context`) and sends its token; with a
+bare `--url`, `--cacert` and `--token-file` give the CA and the token.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mqbridge.config import BridgeConfig, is_loopback
-from mqbridge.errors import StatusUnreachableError
+from mqbridge.errors import ConfigError, StatusUnreachableError
 from mqbridge.monitoring.access import client_context
 
 DEFAULT_URL = "http://127.0.0.1:9464"
@@ -55,6 +57,37 @@ class Credentials:
         token = section.token.get_secret_value() if section.token is not None else None
         return cls(token, client_context(section, config.resolve_path))
 
+    @classmethod
+    def from_files(cls, cacert: Path | None = None, token_file: Path | None = None) -> Credentials:
+        """The CA and token of `--url` without a configuration: the server verified against `cacert`
+        (else the system's CAs) and its host name; the token read from `token_file`, never taken from
+        the command line, where `ps` and shell histories show it. ConfigError for unusable files."""
+        context = None
+        if cacert is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and the host name
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                context.load_verify_locations(cacert)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"--cacert {cacert}: cannot use it: {_why(exc)}") from exc
+        return cls(_read_token(token_file) if token_file is not None else None, context)
+
+
+def _read_token(path: Path) -> str:
+    """The token alone on the first line of `path` (a trailing newline allowed)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--token-file {path}: cannot read it: {_why(exc)}") from exc
+    if not token or any(char.isspace() for char in token):
+        raise ConfigError(f"--token-file {path}: expected the token alone on one line")
+    return token
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, ssl.SSLError) \
+        else str(exc)
+
 
 def _get(url: str, timeout: float, credentials: Credentials) -> tuple[int, bytes]:
     request = urllib.request.Request(url)
@@ -70,8 +103,9 @@ def _get(url: str, timeout: float, credentials: Credentials) -> tuple[int, bytes
     except urllib.error.HTTPError as exc:  # 503 from /healthz is an answer, not a failure
         if exc.code == 401:
             raise StatusUnreachableError(
-                f"{url} answered 401: the endpoint needs its token ([monitoring] token of the file given with "
-                "--config)" if credentials.token is None else f"{url} answered 401: the token was refused") from exc
+                f"{url} answered 401: the endpoint needs its token (--token-file, or --config with its "
+                "[monitoring] token)" if credentials.token is None else f"{url} answered 401: the token was refused"
+            ) from exc
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -1,6 +1,7 @@
 """The authenticated monitoring endpoint of a real `mqbridge run`: HTTPS with the test certificates
 (tests.support.certs), a bearer token read through `${FILE:}`, asked with the real `curl`, by
-`mqbridge status`, and scraped by a real Prometheus over TLS with the token."""
+`mqbridge status` (`--config`, and `--url` with `--cacert` and `--token-file`), and scraped by a
+real Prometheus over TLS with the token."""
 
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def test_curl_needs_the_token_except_for_public_metrics_and_mqbridge_status_send
         without = subprocess.run([sys.executable, "-m", "mqbridge", "status", "--url", url],
                                  capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert without.returncode == 3, without.stdout + without.stderr
+        # and `mqbridge status --url` does the same without a configuration, given the CA and the
+        # token's file
+        by_url = subprocess.run([sys.executable, "-m", "mqbridge", "status", "--url", url, *ca,
+                                 "--token-file", str(tmp_path / "monitoring.token")],
+                                capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert by_url.returncode in (0, 1), by_url.stdout + by_url.stderr
+        assert by_url.stdout.startswith(f"mqbridge cp at {url}: "), by_url.stdout
     assert TOKEN not in run.text()
     assert "/status refused: no Authorization header" in run.text()
 

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
+from urllib.parse import parse_qsl
 
 from mqbridge.errors import LedgerError
 from mqbridge.landing.ledger.base import Ledger
@@ -73,7 +74,8 @@ class PostgresLedger(Ledger):
         try:
             db = _connect(url, schema)
         except psycopg.Error as exc:
-            raise LedgerError(f"ledger {shown_url(url)}: cannot connect: {_one_line(exc, url)}") from None
+            raise LedgerError(f"ledger {shown_url(url)}: cannot connect: {_one_line(exc, url)}"
+                              f"{_certificate_hint(exc, url)}") from None
         try:
             db.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))  # first use by several bridges at once
             try:
@@ -146,6 +148,17 @@ def _connect(url: str, schema: str) -> Any:
     db = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="mqbridge-ledger")
     db.execute(f'SET search_path TO "{schema}"')  # the name is checked by the configuration
     return db
+
+
+def _certificate_hint(exc: BaseException, url: str) -> str:
+    """What libpq leaves unsaid when it refuses the server's certificate: which root certificates
+    it was checked against, and the usual reasons (OpenSSL's own reason does not reach libpq's
+    message). A host name that does not match is already named by libpq."""
+    if "certificate verify failed" not in str(exc):
+        return ""
+    roots = dict(parse_qsl(url.partition("?")[2])).get("sslrootcert")
+    where = f"sslrootcert={roots}" if roots else "the default root certificate file (no sslrootcert in the URL)"
+    return f" (usually: the server's certificate is not signed by a CA in {where}, or has expired or is not yet valid)"
 
 
 def _one_line(exc: BaseException, url: str) -> str:

@@ -152,6 +152,8 @@ def test_mq_convert_and_conn_name() -> None:
 def test_stomp_ssl_needs_ca_certs_unless_insecure() -> None:
     ssl = MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nssl = true')
     assert error(ssl).startswith("demo.toml: sources.amq.ca_certs: ssl = true needs ca_certs")
+    # what stomp.py does without ca_certs (tests/unit/listeners/stomp/test_tls.py): it still verifies
+    assert "without it the broker is verified against every CA the system trusts" in error(ssl)
     insecure = parse(ssl.replace("ssl = true", "ssl = true\nssl_insecure = true")).sources["amq"]
     assert isinstance(insecure, StompSourceConfig) and insecure.ssl and insecure.ca_certs is None
     verified = parse(ssl.replace("ssl = true", "ssl = true\nca_certs = 'ca.pem'")).sources["amq"]

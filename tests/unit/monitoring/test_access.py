@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mqbridge.cli import main
 from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
 from mqbridge.monitoring.access import CHALLENGE, INVALID, Access
@@ -134,3 +135,62 @@ def test_unusable_tls_files_are_a_configuration_error_naming_the_key(tmp_path: P
     text = _config(tmp_path, certs, f'tls_client_ca = "{tmp_path / "missing.pem"}"')
     with pytest.raises(ConfigError, match=r"\[monitoring\] tls_client_ca: cannot use .*missing.pem"):
         build_app(parse_config(text, str(tmp_path / "b.toml")), executors={})
+
+
+# -- mqbridge status --url with --cacert and --token-file --------------------------------------
+def _status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Exit code and output (stdout, then stderr) of `mqbridge status ARGS`."""
+    code = main(["status", *args])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_status_url_verifies_the_server_against_cacert_and_sends_the_token_of_token_file(
+        tls_server: Callable[[str], MonitoringServer], certs: Certs, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    server = tls_server("")
+    token_file, wrong = tmp_path / "monitoring.token", tmp_path / "wrong.token"
+    token_file.write_text(TOKEN + "\n")
+    wrong.write_text("y" * 20 + "\n")
+    # With the CA and the token it reads the status (unhealthy: no listener runs)
+    code, text = _status(capsys, "--url", server.url, "--cacert", str(certs.ca), "--token-file", str(token_file))
+    assert code == 1 and text.startswith(f"mqbridge mqbridge at {server.url}: UNHEALTHY"), text
+    # A CA that did not sign the server's certificate, or the system's CAs: no answer it trusts
+    for cacert in (("--cacert", str(certs.other_ca)), ()):
+        code, text = _status(capsys, "--url", server.url, *cacert, "--token-file", str(token_file))
+        assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in text, text
+    # Without the token, or with another one: refused, and told where the token goes
+    code, text = _status(capsys, "--url", server.url, "--cacert", str(certs.ca))
+    assert code == 3 and "answered 401: the endpoint needs its token (--token-file" in text, text
+    code, text = _status(capsys, "--url", server.url, "--cacert", str(certs.ca), "--token-file", str(wrong))
+    assert code == 3 and "answered 401: the token was refused" in text, text
+    assert TOKEN not in text
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "cannot read it: No such file or directory"), ("", "expected the token alone on one line"),
+    ("two words\n", "expected the token alone on one line"), ("a\nb\n", "expected the token alone on one line")],
+    ids=["missing", "empty", "two-words", "two-lines"])
+def test_an_unusable_token_file_is_a_usage_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           content: str | None, said: str) -> None:
+    token_file = tmp_path / "monitoring.token"
+    if content is not None:
+        token_file.write_text(content)
+    code, text = _status(capsys, "--url", "https://127.0.0.1:1", "--token-file", str(token_file))
+    assert code == 2 and f"configuration error: --token-file {token_file}: {said}" in text, text
+
+
+def test_an_unusable_cacert_and_options_that_do_not_fit_are_usage_errors(
+        tmp_path: Path, certs: Certs, capsys: pytest.CaptureFixture[str]) -> None:
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    code, text = _status(capsys, "--url", "https://127.0.0.1:1", "--cacert", str(not_pem))
+    assert code == 2 and f"configuration error: --cacert {not_pem}: cannot use it:" in text, text
+    code, text = _status(capsys, "--url", "http://127.0.0.1:1", "--cacert", str(certs.ca))
+    assert code == 2 and "--cacert is for an https:// endpoint, not http://127.0.0.1:1" in text, text
+    code, text = _status(capsys, "--cacert", str(certs.ca))  # the default URL is plain HTTP
+    assert code == 2 and "not http://127.0.0.1:9464" in text, text
+    config = tmp_path / "b.toml"
+    config.write_text(_config(tmp_path, certs))
+    code, text = _status(capsys, "--config", str(config), "--token-file", str(not_pem))
+    assert code == 2 and "--cacert and --token-file are for a --url without --config" in text, text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.config import load_config
 from mqbridge.service.systemd import UnitSpec, quote, render_unit, unit_name
+from mqbridge.strict_modes import check_trusted
 from tests.support.configs import orders
 
 
@@ -158,3 +160,27 @@ def test_cli_refuses_what_cannot_work_here(tmp_path: Path, capsys: pytest.Captur
     assert main(["service", "start", "--systemd", "--config", str(config_file)]) == 1
     assert "systemctl start mqbridge-orders.service" in capsys.readouterr().err
     assert main(["service", "install", "--systemd", "--config", str(tmp_path / "missing.toml"), "--print"]) == 2
+
+
+def test_install_creates_the_state_dir_private_whatever_the_umask(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a configuration whose directories do not exist yet, and a umask that makes new
+    # directories group-writable (the default of many distributions for ordinary users)
+    config_file = write_config(tmp_path / "etc", state="lib/state")
+    previous = os.umask(0o002)
+    try:
+        # When the service is installed
+        assert main(["service", "install", "--systemd", "--config", str(config_file), "--user", "root",
+                     "--unit-dir", str(tmp_path)]) == 0
+    finally:
+        os.umask(previous)
+    # Then the state_dir is the service user's alone (0700, the bridge's own rule: strict_modes), so
+    # the bridge's start-up check accepts it; the warehouse and the log directory, which readers of
+    # the tables and the logs may need, follow the umask
+    state = tmp_path / "etc" / "lib" / "state"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    check_trusted(state, "state_dir")
+    assert stat.S_IMODE((tmp_path / "etc" / "lib").stat().st_mode) == 0o775  # a parent: as the umask says
+    for directory in ("landing", "log"):
+        assert stat.S_IMODE((tmp_path / "etc" / directory).stat().st_mode) == 0o775
+    assert f"created {state}" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stomp
 
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import HaltListener, SourceConnectionError, SourceTLSError
@@ -80,3 +81,19 @@ def test_good_tls_and_a_closed_port_are_not_called_tls_problems(certs: Certs) ->
     closed.close()
     error = connect_error(port, ca_certs=certs.ca)
     assert type(error) is SourceConnectionError, repr(error)
+
+
+def test_ssl_insecure_without_ca_certs_still_verifies_the_broker_against_the_systems_cas(certs: Certs) -> None:
+    # Given a broker whose certificate is signed by the test CA (in no system store) and a source with
+    # ssl_insecure = true and no ca_certs
+    with tls_server(certs.server) as port:
+        error = connect_error(port, ssl_insecure=True)
+    # Then stomp.py itself refused the handshake (its connect raised: the refusal is the cause, not a
+    # wait for CONNECTED on a connection it accepted), and the reason is the unknown issuer
+    assert isinstance(error, SourceTLSError), repr(error)
+    assert isinstance(error.__cause__, stomp.exception.ConnectFailedException), repr(error.__cause__)
+    assert NOT_ACCEPTED + "unable to get local issuer certificate" in str(error), str(error)
+    # while with ca_certs the same endpoint is trusted (the source then waits for CONNECTED)
+    with tls_server(certs.server) as port:
+        error = connect_error(port, ca_certs=certs.ca, ssl_insecure=True)
+    assert type(error) is SourceConnectionError and "no answer to CONNECT" in str(error), repr(error)
