@@ -2,8 +2,9 @@
 
 The modules, one concept each: `session` (the process's Spark session, started again when its
 JVM dies, and the warehouse probe), `executor` (the `SparkExecutor` that writes a bulk into its
-staging directory), `rows` (the landed row: columns, Arrow schema, JSON checks), `arrow_writer`
-(raw bulks written by pyarrow instead), `jvm` (the in-process driver JVM and its log), `landing`
+staging directory), `writer_choice` (pyarrow or Spark writes a type's bulks), `deadlines`
+(`write_timeout` for either writer), `rows` (the landed row: columns, Arrow schema, JSON checks),
+`arrow_writer` (raw bulks written by pyarrow instead), `jvm` (the in-process driver JVM and its log), `landing`
 (the landing protocol of one process: stage, prepare, publish), `publication` (staging
 directories, the renames that publish them, recovery at start), `ledger/` (the landing ledger:
 `sqlite`, `postgres`), `containers` (a type's tables, their `put_date` partitions and the table
@@ -23,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mqbridge.landing.containers import Container
     from mqbridge.landing.driver_secrets import DriverSecrets
-    from mqbridge.landing.executor import SparkExecutor, executors_for, spark_writes_bulks
+    from mqbridge.landing.executor import SparkExecutor, executors_for
     from mqbridge.landing.landing import Landing
     from mqbridge.landing.publication import RecoveryReport, recover
     from mqbridge.landing.session import SparkSessions, check_warehouse, create_spark_session
     from mqbridge.landing.tables import holders, shared_tables, type_tables
+    from mqbridge.landing.writer_choice import spark_writes_bulks
 
 _SURFACE = {
     "Container": "mqbridge.landing.containers",
@@ -41,7 +43,7 @@ _SURFACE = {
     "check_warehouse": "mqbridge.landing.session",
     "create_spark_session": "mqbridge.landing.session",
     "executors_for": "mqbridge.landing.executor",
-    "spark_writes_bulks": "mqbridge.landing.executor",
+    "spark_writes_bulks": "mqbridge.landing.writer_choice",
     "holders": "mqbridge.landing.tables",
     "shared_tables": "mqbridge.landing.tables",
 }
