@@ -238,9 +238,9 @@ SessionFactory = Callable[..., SparkSession]
 
 class SparkSessions:
     """The process's SparkSession for one `[spark]` section: started on first `get()` (by what needs
-    it: a Spark write, a typed type's schema, the catalog, the purge, the start-up probe), never by a
-    health probe (`current` is None until then). A `get()` while another thread starts the session
-    waits for that start.
+    it: the bridge's warm-up, `mqbridge.landing.warmup`, or else a Spark write, a typed type's schema,
+    the catalog, the purge), never by a health probe (`current` is None until then). A `get()` while
+    another thread starts the session waits for that start.
 
     When the in-process driver's JVM dies (killed, out of memory), `reset` forgets the session and
     the next `get()` starts a new one; every executor asks `get()` for each write, so all of them
