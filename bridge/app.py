@@ -35,6 +35,7 @@ from mqbridge.landing import (
     schema_checks,
     spark_needed,
     spark_writes_bulks,
+    spark_written,
     type_tables,
 )
 from mqbridge.landing.ledger import open_ledger, owner_id
@@ -68,6 +69,8 @@ class App:
     #: Starts Spark and checks what needs it (None: no Spark needed, or executors given), beside the
     #: listeners, or before them with Spark Connect (`mqbridge.landing.warmup`).
     warmup: SparkWarmup | None = None
+    #: The types whose bulks Spark writes: their sinks are unavailable while Spark cannot start.
+    spark_sinks: Sequence[str] = ()
 
     def run(self, until_idle: float | None = None) -> int:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
@@ -86,7 +89,7 @@ class App:
                 if cfg.spark.remote:
                     warmup.run()  # WarehouseInvisibleError stops here, before anything is read
                 else:
-                    warmup.start(self.bridge.fail)  # the listeners connect while the JVM comes up
+                    warmup.start(self.bridge.fail, self.spark_outage)  # listeners connect while the JVM comes up
             self.bridge.start()
             if monitor is not None:
                 monitor.start()
@@ -99,6 +102,13 @@ class App:
             self.plugins.close()
             if self.landing is not None:
                 self.landing.close()
+
+    def spark_outage(self, reason: str) -> None:
+        """Spark could not be started: the sinks it writes are unavailable (`mqbridge.breaker`)."""
+        breakers = self.bridge.breakers
+        if breakers is not None:
+            for name in self.spark_sinks:
+                breakers.trip(name, reason)
 
     def recover(self) -> None:
         """Before any listener connects: roll every bulk a dead process left prepared forward, and
@@ -168,7 +178,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     if monitor is not None:
         bridge.observers.append(monitor)
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
-    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup)
+    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
+               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf))
 
 
 def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBreakers,

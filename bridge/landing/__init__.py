@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mqbridge.landing.session import SparkSessions, check_warehouse, create_spark_session
     from mqbridge.landing.tables import holders, shared_tables, type_tables
     from mqbridge.landing.warmup import SparkWarmup, schema_checks, spark_needed
-    from mqbridge.landing.writer_choice import spark_writes_bulks
+    from mqbridge.landing.writer_choice import spark_writes_bulks, spark_written
 
 _SURFACE = {
     "Container": "mqbridge.landing.containers",
@@ -46,6 +46,7 @@ _SURFACE = {
     "create_spark_session": "mqbridge.landing.session",
     "executors_for": "mqbridge.landing.executor",
     "spark_writes_bulks": "mqbridge.landing.writer_choice",
+    "spark_written": "mqbridge.landing.writer_choice",
     "SparkWarmup": "mqbridge.landing.warmup",
     "schema_checks": "mqbridge.landing.warmup",
     "spark_needed": "mqbridge.landing.warmup",
@@ -55,7 +56,7 @@ _SURFACE = {
 
 __all__ = ["Container", "DriverSecrets", "Landing", "RecoveryReport", "SparkExecutor", "SparkSessions", "SparkWarmup",
            "check_warehouse", "create_spark_session", "executors_for", "holders", "recover", "schema_checks",
-           "shared_tables", "spark_needed", "spark_writes_bulks", "type_tables"]
+           "shared_tables", "spark_needed", "spark_writes_bulks", "spark_written", "type_tables"]
 
 
 def __getattr__(name: str) -> Any:

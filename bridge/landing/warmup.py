@@ -11,9 +11,10 @@ for it before any listener connected, even when nothing configured needed Spark.
   Spark waits for the session in `SparkSessions.get`.
 
 What goes wrong there is handled as it would be at a write: a Spark that cannot start is an outage
-(the bulks that need it are given back, uncounted; their sinks' breakers probe until it starts); a
-schema Spark refuses or a warehouse Spark cannot see stops the bridge (`Bridge.fail`, exit 2), its
-units given back. With Spark Connect there is no JVM here (a session takes about a second) and the
+of the sinks Spark writes (their breakers open: their listeners pause, the bulks already taken are
+given back uncounted, the breakers probe until Spark starts, and `run --until-idle` gives up as for
+any outage); a schema Spark refuses or a warehouse Spark cannot see stops the bridge (`Bridge.fail`,
+exit 2), its units given back. With Spark Connect there is no JVM here (a session takes about a second) and the
 server may not see the warehouse: `run` is called before any listener connects, as before, so such a
 server is refused before anything is read.
 """
@@ -68,10 +69,10 @@ class SparkWarmup:
         for check in self.checks:
             check()
 
-    def start(self, fail: Callable[[BaseException], None]) -> None:
+    def start(self, fail: Callable[[BaseException], None], outage: Callable[[str], None]) -> None:
         """`run` on the thread "spark-warmup": a FatalError (a schema refused, the warehouse invisible)
-        goes to `fail`, which stops the bridge; Spark not starting is logged, and each bulk that
-        needs it is then an outage until it starts."""
+        goes to `fail`, which stops the bridge; Spark not starting (or the warehouse probe failing) is
+        logged and its reason goes to `outage`, which opens the breakers of the sinks Spark writes."""
 
         def warm_up() -> None:
             try:
@@ -81,6 +82,7 @@ class SparkWarmup:
             except Exception as exc:  # logged here, the boundary that handles it
                 log.error("Spark is not available: %s; the bulks that need it are given back to their queues "
                           "and written once a probe write succeeds", exc)
+                outage(f"Spark is not available: {exc}")
 
         self._thread = threading.Thread(target=warm_up, name="spark-warmup", daemon=True)
         self._thread.start()

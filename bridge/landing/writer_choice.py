@@ -33,9 +33,16 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
     return None if remote else codec
 
 
+def spark_written(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
+                  conf: Mapping[str, str]) -> list[str]:
+    """The types whose bulks Spark writes: JSON types, and every type with Spark Connect, `writer =
+    "spark"` or a codec pyarrow lacks; pyarrow writes the others in this process."""
+    codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
+    return [name for name, type_cfg in types.items() if codec is None or type_cfg.format == "json"]
+
+
 def spark_writes_bulks(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
                        conf: Mapping[str, str]) -> bool:
-    """Whether Spark writes any type's bulks (JSON types, Spark Connect, `writer = "spark"`, a codec
-    pyarrow lacks); else pyarrow writes every bulk in this process, which sees each file it writes."""
-    codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
-    return codec is None or any(type_cfg.format == "json" for type_cfg in types.values())
+    """Whether Spark writes any type's bulks (`spark_written`); else pyarrow writes every bulk in this
+    process, which sees each file it writes."""
+    return bool(spark_written(sessions, types, writer, conf))

@@ -90,12 +90,23 @@ def test_listeners_connect_while_spark_starts_and_a_spark_that_cannot_start_is_a
     finally:
         factory.release.set()
         runner.join(60)
-    # Then, Spark refused, the bulks are an outage: the run gives up (exit 1) with every message
+    # Then, Spark refused, its sink is unavailable: the run gives up (exit 1) with every message
     # given back to its queue, none moved aside, nothing landed; the error is logged once, clearly
-    assert codes == [1] and "cannot start Spark" in app.bridge.gave_up
+    assert codes == [1] and "sink orders" in app.bridge.gave_up and "cannot start Spark" in app.bridge.gave_up
     assert broker.depth("orders") == 30 and broker.depth("orders.backout") == 0
     assert landed(tmp_path / "landing" / "orders") == 0
     assert "Spark is not available: cannot start Spark" in caplog.text
+
+
+def test_a_spark_that_cannot_start_fails_an_idle_run_as_an_outage_does(tmp_path: Path) -> None:
+    # Given a bridge whose bulks Spark writes, an empty queue, and a Spark that cannot start
+    cfg, broker = bridge_config(tmp_path, "spark", until_idle_outage_limit="1s")
+    factory = SessionFactory()
+    app = build_app(cfg, session_factory=factory)
+    # When it runs until idle, Then it does not end as drained: its sink is unavailable (exit 1)
+    assert app.run(until_idle=0.2) == 1
+    assert "sink orders" in app.bridge.gave_up and "Spark is not available" in app.bridge.gave_up
+    assert factory.calls >= 1 and broker.depth("orders") == 0
 
 
 def section() -> SparkSection:
@@ -111,21 +122,24 @@ def test_what_the_warmup_finds_after_spark_started_stops_the_bridge() -> None:
 
     warmup = SparkWarmup(SparkSessions(section(), create=lambda **_: started.append(1) or object()), [refuse])
     failed: list[BaseException] = []
+    outages: list[str] = []
     # When it runs on its own thread
-    warmup.start(failed.append)
+    warmup.start(failed.append, outages.append)
     warmup.join()
     # Then the session was started once, and the error handed over to stop the bridge
-    assert started == [1] and [type(e) for e in failed] == [ConfigError]
+    assert started == [1] and [type(e) for e in failed] == [ConfigError] and outages == []
 
 
-def test_a_spark_that_cannot_start_does_not_stop_the_bridge(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_spark_that_cannot_start_is_an_outage_not_a_stop(caplog: pytest.LogCaptureFixture) -> None:
     factory = SessionFactory()
     warmup = SparkWarmup(SparkSessions(section(), create=factory), [])
     failed: list[BaseException] = []
+    outages: list[str] = []
     with caplog.at_level(logging.ERROR):
-        warmup.start(failed.append)
+        warmup.start(failed.append, outages.append)
         warmup.join()
     assert failed == [] and factory.calls == 1
+    assert outages == ["Spark is not available: cannot start Spark (master local[1]): refused by the test"]
     assert "bulks that need it are given back" in caplog.text
 
 
