@@ -12,6 +12,7 @@ import pytest
 from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.errors import SinkOutageError, SparkUnavailableError
+from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.executor import SparkExecutor, executors_for
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import Ledger
@@ -90,3 +91,14 @@ def test_a_typed_type_asks_for_spark_only_when_it_writes_and_spark_down_is_an_ou
     with pytest.raises(SinkOutageError, match="cannot start Spark"):
         executor.probe()
     assert factory.calls == 2
+
+
+def test_a_catalog_registration_without_spark_fails_alone_and_is_tried_again(tmp_path: Path) -> None:
+    # Given tables registered by name, and a Spark that cannot start (the registration is after
+    # publication: raising would fail a bulk whose rows are already landed)
+    factory = CountingFactory()
+    registrar = CatalogRegistrar(sessions(factory).get)
+    # When a table is registered twice, Then each attempt fails on its own, counted, and asks again
+    registrar.register("orders", tmp_path / "orders", {"2026-11-26"})
+    registrar.register("orders", tmp_path / "orders", {"2026-11-26"})
+    assert registrar.failures == 2 and factory.calls == 2
