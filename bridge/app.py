@@ -28,10 +28,14 @@ from mqbridge.landing import (
     DriverSecrets,
     Landing,
     SparkSessions,
+    SparkWarmup,
     check_warehouse,
     executors_for,
     recover,
+    schema_checks,
+    spark_needed,
     spark_writes_bulks,
+    spark_written,
     type_tables,
 )
 from mqbridge.landing.ledger import open_ledger, owner_id
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from mqbridge.config import BridgeConfig
+    from mqbridge.landing.session import SessionFactory
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +67,11 @@ class App:
     plugins: PluginHost
     monitor: MonitoringServer | None  # None when [monitoring] listen = ""
     landing: Landing | None  # None when [bridge] exactly_once = false
-    #: Checks run before any listener connects: the warehouse as Spark sees it (None: executors given).
-    preflight: Callable[[], None] | None = None
+    #: Starts Spark and checks what needs it (None: no Spark needed, or executors given), beside the
+    #: listeners, or before them with Spark Connect (`mqbridge.landing.warmup`).
+    warmup: SparkWarmup | None = None
+    #: The types whose bulks Spark writes: their sinks are unavailable while Spark cannot start.
+    spark_sinks: Sequence[str] = ()
 
     def run(self, until_idle: float | None = None) -> int:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
@@ -75,13 +83,16 @@ class App:
             log.warning("%s", note)
         for finding in broker_advice(cfg):  # what `check-config` warns about too
             log.warning("%s: %s — %s", key_path(finding.loc), finding.problem, finding.fix)
-        monitor = self.monitor
+        monitor, warmup = self.monitor, self.warmup
         try:
             if monitor is not None:
                 monitor.bind()  # a taken port fails here, before anything has started
-            self.recover()
-            if self.preflight is not None:
-                self.preflight()  # WarehouseInvisibleError stops here, before anything is read
+            self.recover()  # the ledger and the file system only: no Spark
+            if warmup is not None:
+                if cfg.spark.remote:
+                    warmup.run()  # WarehouseInvisibleError stops here, before anything is read
+                else:
+                    warmup.start(self.bridge.fail, self.spark_outage)  # listeners connect while the JVM comes up
             self.bridge.start()
             if monitor is not None:
                 monitor.start()
@@ -89,9 +100,18 @@ class App:
         finally:
             if monitor is not None:
                 monitor.stop()
+            if warmup is not None:
+                warmup.join()
             self.plugins.close()
             if self.landing is not None:
                 self.landing.close()
+
+    def spark_outage(self, reason: str) -> None:
+        """Spark could not be started: the sinks it writes are unavailable (`mqbridge.breaker`)."""
+        breakers = self.bridge.breakers
+        if breakers is not None:
+            for name in self.spark_sinks:
+                breakers.trip(name, reason)
 
     def recover(self) -> None:
         """Before any listener connects: roll every bulk a dead process left prepared forward, and
@@ -117,15 +137,17 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
               observers: Sequence[Observer] = (),
               counters: Counters | None = None,
               stop_event: threading.Event | None = None,
-              reload_event: threading.Event | None = None) -> App:
+              reload_event: threading.Event | None = None,
+              session_factory: SessionFactory | None = None) -> App:
     """Build every part of a bridge from `config`; nothing is started or connected yet.
 
     Loads the plugins and builds every listener's preprocessor chain (ConfigError if one names an
     unknown preprocessor or gives bad options). `spark` is an existing session to use (tests, the
-    benchmark); otherwise one is started when the bridge starts. `executors` replaces the Spark
-    executors (tests); `source_factory` the adapter registry (the IBM MQ fake); `chain_factory` the
-    plugin host's preprocessor chains (tests of the listener loop). `stop_event` and
-    `reload_event` are set by signal or service control handlers.
+    benchmark); otherwise one is started when the bridge starts, if anything needs it
+    (`mqbridge.landing.warmup`). `executors` replaces the Spark executors (tests); `source_factory`
+    the adapter registry (the IBM MQ fake); `chain_factory` the plugin host's preprocessor chains
+    (tests of the listener loop); `session_factory` how a Spark session is started (tests count the
+    starts). `stop_event` and `reload_event` are set by signal or service control handlers.
     """
     counters = counters or Counters()
     # Checked whatever the ledger's backend (the SQLite ledger checks its own file too): the state
@@ -139,7 +161,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
     collector = _build_collector(config, counters, breakers, plugins)
     landing = open_landing(config, counters)
-    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config))
+    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config), create=session_factory)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
@@ -159,8 +181,9 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
     if monitor is not None:
         bridge.observers.append(monitor)
-    preflight = _startup_probe(config, sessions, landing) if executors is None else None
-    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, preflight=preflight)
+    warmup = _spark_warmup(config, sessions, landing) if executors is None else None
+    return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
+               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf))
 
 
 def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBreakers,
@@ -182,24 +205,27 @@ def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBre
 
 def _spark_executors(config: BridgeConfig, sessions: SparkSessions,
                     landing: Landing | None) -> Callable[[], Mapping[str, Executor]]:
-    """Makes each type's Spark executor, when the bridge starts (they need the session)."""
+    """Makes each type's executor when the bridge starts (none of them starts Spark: each asks for the
+    session when a write needs it)."""
     warehouse = config.resolve_path(config.spark.warehouse)
     return lambda: executors_for(sessions, warehouse, config.types, landing=landing,
                                  write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
                                  writer=config.spark.writer, conf=config.spark.conf)
 
 
-def _startup_probe(config: BridgeConfig, sessions: SparkSessions,
-                  landing: Landing | None) -> Callable[[], None] | None:
-    """The start-up probe, a Spark job (seconds on a cold JVM), where Spark writes into the warehouse:
-    bulks, or the scheduled purge's containers (None elsewhere: bulks pyarrow writes are checked by
-    their footers)."""
-    if not (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
-            or (config.purge.interval is not None and landing is not None)):
+def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landing | None) -> SparkWarmup | None:
+    """What starts Spark when the bridge starts, if anything needs it while the bridge runs (None
+    otherwise), and checks what needs it: each typed type's schema, and the warehouse where Spark writes
+    into it, bulks or the scheduled purge's containers (bulks pyarrow writes are checked by their footers)."""
+    if not spark_needed(config, sessions):
         return None
-    owner = landing.owner if landing is not None else owner_id()
-    warehouse = config.resolve_path(config.spark.warehouse)
-    return lambda: check_warehouse(sessions, warehouse, owner)
+    checks = schema_checks(config.types)
+    if (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
+            or (config.purge.interval is not None and landing is not None)):
+        owner = landing.owner if landing is not None else owner_id()
+        warehouse = config.resolve_path(config.spark.warehouse)
+        checks.append(lambda: check_warehouse(sessions, warehouse, owner))
+    return SparkWarmup(sessions, checks)
 
 
 def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:

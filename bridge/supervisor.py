@@ -197,7 +197,7 @@ class Bridge:
             try:
                 self._spawn(slot)
             except FatalError as exc:
-                self._fail(exc)
+                self.fail(exc)
                 return
             except BridgeError as exc:
                 self._note_error(slot, now, exc)
@@ -215,7 +215,7 @@ class Bridge:
             return
         decision = decide(failure)
         if decision is Decision.STOP_BRIDGE:
-            self._fail(failure)
+            self.fail(failure)
             return
         if decision is Decision.HALT:
             # Restarting would hit the same poison message again and again: halt this slot.
@@ -256,7 +256,9 @@ class Bridge:
             log.error("%s: no heartbeat for %.0fs in phase %s; a driver call is hanging",
                       slot.name, silent, thread.state.phase)
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """Stop the bridge because of `exc`, which retrying cannot cure (`run` returns 2). Safe from any
+        thread: the Spark warm-up (`mqbridge.landing.warmup`) reports what it finds this way."""
         self.fatal = exc
         log.critical("stopping the bridge: %s", exc)
         self.stop_event.set()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,3 +68,12 @@ def write_bulk(table: pa.Table, target: Path, *, codec: str, file_bytes: int) ->
                            coerce_timestamps="us", store_schema=False)
             written.append(path)
     return written
+
+
+def write_probe(target: Path) -> None:
+    """One row written as Parquet under `target` (created), as a probe of a sink pyarrow writes: the
+    same file system calls a bulk makes, with no Spark."""
+    target.mkdir(parents=True, exist_ok=True)
+    row = pa.table({"id": pa.array([0], pa.int64()),
+                    "probed_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("us", tz="UTC"))})
+    pq.write_table(row, target / f"part-00000-{uuid.uuid4()}.c000.parquet", coerce_timestamps="us")

@@ -41,8 +41,10 @@ class CatalogRegistrar:
             todo = sorted(set(put_dates) - (known or set()))
             if known is not None and not todo:
                 return
-            spark = self.session()
             try:
+                # Inside the try: a session that cannot be started (the bridge's Spark may still be
+                # starting, or down) fails the registration, never the landing.
+                spark = self.session()
                 if known is None:
                     spark.sql(f"CREATE TABLE IF NOT EXISTS `{table}` USING parquet LOCATION '{_quoted(location)}'")
                     spark.sql(f"ALTER TABLE `{table}` RECOVER PARTITIONS")  # every put_date already there

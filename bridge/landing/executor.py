@@ -2,7 +2,7 @@
 
 A bulk becomes a pyarrow.Table with an explicit schema (the landed row, `mqbridge.landing.rows`),
 then a DataFrame (`spark.createDataFrame(arrow_table)`), then one append to `<warehouse>/<table>`
-partitioned by `put_date`; a raw bulk may be written by pyarrow instead (`arrow_codec`,
+partitioned by `put_date`; a raw bulk may be written by pyarrow instead (`mqbridge.landing.writer_choice`,
 `mqbridge.landing.arrow_writer`). JSON bodies are checked against the type's schema
 (`mqbridge.landing.rows`), so that one bad body fails only its own message.
 """
@@ -25,15 +25,11 @@ from pyspark.sql.types import StructType
 
 from mqbridge import failpoints
 from mqbridge.config import TypeConfig
-from mqbridge.errors import (
-    ConfigError,
-    SinkOutageError,
-    SparkUnavailableError,
-    SparkWriteTimeoutError,
-)
+from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError
 from mqbridge.landing import arrow_writer
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
+from mqbridge.landing.deadlines import abandoned_after, spark_guarded
 from mqbridge.landing.handoff import bulk_frame
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
@@ -66,6 +62,7 @@ from mqbridge.landing.session import (
     writes_as_this_user,
 )
 from mqbridge.landing.tables import add_types
+from mqbridge.landing.writer_choice import arrow_codec
 from mqbridge.message import Bulk, MessageResult, put_date_of
 
 log = logging.getLogger(__name__)
@@ -80,9 +77,6 @@ WRITE_OPTIONS: dict[str, str] = {
 FILE_BYTES = 128 << 20
 #: `[spark] write_timeout` when an executor is built without one (tests, benchmarks).
 DEFAULT_WRITE_TIMEOUT = 600.0
-#: After a write exceeded its timeout, its job group is cancelled again this often until the
-#: write returns (a cancel only reaches jobs already submitted).
-CANCEL_EVERY = 1.0
 
 # Appends to one directory must not overlap (they share `_temporary`); shared by every executor
 # of the process because two types may land in the same table.
@@ -110,34 +104,6 @@ def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: M
             for name, type_cfg in types.items()}
 
 
-def spark_writes_bulks(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
-                       conf: Mapping[str, str]) -> bool:
-    """Whether Spark writes any type's bulks (JSON types, Spark Connect, `writer = "spark"`, a codec
-    pyarrow lacks); else pyarrow writes every bulk in this process, which sees each file it writes."""
-    codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
-    return codec is None or any(type_cfg.format == "json" for type_cfg in types.values())
-
-
-def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -> str | None:
-    """The pyarrow codec raw bulks are written with (`mqbridge.landing.arrow_writer`), or None when Spark
-    writes them: `writer` "spark"; "auto" with Spark Connect (the warehouse is the server's) or a
-    codec pyarrow does not write. ConfigError for "arrow" with such a codec."""
-    if writer == "spark":
-        return None
-    codec = arrow_writer.codec_of(conf)
-    if writer == "arrow":
-        if codec is None:
-            raise ConfigError(f"spark.writer = \"arrow\": pyarrow does not write the Parquet codec "
-                              f"{conf.get(arrow_writer.CODEC_KEY)!r} ({arrow_writer.CODEC_KEY}); "
-                              f"use one of {', '.join(arrow_writer.CODECS)} or writer = \"spark\"")
-        return codec
-    if writer != "auto":
-        raise ConfigError(f"spark.writer: expected auto, arrow or spark, got {writer!r}")
-    section = sessions.section
-    remote = section.remote if section is not None else is_connect(sessions.current)
-    return None if remote else codec
-
-
 class SparkExecutor:
     """Appends bulks of one message type to <warehouse>/<table> as Parquet partitioned by put_date.
 
@@ -145,8 +111,11 @@ class SparkExecutor:
     known to be PERMANENT); a JSON body that does not fit the schema is PERMANENT for that message
     alone and the rest of the bulk lands. A write that cannot be the messages' fault is an outage
     (`MessageResult.sink_outage`): the JVM is gone (the session is then started again for the next
-    write), Spark cannot be started, or the write ran longer than `write_timeout` (its job group
-    is cancelled). Any other failure is triaged by the collector with `probe`.
+    write), Spark cannot be started, Spark refuses the type's schema, or the write ran longer than
+    `write_timeout` (its job group is cancelled). Any other failure is triaged by the collector with `probe`.
+
+    Nothing here starts Spark before it is needed: a type pyarrow writes never asks for a session
+    (its writes and its probe are pyarrow's), a typed type asks on its first write or probe.
 
     Counters (read without a lock; each is updated by one assignment): `last_write_seconds` is the
     wall time of the last successful execute's Spark work (DataFrame, JSON check, append);
@@ -156,21 +125,20 @@ class SparkExecutor:
     def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
                  *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
                  catalog: CatalogRegistrar | None = None, arrow: str | None = None) -> None:
-        # `config` was validated at load (format and schema agree, the table is a valid name);
-        # only the DDL itself needs Spark's own parser, hence a session, to be checked.
         self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
-        self.sessions.get()  # the DDL check below needs a live session
         self.write_timeout = write_timeout
         self.message_type = message_type
         self.table = config.table or message_type  # a template such as "{destination}" (containers.py)
         self.format = config.format
-        self.schema: StructType | None = (parse_schema(message_type, config.schema_ddl)
-                                          if config.schema_ddl else None)
+        # `config` was validated at load (format and schema agree, the table is a valid name); only
+        # the DDL itself needs Spark's own parser, hence a session: parsed on first use (`schema`).
+        self._schema_ddl = config.schema_ddl
+        self._schema: StructType | None = None
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
         # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.landing.arrow_writer`), else None.
-        self.arrow = arrow if self.schema is None else None
+        self.arrow = arrow if not config.schema_ddl else None
         self.catalog = catalog  # registers each table by name once it holds published rows
         self.last_write_seconds = 0.0
         self.rows_written = 0
@@ -186,6 +154,16 @@ class SparkExecutor:
     def spark(self) -> SparkSession:
         """The current session (started again if its JVM is gone)."""
         return self.sessions.get()
+
+    @property
+    def schema(self) -> StructType | None:
+        """The parsed `schema` of a typed type (None for a raw one), by Spark's own DDL parser, which
+        needs a live session: the first use waits for it (SparkUnavailableError if it cannot start).
+        ConfigError, naming the type, if Spark refuses the DDL."""
+        if self._schema is None and self._schema_ddl:
+            self.sessions.get()
+            self._schema = parse_schema(self.message_type, self._schema_ddl)
+        return self._schema
 
     def execute(self, bulk: Bulk) -> list[MessageResult]:
         """Land `bulk`; one result per message, in the bulk's order."""
@@ -205,20 +183,29 @@ class SparkExecutor:
         return [r for r in results if r is not None]
 
     def probe(self) -> None:
-        """One probe write for this sink: a row into `<table>/_staging/<owner>/probe` (where this
-        process stages its bulks, so recovery removes it if the process dies meanwhile), then removed.
-        Starts a new SparkSession first if the JVM is gone. Raises (SinkOutageError or Spark's
-        own error) if the sink cannot be written to."""
+        """One probe write for this sink by its writer: a row into `<table>/_staging/<owner>/probe`
+        (where this process stages its bulks, so recovery removes it if the process dies meanwhile),
+        then removed. Through Spark (started again first if the JVM is gone) where Spark writes this
+        type's bulks, and its schema parsed; by pyarrow where pyarrow does, with no Spark at all.
+        Raises SinkOutageError if the sink cannot be written to."""
         owner = self.landing.owner if self.landing is not None else owner_id()
         target = staging_dir(self._path, owner, "probe")
         existed = self._path.exists()
+        what = f"probe of {self.table}"
         try:
-            spark = self.sessions.get()
-            if writes_as_this_user(spark):  # a probe may be the first to make `_staging`: private too
+            if self.arrow is not None:
                 private_staging(target)
-            self._guarded(spark, f"probe of {self.table}", lambda: write_probe(spark, target))
-            # Written through Spark (whoever writes the bulks) and read back here: a Spark that
-            # writes where this process does not look is down for the bridge, whatever it says.
+                self._abandoned_after(f"arrow-probe-{self.message_type}", what, target,
+                                      lambda: arrow_writer.write_probe(target))
+            else:
+                spark = self.sessions.get()
+                if writes_as_this_user(spark):  # a probe may be the first to make `_staging`: private too
+                    private_staging(target)
+                spark_guarded(spark, self.message_type, what, lambda: write_probe(spark, target),
+                              self.write_timeout)
+                _ = self.schema  # a DDL Spark refuses keeps the sink unavailable, and says why
+            # Read back here: a Spark that writes where this process does not look is down for the
+            # bridge, whatever it says.
             verify_staged(staged_moves(self._path, target, "probe"), 1, target, what=f"probe of {self.table}")
             if self.landing is not None:  # the landing path is the ledger's too
                 self.landing.probe()
@@ -233,8 +220,10 @@ class SparkExecutor:
 
     def _outage(self, exc: BaseException) -> str:
         """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
-        if isinstance(exc, SinkOutageError | SparkUnavailableError):
-            return str(exc)  # a write timeout, the ledger unavailable, staged files not where written
+        if isinstance(exc, SinkOutageError | SparkUnavailableError | ConfigError):
+            # A write timeout, the ledger unavailable, staged files not where written, Spark not
+            # started, or a schema Spark refuses.
+            return str(exc)
         session = self.sessions.current
         if session is not None and is_connect(session):
             if connect_session_lost(exc):  # the server restarted: only a new session gets through
@@ -249,50 +238,6 @@ class SparkExecutor:
                 self.sessions.reset(session, "py4j lost its JVM" if gone else one_line(exc))
             return f"the Spark JVM is gone ({one_line(exc)})"
         return ""
-
-    def _guarded(self, spark: SparkSession, what: str, write: Callable[[], object]) -> None:
-        """Run `write` (one Spark action) in its own job group; past `write_timeout`, cancel the
-        group (again every CANCEL_EVERY until the write returns) and raise SparkWriteTimeoutError."""
-        group = f"mqbridge-{self.message_type}-{threading.get_ident()}-{time.monotonic_ns()}"
-        done, fired = threading.Event(), threading.Event()
-        connect = is_connect(spark)
-
-        def watch() -> None:
-            if done.wait(self.write_timeout):
-                return
-            fired.set()
-            log.error("type %s: %s running for more than write_timeout %.0fs: cancelling its Spark jobs",
-                      self.message_type, what, self.write_timeout)
-            while not done.is_set():
-                try:
-                    if connect:
-                        spark.interruptTag(group)
-                    else:
-                        spark.sparkContext.cancelJobGroup(group)
-                except Exception as exc:
-                    log.warning("type %s: cancelling the %s failed: %s", self.message_type, what, one_line(exc))
-                done.wait(CANCEL_EVERY)
-
-        if connect:
-            spark.addTag(group)
-        else:
-            spark.sparkContext.setJobGroup(group, f"mqbridge {what}", interruptOnCancel=True)
-        watcher = threading.Thread(target=watch, name=f"spark-timeout-{self.message_type}", daemon=True)
-        watcher.start()
-        try:
-            write()
-        except Exception as exc:
-            if fired.is_set():
-                raise SparkWriteTimeoutError(f"{what} exceeded write_timeout ({self.write_timeout:.0f}s); its "
-                                             f"Spark jobs were cancelled") from exc
-            raise
-        finally:
-            done.set()
-            if connect:
-                try:
-                    spark.removeTag(group)
-                except Exception:
-                    log.debug("removeTag failed", exc_info=True)
 
     # -- internals -------------------------------------------------------------------------
     def _execute(self, bulk: Bulk, results: list[MessageResult | None]) -> None:
@@ -451,7 +396,8 @@ class SparkExecutor:
         if failpoints.active("spark_write_hang"):
             df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
         writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
-        self._guarded(spark, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)))
+        spark_guarded(spark, self.message_type, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)),
+                      self.write_timeout)
         return observation
 
     def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:
@@ -463,27 +409,19 @@ class SparkExecutor:
             raise RuntimeError(f"failpoint spark_poison_body: {poison}")  # test only, as in _stage_spark
         table = arrow_table(bulk, keep)
         hang = failpoints.active("spark_write_hang")  # test only: a write that never ends
-        outcome: list[BaseException | None] = []
-        done = threading.Event()
 
         def write() -> None:
-            try:
-                if hang:
-                    threading.Event().wait()
-                arrow_writer.write_bulk(table, target, codec=codec, file_bytes=FILE_BYTES)
-                outcome.append(None)
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append(exc)
-            finally:
-                done.set()
+            if hang:
+                threading.Event().wait()
+            arrow_writer.write_bulk(table, target, codec=codec, file_bytes=FILE_BYTES)
 
-        threading.Thread(target=write, name=f"arrow-write-{self.message_type}", daemon=True).start()
-        if not done.wait(self.write_timeout):
-            log.error("type %s: pyarrow write of bulk %s to %s running for more than write_timeout %.0fs: "
-                      "abandoned (its staging directory is discarded)", self.message_type, bulk.bulk_id, target,
-                      self.write_timeout)
-            raise SparkWriteTimeoutError(f"pyarrow write of bulk {bulk.bulk_id} exceeded write_timeout "
-                                         f"({self.write_timeout:.0f}s); the filesystem of {target.parent} does "
-                                         "not answer")
-        if outcome and outcome[0] is not None:
-            raise outcome[0]
+        self._abandoned_after(f"arrow-write-{self.message_type}", f"write of bulk {bulk.bulk_id}", target, write)
+
+    def _abandoned_after(self, thread: str, what: str, target: Path, write: Callable[[], object]) -> None:
+        """A pyarrow `write` to `target`, abandoned past `write_timeout` (`deadlines.abandoned_after`)."""
+        timeout = self.write_timeout
+        abandoned_after(timeout, thread, write,
+                        logged=f"type {self.message_type}: pyarrow {what} to {target} running for more than "
+                        f"write_timeout {timeout:.0f}s: abandoned (its staging directory is discarded)",
+                        error=f"pyarrow {what} exceeded write_timeout ({timeout:.0f}s); the filesystem of "
+                        f"{target.parent} does not answer")

@@ -10,7 +10,8 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -231,20 +232,28 @@ def _set_connect_conf(spark: Any, settings: Mapping[str, Any]) -> None:
             log.debug("Spark Connect: %s not set: %s", key, one_line(exc))
 
 
+#: How `SparkSessions` starts a session: `create_spark_session`'s keyword arguments, the session.
+SessionFactory = Callable[..., SparkSession]
+
+
 class SparkSessions:
-    """The process's SparkSession for one `[spark]` section: started on first `get()` (when the
-    bridge starts its executors), never by a health probe (`current` is None until then).
+    """The process's SparkSession for one `[spark]` section: started on first `get()` (by what needs
+    it: the bridge's warm-up, `mqbridge.landing.warmup`, or else a Spark write, a typed type's schema,
+    the catalog, the purge), never by a health probe (`current` is None until then). A `get()` while
+    another thread starts the session waits for that start.
 
     When the in-process driver's JVM dies (killed, out of memory), `reset` forgets the session and
     the next `get()` starts a new one; every executor asks `get()` for each write, so all of them
     pick the new session up. `section` None: only the session given is ever used (tests).
     `secrets`: what a driver JVM it starts must not get on its command line or in its environment.
+    `create`: how a session is started (`create_spark_session`; tests count or refuse the starts).
     """
 
     def __init__(self, section: SparkSection | None, session: SparkSession | None = None,
-                 secrets: DriverSecrets | None = None) -> None:
+                 secrets: DriverSecrets | None = None, create: SessionFactory | None = None) -> None:
         self.section = section
         self.secrets = secrets
+        self._create = create or create_spark_session
         self._session = session
         self._lock = threading.Lock()
         self.recreated = 0  # sessions started again after the JVM was gone
@@ -264,10 +273,14 @@ class SparkSessions:
                 if s is None:
                     raise SparkUnavailableError("the SparkSession given to the bridge is gone and cannot be "
                                                 "started again (no [spark] section)")
-                self._session = create_spark_session(master=s.master, remote=s.remote, app_name=s.app_name,
-                                                     conf=s.conf, secrets=self.secrets)
+                started = time.monotonic()
+                self._session = self._create(master=s.master, remote=s.remote, app_name=s.app_name, conf=s.conf,
+                                             secrets=self.secrets)
                 if self.recreated:
                     log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
+                else:
+                    log.info("Spark: SparkSession started in %.1fs (%s)", time.monotonic() - started,
+                             f"Spark Connect {shown_remote(s.remote)}" if s.remote else f"master {s.master}")
             return self._session
 
     def reset(self, broken: SparkSession, why: str) -> None:

@@ -69,8 +69,9 @@ def _ping(session: Any) -> None:
 class SparkProbe:
     """Spark reachability, measured at most every `max_age` seconds and cached in between.
 
-    `session` returns the bridge's SparkSession or None when the bridge has none (its executors
-    were supplied without Spark): then there is nothing to check and `reachable` is None.
+    `session` returns the bridge's SparkSession or None when the bridge has none (nothing it runs
+    needs Spark, the session is still starting, or its executors were supplied without Spark): then
+    there is nothing to check and `reachable` is None.
     """
 
     def __init__(self, session: Callable[[], Any], max_age: float, *,

@@ -246,12 +246,19 @@ def test_concurrent_executors_of_one_table_do_not_collide(spark: Any, tmp_path: 
     ("DECIMAL(12,2)", "list of columns"),
     ("msg_id STRING", "clashes"),
 ])
-def test_a_bad_schema_is_a_config_error(spark: Any, tmp_path: Path, ddl: str, expected: str) -> None:
+def test_a_bad_schema_is_a_config_error_and_its_bulks_an_outage(spark: Any, tmp_path: Path, ddl: str,
+                                                                 expected: str) -> None:
     # The format/schema combinations are checked at load (tests/unit/config/test_config.py); only the
-    # DDL needs Spark's own parser.
+    # DDL needs Spark's own parser, on first use (the bridge's Spark warm-up stops the bridge for it)
+    executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(format="json", schema=ddl))
     with pytest.raises(ConfigError, match="orders") as info:
-        SparkExecutor(spark, tmp_path, "orders", TypeConfig(format="json", schema=ddl))
+        _ = executor.schema
     assert expected in str(info.value)
+    # A bulk meanwhile is not the messages' fault: given back uncounted, nothing written
+    results = executor.execute(bulk(message("m1", b'{"order_id": "1"}')))
+    assert [(r.outcome, r.outage) for r in results] == [(Outcome.RETRYABLE, True)]
+    assert expected in results[0].reason
+    assert not (tmp_path / "orders").exists()
 
 
 def test_an_unwritable_table_makes_a_raw_bulk_retryable_with_either_writer(spark: Any, tmp_path: Path,

@@ -23,9 +23,10 @@ def process_bridge(name: str, *, state_dir: str = "state") -> BridgeToml:
     return BridgeToml({
         "bridge": {"name": name, "control_interval": "1s", "plugin_dirs": [], "state_dir": state_dir},
         "monitoring": {"listen": ""},
-        # pyarrow writes the raw bulks: these tests start many bridges with small bulks, and a Spark
-        # write costs a second on a cold JVM. The default writer (Spark) runs in tests/integration/
-        # test_in_flight.py, test_spark_executor.py, test_spark_modes.py and the demo.
+        # pyarrow writes the raw bulks: these tests start many bridges with small bulks, a Spark write
+        # costs a second on a cold JVM, and a bridge that needs no Spark starts no JVM (10-35 s here).
+        # The default writer (Spark) runs in tests/integration/test_in_flight.py, test_spark_executor.py,
+        # test_spark_modes.py, test_start_without_spark.py and the demo.
         "spark": {"warehouse": "landing", "writer": "auto"},
         "types.orders": {"bulk_size": "128KB", "bulk_timeout": "500ms"},
     })
@@ -54,7 +55,7 @@ def stomp_config(tmp_path: Path, queue: str, *, name: str = "bridge.toml", **opt
 def memory_bridge(name: str = "mem", *, writer: str = "auto") -> BridgeToml:
     """A `mqbridge run` on queue `orders` of its in-process memory broker (`process_bridge`): it
     never gets a message (nothing outside the process can put one), for tests of what the process
-    shows of itself. `writer = "spark"` makes it start its Spark driver JVM (the start-up probe)."""
+    shows of itself. `writer = "spark"` makes it start its Spark driver JVM (beside its listener)."""
     return (process_bridge(name).set("spark", master="local[1]", writer=writer)
             .set("sources.mem", kind="memory")
             .listener(source="mem", queue="orders", message_type="orders", backout_queue="orders.backout",

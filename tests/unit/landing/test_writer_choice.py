@@ -9,8 +9,8 @@ import pytest
 from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.errors import ConfigError
 from mqbridge.landing.arrow_writer import codec_of
-from mqbridge.landing.executor import arrow_codec, spark_writes_bulks
 from mqbridge.landing.session import DEFAULT_CONF, SparkSessions
+from mqbridge.landing.writer_choice import arrow_codec, spark_writes_bulks
 
 
 def choice(writer: str, *, remote: str | None = None, codec: str | None = None) -> str | None:
