@@ -336,7 +336,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               "[monitoring] gives its own CA and token)", file=sys.stderr)
         return 2
     if args.config:
-        config = load_config(args.config)
+        config = load_config(args.config, secrets=False)  # the sources' and the ledger's are not needed
+        config.require_resolved("monitoring")
         credentials = Credentials.from_config(config)  # the token and TLS, also for a --url given
         try:
             url = url or url_from_config(config)

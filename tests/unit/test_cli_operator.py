@@ -137,3 +137,14 @@ def test_purge_needs_a_spark_secret_but_not_a_source_password(tmp_path: Path,
     assert main(["purge", "--config", str(write(tmp_path, text)), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "spark.remote: environment variable MQBRIDGE_TEST_UNSET_TOKEN is not set (this command needs it)" in err
+
+
+def test_status_needs_the_monitoring_token_but_no_other_secret(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # The token it sends must be there; a source password it never uses need not be
+    assert main(["status", "--config", str(write(tmp_path)), "--timeout", "1s"]) == 2
+    err = capsys.readouterr().err
+    assert "monitoring.token:" in err and "(this command needs it)" in err and "sources.amq" not in err
+    without_token = WITH_SECRETS.replace('token = "${FILE:/nonexistent/mqbridge-token}"', 'listen = "127.0.0.1:1"')
+    assert main(["status", "--config", str(write(tmp_path, without_token)), "--timeout", "1s"]) == 3
+    assert "sources.amq" not in capsys.readouterr().err
