@@ -8,6 +8,7 @@ Cross-key rules that need the whole file (a listener's source and type exist...)
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -447,9 +448,10 @@ class BridgeConfig(Model):
         return self._base_dir if self._base_dir is not None else Path.cwd()
 
     def resolve_path(self, path: Path | str) -> Path:
-        """`path` made absolute: `~` expanded, relative paths taken from `base_dir`."""
+        """`path` made absolute: `~` expanded, relative paths taken from `base_dir`, `..` folded
+        (`config/../data` is shown and used as `data`)."""
         path = Path(path).expanduser()
-        return path if path.is_absolute() else self.base_dir / path
+        return Path(os.path.normpath(path if path.is_absolute() else self.base_dir / path))
 
     @property
     def unresolved(self) -> dict[str, str]:

@@ -43,7 +43,7 @@ def test_example_file_loads_with_its_environment(monkeypatch: pytest.MonkeyPatch
 def test_demo_file_loads() -> None:
     cfg = load_config(ROOT / "config" / "demo.toml")
     assert cfg.bridge.name == "demo" and cfg.monitoring.listen == "127.0.0.1:9464"  # the demo shows the status page
-    assert cfg.resolve_path(cfg.spark.warehouse) == ROOT / "config" / "../data/demo/landing"
+    assert cfg.resolve_path(cfg.spark.warehouse) == ROOT / "data" / "demo" / "landing"  # ".." folded
 
 
 def test_defaults() -> None:
