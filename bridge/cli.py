@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                              **parser_help("plugins"))
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
-                                           "exit 0 healthy, 1 unhealthy, 3 unreachable")
+                                           "exit 0 healthy, 1 unhealthy, 3 unreachable", **parser_help("status"))
     status.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
                                                     "http://127.0.0.1:9464)")
     status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] to ask: its "

@@ -81,6 +81,20 @@ exit codes:
   0  shown (and verified)
   1  no ledger file yet, or --verify found missing files or wrong row counts
   2  configuration error"""),
+    "status": (
+        "Show a running bridge's health, listener threads (state, rate, commits, restarts, last error), "
+        "collector, Spark, sinks, plugins, memory guard and process, from its monitoring endpoint. With "
+        "--config, the endpoint, TLS and token of its [monitoring] (only the token is read of its "
+        "secrets); with --url alone, --cacert and --token-file give the CA and the token.",
+        """example:
+  mqbridge status --config /etc/mqbridge/bridge.toml
+  mqbridge status --url https://bridge1:9464 --cacert ca.pem --token-file monitoring.token
+
+exit codes:
+  0  healthy
+  1  unhealthy (each problem is listed)
+  2  configuration error (or options that do not go together)
+  3  nothing answers at the endpoint, or it refused the request"""),
 }
 
 
