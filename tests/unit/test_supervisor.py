@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -44,14 +46,23 @@ def dead_threads(bridge: Bridge) -> None:
             assert not slot.thread.is_alive()
 
 
-def test_a_failing_listener_is_restarted_with_doubling_capped_backoff() -> None:
-    # Given a source that cannot connect
+@contextmanager
+def bridge_that_cannot_connect() -> Iterator[Bridge]:
+    """A started bridge of one listener whose source cannot connect; stopped after the block."""
     cfg, _broker = memory_config()
     app = memory_app(cfg, RecordingExecutor(),
                      source_factory=lambda _ctx: FailingSource(SourceConnectionError("broker down")))
-    bridge = app.bridge
-    bridge.start()
+    app.bridge.start()
     try:
+        yield app.bridge
+    finally:
+        app.bridge.stop()
+        app.bridge.shutdown()
+
+
+def test_a_failing_listener_is_restarted_with_doubling_capped_backoff() -> None:
+    # Given a source that cannot connect
+    with bridge_that_cannot_connect() as bridge:
         [slot] = bridge.slots
         waits = []
         for _ in range(8):
@@ -67,9 +78,6 @@ def test_a_failing_listener_is_restarted_with_doubling_capped_backoff() -> None:
         assert slot.restarts == 8 and "broker down" in slot.last_error
         assert bridge.counters.total("listener_restarts") == 8
         assert bridge.fatal is None
-    finally:
-        bridge.stop()
-        bridge.shutdown()
 
 
 def test_a_lost_connection_gives_the_unit_back_and_the_restarted_listener_lands_it_once() -> None:
@@ -199,12 +207,7 @@ def test_observers_hear_every_event_and_a_broken_one_changes_nothing() -> None:
 
 def test_errors_per_second_is_the_listener_errors_of_the_last_interval_over_its_length() -> None:
     # Given a source that cannot connect
-    cfg, _broker = memory_config()
-    app = memory_app(cfg, RecordingExecutor(),
-                     source_factory=lambda _ctx: FailingSource(SourceConnectionError("broker down")))
-    bridge = app.bridge
-    bridge.start()
-    try:
+    with bridge_that_cannot_connect() as bridge:
         [slot] = bridge.slots
         bridge.measure_rates()  # the start of the first interval
         started = time.monotonic()
@@ -227,6 +230,3 @@ def test_errors_per_second_is_the_listener_errors_of_the_last_interval_over_its_
         time.sleep(0.2)
         bridge.measure_rates()
         assert bridge.counters.gauge("errors_per_second") == 0.0
-    finally:
-        bridge.stop()
-        bridge.shutdown()
