@@ -56,8 +56,9 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
     q = unique_queue("mon")
     amq.put_many(q, [f"m{i}".encode() for i in range(300)])
     port = free_port()
+    # (Spark writes the bulks: a bridge whose bulks pyarrow writes starts no Spark, and shows none)
     cfg = make_config(tmp_path, TYPE + listener_toml(q, "orders", threads=2, batch=50),
-                      listen=f"127.0.0.1:{port}")
+                      listen=f"127.0.0.1:{port}", tables={"spark": {"writer": "spark"}})
     stop = threading.Event()
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(run_bridge(cfg, stop_event=stop)), name="test-run-bridge")
