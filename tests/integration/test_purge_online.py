@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 OLD = 1000
 #: A read whose listing straddled the swap fails (README: retried, never a mix): a listed name is gone.
 #: (The purge never reuses a name for new content, so a footer error is a failure here.)
-MISSING_FILE = re.compile(r"FILE_NOT_EXIST|FileNotFound|does not exist")
+#: (Spark names it FILE_NOT_EXIST or FileNotFound; Hadoop's vectored reads, NoSuchFileException.)
+MISSING_FILE = re.compile(r"FILE_NOT_EXIST|FileNotFound|NoSuchFileException|does not exist")
 #: Of the rows landed before the purge (msg_id m0…m999), all but every tenth; none of the stream's.
 DESIGNATED = "msg_id LIKE 'm%' AND try_cast(substring(msg_id, 2) AS INT) % 10 != 0"
 
