@@ -86,9 +86,8 @@ class ListenerState:
 
     phase: str = "starting"  # starting | connecting | receiving | processing | paused | stopped | failed
     heartbeat: float = field(default_factory=time.monotonic)
-    #: Monotonic time of the last message received or of the last connect (0: neither yet). `run
-    #: --until-idle` counts its idle time from here, so a listener thread that just reconnected (after
-    #: a broker restart) gets the whole idle time to receive what is still on the queue.
+    #: Monotonic time of the last message or connect (0: neither yet): `run --until-idle` counts from
+    #: here, so a thread that just reconnected (a broker restart) gets the whole idle time to receive.
     last_activity: float = 0.0
     connected_once: bool = False
     last_error: str = ""
