@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from mqbridge.config import SparkSection, shown_remote
 from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError
 from mqbridge.landing.driver_secrets import DriverSecrets
-from mqbridge.landing.jvm import driver_log_conf, jvm_log_level, launch_driver_gateway
+from mqbridge.landing.jvm import driver_java_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing.publication import discard, owner_dirname, staged_moves, verify_staged
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     settings = {**DEFAULT_CONF, **({} if remote else LOCAL_DEFAULT_CONF), **dict(conf or {})}
     level = jvm_log_level()
     if not remote:
-        settings.update(driver_log_conf(settings, level))
+        settings.update(driver_java_conf(settings, level))
     try:
         if remote:
             # `create`, never the cached default session, which a restarted server no longer knows

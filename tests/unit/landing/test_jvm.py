@@ -1,15 +1,18 @@
-"""The Spark driver JVM's log configuration (mqbridge.landing.jvm): written for log4j2, quiet by default."""
+"""The Spark driver JVM's options (mqbridge.landing.jvm): a log4j2 configuration, quiet by default; its JIT
+C1 only unless the configuration chooses."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from mqbridge.landing.jvm import driver_log_conf, jvm_log_level
+import pytest
+
+from mqbridge.landing.jvm import JIT_OPTIONS, driver_java_conf, jvm_log_level
 
 
 def test_the_driver_gets_our_log4j2_file_and_keeps_its_own_java_options() -> None:
-    conf = driver_log_conf({"spark.driver.extraJavaOptions": "-Dmine=1"}, "ERROR")
+    conf = driver_java_conf({"spark.driver.extraJavaOptions": "-Dmine=1"}, "ERROR")
     options = conf["spark.driver.extraJavaOptions"]
     assert options.startswith("-Dlog4j2.configurationFile=file:") and options.endswith(" -Dmine=1")
     path = Path(options.split()[0].split("file:", 1)[1])
@@ -18,6 +21,19 @@ def test_the_driver_gets_our_log4j2_file_and_keeps_its_own_java_options() -> Non
     # pyspark's driver is a "shell" to Spark: its logger must match the root or Spark prints a banner
     assert "org.apache.spark.api.python.PythonGatewayServer" in text
     assert oct(path.stat().st_mode & 0o777) == "0o600"  # a private file, not one another user could swap
+    assert JIT_OPTIONS in options.split()
+
+
+@pytest.mark.parametrize("given", ["-XX:TieredStopAtLevel=4", "-Xmx2g -XX:-TieredCompilation",
+                                   "-XX:+TieredCompilation"])
+def test_a_jit_setting_given_replaces_ours(given: str) -> None:
+    options = driver_java_conf({"spark.driver.extraJavaOptions": given}, "ERROR")["spark.driver.extraJavaOptions"]
+    assert JIT_OPTIONS not in options.split() and options.endswith(given)
+
+
+def test_without_options_given_the_driver_runs_c1_only() -> None:
+    options = driver_java_conf({}, "ERROR")["spark.driver.extraJavaOptions"].split()
+    assert options[1:] == ["-XX:TieredStopAtLevel=1"]
 
 
 def test_spark_warnings_show_when_the_bridge_logs_at_debug() -> None:
