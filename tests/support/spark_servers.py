@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pyspark
 
+from mqbridge.landing.jvm import JIT_OPTIONS
+
 from tests.support.exactly_once import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -78,6 +80,9 @@ class SparkConnectServer:
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.ui.enabled=false",
+             # As docs/spark-and-tables.md advises for a server that takes a bridge's small writes
+             # (mqbridge.landing.jvm.JIT_OPTIONS, the in-process driver's default).
+             "--conf", f"spark.driver.extraJavaOptions={JIT_OPTIONS}",
              "--conf", f"spark.sql.warehouse.dir={self.base / 'warehouse'}",
              "--conf", f"spark.local.dir={self.base / 'local'}"],
             env=self.env, check=True, stdout=subprocess.DEVNULL, timeout=60)
