@@ -161,7 +161,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
     collector = _build_collector(config, counters, breakers, plugins)
     landing = open_landing(config, counters)
-    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config), create=session_factory)
+    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config), create=session_factory,
+                             state_dir=config.resolve_path(config.bridge.state_dir))
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
 from mqbridge.commands.help import parser_help
+from mqbridge.commands.spark_archive import add_parser as add_spark_archive
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override [logging] level (any case)")
 
     add_check_config(sub)
+    add_spark_archive(sub)
     tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
                                            "size, oldest and newest put_timestamp", **parser_help("tables"))
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
@@ -159,7 +161,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
           if args.dry_run else f"starting Spark ({cfg.spark.shown}) to plan and purge each container", flush=True)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-purge", conf=cfg.spark.conf,
-                                 secrets=DriverSecrets.of(cfg))
+                                 secrets=DriverSecrets.of(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
     purger = factory.purger(spark)
     now = datetime.now(timezone.utc)
     ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from mqbridge.config import SparkSection, shown_remote
 from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError
+from mqbridge.landing import class_archive
 from mqbridge.landing.driver_secrets import DriverSecrets
 from mqbridge.landing.jvm import driver_java_conf, jvm_log_level, launch_driver_gateway
 from mqbridge.landing.publication import discard, owner_dirname, staged_moves, verify_staged
@@ -64,7 +65,8 @@ def one_line(exc: BaseException) -> str:
 
 def create_spark_session(master: str = "local[*]", remote: str | None = None, app_name: str = "mqbridge",
                          conf: Mapping[str, str] | None = None,
-                         secrets: DriverSecrets | None = None) -> SparkSession:
+                         secrets: DriverSecrets | None = None, state_dir: Path | None = None,
+                         java_options: str = "") -> SparkSession:
     """The process's SparkSession (created on first call, reused after), in-process on `master`,
     or through Spark Connect when `remote` ("sc://host:15002") is given.
 
@@ -73,11 +75,19 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     `secrets.values` (`mqbridge.landing.driver_secrets`); every setting is then also set on the
     session's SparkConf through py4j, as pyspark's builder does.
 
+    An in-process driver maps the class-data archive of `state_dir` if it has one
+    (`mqbridge.landing.class_archive`); `java_options` go before the configuration's
+    `spark.driver.extraJavaOptions` (`mqbridge spark-archive` gives its dump options there).
+
     Raises SparkUnavailableError when Spark cannot be started or reached.
     """
     settings = {**DEFAULT_CONF, **({} if remote else LOCAL_DEFAULT_CONF), **dict(conf or {})}
     level = jvm_log_level()
     if not remote:
+        options = " ".join(o for o in (java_options or class_archive.java_options(state_dir),
+                                       settings.get("spark.driver.extraJavaOptions", "")) if o)
+        if options:
+            settings["spark.driver.extraJavaOptions"] = options
         settings.update(driver_java_conf(settings, level))
     try:
         if remote:
@@ -247,12 +257,15 @@ class SparkSessions:
     pick the new session up. `section` None: only the session given is ever used (tests).
     `secrets`: what a driver JVM it starts must not get on its command line or in its environment.
     `create`: how a session is started (`create_spark_session`; tests count or refuse the starts).
+    `state_dir`: where an in-process driver's class-data archive is (`mqbridge.landing.class_archive`).
     """
 
     def __init__(self, section: SparkSection | None, session: SparkSession | None = None,
-                 secrets: DriverSecrets | None = None, create: SessionFactory | None = None) -> None:
+                 secrets: DriverSecrets | None = None, create: SessionFactory | None = None,
+                 state_dir: Path | None = None) -> None:
         self.section = section
         self.secrets = secrets
+        self.state_dir = state_dir
         self._create = create or create_spark_session
         self._session = session
         self._lock = threading.Lock()
@@ -275,12 +288,15 @@ class SparkSessions:
                                                 "started again (no [spark] section)")
                 started = time.monotonic()
                 self._session = self._create(master=s.master, remote=s.remote, app_name=s.app_name, conf=s.conf,
-                                             secrets=self.secrets)
+                                             secrets=self.secrets, state_dir=self.state_dir)
                 if self.recreated:
                     log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
                 else:
+                    archived = self.state_dir is not None and class_archive.archive_path(self.state_dir).is_file()
                     log.info("Spark: SparkSession started in %.1fs (%s)", time.monotonic() - started,
-                             f"Spark Connect {shown_remote(s.remote)}" if s.remote else f"master {s.master}")
+                             f"Spark Connect {shown_remote(s.remote)}" if s.remote else
+                             f"master {s.master}, class-data archive: "
+                             f"{'mapped' if archived else 'none (mqbridge spark-archive makes one)'}")
             return self._session
 
     def reset(self, broken: SparkSession, why: str) -> None:

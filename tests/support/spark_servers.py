@@ -15,7 +15,6 @@ from pathlib import Path
 import pyspark
 
 from mqbridge.landing.jvm import JIT_OPTIONS
-
 from tests.support.exactly_once import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
