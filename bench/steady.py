@@ -333,6 +333,11 @@ def run(args: argparse.Namespace) -> None:
     port = free_port()
     config = bridge_toml(workdir, broker, q2, port, args)
     url = f"http://127.0.0.1:{port}/metrics"
+    if args.class_archive and not args.connect:  # as the operator's install step does (docs/operations.md)
+        made = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "mqbridge", "spark-archive", "--config", str(config)], cwd=workdir,
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"mqbridge spark-archive: {time.perf_counter() - made:.0f}s (before the run; not counted)")
     started = time.perf_counter()
     with open(workdir / "bridge.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=workdir,
@@ -440,5 +445,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--connect", action="store_true",
                        help="start a Spark Connect server (pyspark's sbin/start-connect-server.sh, local[2]) and "
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
+    group.add_argument("--class-archive", action="store_true",
+                       help="run `mqbridge spark-archive` first, as an installed bridge has (the driver JVM's start)")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")
