@@ -179,7 +179,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                         "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
         else:
             bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
-    monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current)
+    monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current,
+                                          control=bridge.controls)
     if monitor is not None:
         bridge.observers.append(monitor)
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
+from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, endpoint
 from mqbridge.commands.help import parser_help
+from mqbridge.commands.listener import add_parser as add_listener
 from mqbridge.commands.spark_archive import add_parser as add_spark_archive
 from mqbridge.config import load_config, parse_duration
-from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
+from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
-from mqbridge.monitoring import DEFAULT_URL, EXIT_UNREACHABLE, Credentials, run_status, url_from_config
+from mqbridge.monitoring import EXIT_UNREACHABLE, run_status
 from mqbridge.plugins import PluginHost, report
 
 if TYPE_CHECKING:
@@ -81,17 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
     status = sub.add_parser("status", help="show a running bridge's health, listeners, collector and Spark; "
                                            "exit 0 healthy, 1 unhealthy, 3 unreachable", **parser_help("status"))
-    status.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
-                                                    "http://127.0.0.1:9464)")
-    status.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] to ask: its "
-                                                             "listen address, TLS and token")
-    status.add_argument("--cacert", type=Path, default=None, metavar="FILE",
-                        help="without --config: CA certificate (PEM) the https endpoint's certificate is verified "
-                             "against (default: the system's CAs)")
-    status.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                        help="without --config: file holding the endpoint's token (a token is never given on the "
-                             "command line, where ps shows it)")
-    status.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
+    add_endpoint_options(status)
+    add_listener(sub)
     ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
                                            "(exit 1 if any is missing)", **parser_help("ledger"))
     ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
@@ -332,26 +325,11 @@ def install_signal_handlers(stop: threading.Event, reload: threading.Event | Non
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    url, from_files = args.url, args.cacert is not None or args.token_file is not None
-    if args.config and from_files:  # two sources of one CA or token: which one was meant?
-        print("mqbridge status: --cacert and --token-file are for a --url without --config (a configuration's "
-              "[monitoring] gives its own CA and token)", file=sys.stderr)
-        return 2
-    if args.config:
-        config = load_config(args.config, secrets=False)  # the sources' and the ledger's are not needed
-        config.require_resolved("monitoring")
-        credentials = Credentials.from_config(config)  # the token and TLS, also for a --url given
-        try:
-            url = url or url_from_config(config)
-        except StatusUnreachableError as exc:
-            print(f"mqbridge status: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE
-    else:
-        url = url or DEFAULT_URL
-        if args.cacert is not None and not url.lower().startswith("https://"):
-            print(f"mqbridge status: --cacert is for an https:// endpoint, not {url}", file=sys.stderr)
-            return 2
-        credentials = Credentials.from_files(args.cacert, args.token_file)
+    try:
+        url, credentials = endpoint(args)
+    except EndpointError as exc:
+        print(f"mqbridge status: {exc}", file=sys.stderr)
+        return exc.code
     code, text = run_status(url, args.timeout, credentials)
     print(text, file=sys.stdout if code != EXIT_UNREACHABLE else sys.stderr)
     return code

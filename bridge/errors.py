@@ -186,6 +186,24 @@ class StatusUnreachableError(BridgeError):
     bridge's status."""
 
 
+class ControlError(BridgeError):
+    """A run-time control command (`mqbridge listener ...`) the bridge refuses as given: a thread
+    count out of range. The message says what would be accepted."""
+
+
+class UnknownListenerError(ControlError):
+    """A control command names no listener of the bridge; the message lists those there are."""
+
+
+class AmbiguousListenerError(ControlError):
+    """A control command names a queue that listeners of several sources read; the message asks for
+    `source:queue` and lists them."""
+
+
+class ControlConflictError(ControlError):
+    """A control command that the listener's state does not allow (resume a stopped listener)."""
+
+
 class ServiceError(BridgeError):
     """A service cannot be installed, removed or controlled here."""
 

@@ -5,7 +5,8 @@ composition root (`mqbridge.app`), and tells its observers (`mqbridge.observer`)
 A listener thread that dies (lost connection, unexpected error) is restarted with capped
 exponential backoff; one that stops beating is reported as stuck. A configuration error
 raised at run time (e.g. a classify hook naming an unknown type) stops the bridge instead of
-restarting forever.
+restarting forever. Which threads should run is the configuration's `threads` of each listener,
+as an operator changed it at run time (paused, stopped, another thread count: `mqbridge.control`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
+from mqbridge.control import STATES, STOPPED, ListenerControls, progress
 from mqbridge.counters import Counters, RateMeter
 from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
@@ -86,6 +88,12 @@ class Slot:
     last_error: str = ""
     reported_stuck: bool = False
     halted: bool = False  # a listener that must not be restarted (see _reap)
+    starts: int = 0  # the listener's `start` commands this slot has followed (see reconcile)
+
+    @property
+    def listener(self) -> str:
+        """The listener entry's name, `source:queue`."""
+        return f"{self.config.source}:{self.config.queue}"
 
     @property
     def alive(self) -> bool:
@@ -130,6 +138,8 @@ class Bridge:
         self.fatal: BaseException | None = None
         self._ready = False
         self._errors = RateMeter()
+        #: What an operator changed at run time: paused, stopped, thread counts (`mqbridge.control`).
+        self.controls = ListenerControls((cfg.source, cfg.queue, cfg.threads) for cfg in config.listeners)
 
     def start(self) -> None:
         """Start the executors (Spark), the collector and every listener thread."""
@@ -142,7 +152,6 @@ class Bridge:
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared())
-        self.counters.set("listener_threads_configured", len(self.slots))
         self.reconcile()
 
     # -- supervision -----------------------------------------------------------------------
@@ -165,7 +174,7 @@ class Bridge:
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
                             halt_after_failures=cfg.halt_after_failures)
-        gates = [self.guard.gate]
+        gates = [self.guard.gate, self.controls.get(slot.listener).gate]  # the operator's pause and stop
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it
             gates.append(sink_gate)
@@ -179,20 +188,30 @@ class Bridge:
         thread.start()
 
     def reconcile(self) -> None:
-        """Compare configured listener threads with live ones; restart the dead (with backoff)."""
+        """Compare the listener threads that should run (configured, as an operator changed them at
+        run time) with live ones; restart the dead (with backoff), end those no longer wanted."""
         now = time.monotonic()
+        self._fit_slots()
         for slot in self.slots:
+            control = self.controls.get(slot.listener)
+            wanted = control.wants(slot.index)
+            if slot.starts != control.starts:  # `start`: a halted or waiting thread starts again now
+                slot.starts, slot.halted, slot.next_start, slot.backoff = control.starts, False, 0.0, BACKOFF_INITIAL
             thread = slot.thread
             if thread is not None and thread.is_alive():
+                if not wanted and not thread.stopping:
+                    log.info("%s: %s: finishing its units of work, then ending", slot.name,
+                             "listener stopped" if control.state == STOPPED else f"threads set to {control.threads}")
+                    thread.stop()
                 if now - slot.started > HEALTHY_AFTER and thread.state.units:
                     slot.backoff = BACKOFF_INITIAL
                 self._check_stuck(slot, now)
                 continue
             if thread is not None:  # it ended: find out why, once
-                self._reap(slot, now)
+                self._reap(slot, now, wanted)
                 if self.fatal is not None:
                     return
-            if slot.halted or self.stop_event.is_set() or now < slot.next_start:
+            if not wanted or slot.halted or self.stop_event.is_set() or now < slot.next_start:
                 continue
             try:
                 self._spawn(slot)
@@ -201,21 +220,54 @@ class Bridge:
                 return
             except BridgeError as exc:
                 self._note_error(slot, now, exc)
-        alive = sum(1 for s in self.slots if s.alive)
-        self.counters.set("listener_threads_actual", alive)
+        self._set_thread_gauges()
 
-    def _reap(self, slot: Slot, now: float) -> None:
+    def _fit_slots(self) -> None:
+        """One slot per thread each listener should have: new slots for a raised thread count; the
+        slots beyond a lowered one leave once their thread has ended. A stopped listener keeps its
+        slots (empty), so that /status shows its threads as stopped."""
+        slots: list[Slot] = []
+        for cfg in self.config.listeners:
+            control = self.controls.get(f"{cfg.source}:{cfg.queue}")
+            kept = [s for s in self.slots if s.config is cfg and (s.index <= control.threads or s.thread is not None)]
+            have = {s.index for s in kept}
+            kept += [Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}", starts=control.starts)
+                     for index in range(1, control.threads + 1) if index not in have]
+            slots += sorted(kept, key=lambda s: s.index)
+        if [id(s) for s in slots] != [id(s) for s in self.slots]:
+            self.slots = slots  # a new list: other threads (status) iterate the old one undisturbed
+
+    def _set_thread_gauges(self) -> None:
+        """Threads configured (as changed at run time) and alive, in total and per listener, and each
+        listener's run-time state (`mqbridge_listener_state{listener, state}`: 1 for the one it is in)."""
+        alive: dict[str, int] = {}
+        for slot in self.slots:
+            alive[slot.listener] = alive.get(slot.listener, 0) + slot.alive
+        self.counters.set("listener_threads_actual", sum(alive.values()))
+        self.counters.set("listener_threads_configured", sum(control.wanted for control in self.controls))
+        for control in self.controls:
+            self.counters.set("listener_threads", control.threads, listener=control.name)
+            self.counters.set("listener_threads_alive", alive.get(control.name, 0), listener=control.name)
+            for state in STATES:
+                self.counters.set("listener_state", float(control.state == state), listener=control.name, state=state)
+
+    def _reap(self, slot: Slot, now: float, wanted: bool = True) -> None:
         thread = slot.thread
         assert thread is not None
         slot.thread = None
         failure = thread.failure
         if failure is None:
-            if not self.stop_event.is_set():
+            if wanted and not self.stop_event.is_set():
                 self._note_error(slot, now, RuntimeError("listener thread ended"))
             return
         decision = decide(failure)
         if decision is Decision.STOP_BRIDGE:
             self.fail(failure)
+            return
+        if not wanted:  # it was asked to end (stopped, or beyond the thread count): no restart to plan
+            slot.last_error = f"{type(failure).__name__}: {failure}"
+            self.counters.inc("listener_errors", listener=slot.listener)
+            log.warning("%s: ended with %s while finishing its units of work", slot.name, slot.last_error)
             return
         if decision is Decision.HALT:
             # Restarting would hit the same poison message again and again: halt this slot.
@@ -268,14 +320,14 @@ class Bridge:
         """Every listener thread is connected, waiting, holding nothing; the collector is empty.
         A halted listener (see `_reap`) will not read again, so it does not count against idleness;
         `run` reports it in its exit code. An unavailable sink is never idle: its messages are still
-        on the queues."""
+        on the queues. A paused listener is not idle: it holds messages back until it is resumed."""
         if self.breakers is not None and self.breakers.open_breakers():
             return False
         if not self.slots:
             return True
         for slot in self.slots:
-            if slot.halted:
-                continue
+            if slot.halted or self.controls.get(slot.listener).state == STOPPED:
+                continue  # a stopped listener reads nothing more either; `run` reports it like a halted one
             thread = slot.thread
             if thread is None or not thread.is_alive() or not thread.idle:
                 return False
@@ -295,10 +347,11 @@ class Bridge:
         stats = self.collector.stats()
         rate = c.gauge("errors_per_second") or 0.0
         alive = sum(1 for s in self.slots if s.alive)
+        wanted = sum(control.wanted for control in self.controls)
         flushed = ",".join(f"{k}={v}" for k, v in sorted(stats.flushed.items())) or "-"
         sinks = self.breakers.summary() if self.breakers is not None else ""
         return (f"{sinks + ' | ' if sinks else ''}"
-                f"threads {alive}/{len(self.slots)} created={c.total('listener_threads_created'):.0f} "
+                f"threads {alive}/{wanted} created={c.total('listener_threads_created'):.0f} "
                 f"errors/s={rate:.2f} | received={c.total('messages_received'):.0f} "
                 f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
                 f"backout_queue={c.total('messages_moved_to_backout'):.0f} | collector {stats.messages} msgs "
@@ -320,7 +373,8 @@ class Bridge:
                 self._notify("on_reload")
             now = time.monotonic()
             if not self._ready and self.slots and all(
-                    s.thread is not None and s.thread.state.connected_once for s in self.slots):
+                    s.thread is not None and s.thread.state.connected_once for s in self.slots
+                    if self.controls.get(s.listener).wants(s.index)):
                 self._ready = True
                 self._notify("on_ready")
             if now >= next_summary:
@@ -351,7 +405,10 @@ class Bridge:
         halted = [s for s in self.slots if s.halted]
         for slot in halted:
             log.error("%s stopped reading: %s; its messages are still on the queue", slot.name, slot.last_error)
-        return 0 if ok and not halted else 1
+        stopped = [c.name for c in self.controls if c.state == STOPPED] if until_idle is not None else []
+        for name in stopped:  # `run --until-idle` promises every message committed: not those
+            log.error("listener %s was stopped (mqbridge listener stop); its messages are still on the queue", name)
+        return 0 if ok and not halted and not stopped else 1
 
     def _outage_too_long(self) -> bool:
         """`run --until-idle`: a sink unavailable for `[spark] until_idle_outage_limit` ends the run."""
@@ -378,16 +435,20 @@ class Bridge:
         for slot in self.slots:
             thread = slot.thread
             state = thread.state if thread is not None else None
+            control = self.controls.get(slot.listener)
+            wanted = control.wants(slot.index)
             listeners.append({
                 "name": slot.name,
                 "source": slot.config.source,
                 "queue": slot.config.queue,
                 "alive": slot.alive,
-                "phase": state.phase if state else ("halted" if slot.halted else "restarting"),
+                "phase": state.phase if state else ("halted" if slot.halted else "restarting" if wanted else "stopped"),
                 "units": state.units if state else 0,
                 "seconds_since_heartbeat": round(now - state.heartbeat, 1) if state else None,
                 "restarts": slot.restarts,
                 "last_error": (state.last_error if state and state.last_error else slot.last_error),
+                "state": control.state,  # the listener's run-time state: running, paused or stopped
+                "retiring": not wanted,  # asked to end: stopped, or beyond a lowered thread count
             })
         stats = self.collector.stats()
         return {
@@ -397,9 +458,31 @@ class Bridge:
             "fatal": str(self.fatal) if self.fatal else "",
             "gave_up": self.gave_up,
             "listeners": listeners,
+            "listener_controls": self._control_status(),
             "collector": {k: v for k, v in vars(stats).items()},
             **self._status_fields(),
         }
+
+    def _control_status(self) -> list[dict[str, Any]]:
+        """Each listener entry's run-time state, thread counts, and what its threads still have to do
+        to be in that state ("" once they are: `in_effect`)."""
+        out = []
+        slots = self.slots
+        for control in self.controls:
+            mine = [s for s in slots if s.listener == control.name]
+            wanted = [s for s in mine if control.wants(s.index) and s.alive]
+            up = [s for s in wanted if s.thread is not None and s.thread.state.phase in ("receiving", "processing",
+                                                                                        "paused")]
+            at_gate = sum(1 for s in up if s.thread is not None and s.thread.state.phase == "paused"
+                          and not s.thread.connections.pending)
+            alive = sum(1 for s in mine if s.alive)
+            pending = progress(control, up=len(up), at_gate=at_gate, alive=alive, retiring=alive - len(wanted),
+                               halted=sum(1 for s in mine if s.halted))
+            out.append({"name": control.name, "source": control.source, "queue": control.queue,
+                        "state": control.state, "threads": control.threads, "configured_threads": control.configured,
+                        "threads_alive": alive, "in_effect": not pending, "pending": pending,
+                        "last_command": control.last_command, "changed_at": control.changed_at})
+        return out
 
     def _status_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {}

@@ -108,6 +108,27 @@ exit codes:
   1  unhealthy (each problem is listed)
   2  configuration error (or options that do not go together)
   3  nothing answers at the endpoint, or it refused the request"""),
+    "listener": (
+        "Control a listener of a running bridge over its authenticated control plane (the monitoring "
+        "endpoint, which must have a [monitoring] token): pause (finish the units of work in flight, take "
+        "no new one, connections stay up), resume, stop (finish them, end the threads, close the "
+        "connections), start, or set its thread count, without a restart. NAME is the listener's queue as "
+        "configured, or SOURCE:QUEUE when two sources share the queue name. Each ACTION waits until it is "
+        "in effect; `mqbridge listener ACTION --help` says more. The state shows in /status, the status "
+        "page and mqbridge_listener_state; a reload (SIGHUP) keeps it, a restart does not.",
+        """example:
+  mqbridge listener pause --config /etc/mqbridge/bridge.toml /queue/orders
+  mqbridge listener resume --config /etc/mqbridge/bridge.toml /queue/orders
+  mqbridge listener threads -c bridge.toml amq:/queue/orders 4
+  mqbridge listener stop --url https://bridge1:9464 --cacert ca.pem --token-file monitoring.token ORDERS
+
+exit codes:
+  0  in effect (with --wait 0: accepted)
+  1  the bridge refused it (no such listener, an ambiguous queue name, a bad thread count, a state
+     that does not allow it)
+  2  configuration error (or options that do not go together)
+  3  nothing answers at the endpoint, or it refused the request (401, or 403: no [monitoring] token)
+  4  accepted, but not in effect within --wait"""),
 }
 
 

@@ -3,8 +3,10 @@
 The modules: `server` (the HTTP endpoint: `/metrics`, `/status`, `/health` and the status page),
 `access` (its bearer token and TLS),
 `metrics` (the Prometheus series), `health` (what makes the bridge unhealthy, and the Spark probe),
-`page` (the status page's HTML), `status_client` (`mqbridge status`: fetch and render `/status`)
-and `progress` (the progress line on a terminal). Monitoring observes the bridge; it imports no
+`page` (the status page's HTML), `control` (the control plane: `POST /listeners/...`),
+`status_client` (`mqbridge status`: fetch and render `/status`), `control_client` (`mqbridge
+listener`: send a command and wait until it is in effect) and `progress` (the progress line on a
+terminal). Monitoring observes the bridge; it imports no
 module of the listener loop.
 
 The surface below is imported lazily, on first use: `mqbridge status` does not load the Prometheus

@@ -4,7 +4,9 @@ Spark reachable?
 `health_problems(status)` reads a `Bridge.status()` document (with the "spark" field that
 `SparkProbe.status` adds) and lists what is wrong; no problems means healthy (/healthz 200).
 A listener paused by the memory guard is alive and connected, so it is healthy: the pause is
-reported in the status and the `mqbridge_memory_guard_paused` gauge instead. A sink whose circuit
+reported in the status and the `mqbridge_memory_guard_paused` gauge instead. So is a listener an
+operator paused, and the threads of one an operator stopped (or beyond a thread count an operator
+lowered) are no problem either: `mqbridge_listener_state` and `/status` show them. A sink whose circuit
 breaker is open (`mqbridge.breaker`) is a problem: its messages wait on their queues.
 
 Nothing here may block the HTTP handler on Spark: the reachability ping runs on its own thread and
@@ -36,6 +38,8 @@ def health_problems(status: Mapping[str, Any]) -> list[str]:
     if not listeners:
         problems.append("no listener threads started")
     for entry in listeners:
+        if entry.get("retiring"):  # asked to end by an operator's command (mqbridge.control)
+            continue
         error = f" (last error: {entry['last_error']})" if entry.get("last_error") else ""
         if not entry.get("alive"):
             problems.append(f"listener {entry['name']}: not running, {entry.get('phase', '?')}{error}")

@@ -26,8 +26,13 @@ PREFIX = "mqbridge_"
 # Help texts of the names used with Counters.inc/set/observe; an unknown name still renders.
 HELP = {
     "listener_threads_created": "Listener threads started, first starts and restarts",
-    "listener_threads_configured": "Listener threads in the configuration",
+    "listener_threads_configured": "Listener threads that should run: the configuration's, as changed at run time "
+                                   "(mqbridge listener threads; none for a stopped listener)",
     "listener_threads_actual": "Listener threads alive at the last control tick",
+    "listener_threads": "A listener's thread count: [[listeners]] threads, or the one set at run time",
+    "listener_threads_alive": "A listener's threads alive at the last control tick",
+    "listener_state": "1 for the run-time state a listener is in (running, paused, stopped: mqbridge listener), "
+                      "0 for the others",
     "listener_errors": "Listener thread failures (lost connection, unexpected error, halt)",
     "listener_restarts": "Listener thread restarts scheduled by the control thread",
     "listener_stuck": "Listener threads reported without heartbeat",

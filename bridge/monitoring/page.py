@@ -1,8 +1,9 @@
 """The status page, `GET /` on the monitoring endpoint: one self-contained HTML document (no CDN,
 no build step) that reads `/status` every few seconds and shows it to a person — version, uptime and
 health, links to the raw endpoints, charts of the last minutes, listeners with their state, rate
-and last error, Spark and memory, sinks, the collector's fill, the ledger, recent moves to a backout
-queue with their reasons, and plugins.
+and last error, their run-time control (running, paused or stopped by `mqbridge listener`, thread
+counts, whether a command is in effect yet), Spark and memory, sinks, the collector's fill, the
+ledger, recent moves to a backout queue with their reasons, and plugins.
 
 The charts are drawn in the browser, as inline SVG, from the page's own polls of /status (the bridge
 keeps no history for them): committed messages per second between two polls (from `totals`), and
@@ -34,6 +35,7 @@ _TEMPLATE = """<!doctype html>
   th, td { text-align: left; padding: .3em .7em; border-bottom: 1px solid #e3e6ea; vertical-align: top; }
   th { background: #eef0f3; font-weight: 600; }
   .ok { color: #17702f; font-weight: 600; } .bad { color: #b3261e; font-weight: 600; }
+  .warn { color: #8a5a00; font-weight: 600; }
   .muted { color: #6b7280; } .bar { background: #e3e6ea; width: 16em; height: .8em; display: inline-block; }
   .fill { background: #3b6fd4; height: 100%; }
   #problems li { color: #b3261e; }
@@ -61,6 +63,9 @@ __CHART_backlog__
 <h2>Listeners</h2>
 <table id="listeners"><thead><tr><th>listener</th><th>state</th><th>committed/s</th><th>committed</th>
 <th>backed out</th><th>moved to backout</th><th>restarts</th><th>last error</th></tr></thead><tbody></tbody></table>
+<h2>Listener control <span class="muted">(mqbridge listener pause|resume|stop|start|threads)</span></h2>
+<table id="controls"><thead><tr><th>listener</th><th>state</th><th>threads</th><th>alive</th><th>in effect</th>
+<th>last command</th></tr></thead><tbody></tbody></table>
 <h2>Spark and memory</h2>
 <table id="spark"><tbody></tbody></table>
 <h2>Sinks</h2>
@@ -176,10 +181,18 @@ function render(s) {
   text("updated", "updated " + new Date().toISOString().slice(11, 19) + " UTC");
   rows("listeners", s.listeners || [], (r, l) => {
     const m = l.listener_messages || {};
-    cell(r, l.name); cell(r, l.alive ? l.phase : l.phase + " (down)", l.alive ? "" : "bad");
+    const ended = !l.alive && l.retiring;  // stopped by an operator: not a fault
+    cell(r, l.name); cell(r, ended ? "stopped" : l.alive ? l.phase + (l.retiring ? " (ending)" : "")
+      : l.phase + " (down)", l.alive || ended ? "" : "bad");
     cell(r, l.listener_committed_per_second ?? ""); cell(r, m.messages_committed ?? "");
     cell(r, m.messages_backed_out ?? ""); cell(r, m.messages_moved_to_backout ?? "");
     cell(r, l.restarts); cell(r, l.last_error || "", l.last_error ? "bad" : "");
+  });
+  rows("controls", s.listener_controls || [], (r, c) => {
+    cell(r, c.name); cell(r, c.state, c.state === "running" ? "ok" : "warn");
+    cell(r, c.threads + (c.threads !== c.configured_threads ? " (configured " + c.configured_threads + ")" : ""));
+    cell(r, c.threads_alive); cell(r, c.in_effect ? "yes" : "not yet: " + c.pending, c.in_effect ? "" : "muted");
+    cell(r, c.last_command ? c.last_command + " at " + c.changed_at : "");
   });
   spark(s);
   const sinks = s.sinks || {};

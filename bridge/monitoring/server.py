@@ -8,6 +8,8 @@
     /healthz   200 "ok" while every listener thread is connected, every sink is available (no
                circuit breaker open) and Spark is reachable, else 503 with one problem per line.
                Answered from state: never waits on Spark for more than health.PING_WAIT
+    POST /listeners/<name>/...  the control plane: pause, resume, stop, start a listener, or set its
+               thread count (mqbridge.monitoring.control); only with a token
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
 interfaces unless configured); port 0 picks a free port, readable from `port` afterwards. With
@@ -33,6 +35,7 @@ from mqbridge import __version__
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
 from mqbridge.monitoring.access import Access, server_context
+from mqbridge.monitoring.control import ListenerCommands, answer_post
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
 from mqbridge.monitoring.page import PAGE
@@ -108,6 +111,15 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("monitoring: %s failed", path)
             self._send(500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode())
 
+    def do_POST(self) -> None:  # noqa: N802 -- the control plane (mqbridge.monitoring.control)
+        monitor = self.server.monitor
+        reply = answer_post(monitor.access, monitor.control, self.path, self.headers.get("Authorization"),
+                            self.address_string())
+        try:
+            self._send(reply.code, reply.content_type, reply.body, reply.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("monitoring: %s POST: the client closed the connection first", self.address_string())
+
     def _send(self, code: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         for name, value in (headers or {}).items():
@@ -147,8 +159,9 @@ class MonitoringServer(Observer):
 
     def __init__(self, bridge: BridgeView, host: str, port: int, *,
                  session: Callable[[], Any] = lambda: None, access: Access | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, control: ListenerCommands | None = None) -> None:
         self.bridge = bridge
+        self.control = control  # the listeners' run-time control (POST /listeners/...), None: no control plane
         self.host = host
         self.requested_port = port
         self.access = access or Access()
@@ -162,14 +175,15 @@ class MonitoringServer(Observer):
 
     @classmethod
     def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,
-                   session: Callable[[], Any] = lambda: None) -> MonitoringServer | None:
+                   session: Callable[[], Any] = lambda: None,
+                   control: ListenerCommands | None = None) -> MonitoringServer | None:
         """The server `[monitoring]` asks for, or None when it is disabled (`listen = ""`).
         ConfigError when its TLS files cannot be used."""
         if not section.enabled:
             return None
         assert section.host is not None and section.port is not None
         return cls(bridge, section.host, section.port, session=session, access=Access.from_section(section),
-                   tls=server_context(section, bridge.config.resolve_path))
+                   tls=server_context(section, bridge.config.resolve_path), control=control)
 
     def on_tick(self, bridge: BridgeView) -> None:
         self.rates.update(bridge)

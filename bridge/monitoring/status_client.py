@@ -89,8 +89,9 @@ def _why(exc: BaseException) -> str:
         else str(exc)
 
 
-def _get(url: str, timeout: float, credentials: Credentials) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
+def _get(url: str, timeout: float, credentials: Credentials, method: str = "GET") -> tuple[int, bytes]:
+    """(HTTP status, body) of `method url` (a POST sends no body: `mqbridge listener`)."""
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     if credentials.token is not None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "https" and not is_loopback(parts.hostname or ""):
@@ -153,7 +154,8 @@ def _listener_lines(status: dict[str, Any]) -> list[str]:
     out = [f"{'LISTENER THREAD':<40} {'STATE':<11} {'UNITS':>6} {'MSG/S':>8} {'COMMITTED':>10} "
            f"{'RESTARTS':>8}  LAST ERROR"]
     for entry in status.get("listeners", []):
-        state = entry.get("phase", "?") if entry.get("alive") else f"down:{entry.get('phase', '?')}"
+        state = (entry.get("phase", "?") if entry.get("alive") else "stopped" if entry.get("retiring")
+                 else f"down:{entry.get('phase', '?')}")
         rate = entry.get("listener_committed_per_second")
         committed = (entry.get("listener_messages") or {}).get("messages_committed")
         out.append(f"{entry.get('name', '?'):<40} {state:<11} {entry.get('units', 0):>6} "
@@ -161,6 +163,13 @@ def _listener_lines(status: dict[str, Any]) -> list[str]:
                    f"{'-' if committed is None else f'{committed:.0f}':>10} {entry.get('restarts', 0):>8}  "
                    f"{entry.get('last_error') or '-'}")
     out.append("(MSG/S and COMMITTED are per queue, shared by its threads)")
+    for control in status.get("listener_controls") or []:  # what an operator changed (mqbridge listener)
+        if control.get("state") != "running" or control.get("threads") != control.get("configured_threads"):
+            pending = "" if control.get("in_effect") else f"; not in effect yet: {control.get('pending')}"
+            out.append(f"listener {control.get('name')}: {str(control.get('state')).upper()}, "
+                       f"{control.get('threads')} threads (configured {control.get('configured_threads')}), "
+                       f"{control.get('threads_alive')} alive; {control.get('last_command')} at "
+                       f"{control.get('changed_at')}{pending}")
     for entry in {f"{e.get('source')}:{e.get('queue')}": e for e in status.get("listeners", [])}.values():
         counts = entry.get("listener_messages") or {}
         sent, failed, rerouted, refused = (counts.get(f"results_{k}") or 0

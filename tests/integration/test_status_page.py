@@ -1,8 +1,9 @@
 """The status page (`GET /` on the monitoring endpoint) in a real headless browser (Debian's
 `chromium`): it renders the live values of a running bridge — its version and uptime, the links to
 the raw endpoints, its listener, committed count, Spark and memory, the messages moved to the
-backout queue with their reasons — and, after a few of its polls of /status, charts with drawn
-points; a screenshot is kept in the output, and the charts' lines are found among its pixels.
+backout queue with their reasons, the run-time control of a listener an operator paused — and,
+after a few of its polls of /status, charts with drawn points; a screenshot is kept in the output,
+and the charts' lines are found among its pixels.
 The chart's arithmetic (committed/s between polls, none across a restart) is checked against a
 scripted /status."""
 
@@ -116,6 +117,9 @@ def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
     bridge, monitor = monitored(cfg)
     wait_until(lambda: bridge.counters.total("messages_committed") + bridge.counters.total(
         "messages_moved_to_backout") == 42, 180, "42 messages settled")
+    # and an operator paused its listener (mqbridge listener pause)
+    bridge.controls.command(q, "pause")
+    wait_until(lambda: bridge.status()["listener_controls"][0]["in_effect"], 30, "the pause")
     code, html = get(monitor.url + "/")
     assert code == 200 and "<title>mqbridge</title>" in html and "http" not in html.split("<script>")[0].lower()
     # When a browser opens the page
@@ -128,6 +132,10 @@ def test_the_status_page_renders_the_live_bridge(tmp_path: Path, amq: AmqClient,
     assert listener["name"] in dom and listener["phase"] in dom
     assert ">40<" in dom  # committed, in the listeners table
     assert dom.count("body is not valid JSON for schema") == 2
+    # and its run-time control: paused, its thread count, in effect
+    controls = re.search(r'id="controls">.*?</table>', dom, re.S)
+    assert controls is not None and (f'<tr><td>amq:{q}</td><td class="warn">paused</td><td>1</td><td>1</td>'
+                                     '<td>yes</td><td>pause at ') in controls.group(0), dom[-4000:]
     assert '<span id="health" class="ok">healthy</span>' in dom  # /status answered and says healthy
     assert re.search(r'<span class="muted" id="updated">updated \d\d:\d\d:\d\d UTC</span>', dom)
     # and the version, the uptime and the links to the raw endpoints

@@ -1,4 +1,4 @@
-"""HTTP GET for tests of the monitoring endpoint: a status never raises, and neither does a
+"""HTTP GET (and POST) for tests of the monitoring endpoint: a status never raises, and neither does a
 server that is not (or no longer) listening, so a test can poll an endpoint while it comes up."""
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ class Response(NamedTuple):
 
 
 def fetch(url: str, *, timeout: float = 10.0, token: str | None = None,
-          context: ssl.SSLContext | None = None) -> Response:
-    """GET `url`: its status, Content-Type and body, whatever the status; `token` is sent as
-    `Authorization: Bearer`, `context` verifies an https server."""
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+          context: ssl.SSLContext | None = None, method: str = "GET") -> Response:
+    """GET (or `method`) `url`: its status, Content-Type and body, whatever the status; `token` is
+    sent as `Authorization: Bearer`, `context` verifies an https server."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {},
+                                     method=method, data=b"" if method == "POST" else None)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return Response(response.status, response.headers.get("Content-Type", ""),

@@ -7,6 +7,7 @@ import itertools
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from mqbridge.app import App, build_app
@@ -50,11 +51,13 @@ class RecordingExecutor:
 
 
 def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 3, extra: str = "",
-                  backout_queue: str | None = "orders.backout") -> tuple[BridgeConfig, MemoryBroker]:
+                  backout_queue: str | None = "orders.backout",
+                  path: Path | None = None) -> tuple[BridgeConfig, MemoryBroker]:
     """One type `orders` read from queue `orders` of a fresh in-memory broker; backout queue
-    `orders.backout` (None: no backout queue); fast control loop and flushes."""
+    `orders.backout` (None: no backout queue); fast control loop and flushes. With `path`, the
+    file is written there and loaded from it (a reload reads it again)."""
     name = f"unit-{next(_brokers)}"
-    cfg = (BridgeToml({
+    toml = (BridgeToml({
         "bridge": {"name": "unit", "state_dir": tempfile.mkdtemp(prefix="mqbridge-state-"),
                    "control_interval": "200ms", "shutdown_timeout": "5s"},
         "monitoring": {"listen": ""},
@@ -62,7 +65,8 @@ def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 
         "sources.mem": {"kind": "memory", "broker": name},
     }).listener(source="mem", queue="orders", message_type="orders", threads=threads, batch=batch,
                 wait="50ms", backout_queue=backout_queue, backout_threshold=threshold)
-           .add(LISTENER, extra).parse())
+            .add(LISTENER, extra))
+    cfg = toml.parse(toml.write(path)) if path is not None else toml.parse()
     return cfg, MemoryBroker.named(name)
 
 

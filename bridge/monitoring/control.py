@@ -1,0 +1,110 @@
+"""The control plane of the monitoring endpoint: `POST` requests that change a running bridge.
+
+    POST /listeners/<name>/pause      finish the units of work in flight, take no new one (connections stay)
+    POST /listeners/<name>/resume     take units of work again
+    POST /listeners/<name>/stop       finish the units of work in flight, end the threads, close connections
+    POST /listeners/<name>/start      start the threads again (also those that halted)
+    POST /listeners/<name>/threads/<n>  run n threads (1 to 64)
+
+`<name>` is the listener's queue as configured, or `source:queue` when two sources share the queue
+name, URL-encoded as one path segment (`%2Fqueue%2Forders`; left unencoded it is read too). The
+answer is 200 with a JSON document (`mqbridge.control.Outcome`) once the command is accepted; the
+control thread applies it within 0.25 s and `/status` (`listener_controls`) says when it is in effect.
+Refusals are plain text, one line saying why: 403 when `[monitoring] token` is not set (the control
+plane is off: without a token anyone who reaches the port could stop the bridge's intake, even with
+`metrics_public`), 401 without the right token, 404 for a listener the bridge does not have (naming
+those it has), 409 for an ambiguous queue name or a command the listener's state does not allow,
+400 for a thread count out of range.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mqbridge.errors import AmbiguousListenerError, ControlConflictError, ControlError, UnknownListenerError
+from mqbridge.monitoring.access import Access
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/listeners/"
+#: The actions of `POST /listeners/<name>/<action>` (threads takes a count: `/threads/<n>`).
+ACTIONS = ("pause", "resume", "stop", "start")
+USAGE = ("POST /listeners/<name>/pause, /resume, /stop, /start or /threads/<n>, where <name> is the queue "
+         "(or source:queue), URL-encoded")
+TEXT = "text/plain; charset=utf-8"
+
+
+class ListenerCommands(Protocol):
+    """What the control plane needs of the bridge: `mqbridge.control.ListenerControls` is one."""
+
+    def command(self, name: str, action: str, threads: int | None = None) -> Any:
+        """Apply `action`; an object with `as_dict()`, or a ControlError."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer."""
+
+    code: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _text(code: int, line: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(code, TEXT, f"{line}\n".encode(), headers or {})
+
+
+def parse(path: str) -> tuple[str, str, int | None] | None:
+    """(listener name, action, thread count) of a control path, or None if it is not one. The
+    name may be one URL-encoded segment or several raw ones (`/listeners//queue/orders/pause`)."""
+    path = path.split("?", 1)[0]
+    if not path.startswith(PREFIX):
+        return None
+    parts = path[len(PREFIX):].rstrip("/").split("/")
+    if len(parts) >= 2 and parts[-1] in ACTIONS:
+        raw, action, threads = parts[:-1], parts[-1], None
+    elif len(parts) >= 3 and parts[-2] == "threads":
+        raw, action = parts[:-2], "threads"
+        try:
+            threads = int(parts[-1])
+        except ValueError:
+            return None
+    else:
+        return None
+    name = urllib.parse.unquote("/".join(raw))
+    return (name, action, threads) if name else None
+
+
+def answer_post(access: Access, commands: ListenerCommands | None, path: str, authorization: str | None,
+           client: str) -> Reply:
+    """The answer to `POST path` from `client` with this `Authorization` header."""
+    shown = path.split("?", 1)[0]
+    if access.token is None:
+        log.info("monitoring: %s POST %s refused: no [monitoring] token, the control plane is off", client, shown)
+        return _text(403, "the control plane is off: it needs [monitoring] token (see docs/security.md); without a "
+                          "token anyone who reaches this port could pause or stop the bridge's listeners")
+    denial = access.check(shown, authorization)
+    if denial is not None:
+        log.info("monitoring: %s POST %s refused: %s", client, shown, denial.reason)
+        return _text(401, "authentication required: Authorization: Bearer <token>",
+                     {"WWW-Authenticate": denial.challenge})
+    parsed = parse(path)
+    if parsed is None or commands is None:
+        return _text(404, f"not found: {USAGE}")
+    name, action, threads = parsed
+    try:
+        outcome = commands.command(name, action, threads)
+    except UnknownListenerError as exc:
+        return _text(404, str(exc))
+    except (AmbiguousListenerError, ControlConflictError) as exc:
+        return _text(409, str(exc))
+    except ControlError as exc:
+        return _text(400, str(exc))
+    document = outcome.as_dict()
+    log.info("monitoring: %s POST %s: %s: %s", client, shown, document["listener"], document["message"])
+    return Reply(200, "application/json", json.dumps(document).encode())
