@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
 from mqbridge.commands.help import parser_help
+from mqbridge.commands.where import add_parser as add_where
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError, StatusUnreachableError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
     ledger.set_defaults(handler=cmd_ledger)
+    add_where(sub)
     run.set_defaults(handler=cmd_run)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)

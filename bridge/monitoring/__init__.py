@@ -3,8 +3,9 @@
 The modules: `server` (the HTTP endpoint: `/metrics`, `/status`, `/health` and the status page),
 `access` (its bearer token and TLS),
 `metrics` (the Prometheus series), `health` (what makes the bridge unhealthy, and the Spark probe),
-`page` (the status page's HTML), `status_client` (`mqbridge status`: fetch and render `/status`)
-and `progress` (the progress line on a terminal). Monitoring observes the bridge; it imports no
+`page` (the status page's HTML), `status_client` (`mqbridge status`: fetch and render `/status`),
+`lookup` (`/messages/<id>`: where a message is, and `mqbridge where`'s request of it) and
+`progress` (the progress line on a terminal). Monitoring observes the bridge; it imports no
 module of the listener loop.
 
 The surface below is imported lazily, on first use: `mqbridge status` does not load the Prometheus

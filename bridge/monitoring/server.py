@@ -8,6 +8,7 @@
     /healthz   200 "ok" while every listener thread is connected, every sink is available (no
                circuit breaker open) and Spark is reachable, else 503 with one problem per line.
                Answered from state: never waits on Spark for more than health.PING_WAIT
+    /messages/<id>  JSON: where a message is (mqbridge.monitoring.lookup); needs the token, always
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
 interfaces unless configured); port 0 picks a free port, readable from `port` afterwards. With
@@ -32,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from mqbridge import __version__
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
+from mqbridge.monitoring import lookup
 from mqbridge.monitoring.access import Access, server_context
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
@@ -99,6 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
                 problems = monitor.problems()
                 body = "ok\n" if not problems else "".join(f"{p}\n" for p in problems)
                 self._send(503 if problems else 200, "text/plain; charset=utf-8", body.encode())
+            elif path.startswith(lookup.PREFIX):
+                self._send(*lookup.answer(monitor, path))
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /status or /healthz\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -159,6 +163,8 @@ class MonitoringServer(Observer):
         self.registry.register(BridgeMetrics(bridge.counters, bridge.collector.stats, self._health_view))
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        #: Where a message is (`mqbridge.where.Locator.locate`, set by the composition root): /messages/<id>.
+        self.locate: Callable[[str], dict[str, Any]] | None = None
 
     @classmethod
     def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,
