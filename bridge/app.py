@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from mqbridge import __version__
+from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.config import StompSourceConfig, key_path, plaintext_notes
@@ -48,6 +49,7 @@ from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.strict_modes import check_trusted
 from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
+from mqbridge.where import NO_LEDGER, Locator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,6 +74,8 @@ class App:
     warmup: SparkWarmup | None = None
     #: The types whose bulks Spark writes: their sinks are unavailable while Spark cannot start.
     spark_sinks: Sequence[str] = ()
+    #: Where moves to a backout queue are recorded (`mqbridge where`); closed after the bridge.
+    backout_log: BackoutLog | None = None
 
     def run(self, until_idle: float | None = None) -> int:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
@@ -103,6 +107,8 @@ class App:
             if warmup is not None:
                 warmup.join()
             self.plugins.close()
+            if self.backout_log is not None:
+                self.backout_log.close()
             if self.landing is not None:
                 self.landing.close()
 
@@ -166,13 +172,16 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
+    backout_log = BackoutLog.in_state_dir(config.resolve_path(config.bridge.state_dir),
+                                          secrets=config.secrets().values())
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,
                     source_factory=source_factory, counters=counters, guard=guard,
                     # Plugins before the configuration file: a reload request rescans plugins first.
                     observers=[plugins, ConfigReloader(), guard, breakers, *([landing] if landing else []),
                                *observers],
-                    dedupe=landing, stop_event=stop_event, reload_event=reload_event, breakers=breakers)
+                    dedupe=landing, stop_event=stop_event, reload_event=reload_event, breakers=breakers,
+                    backout_log=backout_log)
     if config.purge.interval is not None:
         if landing is None:
             log.warning("[purge] interval is ignored with exactly_once = false: Spark appends into the tables "
@@ -183,9 +192,13 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                           control=bridge.controls)
     if monitor is not None:
         bridge.observers.append(monitor)
+        monitor.locate = Locator(config, ledger=landing.ledger if landing is not None else None,
+                                 backout_log=backout_log, holding=bridge.holding,
+                                 ledger_note="" if landing is not None else NO_LEDGER).locate
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
-               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf))
+               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),
+               backout_log=backout_log)
 
 
 def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBreakers,

@@ -21,6 +21,7 @@ from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, endp
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
 from mqbridge.commands.spark_archive import add_parser as add_spark_archive
+from mqbridge.commands.where import add_parser as add_where
 from mqbridge.config import load_config, parse_duration
 from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
     ledger.set_defaults(handler=cmd_ledger)
+    add_where(sub)
     run.set_defaults(handler=cmd_run)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)

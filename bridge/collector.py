@@ -106,7 +106,7 @@ class BulkCollector:
         self._delivery_handlers: dict[int, ResultHandler] = {}
         self._active: dict[str, Bulk] = {}  # insertion order = age order (count flush)
         self._queue: list[Bulk] = []  # the to-be-processed list, FIFO
-        self._executing: set[str] = set()  # types with a bulk on a worker right now
+        self._executing: dict[str, Bulk] = {}  # the bulk of each type on a worker right now
         self._held: Counter[str] = Counter()  # the message-id list
         self._stats = CollectorStats()
         now = clock()
@@ -335,6 +335,15 @@ class BulkCollector:
         with self._lock:
             return self._held[msg_id] > 0
 
+    def holding(self, key: str) -> list[tuple[Message, Bulk, str]]:
+        """The messages held whose msg_id or identity is `key` (`mqbridge where`), with their bulk and its
+        state: "collecting" (active), "queued" or "writing". Only references are copied under the lock."""
+        with self._lock:
+            bulks = [(b, list(b.messages), state) for state, group in (("collecting", self._active.values()),
+                     ("queued", self._queue), ("writing", self._executing.values())) for b in group]
+        return [(m, bulk, state) for bulk, messages, state in bulks for m in messages
+                if key and key in (m.msg_id, m.identity)]
+
     def stats(self) -> CollectorStats:
         """A consistent snapshot of the counters and current sizes."""
         with self._lock:
@@ -379,7 +388,7 @@ class BulkCollector:
             self._stats.coalesced_bulks += len(same)
             log.debug("bulk %s absorbed queued bulks %s: %d messages, %d bytes", bulk.bulk_id,
                      ", ".join(b.bulk_id for b in same), len(bulk), bulk.nbytes)
-        self._executing.add(bulk.message_type)
+        self._executing[bulk.message_type] = bulk
         return bulk
 
     def _run(self, bulk: Bulk, executor: Executor) -> None:
@@ -425,7 +434,7 @@ class BulkCollector:
                 # its listener stops waiting and backs it out instead of hanging.
                 for message in messages[delivered:]:
                     self._release_locked(message)
-                self._executing.discard(bulk.message_type)
+                self._executing.pop(bulk.message_type, None)
                 if not self._stopping:  # the sink is free: the type's growing bulk may be due now
                     self._check_due_locked(self._clock())
                 self._changed.notify_all()

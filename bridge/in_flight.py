@@ -6,6 +6,10 @@ connections, each with its own unit of work: a STOMP transaction, an IBM MQ sync
 listener keeps receiving while Spark writes the bulk that holds its earlier units, and the next bulk
 can grow past `threads x batch`. Units are finished (committed or given back) in the order they
 were read, each on the connection it was read on; a connection holds one unit at a time.
+
+What a listener holds can be asked from another thread (`Connections.holding`, for `mqbridge
+where`): the unit being read, the units waiting for their results and the one being finished.
+The listener thread only swaps references for it; the asking thread copies and scans.
 """
 
 from __future__ import annotations
@@ -13,12 +17,25 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from mqbridge.message import Message
 from mqbridge.source import Source
 from mqbridge.unit_plan import UnitResults
 
 log = logging.getLogger("mqbridge.listener")
+
+
+@dataclass(frozen=True)
+class Held:
+    """A delivery the running bridge holds (`mqbridge.supervisor.Bridge.holding`)."""
+
+    message: Message
+    listener: str = ""  # the listener thread holding its unit ("": only the collector holds it)
+    unit: str = ""  # that unit's stage: reading | pending | finishing (`Connections.holding`)
+    bulk_id: str = ""  # the collector's bulk holding it ("": none, e.g. still being read)
+    bulk_state: str = ""  # collecting | queued | writing (`BulkCollector.holding`)
 
 
 @dataclass
@@ -29,6 +46,8 @@ class PendingUnit:
     results: UnitResults
     #: Waits for the results and finishes the unit (plan, then commit or give back) on `source`.
     finish: Callable[[], None]
+    #: The messages read in the unit (for `Connections.holding`).
+    batch: Sequence[Message] = ()
 
     @property
     def ready(self) -> bool:
@@ -45,6 +64,8 @@ class Connections:
         self.sources = list(sources)
         self.pending: deque[PendingUnit] = deque()
         self._last = -1  # the index `free` returned last
+        self._reading: Sequence[Message] = ()  # the unit being read, not pending yet
+        self._finishing: PendingUnit | None = None  # popped from `pending`, being finished
 
     def __iter__(self) -> Iterator[Source]:
         return iter(self.sources)
@@ -74,6 +95,36 @@ class Connections:
     def pop_oldest(self) -> PendingUnit:
         return self.pending.popleft()
 
+    @contextmanager
+    def reading(self, batch: Sequence[Message]) -> Iterator[None]:
+        """While the listener reads `batch` into a unit (ledger, preprocessors, collector)."""
+        self._reading = batch
+        try:
+            yield
+        finally:
+            self._reading = ()
+
+    def finish(self, unit: PendingUnit) -> None:
+        """Finish `unit` (popped from `pending`): wait for its results, then commit or give it back."""
+        self._finishing = unit
+        try:
+            unit.finish()
+        finally:
+            self._finishing = None
+
+    def holding(self, key: str) -> list[tuple[str, Message]]:
+        """The deliveries this listener holds whose msg_id or identity is `key`, each with its unit's
+        stage: "reading" (not all handed to the collector yet), "pending" (waiting for results),
+        "finishing" (its results awaited or in, being committed or given back). Called from another
+        thread: it copies references and never waits for the listener."""
+        if not key:
+            return []
+        finishing = self._finishing
+        units = [("reading", self._reading)] + ([("finishing", finishing.batch)] if finishing else [])
+        units += [("pending", unit.batch) for unit in _copy(self.pending)]
+        return [(stage, m) for stage, batch in units for m in tuple(batch)
+                if key in (m.msg_id, m.identity)]
+
     def finish_after_failure(self, finish: Callable[[PendingUnit], None], name: str) -> None:
         """The listener `name` ends on an error with units in flight on other connections: `finish`
         each (its messages may have landed: committing them avoids a redelivery); one that cannot be
@@ -89,3 +140,13 @@ class Connections:
                     unit.source.rollback()
                 except Exception:
                     log.debug("%s: rollback failed", name, exc_info=True)
+
+
+def _copy(units: deque[PendingUnit]) -> list[PendingUnit]:
+    """`units` as a list, although the listener thread may change the deque meanwhile."""
+    for _ in range(10):
+        try:
+            return list(units)
+        except RuntimeError:  # "deque mutated during iteration": try again
+            continue
+    return []

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mqbridge import failpoints
+from mqbridge.backout_log import BackoutLog
 from mqbridge.bookkeeping import DeliveryBook
 from mqbridge.collector import BulkCollector
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
@@ -113,6 +114,7 @@ class ListenerThread(threading.Thread):
         dedupe: Deduplicator | None = None,
         poison: PoisonLog | None = None,
         sink_gate: Callable[[str], IntakeGate | None] | None = None,
+        backout_log: BackoutLog | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
         # Closed by the memory guard or by the breaker of a sink this listener feeds: wait before
@@ -122,6 +124,7 @@ class ListenerThread(threading.Thread):
         self.sink_gate = sink_gate
         self._fed: set[str] = {spec.message_type}
         self.dedupe = dedupe  # the landing ledger (exactly-once), or None (at-least-once)
+        self.backout_log = backout_log  # where committed moves are recorded (`mqbridge where`)
         self.spec = spec
         # Its connections (`[[listeners]] in_flight`, each holding at most one unit of work) and,
         # as `source`, the one whose unit is being read or finished.
@@ -193,7 +196,8 @@ class ListenerThread(threading.Thread):
             batch = self._receive_batch(POLL_IN_FLIGHT if connections.pending or len(connections) > 1 else 1.0)
             if batch:
                 self.state.phase = "processing"
-                self._process(batch)
+                with connections.reading(batch):
+                    self._process(batch)
                 self.state.units += 1
         while connections.pending:  # stopping: every unit in flight is finished first
             self._finish_oldest()
@@ -205,7 +209,7 @@ class ListenerThread(threading.Thread):
     def _finish_unit(self, unit: PendingUnit) -> None:
         self.source = unit.source
         self.state.phase = "processing"
-        unit.finish()
+        self.connections.finish(unit)
 
     def _wait_for_gate(self) -> bool:
         """Wait while the memory guard holds intake, in short steps (stop stays prompt, the
@@ -294,16 +298,16 @@ class ListenerThread(threading.Thread):
                               tuple((m, str(e)) for m, e in pre.failed),
                               deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed))
 
-        self.connections.add(PendingUnit(self.source, results, finish))
+        self.connections.add(PendingUnit(self.source, results, finish, batch))
 
     def _land_nothing(self, batch: list[Message], todo: list[Message], chain: Chain,
                       failed: list[tuple[Message, PreprocessorError]]) -> None:
         """A preprocessor failed in a unit that can only be backed out whole, and without the ledger
         whatever lands now would land again when it comes back: land nothing, and read the whole
         unit again one by one."""
-        halt = None
+        halt = None  # counting each failure (per message, across redeliveries) may halt the listener
         for message, exc in failed:
-            halt = self._count_failure(message, str(exc)) or halt
+            halt = halting_error(self._policy(), message, self.book.blamed(message), str(exc)) or halt
         failed_ids = {id(m) for m, _ in failed}
         for message in todo:  # their preprocessing is undone too: nothing of the unit lands
             if id(message) not in failed_ids:
@@ -425,7 +429,8 @@ class ListenerThread(threading.Thread):
                 if count := getattr(confirmed, name):
                     self.counters.inc(f"results_{name}", count, **self._labels)
         self.book.left_queue(plan.left)
-        report_committed(self.counters, self._labels, spec.name, unit, plan)
+        report_committed(self.counters, self._labels, spec.name, unit, plan, self.backout_log,
+                         getattr(self.source, "backout_queue", None))
         if plan.returns:
             self.counters.inc("messages_backed_out", len(plan.returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(plan.returns), spec.queue,
@@ -452,11 +457,6 @@ class ListenerThread(threading.Thread):
         if halt is not None:
             raise halt
         self._pause_after_rollback()
-
-    def _count_failure(self, message: Message, reason: str) -> PoisonLoopError | None:
-        """Count a failure of `message` (per message, across redeliveries and listener restarts);
-        the error that halts this listener if that was one too many (`halting_error`)."""
-        return halting_error(self._policy(), message, self.book.blamed(message), reason)
 
     def _policy(self) -> UnitPolicy:
         """What `plan_unit` needs to know of this listener and its source."""

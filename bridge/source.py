@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
@@ -119,6 +120,9 @@ class QueueShared:
     unconfirmable: InDoubtLog = field(default_factory=InDoubtLog)
     #: Reply destinations a result was refused for, so that each is logged once (mqbridge.reply_to).
     refused_replies: FirstTimes = field(default_factory=FirstTimes)
+    #: Where moves to a backout queue are recorded (`mqbridge.backout_log`), also those an adapter
+    #: makes by itself (STOMP: refused at the edge; IBM MQ: BOTHRESH reached at get time). None: nowhere.
+    backout_log: BackoutLog | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
@@ -28,6 +29,7 @@ from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.guard import MemoryGuard
+from mqbridge.in_flight import Held
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
@@ -113,7 +115,8 @@ class Bridge:
                  dedupe: Deduplicator | None = None,
                  stop_event: threading.Event | None = None,
                  reload_event: threading.Event | None = None,
-                 breakers: SinkBreakers | None = None) -> None:
+                 breakers: SinkBreakers | None = None,
+                 backout_log: BackoutLog | None = None) -> None:
         self.config = config
         self.counters = counters
         self.collector = collector
@@ -129,6 +132,7 @@ class Bridge:
         self._source_factory = source_factory
         self.observers = list(observers)
         self._dedupe = dedupe  # the landing ledger; None: at-least-once
+        self.backout_log = backout_log  # where moves to a backout queue are recorded; None: nowhere
         self.shared: dict[tuple[str, str], QueueShared] = {}  # per (source, queue), across restarts
         self.slots: list[Slot] = []
         #: Set by a signal or service control handler to stop; only ever set, never cleared.
@@ -151,7 +155,7 @@ class Bridge:
         for cfg in self.config.listeners:
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
-            self.shared.setdefault((cfg.source, cfg.queue), QueueShared())
+            self.shared.setdefault((cfg.source, cfg.queue), QueueShared(backout_log=self.backout_log))
         self.reconcile()
 
     # -- supervision -----------------------------------------------------------------------
@@ -182,7 +186,8 @@ class Bridge:
         thread = ListenerThread(spec, sources, self.collector, chain, self.counters,
                                 shared.tracker, dedupe=self._dedupe,
                                 gate=AllOpenGate(gates), poison=shared.poison,
-                                sink_gate=self.breakers.gate if self.breakers is not None else None)
+                                sink_gate=self.breakers.gate if self.breakers is not None else None,
+                                backout_log=self.backout_log)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
@@ -332,6 +337,25 @@ class Bridge:
             if thread is None or not thread.is_alive() or not thread.idle:
                 return False
         return self.collector.stats().messages == 0
+
+    def holding(self, key: str) -> list[Held]:
+        """The deliveries this bridge holds whose msg_id or identity is `key` (`mqbridge where`): the
+        listener thread and its unit's stage, the bulk and its state. From copies of references:
+        nothing here waits for a listener thread, and the collector's lock is held only to copy."""
+        bulks = [(m, bulk.bulk_id, state) for m, bulk, state in self.collector.holding(key)]
+        found: list[Held] = []
+        for slot in self.slots:
+            thread = slot.thread
+            if thread is None or not thread.is_alive():
+                continue
+            for unit, message in thread.connections.holding(key):
+                # The collector may hold a preprocessed copy: the same delivery by its ids.
+                match = next((b for b in bulks if b[0] is message), None) or next(
+                    (b for b in bulks if (b[0].msg_id, b[0].identity) == (message.msg_id, message.identity)), None)
+                if match is not None:
+                    bulks.remove(match)
+                found.append(Held(message, slot.name, unit, *(match[1:] if match else ("", ""))))
+        return found + [Held(message, bulk_id=bulk_id, bulk_state=state) for message, bulk_id, state in bulks]
 
     def last_activity(self) -> float:
         times = [s.thread.state.last_activity for s in self.slots if s.thread is not None]

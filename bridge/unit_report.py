@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Mapping
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.counters import Counters
 from mqbridge.message import Message
 from mqbridge.unit_plan import Unit, UnitPlan
@@ -22,8 +23,10 @@ def put_to_commit(message: Message, now_monotonic: float) -> float:
     return max(0.0, age) + (now_monotonic - message.received_monotonic)
 
 
-def report_committed(counters: Counters, labels: Mapping[str, str], name: str, unit: Unit, plan: UnitPlan) -> None:
-    """Counters and log lines of a committed unit of work of the listener `name`."""
+def report_committed(counters: Counters, labels: Mapping[str, str], name: str, unit: Unit, plan: UnitPlan,
+                     backout_log: BackoutLog | None = None, default_queue: str | None = None) -> None:
+    """Counters and log lines of a committed unit of work of the listener `name`; its moves in
+    `backout_log` too (`default_queue`: where a move without a queue of its own went)."""
     returned_ids = {m.msg_id for m in plan.returns}
     now = time.monotonic()
     counters.observe_many("put_to_commit_seconds", [
@@ -43,3 +46,6 @@ def report_committed(counters: Counters, labels: Mapping[str, str], name: str, u
             log.warning("%s: moved message %s to backout queue %s: %s", name, move.message.msg_id, queue, move.reason)
             counters.record("backout_moves", listener=name, msg_id=move.message.msg_id, queue=queue,
                             reason=move.reason)
+        if backout_log is not None:
+            backout_log.record_moves(plan.moves, listener=name, queue=labels.get("queue", ""),
+                                     default_queue=default_queue)

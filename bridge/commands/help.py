@@ -129,6 +129,25 @@ exit codes:
   2  configuration error (or options that do not go together)
   3  nothing answers at the endpoint, or it refused the request (401, or 403: no [monitoring] token)
   4  accepted, but not in effect within --wait"""),
+    "where": (
+        "Say where a message is: in flight in the running bridge (which listener thread and unit, which "
+        "bulk, since when), landed (table, put_date, bulk, when: from the landing ledger), moved to a backout "
+        "queue (which, when, why: from the backout log in state_dir), or unknown. ID is the message id as the "
+        "source gives it, or the identity the ledger knows it by (the listener's identity rule). It asks the "
+        "running bridge's monitoring endpoint (GET /messages/ID, which needs the [monitoring] token), reached "
+        "like `status`; with --config, when no bridge answers, it reads the ledger (read-only) and the backout "
+        "log itself and says so. --json prints the answer as JSON.",
+        """example:
+  mqbridge where --config /etc/mqbridge/bridge.toml 'ID:broker-1-41385-1718031234567-1:1:1:1:42'
+  mqbridge where --url https://bridge1:9464 --cacert ca.pem --token-file monitoring.token ORDER-1234 --json
+
+exit codes:
+  0  landed
+  1  unknown: neither the running bridge, the ledger nor the backout log knows it
+  2  configuration error (or options that do not go together, or an empty ID)
+  3  no bridge answers and there is no --config to read the files of, or the endpoint refused the token
+  4  in flight
+  5  moved to a backout queue"""),
 }
 
 

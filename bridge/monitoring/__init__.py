@@ -5,7 +5,8 @@ The modules: `server` (the HTTP endpoint: `/metrics`, `/status`, `/health` and t
 `metrics` (the Prometheus series), `health` (what makes the bridge unhealthy, and the Spark probe),
 `page` (the status page's HTML), `control` (the control plane: `POST /listeners/...`),
 `status_client` (`mqbridge status`: fetch and render `/status`), `control_client` (`mqbridge
-listener`: send a command and wait until it is in effect) and `progress` (the progress line on a
+listener`: send a command and wait until it is in effect), `lookup` (`/messages/<id>`: where a
+message is, and `mqbridge where`'s request of it) and `progress` (the progress line on a
 terminal). Monitoring observes the bridge; it imports no
 module of the listener loop.
 

@@ -10,6 +10,7 @@
                Answered from state: never waits on Spark for more than health.PING_WAIT
     POST /listeners/<name>/...  the control plane: pause, resume, stop, start a listener, or set its
                thread count (mqbridge.monitoring.control); only with a token
+    /messages/<id>  JSON: where a message is (mqbridge.monitoring.lookup); needs the token, always
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
 interfaces unless configured); port 0 picks a free port, readable from `port` afterwards. With
@@ -34,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from mqbridge import __version__
 from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
+from mqbridge.monitoring import lookup
 from mqbridge.monitoring.access import Access, server_context
 from mqbridge.monitoring.control import ListenerCommands, answer_post
 from mqbridge.monitoring.health import SparkProbe, health_problems
@@ -102,6 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
                 problems = monitor.problems()
                 body = "ok\n" if not problems else "".join(f"{p}\n" for p in problems)
                 self._send(503 if problems else 200, "text/plain; charset=utf-8", body.encode())
+            elif path.startswith(lookup.PREFIX):
+                self._send(*lookup.answer(monitor, path))
             else:
                 self._send(404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /status or /healthz\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -172,6 +176,8 @@ class MonitoringServer(Observer):
         self.registry.register(BridgeMetrics(bridge.counters, bridge.collector.stats, self._health_view))
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        #: Where a message is (`mqbridge.where.Locator.locate`, set by the composition root): /messages/<id>.
+        self.locate: Callable[[str], dict[str, Any]] | None = None
 
     @classmethod
     def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,

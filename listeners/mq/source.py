@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from mqbridge import failpoints
+from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import (
     BackoutFailedError,
@@ -88,13 +89,14 @@ class MqSource:
         assert isinstance(source, MqSourceConfig)
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,
                    in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison,
-                   tracker=context.shared.tracker, reply_allow=context.reply_allow(source.queue_manager))
+                   tracker=context.shared.tracker, reply_allow=context.reply_allow(source.queue_manager),
+                   backout_log=context.shared.backout_log)
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
                  in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge",
                  poison: PoisonLog | None = None, tracker: DeliveryTracker | None = None,
-                 reply_allow: ReplyAllowList | None = None) -> None:
+                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -121,6 +123,8 @@ class MqSource:
         # The queue's record of units backed out because a sink was down: those rollbacks raised
         # BackoutCount but must not count towards BOTHRESH (an outage is not poison).
         self.tracker = tracker if tracker is not None else DeliveryTracker()
+        # Where the moves this adapter makes by itself (BOTHRESH at get time) are recorded once committed.
+        self.backout_log = backout_log
         # Inquired at connect; the listener's configuration overrides BOTHRESH/BOQNAME.
         self.backout_threshold = 0
         self.backout_queue = ""
@@ -406,7 +410,20 @@ class MqSource:
             else:
                 raise wrap(exc, f"MQCMIT on {self._where}") from exc
         self._committed_reports.add(self._unit_reports)
+        self._record_own_moves()
         self._end_unit()
+
+    def _record_own_moves(self) -> None:
+        """The moves of the committed unit that this adapter made at get time (the listener records
+        those it asked for), in the backout log."""
+        if self.backout_log is None:
+            return
+        listener = self._listener
+        for slot in self._unit:
+            if slot.moved and not slot.handed:
+                self.backout_log.record(MovedMessage(
+                    time.time(), f"{self.name}:{self.destination}", self.destination, slot.moved_to, slot.msg_id,
+                    "", slot.reason, listener.message_type if listener is not None else "", slot.backout_count + 1))
 
     def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int) -> None:
         """Put the message to its backout queue (else the dead-letter queue) in this unit of work;
@@ -415,6 +432,8 @@ class MqSource:
                                            dead_letter_queue=self.dead_letter_queue, dlh_reason=dlh_reason)
         if where is not None:
             self._uncommitted += 1
+            slot.reason = reason
+            slot.moved_to = (queue or self.backout_queue) if where == BACKOUT else self.dead_letter_queue
             if where == BACKOUT:
                 self.moved_to_backout += 1
                 log.warning("%s: moved message %s to backout queue %s: %s", self._where, slot.msg_id,

@@ -18,3 +18,5 @@ class UnitSlot:
     warning: int = 0  # reason code of an MQGET warning (the message was got all the same)
     handed: bool = False  # returned to the listener by receive()
     moved: bool = False  # already put to a backout or dead-letter queue in this unit
+    moved_to: str = ""  # that queue
+    reason: str = ""  # why it was moved

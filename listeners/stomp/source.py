@@ -54,6 +54,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import BackoutFailedError, SourceConnectionError
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
@@ -89,12 +90,12 @@ class StompSource:
                    tracker=context.shared.tracker, client_name=context.client_name,
                    backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
-                   reply_allow=context.reply_allow())
+                   reply_allow=context.reply_allow(), backout_log=context.shared.backout_log)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
                  confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
-                 reply_allow: ReplyAllowList | None = None) -> None:
+                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -102,6 +103,7 @@ class StompSource:
         self.tracker = tracker
         self.client_name = client_name
         self.backout_queue = backout_queue  # where messages refused at the edge go (bad header, too big)
+        self.backout_log = backout_log  # where those moves are recorded once committed
         # `confirm = "reply-to"`: a result for each message with a reply-to, in the commit's transaction.
         self.confirm = confirm
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
@@ -217,6 +219,9 @@ class StompSource:
             tx.send_results(plan, landed, confirmed, self.reply_allow)
         # Cumulative: an ACK of the unit's last message acknowledges all of it.
         tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
+        if unit.refused and self.backout_log is not None:  # the listener records the moves it asked for
+            self.backout_log.record_moves(unit.refused, listener=f"{self.name}:{self.destination}",
+                                          queue=self.destination, default_queue=self.backout_queue)
         if plan.returned and not self.cumulative:
             returned = [m for m in unit.messages if m.msg_id in plan.returned]
             self._connection.give_back(returned, cumulative=False)

@@ -40,8 +40,13 @@ def test_records_bulks_and_identities_like_the_embedded_ledger(pg: PostgresServe
         ledger.prepare("b1", "orders", [("/t/_staging/x", "/t/part-b1-00000.parquet")], ["m1", "m2", "m2"])
         assert ledger.published(["m1", "m3"]) == set()  # prepared is not published
         assert [b.bulk_id for b in ledger.prepared_holding(["m2"])] == ["b1"]
+        assert ledger.landing_of("m1") is None  # prepared is not landed
         ledger.mark_published("b1")
         assert ledger.published(["m1", "m3", "m2"]) == {"m1", "m2"}
+        found = ledger.landing_of("m2")  # `mqbridge where`
+        assert found is not None and (found.bulk_id, found.table) == ("b1", "orders")
+        assert found.files == (("/t/_staging/x", "/t/part-b1-00000.parquet"),) and found.published_at > 0
+        assert ledger.landing_of("m3") is None
         with pytest.raises(DuplicateIdentityError):
             ledger.prepare("b2", "orders", [], ["m3", "m2"])
         assert ledger.published(["m3"]) == set()  # the refused bulk recorded nothing

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp import StompSource
@@ -33,9 +34,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 RABBIT = {"user": "guest", "password": SecretStr("guest"), "allow_plaintext_password": True}
 
 
-def source(address: tuple[str, int], queue: str, *, backout: str | None = None, **settings: Any) -> StompSource:
+def source(address: tuple[str, int], queue: str, *, backout: str | None = None, backout_log: BackoutLog | None = None,
+           **settings: Any) -> StompSource:
     cfg = StompSourceConfig(host=address[0], port=address[1], heartbeat=2.0, **settings)
-    return StompSource("src1", cfg, queue, prefetch=10, tracker=DeliveryTracker(), backout_queue=backout)
+    return StompSource("src1", cfg, queue, prefetch=10, tracker=DeliveryTracker(), backout_queue=backout,
+                       backout_log=backout_log)
 
 
 @pytest.fixture
@@ -192,7 +195,7 @@ def test_a_move_the_broker_refuses_halts_the_listener_and_loses_nothing(
 @pytest.mark.parametrize("ack_mode", ["cumulative", "individual"])
 @pytest.mark.parametrize("commit_mode", ["transactional", "receipted"])
 def test_messages_refused_at_the_edge_go_to_the_backout_queue_once_with_the_reason(
-        activemq: tuple[str, int], amq: AmqClient, ack_mode: str, commit_mode: str) -> None:
+        activemq: tuple[str, int], amq: AmqClient, ack_mode: str, commit_mode: str, tmp_path: Path) -> None:
     # Given a timestamp past year 9999 (ActiveMQ passes it on as sent), a body over
     # max_message_size, and good messages around them
     q = unique_queue("stomp-edge")
@@ -201,15 +204,22 @@ def test_messages_refused_at_the_edge_go_to_the_backout_queue_once_with_the_reas
     amq.put(q, b"good")
     amq.put(q, b"x" * 200)
     amq.put_many(q, [b"last"])
+    log = BackoutLog.in_state_dir(tmp_path)
     src = source(activemq, q, backout=q + ".backout", ack_mode=ack_mode, commit_mode=commit_mode,
-                 max_message_size=100)
+                 max_message_size=100, backout_log=log)
     src.connect()
     # When the listener reads, it gets only the good messages, and commits them
     got = receive(src, 3)
     assert [m.body for m in got] == [b"first", b"good", b"last"]
     assert src.receive(0.5) is None
+    assert list(log.moves()) == [] and log._pending.empty()  # noqa: SLF001 -- nothing before the commit
     src.commit()
     src.close()
+    log.close()
+    # (the backout log has each move, for `mqbridge where`, once committed)
+    assert sorted((m.backout_queue, m.listener, m.reason[:40]) for m in log.moves()) == [
+        (q + ".backout", f"src1:{q}", "refused at the source: body of 200 bytes"),
+        (q + ".backout", f"src1:{q}", "refused at the source: header timestamp:")]
     # Then the refused ones are on the backout queue once each, with the reason; the queue is empty
     moved = {bytes(f.body): f.headers for f in amq.drain(q + ".backout")}
     assert sorted(moved) == [b"from the far future", b"x" * 200]

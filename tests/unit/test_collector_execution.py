@@ -249,3 +249,29 @@ def test_two_deliveries_with_one_msg_id_each_get_their_own_result(make: Factory)
     outcomes = {id(m): r.outcome for m, r in seen}
     assert outcomes == {id(bad): Outcome.PERMANENT, id(good): Outcome.SUCCESS}
     assert not collector.is_bulk_mode_on("twin")
+
+
+def test_holding_names_the_bulk_and_its_state_of_a_message_by_msg_id_or_identity(make: Factory) -> None:
+    # Given a bulk of type a being written, another queued behind it, and a bulk of b collecting
+    ex = {"a": RecordingExecutor(gated=True), "b": RecordingExecutor()}
+    collector, _ = make(("a", "b"), workers=2, executors=ex)
+    results = Results()
+    writing = msg("a1", "a")
+    writing.identity = "ORDER-1"
+    collector.submit(writing, results)
+    collector.flush(message_type="a")
+    assert ex["a"].entered.wait(DEADLINE)
+    collector.submit(msg("a2", "a"), results)
+    collector.flush(message_type="a")
+    collector.submit(msg("b1", "b"), results)
+    # Then each is found where it is, by its msg_id, or by its identity
+    [(message, bulk, state)] = collector.holding("a1")
+    assert message is writing and state == "writing" and bulk.bulk_id == ex["a"].bulks[0][0]
+    assert [(m.msg_id, s) for m, _, s in collector.holding("ORDER-1")] == [("a1", "writing")]
+    assert [s for _, _, s in collector.holding("a2")] == ["queued"]
+    assert [s for _, _, s in collector.holding("b1")] == ["collecting"]
+    assert collector.holding("nope") == [] and collector.holding("") == []
+    # And once its result is delivered, it is no longer held
+    ex["a"].gate.set()
+    results.one("a1")
+    wait_until(lambda: not collector.holding("a1"), DEADLINE, "a1 released")

@@ -236,6 +236,14 @@ class Ledger(ABC):
                                  (self._identities_parameter(identities), "published"))
             return {row[0]: (row[1], row[2]) for row in rows}
 
+    def landing_of(self, identity: str) -> PublishedBulk | None:
+        """The published bulk that holds `identity` (at most one does; `mqbridge where`), or None.
+        On the reader connection, by the identities' key: one short read, whatever the ledger's size."""
+        with self._read_concurrently() as db:
+            row = self._execute(db, f"SELECT b.bulk_id, b.table_name, b.moves, b.published_at {self.HOLDING}",
+                                (self._identities_parameter([identity]), "published")).fetchone()
+        return PublishedBulk(row[0], row[1], _moves(row[2]), row[3]) if row is not None else None
+
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
                 identities: Sequence[str]) -> None:
         """Record `bulk_id` as prepared, with its file moves and identities, in one transaction.

@@ -69,6 +69,31 @@ def test_an_identity_of_a_prepared_bulk_may_be_prepared_again(ledger: Ledger) ->
     assert ledger.published(["m1"]) == {"m1"}
 
 
+def test_landing_of_names_the_published_bulk_of_an_identity(ledger: Ledger) -> None:
+    # `mqbridge where`: the bulk, its table, its files (their put_date) and when it was published
+    ledger.prepare("b1", "orders", MOVES, ["m1", "m2"])
+    assert ledger.landing_of("m1") is None  # prepared is not landed
+    before = time.time()
+    ledger.mark_published("b1")
+    found = ledger.landing_of("m1")
+    assert found is not None and (found.bulk_id, found.table, found.files) == ("b1", "orders", tuple(MOVES))
+    assert before <= found.published_at <= time.time()
+    assert ledger.landing_of("m3") is None and ledger.landing_of("") is None
+
+
+def test_landing_of_reads_a_read_only_ledger(tmp_path: Path) -> None:
+    writer = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
+    writer.prepare("b1", "orders", MOVES, ["m1"])
+    writer.mark_published("b1")
+    reader = SqliteLedger.open_read_only(tmp_path / "ledger.sqlite3", owner=owner_id())
+    try:
+        found = reader.landing_of("m1")
+        assert found is not None and found.bulk_id == "b1"
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_mark_published_of_an_unknown_bulk_is_an_error(ledger: Ledger) -> None:
     with pytest.raises(LedgerError, match="no bulk 'nope'"):
         ledger.mark_published("nope")

@@ -3,8 +3,11 @@ commits, quiescing — never a lost or silently committed message."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from mqbridge.backout_log import BackoutLog
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
 from mqbridge.listeners.mq import MqSource
 from mqbridge.listeners.mq.mapping import unpack_dlh
@@ -31,6 +34,27 @@ def test_a_message_at_the_backout_threshold_goes_to_boqname_atomically_and_is_no
     assert source.moved_to_backout == 1
     source.commit()
     assert qm.queue("ORDERS").depth == 0
+
+
+def test_its_own_moves_are_in_the_backout_log_once_committed_those_it_was_asked_for_are_not(
+        qm, source, tmp_path: Path) -> None:
+    source.backout_log = log = BackoutLog.in_state_dir(tmp_path)
+    # Given a poison message moved at get time inside a unit that is backed out: nothing is recorded
+    qm.put("ORDERS", b"fine")
+    qm.put("ORDERS", b"poison", backout_count=3)
+    assert source.receive(1.0) is not None and source.receive(0.2) is None
+    source.rollback()
+    # When it is moved again in a unit that is committed, beside a permanent failure the listener moves
+    poison_id = qm.queue("ORDERS").messages[1].msg_id.hex()  # as the adapter names a MsgId
+    fine = source.receive(1.0)
+    assert fine is not None and source.receive(0.2) is None
+    source.commit(moves=[BackoutMove(fine, "not an order")])
+    log.close()
+    # Then the adapter recorded its own move (the listener records the one it asked for)
+    [moved] = log.moves()
+    assert (moved.msg_id, moved.backout_queue, moved.listener, moved.delivery_count) == (
+        poison_id, "ORDERS.BACKOUT", "qm:ORDERS", 5)
+    assert moved.reason.startswith("BackoutCount 4 reached the backout threshold 3 of ORDERS")
 
 
 def test_a_threshold_move_inside_a_unit_is_backed_out_with_it(qm, source) -> None:
