@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,3 +197,24 @@ def progress(entry: ListenerControl, *, up: int, at_gate: int, alive: int, retir
     if retiring:
         waiting.append(f"{retiring} threads beyond the count finishing their units of work")
     return "; ".join(waiting)
+
+
+def control_status(controls: ListenerControls, slots: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each listener entry's run-time state, thread counts, and what its threads (the supervisor's
+    `slots`) still have to do to be in that state ("" once they are: `in_effect`), for /status."""
+    out = []
+    for control in controls:
+        mine = [s for s in slots if s.listener == control.name]
+        wanted = [s for s in mine if control.wants(s.index) and s.alive]
+        up = [s for s in wanted if s.thread is not None and s.thread.state.phase in ("receiving", "processing",
+                                                                                    "paused")]
+        at_gate = sum(1 for s in up if s.thread is not None and s.thread.state.phase == "paused"
+                      and not s.thread.connections.pending)
+        alive = sum(1 for s in mine if s.alive)
+        pending = progress(control, up=len(up), at_gate=at_gate, alive=alive, retiring=alive - len(wanted),
+                           halted=sum(1 for s in mine if s.halted))
+        out.append({"name": control.name, "source": control.source, "queue": control.queue,
+                    "state": control.state, "threads": control.threads, "configured_threads": control.configured,
+                    "threads_alive": alive, "in_effect": not pending, "pending": pending,
+                    "last_command": control.last_command, "changed_at": control.changed_at})
+    return out

@@ -16,17 +16,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
-from mqbridge.control import STATES, STOPPED, ListenerControls, progress
+from mqbridge.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.counters import Counters, RateMeter
+from mqbridge.decision import Decision, decide
 from mqbridge.dedupe import Deduplicator
-from mqbridge.errors import BridgeError, FatalError, HaltListener, RetryLater
+from mqbridge.errors import BridgeError, FatalError, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.guard import MemoryGuard
 from mqbridge.in_flight import Held
@@ -44,31 +44,6 @@ BACKOFF_MAX = 30.0
 # A listener that ran this long since its last (re)start is healthy again: reset its backoff.
 HEALTHY_AFTER = 60.0
 
-
-class Decision(Enum):
-    """What the supervisor does about a listener thread that ended with an error."""
-
-    STOP_BRIDGE = "stop the bridge"  # FatalError: retrying cannot help
-    HALT = "halt the listener"  # HaltListener: never restart it (an operator must act)
-    RETRY_LATER = "retry later"  # RetryLater: restart after its retry_after, no backoff growth
-    RESTART = "restart with backoff"  # anything else
-
-
-#: The decision for each decision base class of mqbridge.errors; found along the error's MRO.
-DECISIONS: dict[type[BaseException], Decision] = {
-    FatalError: Decision.STOP_BRIDGE,
-    HaltListener: Decision.HALT,
-    RetryLater: Decision.RETRY_LATER,
-}
-
-
-def decide(failure: BaseException) -> Decision:
-    """The supervisor's decision about a listener thread that raised `failure`."""
-    for cls in type(failure).__mro__:
-        decision = DECISIONS.get(cls)
-        if decision is not None:
-            return decision
-    return Decision.RESTART
 
 SourceFactory = Callable[[SourceContext], Source]
 #: The chain provider of one listener entry, by its name (`source:queue`).
@@ -482,31 +457,10 @@ class Bridge:
             "fatal": str(self.fatal) if self.fatal else "",
             "gave_up": self.gave_up,
             "listeners": listeners,
-            "listener_controls": self._control_status(),
+            "listener_controls": control_status(self.controls, self.slots),
             "collector": {k: v for k, v in vars(stats).items()},
             **self._status_fields(),
         }
-
-    def _control_status(self) -> list[dict[str, Any]]:
-        """Each listener entry's run-time state, thread counts, and what its threads still have to do
-        to be in that state ("" once they are: `in_effect`)."""
-        out = []
-        slots = self.slots
-        for control in self.controls:
-            mine = [s for s in slots if s.listener == control.name]
-            wanted = [s for s in mine if control.wants(s.index) and s.alive]
-            up = [s for s in wanted if s.thread is not None and s.thread.state.phase in ("receiving", "processing",
-                                                                                        "paused")]
-            at_gate = sum(1 for s in up if s.thread is not None and s.thread.state.phase == "paused"
-                          and not s.thread.connections.pending)
-            alive = sum(1 for s in mine if s.alive)
-            pending = progress(control, up=len(up), at_gate=at_gate, alive=alive, retiring=alive - len(wanted),
-                               halted=sum(1 for s in mine if s.halted))
-            out.append({"name": control.name, "source": control.source, "queue": control.queue,
-                        "state": control.state, "threads": control.threads, "configured_threads": control.configured,
-                        "threads_alive": alive, "in_effect": not pending, "pending": pending,
-                        "last_command": control.last_command, "changed_at": control.changed_at})
-        return out
 
     def _status_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mqbridge.decision import Decision, decide
 from mqbridge.errors import (
     BackoutFailedError,
     ConfigError,
@@ -20,7 +21,7 @@ from mqbridge.errors import (
 )
 from mqbridge.observer import BridgeView, Observer
 from mqbridge.source import Source, SourceContext, open_source
-from mqbridge.supervisor import BACKOFF_INITIAL, BACKOFF_MAX, Bridge, Decision, decide
+from mqbridge.supervisor import BACKOFF_INITIAL, BACKOFF_MAX, Bridge
 from tests.support.bridge import RunningBridge, run_until_idle
 from tests.support.memory import FailingSource, RecordingExecutor, memory_app, memory_config
 from tests.support.waiting import wait_until
