@@ -2,14 +2,14 @@
 
 This module is the public API for plugin authors::
 
-    from mqbridge import hookimpl, Message, PreprocessorOptions, PreprocessorRegistry
+    from mqbridge import hookimpl, Message, PreprocessorOptions, PreprocessorRegistry, Rollback
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from mqbridge.message import Message, MessageResult
+from mqbridge.message import Message, MessageResult, Rollback, RollbackKind
 from mqbridge.plugins import (
     PreprocessorOptions,
     PreprocessorRegistry,
@@ -23,5 +23,5 @@ try:
 except PackageNotFoundError:  # running from a checkout that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["Message", "MessageResult", "PreprocessorOptions", "PreprocessorRegistry", "__version__",
-           "copy_message", "current_chain", "hookimpl"]
+__all__ = ["Message", "MessageResult", "PreprocessorOptions", "PreprocessorRegistry", "Rollback", "RollbackKind",
+           "__version__", "copy_message", "current_chain", "hookimpl"]

@@ -117,6 +117,16 @@ class PreprocessorError(BridgeError):
         self.plugin = plugin
 
 
+class WriteFailedError(BridgeError):
+    """Its bulk write failed for this message (a retryable or permanent result): never raised, it
+    is the `error` of a `Rollback` of kind "write_failed" (the result's reason is its text)."""
+
+
+class UnitBackedOutError(BridgeError):
+    """The unit of work went back to the queue whole because of other messages: never raised, it is
+    the `error` of a `Rollback` of kind "unit_backout" (why the unit went back is its text)."""
+
+
 class LedgerError(FatalError):
     """The landing ledger cannot be trusted: its file is corrupt, unreadable or not a ledger, or a
     prepared bulk can be neither rolled forward nor back. The message names the file or the bulk.

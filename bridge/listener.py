@@ -9,6 +9,8 @@
       → decide what the results mean (`mqbridge.unit_plan.plan_unit`), then carry that out:
         commit (removing them, moving permanent failures to the backout queue)
         or give the retryable failures back to the source queue.
+      → tell the chain about every message it processed that does not leave as landed
+        (`mqbridge.undo`: its `on_submit_error`, once per delivery, on every way a unit ends).
 
 A listener holds up to `in_flight` units at once, one per source connection of its own
 (`mqbridge.in_flight`): while the collector holds its earlier units it reads the next; units are
@@ -42,9 +44,10 @@ from mqbridge.errors import (
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.in_flight import Connections, PendingUnit
 from mqbridge.message import Message
-from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess
+from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
 from mqbridge.source import BackoutMove, Source
+from mqbridge.undo import UnitUndo, abandon
 from mqbridge.unit_plan import (
     Unit,
     UnitPlan,
@@ -278,84 +281,69 @@ class ListenerThread(threading.Thread):
                 continue
             todo.append(message)
 
-        chain = self.chain_provider()  # one snapshot for the whole unit of work
-        chain, pre = self._preprocess_with_fallback(todo, chain)
+        # One snapshot of the chain for the whole unit of work (or the last good one: `preprocess_unit`).
+        chain, pre, fallback = preprocess_unit(todo, self.chain_provider(), spec.message_type, spec.name)
+        if fallback is not None:
+            for _message, exc in fallback.blamed:
+                self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
+            abandon(fallback.chain, fallback.failed, spec.name)
+        undo = UnitUndo(chain, todo, pre, spec.name)
         for message, exc in pre.failed:
-            self._preprocessor_failed(message, chain, exc)
+            self._preprocessor_failed(message, exc)
         if pre.failed and not self.source.supports_partial_commit and self.dedupe is None:
-            self._land_nothing(batch, todo, chain, pre.failed)
+            self._land_nothing(batch, undo, pre.failed)
             return
         # Otherwise the unit goes on: on a source that commits in part, only the messages that
         # failed are given back; on one that cannot (IBM MQ), the good messages land before the unit
         # is backed out, and the ledger recognises them when they come back, one by one.
 
-        results = self._submit(pre.submitted)
         submitted = pre.submitted
+        try:
+            results = self._submit(submitted, undo)
+        except BaseException as exc:  # the unit is given back (rolled back, or with its connection)
+            undo.not_committed(exc)
+            raise
 
         def finish() -> None:
-            self._await(results, submitted)
-            self._finish(Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
-                              tuple((m, str(e)) for m, e in pre.failed),
-                              deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed))
+            try:
+                self._await(results, submitted)
+                unit = Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
+                            tuple((m, str(e)) for m, e in pre.failed),
+                            deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed)
+                self._finish(unit, undo)
+            except BaseException as exc:  # not committed (a commit that failed, or never reached)
+                undo.not_committed(exc)
+                raise
 
         self.connections.add(PendingUnit(self.source, results, finish, batch))
 
-    def _land_nothing(self, batch: list[Message], todo: list[Message], chain: Chain,
+    def _land_nothing(self, batch: list[Message], undo: UnitUndo,
                       failed: list[tuple[Message, PreprocessorError]]) -> None:
         """A preprocessor failed in a unit that can only be backed out whole, and without the ledger
-        whatever lands now would land again when it comes back: land nothing, and read the whole
-        unit again one by one."""
+        whatever lands now would land again when it comes back: land nothing (every message's
+        preprocessing is undone), and read the whole unit again one by one."""
         halt = None  # counting each failure (per message, across redeliveries) may halt the listener
         for message, exc in failed:
             halt = halting_error(self._policy(), message, self.book.blamed(message), str(exc)) or halt
-        failed_ids = {id(m) for m, _ in failed}
-        for message in todo:  # their preprocessing is undone too: nothing of the unit lands
-            if id(message) not in failed_ids:
-                self._undo(chain, message, failed[0][1])
+        undo.land_nothing()
         self._back_out(batch, str(failed[0][1]), suspects=batch, halt=halt)
 
-    def _submit(self, submitted: list[Message]) -> UnitResults:
+    def _submit(self, submitted: list[Message], undo: UnitUndo) -> UnitResults:
         """Hand the unit's messages to the collector; their results come back through the waiter."""
-        results = UnitResults(submitted)
+        results = undo.results = UnitResults(submitted)
         try:
             for message in submitted:
                 self.collector.submit(message, results)
-        except UnknownMessageTypeError:
+        except UnknownMessageTypeError as exc:
             # A classify hook chose a type nobody configured: a configuration error, not a
             # message error. Give everything back and let the supervisor stop the bridge.
             self._await(results, submitted)
+            undo.not_committed(exc)
             self.source.rollback()
             raise
         if submitted:
             self._feeding({m.message_type for m in submitted})
         return results
-
-    def _preprocess_with_fallback(self, messages: list[Message], chain: Chain) -> tuple[Chain, Preprocessed]:
-        """Preprocess the unit; if the chain's plugin generation is new, has never got a message
-        through, and failed here on every message, preprocess the whole unit again with the last
-        good generation (a unit of work still runs on one generation). Failures that the last good
-        generation does not share are blamed on the new one; they are not the messages' failures,
-        so they count towards no backout threshold (the plugin host falls back for good after
-        enough of them)."""
-        pre = preprocess(messages, chain, self.spec.message_type)
-        if not pre.failed or pre.succeeded:
-            chain.record(pre.succeeded, 0)
-            return chain, pre
-        good = chain.fallback()
-        if good is None:
-            return chain, pre
-        again = preprocess(messages, good, self.spec.message_type)
-        still = {id(m) for m, _ in again.failed}
-        blamed = [(m, exc) for m, exc in pre.failed if id(m) not in still]
-        if blamed:
-            log.warning("%s: the new plugin generation got no message of the unit of work through and raised on "
-                        "%d that the last good generation preprocessed: the unit runs on the last good one "
-                        "(first error: %s)", self.spec.name, len(blamed), blamed[0][1])
-        for message, exc in blamed:
-            self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
-            self._undo(chain, message, exc)
-        chain.record(0, len(blamed))
-        return good, again
 
     def _feeding(self, types: set[str]) -> None:
         """Pause for the sinks of other types too, once messages were routed to them: a listener
@@ -387,9 +375,10 @@ class ListenerThread(threading.Thread):
                 # before a failure; any missing result counts as retryable below.
                 return
 
-    def _finish(self, unit: Unit) -> None:
+    def _finish(self, unit: Unit, undo: UnitUndo) -> None:
         """End the unit of work: decide what its results mean (`plan_unit`), then carry the plan
-        out: count the failures, then commit the unit or back it out whole."""
+        out: count the failures, tell the chain what does not land, then commit the unit or back it
+        out whole."""
         records = self.book.records([m for m, _ in unit.failed] + unit.submitted)
         plan = plan_unit(unit, self._policy(), records)
         halt: PoisonLoopError | None = None
@@ -397,10 +386,11 @@ class ListenerThread(threading.Thread):
             if not failure.noted:
                 self.book.failed(failure.message, failure.reason)
             halt = plan.halt(failure, self.book.blamed(failure.message)) or halt
+        undo.planned(unit, plan)
         if plan.back_out:
             self._back_out_unit(unit, plan, halt)
         else:
-            self._commit(unit, plan, halt)
+            self._commit(unit, plan, halt, undo)
 
     def _back_out_unit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None) -> None:
         """Carry out a plan that gives messages back on a source that cannot commit in part."""
@@ -415,7 +405,7 @@ class ListenerThread(threading.Thread):
             self.book.given_back_in_outage(unit.batch)
         self._back_out(list(unit.batch), plan.reason, suspects=list(plan.culprits), halt=halt)
 
-    def _commit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None) -> None:
+    def _commit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None, undo: UnitUndo) -> None:
         """Carry out a plan that commits the unit: its messages leave the source, `plan.moves` go to
         the backout queue and `plan.returns` back to the source, in one unit of work."""
         spec = self.spec
@@ -423,6 +413,7 @@ class ListenerThread(threading.Thread):
         self.book.given_back_in_outage(plan.outages)
         landed = list(plan.landed) + landed_where(self.dedupe, unit.deduplicated)
         confirmed = self.source.commit(moves=list(plan.moves), returns=list(plan.returns), landed=landed)
+        undo.committed()
         failpoints.hit("after_source_commit")
         if confirmed is not None:
             for name in ("sent", "failed", "rerouted", "not_allowed"):
@@ -475,17 +466,10 @@ class ListenerThread(threading.Thread):
             return int(getattr(self.source, "backout_threshold", 0) or 0)
         return self.spec.backout_threshold
 
-    def _preprocessor_failed(self, message: Message, chain: Chain, exc: PreprocessorError) -> None:
+    def _preprocessor_failed(self, message: Message, exc: PreprocessorError) -> None:
         log.warning("%s: message %s: %s", self.spec.name, message.msg_id, exc)
         self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
         self.book.failed(message, str(exc))
-        self._undo(chain, message, exc)
-
-    def _undo(self, chain: Chain, message: Message, exc: PreprocessorError) -> None:
-        try:
-            chain.on_submit_error(message, exc)
-        except Exception:
-            log.exception("%s: on_submit_error failed", self.spec.name)
 
     def _pause_after_rollback(self) -> None:
         """A unit of work that failed as a whole would otherwise be retried in a tight loop,

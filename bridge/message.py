@@ -98,6 +98,40 @@ class MessageResult:
         return cls(msg_id, Outcome.PERMANENT, reason, bulk_id)
 
 
+class RollbackKind(str, enum.Enum):
+    """Why a preprocessed message did not leave its queue as landed (`Rollback.kind`)."""
+
+    PREPROCESSOR = "preprocessor"  # a preprocessor (or classify) raised on this message
+    WRITE_FAILED = "write_failed"  # its bulk write failed for this message (a retryable or permanent result)
+    OUTAGE = "outage"  # its sink was unavailable: given back, the delivery not counted
+    UNIT_BACKOUT = "unit_backout"  # it was fine, but its whole unit of work went back to the queue
+    IN_DOUBT = "in_doubt"  # the source commit of its unit was sent, and its outcome is unknown
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """What a preprocessor's `on_submit_error(message, reason)` is told: why this delivery of the
+    message does not leave the queue as landed (docs/plugins.md, "Undo: on_submit_error").
+
+    `error` is the exception behind it (a `PreprocessorError`, `WriteFailedError`,
+    `SinkOutageError`, `UnitBackedOutError`, the source's own error when its commit failed, or an
+    `InDoubtError`): what a hook whose second parameter is not named `reason` is passed instead.
+    `landed`: this delivery's message is in its table (its bulk was published). `moved`: the unit's
+    commit moves it to the backout queue, so it is not delivered from its queue again.
+    """
+
+    kind: RollbackKind
+    error: BaseException
+    landed: bool = False
+    moved: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.error}"
+
+
 _bulk_seq = itertools.count(1)
 _bulk_seq_lock = threading.Lock()
 _process_tag = uuid.uuid4().hex[:8]

@@ -1,18 +1,23 @@
 """What a listener loop runs its messages through: the `Chain` protocol (one snapshot of a
 listener's preprocessor chain per unit of work), a chain of plain callables, and one pass of a
-unit of work's messages through a chain.
+unit of work's messages through a chain (`preprocess`), again on the last good plugin generation
+when a new one fails on all of them (`preprocess_unit`). What a chain is told when its messages do
+not land: `mqbridge.undo`.
 
 The plugin host's chains (`mqbridge.plugins.chain.PreprocessorChain`) implement `Chain`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from mqbridge.errors import PreprocessorError
-from mqbridge.message import Message
+from mqbridge.message import Message, Rollback
+
+log = logging.getLogger("mqbridge.listener")
 
 
 class Chain(Protocol):
@@ -25,8 +30,9 @@ class Chain(Protocol):
         """Run every preprocessor; None means a preprocessor consumed the message.
         Raises PreprocessorError naming the preprocessor that failed."""
 
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        """Undo hook: the unit of work holding `message` is being rolled back."""
+    def on_submit_error(self, message: Message, reason: Rollback) -> None:
+        """Undo hook: this delivery of `message` (as received) does not leave the queue as landed,
+        for `reason`. Called at most once per delivery (`mqbridge.undo`)."""
 
     def fallback(self) -> Chain | None:
         """The chain of the last good plugin generation, when this chain's generation was swapped
@@ -57,7 +63,7 @@ class PlainChain:
                 raise PreprocessorError(f"preprocessor {name!r} failed: {exc!r}", name) from exc
         return current
 
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
+    def on_submit_error(self, message: Message, reason: Rollback) -> None:
         return None
 
     def fallback(self) -> Chain | None:
@@ -74,6 +80,8 @@ class Preprocessed:
     submitted: list[Message] = field(default_factory=list)
     failed: list[tuple[Message, PreprocessorError]] = field(default_factory=list)
     consumed: int = 0
+    #: id() of each submitted message -> the message as received it was made from.
+    origins: dict[int, Message] = field(default_factory=dict)
 
     @property
     def succeeded(self) -> int:
@@ -97,4 +105,42 @@ def preprocess(messages: list[Message], chain: Chain, default_type: str) -> Prep
             continue
         processed.identity = message.identity  # of the original, whatever the chain made
         out.submitted.append(processed)
+        out.origins[id(processed)] = message
     return out
+
+
+@dataclass
+class Fallback:
+    """A unit of work the new plugin generation's `chain` raised on for every message (`failed`),
+    preprocessed again on the last good generation; `blamed`: the failures the last good one does not
+    share."""
+
+    chain: Chain
+    failed: list[tuple[Message, PreprocessorError]]
+    blamed: list[tuple[Message, PreprocessorError]]
+
+
+def preprocess_unit(messages: list[Message], chain: Chain, default_type: str,
+                    listener: str) -> tuple[Chain, Preprocessed, Fallback | None]:
+    """Preprocess the unit; if the chain's plugin generation is new, has never got a message
+    through, and failed here on every message, preprocess the whole unit again with the last
+    good generation (a unit of work still runs on one generation). Failures that the last good
+    generation does not share are blamed on the new one; they are not the messages' failures,
+    so they count towards no backout threshold (the plugin host falls back for good after
+    enough of them). Returns the chain the unit goes on with, its pass, and the fallback if any."""
+    pre = preprocess(messages, chain, default_type)
+    if not pre.failed or pre.succeeded:
+        chain.record(pre.succeeded, 0)
+        return chain, pre, None
+    good = chain.fallback()
+    if good is None:
+        return chain, pre, None
+    again = preprocess(messages, good, default_type)
+    still = {id(m) for m, _ in again.failed}
+    blamed = [(m, exc) for m, exc in pre.failed if id(m) not in still]
+    if blamed:
+        log.warning("%s: the new plugin generation got no message of the unit of work through and raised on "
+                    "%d that the last good generation preprocessed: the unit runs on the last good one "
+                    "(first error: %s)", listener, len(blamed), blamed[0][1])
+    chain.record(0, len(blamed))
+    return good, again, Fallback(chain, pre.failed, blamed)

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
+import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import pluggy
 
 from mqbridge.errors import PreprocessorError
-from mqbridge.message import Message
+from mqbridge.message import Message, Rollback
 from mqbridge.plugins.registry import Preprocessor
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,18 @@ class Step:
     name: str  # the registered preprocessor name
     plugin: str  # display name of the plugin that registered it
     instance: Preprocessor
+
+    @functools.cached_property
+    def undo(self) -> Callable[[Message, Rollback], None] | None:
+        """The instance's `on_submit_error` as the chain calls it (None: it has none). A hook whose
+        second parameter is named `reason` gets the `Rollback`; any other (`error`, as written
+        before there was a `Rollback`) gets its `error`, an exception."""
+        hook: Callable[[Message, Any], None] | None = getattr(self.instance, "on_submit_error", None)
+        if hook is None:
+            return None
+        if _second_parameter(hook) == "reason":
+            return hook
+        return lambda message, reason: hook(message, reason.error)
 
 
 @dataclass(frozen=True)
@@ -172,17 +186,20 @@ class PreprocessorChain:
             current.message_type = message.message_type
         return current
 
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        """Tell every step (that has `on_submit_error`) that the unit of work is rolled back.
-        One step failing does not keep the others from being told."""
+    def on_submit_error(self, message: Message, reason: Rollback) -> None:
+        """Tell every step that has `on_submit_error` (also those after a step that raised, which
+        never saw the message) that this delivery of `message` does not leave the queue as landed,
+        and why: `Step.undo`. Each step gets its own copy of the message as received. One step
+        failing does not keep the others from being told. When the listener calls this:
+        `mqbridge.undo`."""
         token = _current.set(self)
         try:
             for step in self.spec.steps:
-                undo = getattr(step.instance, "on_submit_error", None)
+                undo = step.undo
                 if undo is None:
                     continue
                 try:
-                    undo(copy_message(message), error)
+                    undo(copy_message(message), reason)
                 except Exception:
                     log.exception("%s: on_submit_error of preprocessor %r (plugin %s) failed for message %s",
                                   self.listener, step.name, step.plugin, message.msg_id)
@@ -203,6 +220,17 @@ class PreprocessorChain:
         on that the last good generation got through (`blamed`)."""
         if self.judge is not None and (succeeded or blamed):
             self.judge.record(self.spec, succeeded, blamed)
+
+
+def _second_parameter(hook: Callable[..., Any]) -> str | None:
+    """The name of the second positional parameter of a (bound) `on_submit_error`, if it has one."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (some builtins): the old convention
+        return None
+    positional = [p.name for p in parameters
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return positional[1] if len(positional) > 1 else None
 
 
 def _checked_type(answer: object, who: str) -> str:

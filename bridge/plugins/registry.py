@@ -40,7 +40,19 @@ class Preprocessor(Protocol):
 
     Optional methods, called when present:
       `classify(message) -> str | None` — choose the type from the original content;
-      `on_submit_error(message, error) -> None` — the unit of work is being rolled back.
+      `on_submit_error(message, reason) -> None` — undo: this delivery of `message` does not leave
+        its queue as landed. Called once per delivery the chain processed (`process` ran, or a
+        step raised) that is not committed as landed or consumed, on the listener thread, with a
+        copy of the message as received and a `mqbridge.Rollback`: its `kind` is "preprocessor"
+        (a preprocessor raised on it), "write_failed" (its bulk write failed for it), "outage"
+        (its sink was unavailable), "unit_backout" (its whole unit went back: IBM MQ backing out
+        a unit another message failed in, or a source commit that failed) or "in_doubt" (the
+        source commit's outcome is unknown); `error` is the exception behind it, `landed` says
+        it is in its table anyway, `moved` that it goes to the backout queue. Its own failures
+        are told before the unit is committed or backed out; a failed commit is told after it.
+        A hook whose second parameter is not named `reason` (`on_submit_error(message, error)`)
+        gets `reason.error` instead: an exception, as before. Exceptions are logged, never passed
+        on. See docs/plugins.md, "Undo: on_submit_error".
     """
 
     def process(self, message: Message) -> Message | None:

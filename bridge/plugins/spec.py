@@ -29,8 +29,11 @@ def mqbridge_register_preprocessors(registry: PreprocessorRegistry) -> None:
         once per preprocessor. `factory(options)` is called with the validated options (an
         instance of the pydantic model, or of an empty model when `options` is None) once per
         listener entry that names the preprocessor, and returns an object with
-        `process(message) -> Message | None` and optionally `on_submit_error(message, error)` and
+        `process(message) -> Message | None` and optionally `on_submit_error(message, reason)` and
         `classify(message) -> str | None`, or just a callable `message -> Message | None`.
+        `on_submit_error` is called once for each delivery it processed that does not leave the
+        queue as landed, with a `Rollback` saying why (see `Preprocessor` in
+        `mqbridge.plugins.registry`, and docs/plugins.md).
 
     Called again for every new plugin generation (hot reload); keep it free of side effects.
     """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
-from mqbridge import Message, PreprocessorOptions, PreprocessorRegistry, hookimpl
+from mqbridge import Message, PreprocessorOptions, PreprocessorRegistry, Rollback, hookimpl
 
 __version__ = "1.0"
 
@@ -38,8 +38,9 @@ class Redact:
         message.headers["redacted"] = ",".join(self.options.fields)
         return message
 
-    def on_submit_error(self, message: Message, error: BaseException) -> None:
-        log.warning("message %s goes back to the queue: %s", message.msg_id, error)
+    def on_submit_error(self, message: Message, reason: Rollback) -> None:
+        # Once per delivery that does not land (reason.kind says why): undo side effects here.
+        log.warning("message %s did not land (%s): %s", message.msg_id, reason.kind.value, reason.error)
 
 
 @hookimpl

@@ -206,7 +206,8 @@ def test_raising_preprocessor_rolls_back_calls_on_submit_error_and_backs_out(tmp
     assert run_until_idle(bridge) == 0
     host.close()
 
-    # Then the good messages land, the bad one was rolled back twice (on_submit_error each time)
+    # Then the good messages land, the bad one was rolled back twice (on_submit_error each time, with
+    # the PreprocessorError: the hook is written as before `Rollback`, `on_submit_error(message, error)`)
     # and moved to the backout queue on its third delivery, and the listener never died
     assert sorted(bytes(r.body) for r in rows_of(spark, tmp_path, "orders")) == [b"good1", b"good2"]
     undone = log.read_text().splitlines()

@@ -22,7 +22,7 @@ FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocesso
 LOOP = ("mqbridge.listener", "mqbridge.collector", "mqbridge.collector_limits", "mqbridge.supervisor",
         "mqbridge.triage", "mqbridge.breaker", "mqbridge.source", "mqbridge.records", "mqbridge.preprocess",
         "mqbridge.guard", "mqbridge.gate", "mqbridge.unit_plan", "mqbridge.bookkeeping", "mqbridge.dedupe",
-        "mqbridge.sizing", "mqbridge.control")
+        "mqbridge.sizing", "mqbridge.control", "mqbridge.undo")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
 
 

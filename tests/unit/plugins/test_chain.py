@@ -11,7 +11,7 @@ import pytest
 
 from mqbridge import current_chain
 from mqbridge.errors import PreprocessorError
-from mqbridge.message import Message
+from mqbridge.message import Message, Rollback, RollbackKind
 from mqbridge.plugins.chain import ChainSpec, PreprocessorChain, Step
 from tests.support.plugins import listener, make_host, message, request, write_plugin
 
@@ -88,9 +88,44 @@ def test_on_submit_error_reaches_every_step_even_if_one_fails(caplog: pytest.Log
     a, c = Recorder("a"), Recorder("c")
     b = Recorder("b")
     b.on_submit_error = lambda m, e: 1 / 0  # type: ignore[method-assign]
-    chain_of(a, b, c).on_submit_error(message(), RuntimeError("rolled back"))
+    chain_of(a, b, c).on_submit_error(message(), Rollback(RollbackKind.UNIT_BACKOUT, RuntimeError("rolled back")))
     assert a.undone == [("m-1", "rolled back")] and c.undone == [("m-1", "rolled back")]
     assert "on_submit_error of preprocessor 'b' (plugin plugin-b) failed" in caplog.text
+
+
+class Undoes:
+    """A preprocessor written for the `Rollback`: its hook's second parameter is named `reason`."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[Message, Rollback]] = []
+
+    def process(self, msg: Message) -> Message | None:
+        return msg
+
+    def on_submit_error(self, msg: Message, reason: Rollback) -> None:
+        msg.body = b"changed by the hook"
+        self.told.append((msg, reason))
+
+
+def test_a_hook_taking_reason_gets_the_rollback_and_one_taking_error_its_exception() -> None:
+    # Given a chain with a step written for the Rollback, one written before it (`error`), and a
+    # plain function step (no hook at all)
+    new, old = Undoes(), Recorder("old")
+    steps = (Step("new", "plugin-new", new), Step("old", "plugin-old", old),
+             Step("fn", "plugin-fn", lambda m: m))  # type: ignore[arg-type]
+    chain = PreprocessorChain(ChainSpec("amq:/queue/q", steps), unit=1)
+    error = PreprocessorError("preprocessor 'x' failed", "x")
+    reason = Rollback(RollbackKind.PREPROCESSOR, error, moved=True)
+    original = message(b"as received")
+    # When the chain is told a delivery did not land
+    chain.on_submit_error(original, reason)
+    # Then the new hook gets the Rollback itself, on its own copy of the message as received
+    [(copy, told)] = new.told
+    assert told is reason and told.kind is RollbackKind.PREPROCESSOR and told.kind == "preprocessor"
+    assert copy is not original and original.body == b"as received"
+    # And the old hook gets the exception, as before there was a Rollback
+    assert old.undone == [("m-1", "preprocessor 'x' failed")]
+    assert str(reason) == "preprocessor: preprocessor 'x' failed"
 
 
 def test_classify_asks_steps_in_order_then_the_hook_on_copies() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mqbridge import Rollback, RollbackKind
 from mqbridge.errors import PreprocessorError
 from mqbridge.plugins import PluginHost
 from tests.support.plugins import listener, make_host, message, request
@@ -50,8 +51,8 @@ def test_example_rejects_bodies_that_are_not_json(host: PluginHost, caplog: pyte
     chain = host.chain(listener(0))
     with pytest.raises(PreprocessorError, match="preprocessor 'redact' .*JSONDecodeError") as info:
         chain.process(message(b"<xml/>"))
-    chain.on_submit_error(message(b"<xml/>"), info.value)
-    assert "message m-1 goes back to the queue" in caplog.text
+    chain.on_submit_error(message(b"<xml/>"), Rollback(RollbackKind.PREPROCESSOR, info.value))
+    assert "message m-1 did not land (preprocessor)" in caplog.text
 
 
 def test_example_requires_its_fields_option() -> None:
