@@ -17,7 +17,7 @@ from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.message import Bulk, Message, MessageResult, Rollback, RollbackKind
 from mqbridge.records import DeliveryTracker
 from mqbridge.source import Source
-from tests.support.waiting import wait_until
+from tests.support.listener_run import RunningListener
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class StubExecutor:
         return results
 
 
-class Listening:
+class Listening(RunningListener):
     """One listener thread on `sources` (its in-flight connections) with its own collector."""
 
     def __init__(self, sources: Sequence[Source], executor: StubExecutor, chain: PlainChain, *,
@@ -134,15 +134,3 @@ class Listening:
         self.thread = ListenerThread(spec, list(sources), self.collector, lambda: chain, self.counters,
                                      DeliveryTracker(), dedupe=ledger)
         self.thread.start()
-
-    def finish(self, until: Callable[[], bool] | None = None, timeout: float = 20.0) -> BaseException | None:
-        """Stop the listener once `until` holds (without `until`, once it ended by itself); its failure."""
-        if until is None:
-            wait_until(lambda: not self.thread.is_alive(), timeout, "the listener to end")
-        else:
-            wait_until(lambda: until() or not self.thread.is_alive(), timeout, "the scenario")
-        self.thread.stop()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "listener thread did not end"
-        self.collector.close(5)
-        return self.thread.failure

@@ -31,6 +31,7 @@ from mqbridge.records import DeliveryTracker
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_source
+from tests.support.listener_run import RunningListener
 from tests.support.waiting import wait_until
 
 C = pymqi_fake.CMQC
@@ -82,7 +83,7 @@ def qm() -> Iterator[FakeQueueManagerServer]:
     server.close()
 
 
-class Run:
+class Run(RunningListener):
     """One listener thread on ORDERS, with its collector, until a condition or its end."""
 
     def __init__(self, qm: FakeQueueManagerServer, executor: StubExecutor, *, chain: PlainChain | None = None,
@@ -102,18 +103,6 @@ class Run:
         self.thread = ListenerThread(spec, sources, self.collector, lambda: the_chain, self.counters,
                                      DeliveryTracker())
         self.thread.start()
-
-    def finish(self, until: Callable[[], bool] | None = None, timeout: float = 20.0) -> BaseException | None:
-        """Stop the listener once `until` holds; without `until`, wait for it to end by itself."""
-        if until is None:
-            wait_until(lambda: not self.thread.is_alive(), timeout, "the listener to end")
-        else:
-            wait_until(lambda: until() or not self.thread.is_alive(), timeout, "the scenario")
-        self.thread.stop()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "listener thread did not end"
-        self.collector.close(5)
-        return self.thread.failure
 
     def assert_nothing_lost(self) -> None:
         qm = self.qm
