@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
-from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, endpoint
+from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, duration, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
 from mqbridge.commands.spark_archive import add_parser as add_spark_archive
 from mqbridge.commands.where import add_parser as add_where
-from mqbridge.config import load_config, parse_duration
+from mqbridge.config import load_config
 from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.logsetup import setup_from_config, setup_logging
@@ -43,13 +43,6 @@ def shown_path(path: Path | str) -> Path:
     return Path(path).resolve()
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except (ValueError, ConfigError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
 #: Entry-point group of commands other packages add: `name = "module:add_parser"`, where
 #: `add_parser(subparsers)` adds one subcommand and sets its `handler` default (`mqbridge service`).
 COMMANDS_GROUP = "mqbridge.commands"
@@ -68,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the bridge", **parser_help("run"))
     run.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
-    run.add_argument("--until-idle", type=_duration, default=None, metavar="DURATION",
+    run.add_argument("--until-idle", type=duration, default=None, metavar="DURATION",
                      help="exit 0 once every listener has been idle this long and every message is committed")
     run.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
                      help="override [logging] level (any case)")
@@ -109,7 +102,7 @@ def _add_purge_parser(sub: Any) -> None:
     purge.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     purge.add_argument("--type", action="append", default=None, metavar="NAME",
                        help="only this message type's tables (repeatable; default: every type)")
-    purge.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+    purge.add_argument("--older-than", type=duration, default=None, metavar="DURATION",
                        help="designate rows put longer ago than this (default: the type's retention)")
     purge.add_argument("--where", default=None, metavar="SQL", help="designate rows matching this Spark SQL "
                                                                     "condition (with --older-than: both)")

@@ -29,12 +29,12 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_endpoint_options(parser: Any) -> None:
-    """--url, --config, --cacert, --token-file and --timeout."""
+def add_endpoint_options(parser: Any, config_help: str = "configuration file whose [monitoring] to ask: its "
+                                                                   "listen address, TLS and token") -> None:
+    """--url, --config (`config_help`), --cacert, --token-file and --timeout."""
     parser.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
                                                     "http://127.0.0.1:9464)")
-    parser.add_argument("--config", "-c", default=None, help="configuration file whose [monitoring] to ask: its "
-                                                             "listen address, TLS and token")
+    parser.add_argument("--config", "-c", default=None, help=config_help)
     parser.add_argument("--cacert", type=Path, default=None, metavar="FILE",
                         help="without --config: CA certificate (PEM) the https endpoint's certificate is verified "
                              "against (default: the system's CAs)")
@@ -44,14 +44,20 @@ def add_endpoint_options(parser: Any) -> None:
     parser.add_argument("--timeout", type=duration, default=5.0, help="HTTP timeout (default 5s)")
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """EndpointError (exit code 2) when --cacert or --token-file come with --config: two sources of
+    one CA or token, which one was meant?"""
+    if args.config and (args.cacert is not None or args.token_file is not None):
+        raise EndpointError("--cacert and --token-file are for a --url without --config (a configuration's "
+                            "[monitoring] gives its own CA and token)", 2)
+
+
 def endpoint(args: argparse.Namespace) -> tuple[str, Credentials]:
     """(URL, credentials) of the endpoint the options name. EndpointError with exit code 2 for options
     that do not go together, 3 when the configuration gives no address to reach; ConfigError for
     a configuration or file that cannot be used."""
-    url, from_files = args.url, args.cacert is not None or args.token_file is not None
-    if args.config and from_files:  # two sources of one CA or token: which one was meant?
-        raise EndpointError("--cacert and --token-file are for a --url without --config (a configuration's "
-                            "[monitoring] gives its own CA and token)", 2)
+    check_options(args)
+    url = args.url
     if args.config:
         config = load_config(args.config, secrets=False)  # the sources' and the ledger's are not needed
         config.require_resolved("monitoring")

@@ -15,28 +15,20 @@ import argparse
 import json
 import sys
 import urllib.error
-from pathlib import Path
 from typing import Any
 
 from mqbridge.backout_log import BackoutLog
+from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, check_options, endpoint
 from mqbridge.commands.help import parser_help
-from mqbridge.config import BridgeConfig, load_config, parse_duration
-from mqbridge.errors import ConfigError, LedgerError, StatusUnreachableError
+from mqbridge.config import BridgeConfig, load_config
+from mqbridge.errors import LedgerError, StatusUnreachableError
 from mqbridge.landing.ledger import Ledger, ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.monitoring.lookup import ask
-from mqbridge.monitoring.status_client import DEFAULT_URL, Credentials, url_from_config
 from mqbridge.where import NO_LEDGER, Locator, check_id
 
 #: Exit codes (also in `mqbridge where --help`).
 EXIT_LANDED, EXIT_UNKNOWN, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IN_FLIGHT, EXIT_MOVED = 0, 1, 2, 3, 4, 5
 EXIT_CODES = {"landed": EXIT_LANDED, "unknown": EXIT_UNKNOWN, "in_flight": EXIT_IN_FLIGHT, "moved": EXIT_MOVED}
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except (ValueError, ConfigError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_parser(sub: Any) -> None:
@@ -46,24 +38,18 @@ def add_parser(sub: Any) -> None:
                            **parser_help("where"))
     where.add_argument("id", metavar="ID", help="the message id as the source gives it, or its identity (the "
                                                 "listener's identity rule: a header's value, a body's SHA-256)")
-    where.add_argument("--config", "-c", default=None, help="configuration file: its [monitoring] to ask, and its "
-                                                            "ledger and backout log when no bridge answers")
-    where.add_argument("--url", default=None, help="monitoring endpoint (default: from --config, else "
-                                                   f"{DEFAULT_URL})")
-    where.add_argument("--cacert", type=Path, default=None, metavar="FILE",
-                       help="without --config: CA certificate (PEM) the https endpoint is verified against")
-    where.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                       help="without --config: file holding the endpoint's token")
-    where.add_argument("--timeout", type=_duration, default=5.0, help="HTTP timeout (default 5s)")
+    add_endpoint_options(where, "configuration file: its [monitoring] to ask, and its ledger and backout log when "
+                                "no bridge answers")
     where.add_argument("--json", action="store_true", help="print the answer as JSON")
     where.set_defaults(handler=cmd_where, parser=where)
 
 
 def cmd_where(args: argparse.Namespace) -> int:
     """Ask, print the answer, and exit with its state's code (`EXIT_CODES`)."""
-    if args.config and (args.cacert is not None or args.token_file is not None):
-        args.parser.error("--cacert and --token-file are for a --url without --config (a configuration's "
-                          "[monitoring] gives its own CA and token)")
+    try:
+        check_options(args)  # before the configuration is read
+    except EndpointError as exc:
+        args.parser.error(str(exc))
     problem = check_id(args.id)
     if problem is not None:
         args.parser.error(problem)
@@ -81,19 +67,14 @@ def locate(args: argparse.Namespace, config: BridgeConfig | None) -> dict[str, A
     """The answer: the running bridge's, or (with a configuration) the files' when no bridge answers.
     StatusUnreachableError when nothing answers and there is no configuration, or the endpoint
     refuses the token."""
-    url = args.url
-    if config is not None:
-        config.require_resolved("monitoring")  # the token; the sources' and the ledger's secrets are not needed
-        credentials = Credentials.from_config(config)
-        try:
-            url = url or url_from_config(config)
-        except StatusUnreachableError as exc:
-            return from_files(config, args.id, f"{exc}".replace("; give --url", ""))
-    else:
-        url = url or DEFAULT_URL
-        if args.cacert is not None and not url.lower().startswith("https://"):
-            args.parser.error(f"--cacert is for an https:// endpoint, not {url}")
-        credentials = Credentials.from_files(args.cacert, args.token_file)
+    try:
+        url, credentials = endpoint(args)
+    except EndpointError as exc:
+        if exc.code != EXIT_UNREACHABLE:
+            args.parser.error(str(exc))
+        if config is None:
+            raise StatusUnreachableError(str(exc)) from exc
+        return from_files(config, args.id, f"{exc}".replace("; give --url", ""))
     try:
         code, doc = ask(url, args.id, args.timeout, credentials)
     except StatusUnreachableError as exc:
