@@ -255,6 +255,7 @@ writer = "{args.writer}"
 [collector]
 memory = "{args.collector_memory}"
 workers = 2
+writes_per_type = {args.writes_per_type}
 [types.bench]
 bulk_size = "{args.bulk_size}"
 bulk_timeout = "2s"
@@ -306,7 +307,7 @@ def run(args: argparse.Namespace) -> None:
     total = warm + measure
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
           f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
-          f"bulk {args.bulk_size}, exactly-once, "
+          f"bulk {args.bulk_size}, {args.writes_per_type} writes at a time, exactly-once, "
           f"writer {args.writer}, `mqbridge run`")
     q1 = f"/queue/bench-raw-{uuid.uuid4().hex[:8]}"
     print(f"put rate:                       {put(broker, q1, total, args.size):>9,.0f} msg/s")
@@ -447,5 +448,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
     group.add_argument("--class-archive", action="store_true",
                        help="run `mqbridge spark-archive` first, as an installed bridge has (the driver JVM's start)")
+    group.add_argument("--writes-per-type", type=int, default=2,
+                       help="[collector] writes_per_type: bulks of the type written at a time")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")

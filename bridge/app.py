@@ -207,7 +207,7 @@ def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBre
     and the plugins observe every result."""
     collector = BulkCollector(
         CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
-                        workers=config.collector.workers),
+                        workers=config.collector.workers, writes_per_type=config.collector.writes_per_type),
         {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout, latency=t.latency)
          for name, t in config.types.items()},
         counters=counters, breakers=breakers,

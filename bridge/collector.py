@@ -9,16 +9,18 @@ Flush conditions (each counted in `CollectorStats.flushed` under its reason):
 - ``timeout``: the oldest message of an active bulk is `bulk_timeout` old (background timer);
 - ``count``: after a message was added, `max_bulks` or more bulks are active — the oldest goes;
 - ``latency``: the oldest message of an active bulk waited the type's `latency` target;
-- ``target`` / ``idle``: the type's sink is idle (no bulk of the type executing or queued) and the
+- ``target`` / ``idle``: the type's sink is idle (a write slot of the type is free) and the
   bulk reached the size its learned write costs need to keep up with the intake, or the intake
   paused (the listeners wait for results): `mqbridge.sizing`. While the sink is busy the bulk keeps
   growing (group commit) and is taken as soon as the write ends;
 - ``shutdown`` (or any reason given to `flush`): explicit requests.
 
-Forwarded bulks wait in a FIFO to-be-processed list. At most one bulk per message type
-executes at a time, because concurrent Spark appends to one table conflict; queued bulks of a
-type are merged into the one taken next (fewer, bigger writes). A message stays in the
-message-id list (`is_bulk_mode_on`) and its bytes stay counted until its result has been
+Forwarded bulks wait in a FIFO to-be-processed list. At most `writes_per_type` bulks of one message
+type execute at a time (default 1 here, 2 from `[collector]`): their Spark jobs stage into private
+directories and overlap, so one bulk's Python work (its Arrow table, its handoff file) and its Spark
+job's planning run while the JVM writes the other's; the executor publishes them into the table
+one after another. Queued bulks of a type are merged into the one taken next (fewer, bigger writes).
+A message stays in the message-id list (`is_bulk_mode_on`) and its bytes stay counted until its result has been
 handed to every handler, so memory is the backpressure that slows listeners down.
 
 A bulk whose write failed is triaged before its results are handed out (`mqbridge.triage`): a
@@ -36,7 +38,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
@@ -46,13 +48,10 @@ from mqbridge.collector_limits import CollectorLimits, CollectorStats, TypeLimit
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.result_routes import ResultHandler, ResultRoutes
 from mqbridge.sizing import TypeSizer
 
 log = logging.getLogger(__name__)
-
-#: Receives the result of one message. Called on a collector worker thread: it must be quick
-#: (record the result, set an event) and must not call back into the collector's `close`.
-ResultHandler = Callable[[Message, MessageResult], None]
 
 # Longest single wait of a blocked submit; stop events and timeouts are checked this often.
 _WAIT_STEP = 0.1
@@ -86,7 +85,7 @@ class BulkCollector:
     def __init__(self, limits: CollectorLimits, types: Mapping[str, TypeLimits], *,
                  clock: Callable[[], float] = time.monotonic, tick: float = 0.01,
                  counters: Counters | None = None, breakers: SinkBreakers | None = None) -> None:
-        if limits.memory <= 0 or limits.max_bulks < 1 or limits.workers < 1:
+        if limits.memory <= 0 or limits.max_bulks < 1 or limits.workers < 1 or limits.writes_per_type < 1:
             raise ValueError(f"collector limits must be positive: {limits}")
         self.limits = limits
         self.types: dict[str, TypeLimits] = dict(types)
@@ -98,19 +97,15 @@ class BulkCollector:
         # Signalled whenever bulks are queued, a type finishes, memory is released or we close.
         self._changed = threading.Condition(self._lock)
         self._executors: dict[str, Executor] = {}
-        self._type_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
-        self._msg_handlers: dict[str, list[ResultHandler]] = defaultdict(list)
-        # The producer of each delivery in the collector, by id() of the Message submitted: two
-        # deliveries may share a msg_id (an MQ unit holding one MsgId twice, a redelivery taken by
-        # another listener while the first copy is still in a bulk) and each must get its own result.
-        self._delivery_handlers: dict[int, ResultHandler] = {}
+        self._routes = ResultRoutes()
         self._active: dict[str, Bulk] = {}  # insertion order = age order (count flush)
         self._queue: list[Bulk] = []  # the to-be-processed list, FIFO
-        self._executing: dict[str, Bulk] = {}  # the bulk of each type on a worker right now
+        self._executing: list[Bulk] = []  # the bulks on a worker right now
         self._held: Counter[str] = Counter()  # the message-id list
         self._stats = CollectorStats()
         now = clock()
-        self._sizers = {name: TypeSizer(limits_.latency, now) for name, limits_ in self.types.items()
+        self._sizers = {name: TypeSizer(limits_.latency, now, limits.writes_per_type)
+                        for name, limits_ in self.types.items()
                         if limits_.latency is not None}
         self._closed = False
         self._stopping = False  # workers exit once set
@@ -134,32 +129,20 @@ class BulkCollector:
         Exactly one of the two must be given. Registering the same handler twice has no effect."""
         self._check_handler_key(message_type, msg_id)
         with self._lock:
-            handlers = self._handler_list_locked(message_type, msg_id)
-            if handler not in handlers:
-                handlers.append(handler)
+            self._routes.add(handler, message_type, msg_id)
 
     def unregister_result_handler(self, handler: ResultHandler, *, message_type: str | None = None,
                                   msg_id: str | None = None) -> None:
         """Remove a handler registered with the same arguments; unknown handlers are ignored."""
         self._check_handler_key(message_type, msg_id)
         with self._lock:
-            handlers = self._handler_list_locked(message_type, msg_id)
-            if handler in handlers:
-                handlers.remove(handler)
-            if msg_id is not None and not handlers:
-                self._msg_handlers.pop(msg_id, None)
+            self._routes.remove(handler, message_type, msg_id)
 
     def _check_handler_key(self, message_type: str | None, msg_id: str | None) -> None:
         if (message_type is None) == (msg_id is None):
             raise ValueError("give exactly one of message_type or msg_id")
         if message_type is not None:
             self._check_type(message_type)
-
-    def _handler_list_locked(self, message_type: str | None, msg_id: str | None) -> list[ResultHandler]:
-        if message_type is not None:
-            return self._type_handlers[message_type]
-        assert msg_id is not None
-        return self._msg_handlers[msg_id]
 
     def _check_type(self, message_type: str) -> None:
         if message_type not in self.types:
@@ -229,7 +212,7 @@ class BulkCollector:
                     f"no executor for message type {mtype!r} (registered: {sorted(self._executors)})")
             self._wait_for_memory_locked(size, timeout, stop)
             if handler is not None:
-                self._delivery_handlers[id(message)] = handler
+                self._routes.submitted(message, handler)
             bulk = self._active.get(mtype)
             if bulk is None:
                 bulk = self._active[mtype] = Bulk(mtype, created=self._clock())
@@ -280,8 +263,14 @@ class BulkCollector:
                 and self._sink_idle_locked(mtype)):
             self._forward_locked(bulk, "target")
 
+    def _writing_locked(self, message_type: str) -> int:
+        return sum(1 for b in self._executing if b.message_type == message_type)
+
     def _sink_idle_locked(self, message_type: str) -> bool:
-        return message_type not in self._executing and all(b.message_type != message_type for b in self._queue)
+        """Whether a bulk of the type closed now would be written at once: fewer of its bulks are
+        written or queued than `writes_per_type`."""
+        busy = self._writing_locked(message_type) + sum(1 for b in self._queue if b.message_type == message_type)
+        return busy < self.limits.writes_per_type
 
     def _check_due_locked(self, now: float) -> None:
         """Forward the active bulks that are due by age or by their type's sizing (`TypeSizer.due`)."""
@@ -340,7 +329,7 @@ class BulkCollector:
         state: "collecting" (active), "queued" or "writing". Only references are copied under the lock."""
         with self._lock:
             bulks = [(b, list(b.messages), state) for state, group in (("collecting", self._active.values()),
-                     ("queued", self._queue), ("writing", self._executing.values())) for b in group]
+                     ("queued", self._queue), ("writing", self._executing)) for b in group]
         return [(m, bulk, state) for bulk, messages, state in bulks for m in messages
                 if key and key in (m.msg_id, m.identity)]
 
@@ -371,11 +360,12 @@ class BulkCollector:
                 log.exception("collector worker failed on bulk %s", bulk.bulk_id)
 
     def _take_locked(self) -> Bulk | None:
-        """The first queued bulk of a type not executing now, with the later queued bulks of
-        its type merged in (one bulk per type at a time, so they would wait anyway)."""
+        """The first queued bulk of a type with fewer than `writes_per_type` bulks executing now,
+        with the later queued bulks of its type merged in (they would wait anyway)."""
         if self._stopping:
             return None
-        index = next((i for i, b in enumerate(self._queue) if b.message_type not in self._executing), None)
+        limit = self.limits.writes_per_type
+        index = next((i for i, b in enumerate(self._queue) if self._writing_locked(b.message_type) < limit), None)
         if index is None:
             return None
         bulk = self._queue.pop(index)
@@ -388,7 +378,7 @@ class BulkCollector:
             self._stats.coalesced_bulks += len(same)
             log.debug("bulk %s absorbed queued bulks %s: %d messages, %d bytes", bulk.bulk_id,
                      ", ".join(b.bulk_id for b in same), len(bulk), bulk.nbytes)
-        self._executing[bulk.message_type] = bulk
+        self._executing.append(bulk)
         return bulk
 
     def _run(self, bulk: Bulk, executor: Executor) -> None:
@@ -434,7 +424,7 @@ class BulkCollector:
                 # its listener stops waiting and backs it out instead of hanging.
                 for message in messages[delivered:]:
                     self._release_locked(message)
-                self._executing.pop(bulk.message_type, None)
+                self._executing.remove(bulk)
                 if not self._stopping:  # the sink is free: the type's growing bulk may be due now
                     self._check_due_locked(self._clock())
                 self._changed.notify_all()
@@ -465,7 +455,7 @@ class BulkCollector:
         the messages, all in one go (one lock round and one wake-up per bulk, not per message).
         Returns how many were delivered."""
         with self._lock:
-            calls = [(message, result, self._handlers_of_locked(message)) for message, result in pairs]
+            calls = [(message, result, self._routes.take(message)) for message, result in pairs]
         errors = 0
         for message, result, handlers in calls:
             for handler in handlers:
@@ -481,15 +471,8 @@ class BulkCollector:
             self._changed.notify_all()
         return len(pairs)
 
-    def _handlers_of_locked(self, message: Message) -> list[ResultHandler]:
-        handlers = self._msg_handlers.pop(message.msg_id, []) if message.msg_id in self._msg_handlers else []
-        own = self._delivery_handlers.pop(id(message), None)
-        if own is not None:
-            handlers.append(own)
-        return handlers + self._type_handlers.get(message.message_type, [])
-
     def _release_locked(self, message: Message) -> None:
-        self._delivery_handlers.pop(id(message), None)  # released without a result
+        self._routes.released(message)  # released without a result (a no-op after `take`)
         self._stats.bytes -= message.size
         self._stats.messages -= 1
         self._held[message.msg_id] -= 1

@@ -21,11 +21,13 @@ class TypeLimits:
 @dataclass(frozen=True)
 class CollectorLimits:
     """Collector-wide: `memory` in bytes (flush condition 2 and backpressure), `max_bulks`
-    active bulks (flush condition 4), `workers` threads executing bulks."""
+    active bulks (flush condition 4), `workers` threads executing bulks, at most `writes_per_type` of
+    them on bulks of one type."""
 
     memory: int
     max_bulks: int
     workers: int
+    writes_per_type: int = 1
 
 
 @dataclass

@@ -7,10 +7,14 @@ rows/s when a write of n rows takes no longer than n rows take to arrive:
 
     fixed + per_row × n  <=  n / rate      ⇔      n  >=  rate × fixed / (1 − rate × per_row)
 
+With `slots` writes of the type at a time (`[collector] writes_per_type`) the writes overlap and each
+may take `slots` times as long: n ≥ rate × fixed / (slots − rate × per_row). The costs are measured
+on overlapping writes, so they include what the two writes take from each other.
+
 The target is twice that (headroom for the noise of both), but never more rows than arrive within
 the type's `latency` (the longest a message may wait between its receipt and its write starting),
 and the collector still closes a bulk at `latency`, at `bulk_size` bytes and on the other flush
-conditions. When `rate × per_row >= 1` no bulk size keeps up: the target is the latency cap and the
+conditions. When `rate × per_row >= slots` no bulk size keeps up: the target is the latency cap and the
 memory limit slows the listeners down (backpressure).
 
 `WriteCosts` learns `fixed` and `per_row` from the executor's writes as a least-squares line with
@@ -109,15 +113,16 @@ class Target:
     per_row: float
 
 
-def target(costs: WriteCosts, rate: float, latency: float) -> Target:
-    """The rows the next bulk should reach before it closes (see the module docstring)."""
+def target(costs: WriteCosts, rate: float, latency: float, slots: int = 1) -> Target:
+    """The rows the next bulk should reach before it closes, with `slots` overlapping writes (see the
+    module docstring)."""
     cap = int(rate * latency)
     if cap < 1:
         return Target(1, "trickle", rate, costs.fixed, costs.per_row)
     load = rate * costs.per_row
-    if load >= 1:
+    if load >= slots:
         return Target(cap, "saturated", rate, costs.fixed, costs.per_row)
-    keep_up = math.ceil(HEADROOM * rate * costs.fixed / (1 - load))
+    keep_up = math.ceil(HEADROOM * rate * costs.fixed / (slots - load))
     if keep_up > cap:
         return Target(cap, "latency", rate, costs.fixed, costs.per_row)
     return Target(max(1, keep_up), "keep-up", rate, costs.fixed, costs.per_row)
@@ -132,12 +137,13 @@ class TypeSizer:
     """One type's sizing state in the collector (its lock held): the learned costs, the intake,
     the current target, and when a bulk is due although no fixed limit was reached."""
 
-    def __init__(self, latency: float, now: float) -> None:
+    def __init__(self, latency: float, now: float, slots: int = 1) -> None:
         self.latency = latency
+        self.slots = slots
         self.costs = WriteCosts()
         self.intake = IntakeRate(now)
         self.last_add = now
-        self.target = target(self.costs, 0.0, latency)
+        self.target = target(self.costs, 0.0, latency, slots)
 
     def added(self, now: float) -> None:
         self.intake.add(now)
@@ -152,13 +158,14 @@ class TypeSizer:
 
     def due(self, rows: int, age: float, now: float, sink_idle: bool) -> str | None:
         """Why a bulk of `rows` rows whose oldest message is `age` seconds old closes now, or None
-        to let it grow: "latency" at the latency target; while the sink is busy it grows (group
-        commit); an idle sink takes it at the target size ("target") or when intake paused ("idle")."""
+        to let it grow: "latency" at the latency target; while the sink is busy (every write slot
+        taken) it grows (group commit); an idle sink takes it at the target size ("target") or when
+        intake paused ("idle")."""
         if age >= self.latency:
             return "latency"
         if not sink_idle:
             return None
-        self.target = target(self.costs, self.intake.rate(now), self.latency)
+        self.target = target(self.costs, self.intake.rate(now), self.latency, self.slots)
         if self.reached(rows):
             return "target"
         if now - self.last_add >= IDLE_GAP:
@@ -169,4 +176,4 @@ class TypeSizer:
         t = self.target
         return {"target_rows": t.rows, "reason": t.reason, "intake_per_second": round(t.rate, 1),
                 "write_fixed_seconds": round(t.fixed, 4), "write_row_seconds": round(t.per_row, 8),
-                "writes_measured": self.costs.writes, "latency_seconds": self.latency}
+                "writes_measured": self.costs.writes, "latency_seconds": self.latency, "write_slots": self.slots}

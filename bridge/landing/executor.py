@@ -16,7 +16,7 @@ import math
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import Observation, SparkSession
@@ -78,15 +78,44 @@ FILE_BYTES = 128 << 20
 #: `[spark] write_timeout` when an executor is built without one (tests, benchmarks).
 DEFAULT_WRITE_TIMEOUT = 600.0
 
-# Appends to one directory must not overlap (they share `_temporary`); shared by every executor
-# of the process because two types may land in the same table.
-_path_locks: dict[Path, threading.Lock] = {}
-_path_locks_guard = threading.Lock()
+
+class _TablePath:
+    """The writes of this process into one table directory, shared by every executor because two
+    types may land in the same table (`[collector] writes_per_type` writes of one type overlap too).
+
+    `lock` makes them take turns where they must: a publication into the table, and the whole of
+    an append straight into it (appends share its `_temporary`). Staging, each bulk in a private
+    directory of its own, overlaps. `writers` counts the writes under way (`_guard` held)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.writers = 0
 
 
-def _path_lock(path: Path) -> threading.Lock:
-    with _path_locks_guard:
-        return _path_locks.setdefault(path, threading.Lock())
+_tables: dict[Path, _TablePath] = {}
+_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _table_path(path: Path) -> Iterator[_TablePath]:
+    """The `_TablePath` of `path`, counted as written to while the block runs."""
+    with _guard:
+        table = _tables.setdefault(path.absolute(), _TablePath())
+        table.writers += 1
+    try:
+        yield table
+    finally:
+        with _guard:
+            table.writers -= 1
+
+
+def _remove_if_alone(path: Path, table: _TablePath) -> None:
+    """Remove a table directory this write created and left without rows (Spark cannot read back an
+    append of no rows), unless another write of this process is staging under it meanwhile: checked
+    and removed under `_guard`, which a write takes to start."""
+    with _guard:
+        if table.writers == 1:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
@@ -117,9 +146,10 @@ class SparkExecutor:
     Nothing here starts Spark before it is needed: a type pyarrow writes never asks for a session
     (its writes and its probe are pyarrow's), a typed type asks on its first write or probe.
 
-    Counters (read without a lock; each is updated by one assignment): `last_write_seconds` is the
-    wall time of the last successful execute's Spark work (DataFrame, JSON check, append);
-    `rows_written`, `bytes_written` (bytes of landed bodies) and `writes` are totals.
+    Counters (read without a lock; updated under `_counted`, since two writes of a type may end
+    together): `last_write_seconds` is the wall time of the last successful execute's Spark work
+    (DataFrame, JSON check, append); `rows_written`, `bytes_written` (bytes of landed bodies) and
+    `writes` are totals.
     """
 
     def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
@@ -144,6 +174,7 @@ class SparkExecutor:
         self.rows_written = 0
         self.bytes_written = 0
         self.writes = 0
+        self._counted = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -256,8 +287,7 @@ class SparkExecutor:
             # One ledger bulk per table: a bulk spread over several destinations lands per table.
             ledger_bulk_id = bulk.bulk_id if len(groups) == 1 else f"{bulk.bulk_id}.{n}"
             path = self.warehouse / table
-            with _path_lock(path.absolute()):
-                self._write(bulk, rows, table, path, ledger_bulk_id, results)
+            self._write(bulk, rows, table, path, ledger_bulk_id, results)
             landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
             if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows
                 self.catalog.register(table, path, {put_date_of(m) for m in landed})
@@ -296,24 +326,27 @@ class SparkExecutor:
         staged = landing is not None or self.arrow is not None
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
-        observation = self._stage(bulk, keep, target, staged, staging_dir(path, owner, f"{ledger_bulk_id}.rows"))
-        # Without a ledger the rows are in the table from here on: nothing below may fail in a way
-        # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
-        if observation is not None:
-            for i, reason in corrupt_rows(observation).items():
-                results[i] = MessageResult.permanent(messages[i].msg_id, reason, bulk.bulk_id)
-        landed = [i for i in keep if results[i] is None]
-        self._publish(bulk, landed, table, path, target, ledger_bulk_id, staged=staged)
+        with _table_path(path) as shared, (contextlib.nullcontext() if staged else shared.lock):
+            observation = self._stage(bulk, keep, target, staged, staging_dir(path, owner, f"{ledger_bulk_id}.rows"))
+            # Without a ledger the rows are in the table from here on: nothing below may fail in a way
+            # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
+            if observation is not None:
+                for i, reason in corrupt_rows(observation).items():
+                    results[i] = MessageResult.permanent(messages[i].msg_id, reason, bulk.bulk_id)
+            landed = [i for i in keep if results[i] is None]
+            with shared.lock:  # publications into one table one after another (see `_TablePath`)
+                self._publish(bulk, landed, table, path, target, ledger_bulk_id, staged=staged)
+            if not landed and not existed:
+                _remove_if_alone(path, shared)
         for i in landed:
             results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
         if not landed:
-            if not existed:  # an append of no rows leaves a directory Spark cannot read back
-                shutil.rmtree(path, ignore_errors=True)
             return
-        self.last_write_seconds = time.perf_counter() - start
-        self.rows_written += len(landed)
-        self.bytes_written += sum(len(messages[i].body) for i in landed)
-        self.writes += 1
+        with self._counted:
+            self.last_write_seconds = time.perf_counter() - start
+            self.rows_written += len(landed)
+            self.bytes_written += sum(len(messages[i].body) for i in landed)
+            self.writes += 1
         log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
                   len(landed), path, self.last_write_seconds)
 

@@ -125,10 +125,12 @@ def make() -> Iterator[Factory]:
     made: list[tuple[BulkCollector, dict[str, RecordingExecutor]]] = []
 
     def factory(types: tuple[str, ...] = ("a", "b"), *, memory: int = 10**6, max_bulks: int = 10,
-                workers: int = 2, bulk_size: int = 10**6, bulk_timeout: float = 60.0, latency: float | None = None,
+                workers: int = 2, writes_per_type: int = 1,
+                bulk_size: int = 10**6, bulk_timeout: float = 60.0, latency: float | None = None,
                 clock: Callable[[], float] = time.monotonic, executors: dict[str, RecordingExecutor] | None = None,
                 start: bool = True) -> tuple[BulkCollector, dict[str, RecordingExecutor]]:
-        collector = BulkCollector(CollectorLimits(memory=memory, max_bulks=max_bulks, workers=workers),
+        collector = BulkCollector(CollectorLimits(memory=memory, max_bulks=max_bulks, workers=workers,
+                                                  writes_per_type=writes_per_type),
                                   {t: TypeLimits(bulk_size=bulk_size, bulk_timeout=bulk_timeout, latency=latency)
                                    for t in types},
                                   clock=clock, tick=0.005)

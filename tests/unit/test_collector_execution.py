@@ -1,4 +1,4 @@
-"""BulkCollector: one bulk per type at a time, coalescing, backpressure, shutdown, handler errors.
+"""BulkCollector: `writes_per_type` bulks per type at a time, coalescing, backpressure, shutdown, handler errors.
 
 No Spark and no broker (`tests.support.collector`). Flush rules and results: test_collector.py.
 """
@@ -53,6 +53,30 @@ def test_one_bulk_per_type_at_a_time_while_types_run_in_parallel(make: Factory) 
     wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
     assert ex["a"].batches == [["a1"], ["a2"]]
     assert concurrency.max_type == {"a": 1, "b": 1} and concurrency.max_total == 2
+
+
+def test_writes_per_type_bulks_of_one_type_overlap_and_no_more(make: Factory) -> None:
+    concurrency = Concurrency()
+    executor = RecordingExecutor(gated=True, concurrency=concurrency)
+    collector, _ = make(("a",), workers=3, writes_per_type=2, executors={"a": executor})
+    results = Results()
+    # Given two bulks of type a forwarded one after the other: both execute at once
+    for msg_id in ("a1", "a2"):
+        collector.submit(msg(msg_id), results)
+        collector.flush()
+        assert executor.entered.wait(DEADLINE)  # taken before the next is queued (else they merge)
+        wait_until(lambda n=int(msg_id[1]): concurrency.running["a"] == n, DEADLINE,
+                   f"{msg_id} executing")
+    wait_until(lambda: concurrency.running["a"] == 2, DEADLINE, "two bulks of type a executing")
+    # When a third is forwarded, it waits, although a worker is free
+    collector.submit(msg("a3"), results)
+    collector.flush()
+    stats = collector.stats()
+    assert (stats.in_flight_bulks, stats.queued_bulks) == (2, 1)
+    executor.gate.set()
+    wait_until(lambda: results.count() == 3, DEADLINE, "3 results")
+    assert concurrency.max_type == {"a": 2}
+    assert sorted(m for batch in executor.batches for m in batch) == ["a1", "a2", "a3"]
 
 
 def test_queued_bulks_of_a_type_are_coalesced(make: Factory, caplog: pytest.LogCaptureFixture) -> None:

@@ -59,6 +59,21 @@ def test_the_target_keeps_up_with_headroom() -> None:
     assert costs.seconds(chosen.rows) < chosen.rows / 10_000
 
 
+def test_overlapping_writes_keep_up_with_smaller_bulks_and_a_faster_intake() -> None:
+    costs = WriteCosts(fixed=0.2, per_row=100e-6)
+    # one write at a time: 20,000 rows/s × 100 µs = 2 s of writing per second, no size keeps up
+    assert target(costs, rate=20_000, latency=10.0).reason == "saturated"
+    # two overlapping writes, each allowed twice as long: 20000 × 0.2 / (2 − 2)... still saturated
+    assert target(costs, rate=20_000, latency=10.0, slots=2).reason == "saturated"
+    # at 15,000 rows/s: 15000 × 0.2 / (2 − 1.5) = 6000 rows, twice that
+    chosen = target(costs, rate=15_000, latency=10.0, slots=2)
+    assert (chosen.rows, chosen.reason) == (12_000, "keep-up")
+    # two writes of the target, each taking its time, keep up with the rows arriving meanwhile
+    assert costs.seconds(chosen.rows) < 2 * chosen.rows / 15_000
+    # and with one write at a time the same intake cannot be kept up with
+    assert target(costs, rate=15_000, latency=10.0).reason == "saturated"
+
+
 def test_the_latency_target_caps_the_bulk() -> None:
     costs = WriteCosts(fixed=0.2, per_row=20e-6)
     chosen = target(costs, rate=10_000, latency=0.3)
