@@ -424,7 +424,7 @@ class BulkCollector:
                 # its listener stops waiting and backs it out instead of hanging.
                 for message in messages[delivered:]:
                     self._release_locked(message)
-                self._executing.remove(bulk)
+                self._executing = [b for b in self._executing if b is not bulk]  # by identity, not ==
                 if not self._stopping:  # the sink is free: the type's growing bulk may be due now
                     self._check_due_locked(self._clock())
                 self._changed.notify_all()

@@ -57,7 +57,7 @@ def test_the_archive_is_written_private_and_the_next_run_maps_it(tmp_path: Path,
     # And when the bridge then runs on 300 messages
     bodies = [f"ca-{i:04d}".encode() * 10 for i in range(300)]
     amq.put_many(q, bodies)
-    proc = mqbridge("run", "--config", str(config), "--until-idle", "2s")
+    proc = mqbridge("run", "--config", str(config), "--until-idle", "2s", class_archive=False)
     mapped = threading.Event()
     watcher = threading.Thread(target=jvm_maps, args=(proc, archive, mapped), name="archive-watch", daemon=True)
     watcher.start()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support import class_archive as shared_archive
 from tests.support.bridge import read_table
 from tests.support.configs import LISTENER, BridgeToml, fake_mq_source
 
@@ -81,9 +82,14 @@ def mq_config(tmp_path: Path, queue_manager: str, **options: Any) -> Path:
 
 
 def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str] | None = None,
-             **kwargs: Any) -> subprocess.Popen[str]:
+             class_archive: bool = True, **kwargs: Any) -> subprocess.Popen[str]:
     """`python -m mqbridge ARGS` with its output collected; `failpoint` kills it at that step;
-    `env_extra` adds to (or overrides) its environment."""
+    `env_extra` adds to (or overrides) its environment. A `run` gets the session's class-data
+    archive in its state_dir once it is made (`tests.support.class_archive`), unless `class_archive`
+    is False."""
+    if class_archive and args[:1] == ("run",) and "--config" in args:
+        shared_archive.start(ROOT)
+        shared_archive.link_into(Path(args[args.index("--config") + 1]))
     env = dict(os.environ)
     env.pop("MQBRIDGE_FAILPOINT", None)
     env.update(env_extra or {})

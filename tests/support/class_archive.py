@@ -1,0 +1,87 @@
+"""The test session's class-data archive of the Spark driver JVM (`mqbridge spark-archive`, as an
+operator makes it after an install), shared by the bridges the tests start.
+
+It is kept in `.test-cache/class-archive/` of the checkout (private, ignored by git) under its key
+(pyspark's version and the Java runtime): made once per checkout, and again after an upgrade. When
+it is missing, the first `mqbridge run` of a pytest process starts making it, niced, on a thread of
+its own (about 40 s beside the tests); every `mqbridge run` started after it is ready gets it hard-linked into its
+`state_dir` (`link_into`), so a driver JVM it starts maps it and starts in about half the time
+(docs/performance.md). A run started before it is ready, or whose JVM refuses it (another class
+path: a JDBC driver, Hive), starts as without one: the archive changes how fast a JVM starts, never
+what it does. tests/integration/test_class_archive.py makes its own and opts out (`mqbridge(...,
+class_archive=False)`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import tomllib
+from pathlib import Path
+
+from mqbridge.landing.class_archive import archive_path
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_maker: threading.Thread | None = None
+_ready: list[Path] = []  # the archive, once made
+
+
+def _make(root: Path, base: Path) -> None:
+    """Make the archive in `base`/state (the body of the maker thread)."""
+    from tests.support.processes import memory_bridge
+
+    config = memory_bridge("archive", writer="spark").set("spark", master="local[2]").write(base / "bridge.toml")
+    with open(base / "spark-archive.log", "wb") as out:
+        done = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "mqbridge", "spark-archive",
+                               "--config", str(config)],
+                              cwd=root, stdout=out, stderr=subprocess.STDOUT, timeout=900, check=False)
+    made = archive_path(base / "state")
+    if done.returncode == 0 and made.is_file():
+        _ready.append(made)
+    else:  # the tests run as without it; say where to look
+        log.warning("the tests' class-data archive was not made (exit %s): see %s", done.returncode,
+                    base / "spark-archive.log")
+
+
+def start(root: Path) -> None:
+    """Use the checkout's archive, or start making it; once per process."""
+    global _maker
+    with _lock:
+        if _maker is not None:
+            return
+        base = root / ".test-cache" / "class-archive"
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        made = archive_path(base / "state")
+        if made.is_file():
+            _ready.append(made)
+            _maker = threading.current_thread()  # nothing to make
+            return
+        _maker = threading.Thread(target=_make, args=(root, base), name="test-class-archive", daemon=True)
+        _maker.start()
+
+
+def link_into(config: Path) -> None:
+    """Hard-link the archive, if it is ready, into the `state_dir` of the configuration `config`
+    (created 0700 as the bridge would); a configuration that does not parse is left alone (tests
+    of bad configurations)."""
+    if not _ready:
+        return
+    try:
+        bridge = tomllib.loads(config.read_text()).get("bridge", {})
+        state = Path(os.path.expanduser(str(bridge.get("state_dir", "state"))))
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return
+    if not state.is_absolute():
+        state = config.absolute().parent / state
+    target = state / _ready[0].name
+    try:
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not target.exists():
+            os.link(_ready[0], target)
+    except OSError as exc:  # another filesystem, a read-only state_dir under test...
+        log.debug("no class-data archive for %s: %s", config, exc)
