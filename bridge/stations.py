@@ -31,7 +31,6 @@ from mqbridge.reply_to import FirstTimes
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig, TypeConfig
-    from mqbridge.source import Confirmations
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,8 @@ class Stations:
         destination = self.routes.get(message_type)
         return (message_type, destination) if destination else None
 
-    def unreachable(self, message_type: str, destination: str, why: str, confirmed: Confirmations) -> None:
-        """A result this source cannot send (`why`): counted as failed, logged once per type."""
-        confirmed.failed += 1
+    def unreachable(self, message_type: str, destination: str, why: str) -> None:
+        """A result this source cannot send (`why`; the caller counts it as failed): logged once per type."""
         if self._logged.first(message_type):
             log.error("%s: results of type %s are not sent to results_to %r: %s (counted in results_failed; "
                       "logged once)", self.listener, message_type, destination, why)

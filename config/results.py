@@ -13,13 +13,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mqbridge.config.sources import SourceConfig
 from mqbridge.errors import Loc
 
-if TYPE_CHECKING:
-    from mqbridge.config.schema import ListenerConfig, TypeConfig
+
+class TypeConfig(Protocol):
+    """What these checks read of a `[types.<name>]` (config.schema.TypeConfig; no import: no cycle)."""
+
+    @property
+    def results_to(self) -> str | None: ...
+
+
+class ListenerConfig(Protocol):
+    """What these checks read of a `[[listeners]]` entry (config.schema.ListenerConfig)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def message_type(self) -> str: ...
+    @property
+    def backout_queue(self) -> str | None: ...
 
 #: STOMP destinations that live only as long as one connection: nobody else could read a result there.
 STOMP_NOT_ALLOWED = ("/temp-queue/", "/temp-topic/", "/reply-queue/")

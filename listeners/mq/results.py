@@ -56,8 +56,8 @@ class StationSender(ReportSender):
             return 0
         message_type, destination = route
         if destination.startswith("/"):
-            self.stations.unreachable(message_type, destination, "an IBM MQ source puts results to a queue",
-                                      confirmed)
+            self.stations.unreachable(message_type, destination, "an IBM MQ source puts results to a queue")
+            confirmed.failed += 1
             return 0
         body = {"result": "backout" if "reason" in details else "landed", "message_id": slot.msg_id,
                 "queue": self.queue, "queue_manager": self.qmgr_name, **details, "message_type": message_type,

@@ -178,7 +178,8 @@ class Transaction:
             message_type, destination = route
             if self.tx is None or not destination.startswith("/"):
                 stations.unreachable(message_type, destination, "a STOMP source sends results only to a /... "
-                                     'destination, with commit_mode = "transactional"', confirmed)
+                                     'destination, with commit_mode = "transactional"')
+                confirmed.failed += 1
                 continue
             body, headers = result_of(message, move, done, {"message_type": message_type,
                                                             "source": self.connection.name})
