@@ -1,10 +1,12 @@
 """`[types.X] results_to` on the real ActiveMQ (and the fake IBM MQ queue manager): every final result
 of the type — landed or moved — also reaches the station's destination, sent in the unit of work that
-removes the message, exactly once whatever kills the bridge on the way (`mqbridge.stations`)."""
+removes the message, exactly once whatever kills the bridge on the way (`mqbridge.stations`); on
+RabbitMQ, a station the broker refuses halts the listener and leaves the message on its queue."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,10 @@ from typing import Any
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.bridge import read_table
+from tests.support.bridge import listener_toml, make_config, read_table
+from tests.support.exactly_once import Rabbit
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.http import get
 from tests.support.processes import (
     MQ_BOQ,
     MQ_DLQ,
@@ -25,6 +29,7 @@ from tests.support.processes import (
     run_until_killed,
     stomp_bridge,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +148,33 @@ def test_an_ibm_mq_station_queue_gets_each_result_exactly_once_across_kills(tmp_
             assert "reached the backout threshold 5 of ORDERS" in body["reason"] and body["moved_to"] == MQ_BOQ
     assert "already landed; committed without landing them again" in out, out[-3000:]
     assert leftovers(table) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_station_the_broker_refuses_halts_the_listener_and_keeps_the_message(
+        tmp_path: Path, spark: Any, rabbitmq: tuple[str, int], monitored: Any) -> None:
+    # Given, on RabbitMQ, a type whose results_to is an exchange that does not exist (the broker
+    # answers the SEND with ERROR at COMMIT)
+    rabbit = Rabbit(rabbitmq)
+    q = f"/queue/test.station-refused.{uuid.uuid4().hex[:8]}"
+    rabbit.put(q, [(b"order-1", {"x-eo-id": "order-1"})])
+    body = ('[types.orders]\nbulk_timeout = "500ms"\nresults_to = "/exchange/mqbridge-no-such-exchange"\n'
+            + listener_toml(q, "orders", batch=10, extra='identity = "header:x-eo-id"'))
+    cfg = make_config(tmp_path, body, port=rabbitmq[1], source={
+        "broker": "rabbitmq", "user": "guest", "password": "guest", "allow_plaintext_password": True, "vhost": "/"})
+
+    # When the bridge lands the message and commits its unit with the result
+    _bridge, monitor = monitored(cfg)
+
+    def halted() -> bool:
+        code, text = get(monitor.url + "/healthz")
+        return code == 503 and "results_to" in text
+
+    wait_until(halted, 120, "/healthz to report the listener halted by the refused results_to")
+
+    # Then the listener halted, naming the destination, and the message is still on its queue
+    # (landed once: the ledger recognises it when the station takes results again)
+    _, text = get(monitor.url + "/healthz")
+    assert "/exchange/mqbridge-no-such-exchange" in text, text
+    wait_until(lambda: rabbit.depth(q) == 1, 60, "the message to be back on its queue")
+    assert [bytes(r.body) for r in read_table(spark, tmp_path / "landing" / "orders")] == [b"order-1"]
