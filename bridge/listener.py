@@ -416,7 +416,7 @@ class ListenerThread(threading.Thread):
         undo.committed()
         failpoints.hit("after_source_commit")
         if confirmed is not None:
-            for name in ("sent", "failed", "rerouted", "not_allowed"):
+            for name in ("sent", "failed", "rerouted", "not_allowed", "to_stations"):
                 if count := getattr(confirmed, name):
                     self.counters.inc(f"results_{name}", count, **self._labels)
         self.book.left_queue(plan.left)

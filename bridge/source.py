@@ -18,6 +18,7 @@ from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
 from mqbridge.reply_to import FirstTimes, ReplyAllowList
+from mqbridge.stations import Stations
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig, SourceConfig
@@ -57,6 +58,7 @@ class Confirmations:
     failed: int = 0  # could not be sent (the message was committed without it)
     rerouted: int = 0  # went to the dead-letter queue: the reply-to queue did not take it
     not_allowed: int = 0  # not sent: the reply-to is not in the listener's reply_to_allow (mqbridge.reply_to)
+    to_stations: int = 0  # sent to a type's results_to (mqbridge.stations), in a committed unit of work
 
     def add(self, other: Confirmations) -> None:
         """Count `other`'s results in these."""
@@ -64,6 +66,7 @@ class Confirmations:
         self.failed += other.failed
         self.rerouted += other.rerouted
         self.not_allowed += other.not_allowed
+        self.to_stations += other.to_stations
 
 
 @runtime_checkable
@@ -123,6 +126,8 @@ class QueueShared:
     #: Where moves to a backout queue are recorded (`mqbridge.backout_log`), also those an adapter
     #: makes by itself (STOMP: refused at the edge; IBM MQ: BOTHRESH reached at get time). None: nowhere.
     backout_log: BackoutLog | None = None
+    #: Where the results of this queue's messages also go, by type (`mqbridge.stations`). None: nowhere.
+    stations: Stations | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from mqbridge.in_flight import Held
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
+from mqbridge.stations import Stations
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, ListenerConfig
@@ -130,7 +131,8 @@ class Bridge:
         for cfg in self.config.listeners:
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
-            self.shared.setdefault((cfg.source, cfg.queue), QueueShared(backout_log=self.backout_log))
+            self.shared.setdefault((cfg.source, cfg.queue), QueueShared(
+                backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg)))
         self.reconcile()
 
     # -- supervision -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from mqbridge.config.base import (
 )
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
+from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.tables import is_template, render, template_problem
 from mqbridge.errors import ConfigError, KeyedError, Loc
@@ -211,6 +212,8 @@ class TypeConfig(Model):
     schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
     retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
                                        "this are designated by `mqbridge purge`; None: kept until purged by hand")
+    results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
+                                   "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
     _name: str = PrivateAttr("")
 
     @field_validator("table")
@@ -435,6 +438,7 @@ class BridgeConfig(Model):
             first = seen.setdefault((listener.source, listener.queue), index)
             if first != index:
                 problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))
+        problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         if problems:
             raise KeyedError(problems)
         return self

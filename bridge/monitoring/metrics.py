@@ -48,6 +48,8 @@ HELP = {
     "results_rerouted": "Results that went to the dead-letter queue instead of the reply-to queue",
     "results_not_allowed": ("Results not sent because the reply-to is not allowed ([[listeners]] reply_to_allow; "
                             "IBM MQ default: the connected queue manager only); the message was committed without"),
+    "results_to_stations": ("Results sent to a type's results_to ([types.X] results_to) in a committed unit of "
+                            "work"),
     "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
     "messages_duplicated_risk": "Landed messages whose unit of work was backed out "
                                 "(exactly_once = false: they land again)",

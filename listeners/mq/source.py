@@ -62,11 +62,13 @@ from mqbridge.listeners.mq.get import SyncpointGetter, UnitFull
 from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timestamp, read_properties
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
 from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
+from mqbridge.listeners.mq.results import StationSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
+from mqbridge.stations import Stations
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,14 @@ class MqSource:
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,
                    in_doubt=context.shared.in_doubt, appl_name=context.bridge_name, poison=context.shared.poison,
                    tracker=context.shared.tracker, reply_allow=context.reply_allow(source.queue_manager),
-                   backout_log=context.shared.backout_log)
+                   backout_log=context.shared.backout_log, stations=context.shared.stations)
 
     def __init__(self, name: str, config: MqSourceConfig, destination: str, *,
                  listener: ListenerConfig | None = None, driver: ModuleType | Any = None,
                  in_doubt: InDoubtLog | None = None, appl_name: str = "mqbridge",
                  poison: PoisonLog | None = None, tracker: DeliveryTracker | None = None,
-                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None) -> None:
+                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None,
+                 stations: Stations | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -114,6 +117,9 @@ class MqSource:
                                      appl_name=appl_name, allow=reply_allow or ReplyAllowList(
                                          listener.reply_to_allow if listener is not None else None,
                                          listener=name, queue_manager=config.queue_manager))
+        self._stations = None if stations is None else StationSender(  # `[types.X] results_to`: listeners.mq.results
+            self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager, appl_name=appl_name,
+            stations=stations, source=name)
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
@@ -261,11 +267,13 @@ class MqSource:
         # get its PAN report instead; one asking for MQRO_NAN may need both its move and its report.
         # The next message needs its get and as much again (one more once this queue has had
         # messages asking for NAN: a report never fails for MAXUMSGS that a message asked for).
-        nan = self._reports.wanted
+        # A results_to adds one more put to each (listeners.mq.results).
+        nan, station = self._reports.wanted, int(self._stations is not None)
         reserve = sum(2 if nan(s, MQRO_NAN) else 1 for s in self._unit if s.handed)
         if not self._nan_seen and reserve > sum(1 for s in self._unit if s.handed):
             self._nan_seen = True
-        return not self._full and self._uncommitted + reserve + 2 + self._nan_seen <= self.max_uncommitted
+        reserve += station * sum(1 for s in self._unit if s.handed)
+        return not self._full and self._uncommitted + reserve + 2 + self._nan_seen + station <= self.max_uncommitted
 
     def _get(self, deadline: float) -> UnitSlot | None:
         """The next message, got in the unit of work; None if none came by `deadline` or the unit
@@ -329,15 +337,17 @@ class MqSource:
                 continue
             threshold = self.backout_threshold
             code = MQRC_BACKOUT_THRESHOLD_REACHED if threshold and slot.backout_count >= threshold else MQFB_APPL_FIRST
-            self._move(slot, move.reason, move.queue, code)
+            self._move(slot, move.reason, move.queue, code, move.message)
         for item in landed:
             slot = self._slot_of(item.message)
-            if slot is not None and not slot.moved and self._reports.wanted(slot, MQRO_PAN):
-                self._uncommitted += self._reports.send(
-                    self._qmgr, slot, MQRO_PAN, {"table": item.table, "bulk_id": item.bulk_id,
-                                                 "put_date": put_date_of(item.message)},
-                    self.dead_letter_queue, self._unit_reports)
-        if self._unit_reports.sent or self._unit_reports.rerouted:
+            if slot is None or slot.moved:
+                continue
+            where = {"table": item.table, "bulk_id": item.bulk_id, "put_date": put_date_of(item.message)}
+            if self._reports.wanted(slot, MQRO_PAN):
+                self._uncommitted += self._reports.send(self._qmgr, slot, MQRO_PAN, where, self.dead_letter_queue,
+                                                        self._unit_reports)
+            self._to_station(slot, item.message, where, item.bulk_id)
+        if self._unit_reports.sent or self._unit_reports.rerouted or self._unit_reports.to_stations:
             failpoints.hit("after_results_put")
         self._commit_unit()
         done, self._committed_reports = self._committed_reports, Confirmations()
@@ -377,6 +387,17 @@ class MqSource:
         self._unit = []
         self._uncommitted = 0
         self._full = False
+
+    def _to_station(self, slot: UnitSlot, message: Message | None, details: dict[str, str], bulk_id: str = "") -> None:
+        """Put `slot`'s result to its type's `results_to` in this unit of work (listeners.mq.results)."""
+        if self._stations is None:
+            return
+        try:
+            self._uncommitted += self._stations.put(self._qmgr, slot, message, details, self.dead_letter_queue,
+                                                     self._unit_reports, bulk_id)
+        except BackoutFailedError:
+            self._end_unit()  # backed out by the sender
+            raise
 
     def _commit_if_only_moves(self) -> None:
         """A unit holding only messages this source moved (nothing handed out) is finished at once."""
@@ -425,7 +446,8 @@ class MqSource:
                     time.time(), f"{self.name}:{self.destination}", self.destination, slot.moved_to, slot.msg_id,
                     "", slot.reason, listener.message_type if listener is not None else "", slot.backout_count + 1))
 
-    def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int) -> None:
+    def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int,
+              about: Message | None = None) -> None:
         """Put the message to its backout queue (else the dead-letter queue) in this unit of work;
         if neither takes it, back the whole unit out and raise BackoutFailedError."""
         where, problems = self._route.move(self._qmgr, slot, reason, backout_queue=queue or self.backout_queue,
@@ -442,11 +464,11 @@ class MqSource:
                 self.moved_to_dead_letter += 1
                 log.error("%s: moved message %s to dead-letter queue %s (%s): %s", self._where, slot.msg_id,
                           self.dead_letter_queue, "; ".join(problems), reason)
+            why = {"reason": " ".join(reason.split())[:1000], "moved_to": slot.moved_to}
             if self._reports.wanted(slot, MQRO_NAN):
-                moved_to = (queue or self.backout_queue) if where == BACKOUT else self.dead_letter_queue
-                self._uncommitted += self._reports.send(
-                    self._qmgr, slot, MQRO_NAN, {"reason": " ".join(reason.split())[:1000], "moved_to": moved_to},
-                    self.dead_letter_queue, self._unit_reports)
+                self._uncommitted += self._reports.send(self._qmgr, slot, MQRO_NAN, why, self.dead_letter_queue,
+                                                        self._unit_reports)
+            self._to_station(slot, about, why)
             return
         try:
             self._qmgr.backout()

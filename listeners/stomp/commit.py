@@ -34,10 +34,21 @@ from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed
+from mqbridge.stations import Stations
 
-#: What a SEND was about, by its receipt id: a move, the message a result is about, or None (a
-#: copy given back or stamped).
-Sends = Mapping[str, BackoutMove | Message | None]
+
+@dataclass(frozen=True)
+class StationSend:
+    """A result SENT to a type's `results_to` (`mqbridge.stations`)."""
+
+    message: Message
+    destination: str
+
+
+#: What a SEND was about, by its receipt id: a move, the message a result is about, a station's
+#: result, or None (a copy given back or stamped).
+About = BackoutMove | Message | StationSend | None
+Sends = Mapping[str, About]
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ class Transaction:
         # on 3.10): there the SENDs' receipts are awaited with the COMMIT's, and a SEND it refuses
         # ends the connection before the ACKs that follow it are applied.
         self.deferred = tx is not None and connection.config.broker == "rabbitmq"
-        self.sends: dict[str, BackoutMove | Message | None] = {}
+        self.sends: dict[str, About] = {}
 
     @classmethod
     def begin(cls, connection: Connection, *, transactional: bool, unconfirmable: InDoubtLog) -> Transaction:
@@ -148,8 +159,45 @@ class Transaction:
         if self.tx is not None:
             self._commit(self.tx, sends if self.deferred else {}, [m.msg_id for m in acked])
 
-    def _send(self, destination: str, body: bytes, headers: dict[str, str], what: str,
-              about: BackoutMove | Message | None) -> None:
+    def send_station_results(self, plan: CommitPlan, landed: Sequence[Landed], confirmed: Confirmations,
+                             stations: Stations) -> None:
+        """SEND a result of each message of the unit that is landed or moved and whose type has a
+        `results_to`, persistent, in the commit's transaction (`mqbridge.stations`); in `receipted`
+        mode (no transaction: a crash could send it twice) it is counted as failed instead."""
+        where = {item.message.msg_id: item for item in landed}
+        for message in plan.unit.messages:
+            move, done = plan.moving.get(message.msg_id), where.get(message.msg_id)
+            if move is not None:
+                route = stations.route(move.message)
+            elif done is not None:
+                route = stations.route(done.message, done.bulk_id)
+            else:
+                continue  # given back, or consumed by a preprocessor: no final result yet
+            if route is None:
+                continue
+            message_type, destination = route
+            if self.tx is None or not destination.startswith("/"):
+                stations.unreachable(message_type, destination, "a STOMP source sends results only to a /... "
+                                     'destination, with commit_mode = "transactional"')
+                confirmed.failed += 1
+                continue
+            body, headers = result_of(message, move, done, {"message_type": message_type,
+                                                            "source": self.connection.name})
+            headers["persistent"] = "true"  # an auditor's record: ActiveMQ keeps a STOMP SEND only if asked
+            self._send_station(destination, body, headers, StationSend(message, destination))
+            confirmed.to_stations += 1
+
+    def _send_station(self, destination: str, body: bytes, headers: dict[str, str], about: StationSend) -> None:
+        errors_before = len(self.connection.frames.errors)
+        try:
+            self._send(destination, body, headers, "send a result to results_to", about)
+        except SourceConnectionError:
+            self._await_drop()  # an ERROR frame that says why (no permission) halts the listener
+            if len(self.connection.frames.errors) > errors_before:
+                self._send_refused(about, self.connection.frames.errors[errors_before][1])
+            raise
+
+    def _send(self, destination: str, body: bytes, headers: dict[str, str], what: str, about: About) -> None:
         self.sends[self.connection.send(destination, body, headers, self.tx, what)] = about
 
     def _send_back(self, message: Message, headers: dict[str, str]) -> None:
@@ -213,12 +261,17 @@ class Transaction:
         with contextlib.suppress(SourceConnectionError):  # a transaction dies with its connection
             connection.guard(lambda: connection.conn.abort(transaction=tx), "abort")
 
-    def _send_refused(self, what: BackoutMove | Message | None, problem: str) -> None:
-        """The broker refused the SEND of `what`: a move halts the listener (BackoutFailedError); a
-        result is remembered as unconfirmable, so that the unit, given back now (SourceConnectionError),
-        goes through without it next time."""
+    def _send_refused(self, what: About, problem: str) -> None:
+        """The broker refused the SEND of `what`: a move or a station's result halts the listener
+        (BackoutFailedError: a result is never dropped); a producer's result is remembered as
+        unconfirmable, so that the unit, given back now (SourceConnectionError), goes through without
+        it next time."""
         if isinstance(what, BackoutMove):
             self._move_refused(what, problem)
+        if isinstance(what, StationSend):
+            self.connection.fail(f"the broker refused the result of message {what.message.msg_id} to results_to "
+                                 f"{what.destination!r}: {problem}; the unit comes back, and the listener halts "
+                                 "until that destination takes results", BackoutFailedError)
         if isinstance(what, Message):
             self.unconfirmable.record([what.msg_id])
             self.connection.fail(f"the broker refused the result of message {what.msg_id} to its reply-to "

@@ -156,13 +156,14 @@ def backout_headers(message: Message, move: BackoutMove) -> dict[str, str]:
     return headers
 
 
-def result_of(message: Message, move: BackoutMove | None,
-              done: Landed | None) -> tuple[bytes, dict[str, str]]:
+def result_of(message: Message, move: BackoutMove | None, done: Landed | None,
+              extra: Mapping[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
     """The body and headers of the result sent to `message`'s reply-to: it was moved (`move`) or
     landed (`done`). The result's `correlation-id` is the message's id (the JMS request/reply
     rule); the message's own `correlation-id`, if any, comes back as `mqbridge_correlation_id`;
-    its `mqbridge_*` headers (and its JSON body) say where it landed or why it was moved;
-    persistence, priority and expiry are the message's own."""
+    its `mqbridge_*` headers (and its JSON body) say where it landed or why it was moved, with
+    `extra` (a station's result: message_type, source); persistence, priority and expiry are the
+    message's own."""
     result: dict[str, str] = {"result": "backout" if move is not None else "landed",
                               "message_id": message.msg_id, "queue": message.destination}
     if message.correlation_id:  # a STOMP producer's own key: it cannot know the message id
@@ -171,6 +172,7 @@ def result_of(message: Message, move: BackoutMove | None,
         result.update(reason=one_line(move.reason), backout_queue=move.queue or "")
     elif done is not None:
         result.update(table=done.table, bulk_id=done.bulk_id, put_date=put_date_of(message))
+    result.update(extra or {})
     headers = {k: message.headers[k] for k in _RESULT_KEEPS if k in message.headers}
     headers.update({f"mqbridge_{key}": value for key, value in result.items()})
     headers.update({"correlation-id": message.msg_id, "content-type": "application/json"})

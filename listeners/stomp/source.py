@@ -66,6 +66,7 @@ from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
+from mqbridge.stations import Stations
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 
@@ -90,12 +91,14 @@ class StompSource:
                    tracker=context.shared.tracker, client_name=context.client_name,
                    backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
-                   reply_allow=context.reply_allow(), backout_log=context.shared.backout_log)
+                   reply_allow=context.reply_allow(), backout_log=context.shared.backout_log,
+                   stations=context.shared.stations)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
                  confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
-                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None) -> None:
+                 reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None,
+                 stations: Stations | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -109,6 +112,7 @@ class StompSource:
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
         # Where those results may go (`reply_to_allow`; default: any destination of this broker).
         self.reply_allow = reply_allow if reply_allow is not None else ReplyAllowList(None, listener=name)
+        self.stations = stations  # `[types.X] results_to`: each final result is also sent there (mqbridge.stations)
         # `identity = "stamp"` (see "Stamping" in the module docstring): only stamped copies are handed on.
         self.stamp = stamp
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
@@ -214,9 +218,11 @@ class StompSource:
         tx = Transaction.begin(self._connection, transactional=not self.receipted,
                                unconfirmable=self.unconfirmable)
         tx.send_copies(plan, self.tracker, cumulative=self.cumulative)
-        confirmed = Confirmations() if self.confirm else None
-        if confirmed is not None:
+        confirmed = Confirmations() if self.confirm or self.stations is not None else None
+        if confirmed is not None and self.confirm:
             tx.send_results(plan, landed, confirmed, self.reply_allow)
+        if confirmed is not None and self.stations is not None:
+            tx.send_station_results(plan, landed, confirmed, self.stations)
         # Cumulative: an ACK of the unit's last message acknowledges all of it.
         tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
         if unit.refused and self.backout_log is not None:  # the listener records the moves it asked for
