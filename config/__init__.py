@@ -10,6 +10,7 @@ directory (`cfg.base_dir`). Secrets are `pydantic.SecretStr`: call `.get_secret_
 from __future__ import annotations
 
 from mqbridge.config.base import parse_duration, parse_size
+from mqbridge.config.collector import CollectorSection
 from mqbridge.config.exposure import plaintext_notes
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.monitoring import MonitoringSection
@@ -20,7 +21,6 @@ from mqbridge.config.schema import (
     DEFAULT_PLUGIN_DIRS,
     BridgeConfig,
     BridgeSection,
-    CollectorSection,
     LedgerSection,
     ListenerConfig,
     LoggingSection,

@@ -23,6 +23,7 @@ from mqbridge.config.base import (
     parse_duration,
     parse_size,
 )
+from mqbridge.config.collector import CollectorSection
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
@@ -185,16 +186,6 @@ class SparkSection(Model):
             else:
                 raise KeyedError([((key,), "must be a string, number or boolean")])
         return out
-
-
-class CollectorSection(Model):
-    """`[collector]`: memory and concurrency limits of the bulk collector."""
-
-    memory: Size = Field(default=parse_size("256MB"), gt=0, description="Collector memory; flush and backpressure")
-    max_bulks: int = Field(default=10, ge=1, description="Maximum number of active bulks")
-    workers: int = Field(default=2, ge=1, description="Threads forwarding bulks to executors")
-    writes_per_type: int = Field(default=2, ge=1, description="Bulks of one type written at a time: their Spark "
-                                 "jobs overlap, their publication is one after another (1: one at a time)")
 
 
 class TypeConfig(Model):

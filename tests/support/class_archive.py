@@ -19,8 +19,9 @@ import os
 import subprocess
 import sys
 import threading
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from mqbridge.landing.class_archive import archive_path
 
