@@ -311,7 +311,8 @@ class Bridge:
             thread = slot.thread
             if thread is None or not thread.is_alive() or not thread.idle:
                 return False
-        return self.collector.stats().messages == 0
+        since = self.last_activity()  # a backlog read before then may still count messages now landed
+        return self.collector.stats().messages == 0 and not any(o.holds_back_idle(since) for o in self.observers)
 
     def holding(self, key: str) -> list[Held]:
         """The deliveries this bridge holds whose msg_id or identity is `key` (`mqbridge where`): the

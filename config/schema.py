@@ -43,6 +43,8 @@ class BridgeSection(Model):
 
     name: str = Field(default="mqbridge", min_length=1, description="Bridge name, used in client ids and status")
     control_interval: Duration = Field(default=parse_duration("5s"), gt=0, description="Control thread wake-up period")
+    backlog_interval: Duration = Field(default=parse_duration("30s"), ge=0, description="How often each listener's "
+                                       "queue depth is read, on a connection of its own; 0 disables")
     shutdown_timeout: Duration = Field(default=parse_duration("30s"), gt=0, description="Graceful shutdown deadline")
     plugin_dirs: list[Path] | None = Field(
         default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
@@ -410,6 +412,12 @@ class BridgeConfig(Model):
             first = seen.setdefault((listener.source, listener.queue, listener.selector or ""), index)
             if first != index:
                 problems.append((where, f"same source, queue and selector as listeners[{first}]; raise its threads"))
+            # They share one name (source:queue) for control, counters and metrics: one thread count.
+            sharing = next((i for i, o in enumerate(self.listeners[:index]) if (o.source, o.queue) ==
+                            (listener.source, listener.queue) and o.threads != listener.threads), None)
+            if sharing is not None:
+                problems.append(((*where, "threads"), f"must equal listeners[{sharing}].threads: listeners on one "
+                                 "queue share its name (source:queue) for control, counters and metrics"))
         if problems:
             raise KeyedError(problems)
         return self

@@ -57,3 +57,11 @@ def test_an_ibm_mq_selection_string_longer_than_mq_allows_is_refused(tmp_path: P
                     .replace('backout_queue = "/queue/orders.backout"\n', "")
                     .replace('"/queue/orders"', '"ORDERS"') + f'selector = "region = \'{"x" * 10240}\'"\n')
     assert main(["check-config", "--config", str(path)]) == 1
+
+
+def test_listeners_sharing_a_queue_must_have_one_thread_count(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # They share the name source:queue (listener control, counters, metrics): one thread count for both.
+    code, lines = check(tmp_path, capsys, BASE + EU + REST + "threads = 3\n")
+    assert code == 1
+    assert any("listeners[1].threads: must equal listeners[0].threads" in line for line in lines), lines
