@@ -9,13 +9,18 @@ message; it is refused here instead, with what to do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mqbridge.config.sources import SourceConfig, StompSourceConfig
 from mqbridge.errors import Loc
 
-if TYPE_CHECKING:  # the schema imports this module
-    from mqbridge.config.schema import ListenerConfig
+
+class ListenerKeys(Protocol):
+    """What these rules read of a `[[listeners]]` entry (`mqbridge.config.schema.ListenerConfig`,
+    which imports this module)."""
+
+    queue: str
+    identity: str
 
 #: IBM MQ: a selection string may be up to 10,240 bytes (MQOD SelectionString).
 MQ_MAX_SELECTION = 10240
@@ -26,7 +31,7 @@ IDENTITY_RULES = ("auto", "msg_id", "stamp", "body-sha256")
 _NOT_STAMPABLE = ("/topic/", "/exchange/", "/temp-queue/", "/temp-topic/", "/reply-queue/")
 
 
-def resolve_identity(listener: ListenerConfig, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
+def resolve_identity(listener: ListenerKeys, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
     """Turn `identity = "auto"` into the rule for the listener's source: "stamp" on RabbitMQ (its
     STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
     producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""

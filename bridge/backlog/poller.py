@@ -80,22 +80,29 @@ class BacklogPoller(Observer):
             self._thread.start()
 
     def stop(self) -> None:
-        """Ask the thread to end and wait for it (at most one read's timeout); close the probes."""
+        """Ask the thread to end; wait a moment for it. A read in progress ends by its own timeout
+        (the thread is a daemon): shutdown never waits for a broker that does not answer."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(self.timeout + 1)
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.poll()
+                self._wake.wait(self.interval)
+                self._wake.clear()
+        finally:
+            self.close()  # on this thread: an MQ connection handle belongs to the thread that made it
+
+    def close(self) -> None:
+        """Close every probe's connection (best effort: the process is ending)."""
         for source in self._probes:
             try:
                 source.probe.close()
-            except Exception:  # closing is best effort: the process is ending
+            except Exception:
                 log.debug("closing the backlog probe of %s failed", source.name, exc_info=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll()
-            self._wake.wait(self.interval)
-            self._wake.clear()
 
     def poll(self) -> None:
         """Read every source once (from the thread; tests call it directly)."""
@@ -109,8 +116,8 @@ class BacklogPoller(Observer):
         try:
             found = source.probe.read(list(source.queues), self.timeout)
         except BacklogUnavailable as exc:
-            if not source.unavailable:
-                log.warning("backlog of source %r is unknown: %s", source.name, exc)
+            if not source.unavailable:  # once: the broker's set-up is the operator's choice
+                log.info("backlog of source %r is unknown: %s", source.name, exc)
             source.unavailable = str(exc)
             found = {}
         except Exception as exc:  # a failed read: unknown until the next one succeeds

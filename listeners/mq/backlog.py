@@ -13,6 +13,7 @@ from typing import Any
 
 from mqbridge.backlog import BacklogProbe, Reading
 from mqbridge.config import MqSourceConfig, SourceConfig
+from mqbridge.errors import ConfigError
 from mqbridge.listeners.mq.connect import connect_qmgr
 from mqbridge.listeners.mq.driver import driver_errors, load_driver, wrap
 
@@ -20,15 +21,21 @@ log = logging.getLogger(__name__)
 
 
 def probe_for(name: str, config: SourceConfig, driver: Any = None) -> BacklogProbe | None:
-    """The CURDEPTH probe of an IBM MQ source (`driver`: the MQ module, loaded when None)."""
+    """The CURDEPTH probe of an IBM MQ source (`driver`: the MQ module, loaded when None); None
+    without a driver (the source itself then says what to install)."""
     assert isinstance(config, MqSourceConfig)
+    if driver is None:
+        try:
+            driver = load_driver()
+        except ConfigError:
+            return None
     return QueueDepths(name, config, driver)
 
 
 class QueueDepths:
     """Inquires CURDEPTH of queues, keeping one connection and the opened queues between reads."""
 
-    def __init__(self, name: str, config: MqSourceConfig, driver: Any = None) -> None:
+    def __init__(self, name: str, config: MqSourceConfig, driver: Any) -> None:
         self.name, self.config = name, config
         self._driver = driver
         self._qmgr: Any = None
@@ -37,7 +44,7 @@ class QueueDepths:
     def read(self, queues: Sequence[str], timeout: float) -> dict[str, Reading]:
         # MQI calls have no timeout of their own: the client channel's own limits bound a connect,
         # and an inquiry of a connected queue manager answers at once.
-        driver = self._driver = self._driver or load_driver()
+        driver = self._driver
         errors = driver_errors(driver)
         found: dict[str, Reading] = {}
         try:
@@ -58,7 +65,7 @@ class QueueDepths:
     def close(self) -> None:
         queues, self._queues = self._queues, {}
         qmgr, self._qmgr = self._qmgr, None
-        errors = driver_errors(self._driver) if self._driver is not None else ()
+        errors = driver_errors(self._driver)
         for queue in queues.values():
             with contextlib.suppress(*errors):  # the connection is going anyway
                 queue.close()
