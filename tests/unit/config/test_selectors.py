@@ -65,3 +65,33 @@ def test_listeners_sharing_a_queue_must_have_one_thread_count(tmp_path: Path,
     code, lines = check(tmp_path, capsys, BASE + EU + REST + "threads = 3\n")
     assert code == 1
     assert any("listeners[1].threads: must equal listeners[0].threads" in line for line in lines), lines
+
+
+# -- the backlog's RabbitMQ management API -----------------------------------------------------
+RABBIT = BASE.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"\nuser = "bridge"\npassword = "s3cret"\n'
+                      'host = "{host}"\nmanagement_url = "{url}"')
+
+
+@pytest.mark.parametrize("host, url, expected", [
+    ("127.0.0.1", "http://127.0.0.1:15672", None),
+    ("broker.example.com", "https://broker.example.com:15671", None),
+    ("broker.example.com", "http://broker.example.com:15672", "the password would travel in clear"),
+    ("127.0.0.1", "ftp://127.0.0.1", "must match the pattern"),
+])
+def test_the_management_url_carries_the_password_in_clear_only_to_loopback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], host: str, url: str, expected: str | None) -> None:
+    text = RABBIT.format(host=host, url=url)
+    if host != "127.0.0.1":  # the STOMP connection itself must be allowed to carry it
+        text = text.replace('management_url', 'ssl = true\nssl_insecure = true\nmanagement_url')
+    code, lines = check(tmp_path, capsys, text)
+    if expected is None:
+        assert code == 0, lines
+    else:
+        assert code == 1 and any(expected in line for line in lines), lines
+        assert not any("s3cret" in line for line in lines)
+
+
+def test_the_management_url_is_refused_for_activemq(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = check(tmp_path, capsys, BASE.replace('kind = "stomp"', 'kind = "stomp"\n'
+                                                       'management_url = "http://127.0.0.1:15672"'))
+    assert code == 1 and any('only for broker = "rabbitmq"' in line for line in lines), lines
