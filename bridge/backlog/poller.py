@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: The longest one read of one source may take before it counts as failed.
 READ_TIMEOUT = 5.0
+#: The longest `run --until-idle` waits for queues that show messages its idle listeners never get.
+VETO_LIMIT = 30.0
 
 
 class _SourceProbe:
@@ -52,6 +54,7 @@ class BacklogPoller(Observer):
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._veto: tuple[float, float] | None = None  # (since, when the veto began) of `holds_back_idle`
 
     @classmethod
     def for_config(cls, config: BridgeConfig, factory: ProbeFactory = probe_for) -> BacklogPoller | None:
@@ -149,21 +152,35 @@ class BacklogPoller(Observer):
                                     "seconds_since_read": round(now - r.at, 1)}
                             for label, r in sorted(self.readings().items())}}
 
-    def holds_back_idle(self, since: float) -> bool:
-        """`run --until-idle`: True while a queue is known to hold messages by a reading taken after
-        `since` (the listeners' last activity), or while that reading is still to come. Unknown
-        backlogs and selector listeners (their queue may hold messages for others) never hold back."""
+    def holds_back_idle(self, since: float, listeners: frozenset[str] | None = None) -> bool:
+        """`run --until-idle`: True while the queue of one of `listeners` (labels; None: all) is known
+        to hold messages by a reading taken after `since` (their last activity), or while that
+        reading is still to come. Unknown backlogs and selector listeners (their queue may hold
+        messages for others) never hold back; nor, after `VETO_LIMIT` seconds, messages the idle
+        listeners are never given (another consumer's, scheduled ones): the run then ends, logged."""
+        waiting: list[str] = []
         stale = False
         for label, reading in self.readings().items():
-            if label in self._selectors or reading.depth is None:
+            if label in self._selectors or reading.depth is None or (listeners is not None and label not in listeners):
                 continue
             if reading.at < since:
                 stale = True
             elif reading.depth > 0:
-                return True
+                waiting.append(f"{label}: {reading.depth}")
+        if not waiting and not stale:
+            self._veto = None
+            return False
+        now = time.monotonic()
+        if self._veto is None or self._veto[0] != since:
+            self._veto = (since, now)
+        if now - self._veto[1] > VETO_LIMIT:
+            log.warning("the listeners received nothing for %.0fs while their queues still show messages (%s): "
+                        "ending the run anyway (messages held by another consumer, or not yet deliverable)",
+                        VETO_LIMIT, ", ".join(waiting) or "no fresh reading")
+            return False
         if stale:
             self._wake.set()  # read again now rather than at the next interval
-        return stale
+        return True
 
     def on_ready(self, bridge: BridgeView) -> None:
         self.start()

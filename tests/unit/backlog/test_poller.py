@@ -126,3 +126,32 @@ def test_a_listener_with_a_selector_never_holds_back_idle(qm) -> None:
         assert backlog.readings()[LABEL].depth == 1 and not backlog.holds_back_idle(0.0)
     finally:
         backlog.close()
+
+
+def test_only_the_listeners_that_still_read_are_held_back_by_their_queue(qm) -> None:
+    # A stopped or halted listener's queue keeps its messages: `run --until-idle` reports it instead.
+    backlog = poller(qm)
+    try:
+        qm.put("ORDERS", b"left for a stopped listener")
+        backlog.poll()
+        assert backlog.holds_back_idle(0.0, frozenset({LABEL}))
+        assert not backlog.holds_back_idle(0.0, frozenset({"qm:OTHER"}))
+    finally:
+        backlog.close()
+
+
+def test_messages_the_idle_listeners_never_get_hold_a_run_back_only_for_a_while(
+        qm, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a queue whose messages no idle listener receives (another consumer holds them)
+    monkeypatch.setattr("mqbridge.backlog.poller.VETO_LIMIT", 0.3)
+    backlog = poller(qm)
+    try:
+        qm.put("ORDERS", b"held elsewhere")
+        backlog.poll()
+        assert backlog.holds_back_idle(0.0)
+        time.sleep(0.4)  # past the (lowered) limit with the same last activity
+        with caplog.at_level(logging.WARNING, logger="mqbridge.backlog.poller"):
+            assert not backlog.holds_back_idle(0.0)
+        assert "ending the run anyway" in caplog.text and "qm:ORDERS: 1" in caplog.text
+    finally:
+        backlog.close()
