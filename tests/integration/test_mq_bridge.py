@@ -17,6 +17,7 @@ import pytest
 from mqbridge.app import build_app
 from mqbridge.errors import ConfigError
 from mqbridge.listeners.mq import MqSource
+from mqbridge.listeners.mq.backlog import QueueDepths
 from mqbridge.records import InDoubtLog
 from mqbridge.source import SourceContext
 from mqbridge.supervisor import Bridge
@@ -276,3 +277,35 @@ def test_a_selection_string_the_queue_manager_refuses_stops_the_listener_with_mq
     # When it connects, Then MQOPEN's 2519 is a configuration error naming the string
     with pytest.raises(ConfigError, match=r"selection string \"region = = 'EU'\".*2519|2519.*selection"):
         source.connect()
+
+
+def test_the_backlog_gauge_reads_curdepth_of_a_paused_listeners_queue(tmp_path: Path, spark, qm) -> None:
+    # Given a bridge on ORDERS reading CURDEPTH every 200 ms, its listener paused
+    qm.define_queue("ORDERS")
+    cfg = mq_config(tmp_path, qm, listener("ORDERS"))
+    cfg.bridge.backlog_interval = 0.2
+    app = build_app(cfg, spark=spark, source_factory=lambda context: MqSource(
+        context.source_name, cfg.sources["qm"], "ORDERS", listener=context.listener, driver=pymqi_fake),
+        backlog_probe=lambda name, source: QueueDepths(name, source, pymqi_fake))
+    bridge = app.bridge
+    bridge.controls.command("qm:ORDERS", "pause")
+    running = RunningBridge(bridge, until_idle=1.0)
+
+    def backlog() -> Any:
+        return (bridge.status().get("backlog") or {}).get("qm:ORDERS", {}).get("messages")
+
+    try:
+        # When 60 messages are put, Then the backlog is 60 and the run goes on
+        sent = [f"waiting {i}".encode() for i in range(60)]
+        qm.put_many("ORDERS", sent)
+        wait_until(lambda: backlog() == 60, 30, "a backlog of 60 (CURDEPTH)")
+        assert running.thread.is_alive()
+        # When it is resumed, Then the run ends with the backlog read 0 and every message landed once
+        bridge.controls.command("qm:ORDERS", "resume")
+        assert running.wait(120) == 0
+        assert backlog() == 0
+        rows = collections.Counter(bytes(r.body) for r in read_table(spark, tmp_path / "landing" / "orders"))
+        assert account(sent, rows).clean
+    finally:
+        if running.thread.is_alive():
+            running.stop()
