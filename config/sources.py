@@ -58,9 +58,10 @@ class StompSourceConfig(Model):
                                   "ssl = true unless ssl_insecure")
     cert_file: Path | None = Field(default=None, description="Client certificate (PEM)")
     key_file: Path | None = Field(default=None, description="Client private key (PEM)")
-    management_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+/?$",
-                                       description='RabbitMQ: its management API ("http://host:15672"), read '
-                                                   "with user and password for each listener's backlog")
+    management_url: str | None = Field(default=None, pattern=r"^https?://[^/\s@]+/?$",
+                                       description='RabbitMQ: its management API ("http://host:15672", no '
+                                                   "credentials in it), read with user and password for each "
+                                                   "listener's backlog")
 
     @field_validator("host")
     @classmethod

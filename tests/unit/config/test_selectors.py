@@ -77,6 +77,7 @@ RABBIT = BASE.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"\nus
     ("broker.example.com", "https://broker.example.com:15671", None),
     ("broker.example.com", "http://broker.example.com:15672", "the password would travel in clear"),
     ("127.0.0.1", "ftp://127.0.0.1", "must match the pattern"),
+    ("127.0.0.1", "http://guest:s3cret@127.0.0.1:15672", "must match the pattern"),  # no credentials in it
 ])
 def test_the_management_url_carries_the_password_in_clear_only_to_loopback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], host: str, url: str, expected: str | None) -> None:
