@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from mqbridge import __version__
+from mqbridge.backlog import BacklogPoller, ProbeFactory, probe_for
 from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
@@ -144,16 +145,18 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
               counters: Counters | None = None,
               stop_event: threading.Event | None = None,
               reload_event: threading.Event | None = None,
-              session_factory: SessionFactory | None = None) -> App:
+              session_factory: SessionFactory | None = None,
+              backlog_probe: ProbeFactory = probe_for) -> App:
     """Build every part of a bridge from `config`; nothing is started or connected yet.
 
     Loads the plugins and builds every listener's preprocessor chain (ConfigError if one names an
     unknown preprocessor or gives bad options). `spark` is an existing session to use (tests, the
     benchmark); otherwise one is started when the bridge starts, if anything needs it
     (`mqbridge.landing.warmup`). `executors` replaces the Spark executors (tests); `source_factory`
-    the adapter registry (the IBM MQ fake); `chain_factory` the plugin host's preprocessor chains
-    (tests of the listener loop); `session_factory` how a Spark session is started (tests count the
-    starts). `stop_event` and `reload_event` are set by signal or service control handlers.
+    the adapter registry (the IBM MQ fake), `backlog_probe` the adapters' backlog probes (the same);
+    `chain_factory` the plugin host's preprocessor chains (tests of the listener loop);
+    `session_factory` how a Spark session is started (tests count the starts). `stop_event` and
+    `reload_event` are set by signal or service control handlers.
     """
     counters = counters or Counters()
     # Checked whatever the ledger's backend (the SQLite ledger checks its own file too): the state
@@ -188,6 +191,9 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                         "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
         else:
             bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
+    backlog = BacklogPoller.for_config(config, backlog_probe)
+    if backlog is not None:
+        bridge.observers.append(backlog)
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current,
                                           control=bridge.controls)
     if monitor is not None:

@@ -93,6 +93,11 @@ class Observer:
         """Extra top-level fields of the status page (`/status`), JSON-able."""
         return {}
 
+    def holds_back_idle(self, since: float, listeners: frozenset[str] | None = None) -> bool:
+        """`run --until-idle`: True while this observer knows of messages the idle `listeners` (labels
+        source:queue; None: all) have not seen (a queue's backlog read after `since`, their last activity)."""
+        return False
+
 
 def installed_observers(config: BridgeConfig) -> list[Observer]:
     """The observers that installed packages contribute for this process (entry points)."""

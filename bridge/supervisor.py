@@ -307,13 +307,16 @@ class Bridge:
             return False
         if not self.slots:
             return True
+        reading: set[str] = set()  # the listeners that still read: a backlog holds back only theirs
         for slot in self.slots:
             if slot.halted or self.controls.get(slot.listener).state == STOPPED:
                 continue  # a stopped listener reads nothing more either; `run` reports it like a halted one
-            thread = slot.thread
-            if thread is None or not thread.is_alive() or not thread.idle:
+            if (thread := slot.thread) is None or not thread.is_alive() or not thread.idle:
                 return False
-        return self.collector.stats().messages == 0
+            reading.add(slot.listener)
+        since = self.last_activity()  # a backlog read before then is stale
+        return self.collector.stats().messages == 0 and not any(
+            o.holds_back_idle(since, frozenset(reading)) for o in self.observers)
 
     def holding(self, key: str) -> list[Held]:
         """The deliveries this bridge holds whose msg_id or identity is `key` (`mqbridge where`): the

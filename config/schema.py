@@ -24,6 +24,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.collector import CollectorSection
+from mqbridge.config.listener_rules import IDENTITY_RULES, resolve_identity, selector_problems
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
@@ -44,6 +45,8 @@ class BridgeSection(Model):
 
     name: str = Field(default="mqbridge", min_length=1, description="Bridge name, used in client ids and status")
     control_interval: Duration = Field(default=parse_duration("5s"), gt=0, description="Control thread wake-up period")
+    backlog_interval: Duration = Field(default=parse_duration("30s"), ge=0, description="How often each listener's "
+                                       "queue depth is read, on a connection of its own; 0 disables")
     shutdown_timeout: Duration = Field(default=parse_duration("30s"), gt=0, description="Graceful shutdown deadline")
     plugin_dirs: list[Path] | None = Field(
         default=None, description="Drop-in preprocessor directories (hot-reloaded); None: "
@@ -317,6 +320,8 @@ class ListenerConfig(Model):
     reply_to_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, description="Glob patterns of the reply-to destinations results may go to (IBM MQ: QMGR/QUEUE, "
         "or QUEUE on the connected queue manager); None: STOMP any, IBM MQ the connected queue manager only")
+    selector: str | None = Field(default=None, description="Only messages matching this JMS selector (\"region = "
+                                 "'EU'\"): ActiveMQ/Artemis, IBM MQ (SelectionString); None: every message")
     identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
                           "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
                           "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")
@@ -327,34 +332,6 @@ class ListenerConfig(Model):
         if value in IDENTITY_RULES or (value.startswith("header:") and value[len("header:"):].strip()):
             return value
         raise ValueError(f"{value!r} is not an identity rule (auto, msg_id, stamp, header:NAME or body-sha256)")
-
-
-IDENTITY_RULES = ("auto", "msg_id", "stamp", "body-sha256")
-#: STOMP destinations that are not one queue (RabbitMQ's and ActiveMQ's prefixes).
-_NOT_STAMPABLE = ("/topic/", "/exchange/", "/temp-queue/", "/temp-topic/", "/reply-queue/")
-
-
-def _resolve_identity(listener: ListenerConfig, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
-    """Turn `identity = "auto"` into the rule for the listener's source: "stamp" on RabbitMQ (its
-    STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
-    producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""
-    # A stamped copy goes back to the destination: on a topic or exchange every subscriber would get it.
-    shared = listener.queue.startswith(_NOT_STAMPABLE)
-    if listener.identity == "auto":
-        rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
-        listener.identity = "stamp" if rabbitmq and not shared else "msg_id"
-    if listener.identity != "stamp" or source is None:
-        return []
-    if shared:
-        return [((*where, "identity"), f"stamp sends a copy of each message back to {listener.queue!r}, which "
-                                       "every subscriber of a topic or exchange would get: only for queues")]
-    if not isinstance(source, StompSourceConfig):
-        return [((*where, "identity"), f"stamp is for STOMP sources; a {source.kind} source has stable message ids "
-                                       "(use msg_id)")]
-    if source.commit_mode != "transactional":
-        return [((*where, "identity"), 'stamp needs commit_mode = "transactional": a stamped copy and the ACK of '
-                                       "its original must be applied together")]
-    return []
 
 
 class BridgeConfig(Model):
@@ -394,7 +371,7 @@ class BridgeConfig(Model):
                     problems.append((("types", name), "the type name cannot be a table directory; set table"))
                 else:
                     type_cfg.table = name
-        seen: dict[tuple[str, str], int] = {}
+        seen: dict[tuple[str, str, str], int] = {}
         for index, listener in enumerate(self.listeners):
             where: Loc = ("listeners", index)
             source = self.sources.get(listener.source)
@@ -425,10 +402,18 @@ class BridgeConfig(Model):
             if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
                 problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "
                                                     "IBM MQ queue name"))
-            problems.extend(_resolve_identity(listener, source, where))
-            first = seen.setdefault((listener.source, listener.queue), index)
+            problems.extend(resolve_identity(listener, source, where))
+            problems.extend(selector_problems(listener.selector, source, where))
+            # Listeners with different selectors may share a queue: each takes its own messages.
+            first = seen.setdefault((listener.source, listener.queue, listener.selector or ""), index)
             if first != index:
-                problems.append((where, f"same source and queue as listeners[{first}]; raise its threads instead"))
+                problems.append((where, f"same source, queue and selector as listeners[{first}]; raise its threads"))
+            # They share one name (source:queue) for control, counters and metrics: one thread count.
+            sharing = next((i for i, o in enumerate(self.listeners[:index]) if (o.source, o.queue) ==
+                            (listener.source, listener.queue) and o.threads != listener.threads), None)
+            if sharing is not None:
+                problems.append(((*where, "threads"), f"must equal listeners[{sharing}].threads: listeners on one "
+                                 "queue share its name (source:queue) for control, counters and metrics"))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         if problems:
             raise KeyedError(problems)

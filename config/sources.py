@@ -58,6 +58,10 @@ class StompSourceConfig(Model):
                                   "ssl = true unless ssl_insecure")
     cert_file: Path | None = Field(default=None, description="Client certificate (PEM)")
     key_file: Path | None = Field(default=None, description="Client private key (PEM)")
+    management_url: str | None = Field(default=None, pattern=r"^https?://[^/\s@]+/?$",
+                                       description='RabbitMQ: its management API ("http://host:15672", no '
+                                                   "credentials in it), read with user and password for each "
+                                                   "listener's backlog")
 
     @field_validator("host")
     @classmethod
@@ -86,12 +90,28 @@ class StompSourceConfig(Model):
                                               f"clear to host {self.host!r}, which is not a loopback address; set "
                                               "ssl = true (with ca_certs), or allow_plaintext_password = true "
                                               "to accept the risk")])
+        if self.management_url is not None:
+            _check_management(self)
         if self.vhost is None and self.broker == "rabbitmq":
             self.vhost = "/"  # RabbitMQ's default virtual host; the host name is never a vhost there
         if self.commit_mode is None:
             # Artemis acknowledges STOMP ACK frames at once, outside any transaction.
             self.commit_mode = "receipted" if self.broker == "artemis" else "transactional"
         return self
+
+
+def _check_management(cfg: StompSourceConfig) -> None:
+    """`management_url` is RabbitMQ's, and without TLS it carries the password only to loopback."""
+    if cfg.broker != "rabbitmq":
+        raise KeyedError([(("management_url",), 'only for broker = "rabbitmq" (ActiveMQ answers statistics over '
+                                                "STOMP; Artemis has none)")])
+    host = cfg.management_url.split("://", 1)[1].rstrip("/").rsplit(":", 1)[0].strip("[]") \
+        if cfg.management_url else ""
+    if cfg.password is not None and cfg.management_url and cfg.management_url.startswith("http://") \
+            and not cfg.allow_plaintext_password and not is_loopback(host):
+        raise KeyedError([(("management_url",), f"http:// to host {host!r}, which is not a loopback address: the "
+                                                "password would travel in clear; use https://, or "
+                                                "allow_plaintext_password = true to accept the risk")])
 
 
 _CONN_NAME = re.compile(r"[^\s(),]+(\(\d{1,5}\))?")

@@ -7,6 +7,8 @@ set -euo pipefail
 BASE="$(realpath -m "${MQBRIDGE_AMQ_BASE:-.amq}")"
 PORT="${MQBRIDGE_STOMP_PORT:-61613}"
 MAX_FRAME="${MQBRIDGE_STOMP_MAX_FRAME:-104857600}"  # bytes; tests of oversized frames lower it
+# Destination statistics over STOMP (the bridge's backlog gauge): on unless MQBRIDGE_AMQ_STATISTICS=off.
+STATISTICS="${MQBRIDGE_AMQ_STATISTICS:-on}"
 AUTH_USER="${MQBRIDGE_AMQ_AUTH_USER:-}"  # set (with MQBRIDGE_AMQ_AUTH_PASSWORD): only that user may connect
 # STOMP over TLS (tests/integration/test_broker_tls.py): MQBRIDGE_AMQ_TLS_KEYSTORE (PKCS12: the broker's key
 # and certificate), MQBRIDGE_AMQ_TLS_TRUSTSTORE (PKCS12: the CA of client certificates), their password
@@ -22,7 +24,7 @@ install() {
     if [ ! -f "$HOME_DIR/bin/activemq.jar" ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq activemq >/dev/null
+        apt-get install -y -qq activemq libxstream-java libjettison-java libxpp3-java >/dev/null
     fi
     # The Debian package enables an instance via /etc/activemq/instances-enabled on some set-ups;
     # ours is private, so make sure the packaged one does not hold the ports.
@@ -32,11 +34,22 @@ install() {
 write_conf() {
     mkdir -p "$BASE/conf" "$BASE/data"
     local plugins=""
+    # statisticsBrokerPlugin answers a message sent to ActiveMQ.Statistics.Destination.<queue> (with a
+    # reply-to) with the queue's size and enqueue/dequeue counts: the bridge's backlog gauge reads it.
+    [ "$STATISTICS" = off ] || plugins="<statisticsBrokerPlugin/>"
     if [ -n "$AUTH_USER" ]; then
-        plugins="<plugins><simpleAuthenticationPlugin anonymousAccessAllowed=\"false\"><users>
+        plugins="$plugins<simpleAuthenticationPlugin anonymousAccessAllowed=\"false\"><users>
       <authenticationUser username=\"$AUTH_USER\" password=\"${MQBRIDGE_AMQ_AUTH_PASSWORD:?}\" groups=\"users\"/>
-    </users></simpleAuthenticationPlugin></plugins>"
+    </users></simpleAuthenticationPlugin>"
     fi
+    [ -z "$plugins" ] || plugins="<plugins>$plugins</plugins>"
+    # The statistics answer is a JMS MapMessage; ActiveMQ turns it into a STOMP body with XStream, which
+    # Debian's activemq package leaves off the broker's class path (without it the answer is dropped).
+    mkdir -p "$BASE/lib"
+    local jar
+    for jar in xstream jettison xpp3; do
+        [ ! -f "/usr/share/java/$jar.jar" ] || ln -sf "/usr/share/java/$jar.jar" "$BASE/lib/$jar.jar"
+    done
     local ssl_context="" tls_connectors=""
     if [ -n "$TLS_KEYSTORE" ]; then
         local password="${MQBRIDGE_AMQ_TLS_STORE_PASSWORD:?}"

@@ -13,6 +13,9 @@ AMQP_PORT="${MQBRIDGE_RABBIT_AMQP_PORT:-5673}"
 # (server.pem, server.key, ca.pem); a client certificate is required. A second node beside the shared
 # one needs its own MQBRIDGE_RABBIT_NODE, MQBRIDGE_RABBIT_AMQP_PORT and MQBRIDGE_RABBIT_DIST_PORT.
 TLS_PORT="${MQBRIDGE_RABBIT_TLS_PORT:-}"
+# The management API (the bridge's backlog gauge reads it) on 127.0.0.1:MQBRIDGE_RABBIT_MGMT_PORT when set;
+# off otherwise, so the shared node keeps its configuration (enabling it needs a restart).
+MGMT_PORT="${MQBRIDGE_RABBIT_MGMT_PORT:-}"
 export RABBITMQ_NODENAME="${MQBRIDGE_RABBIT_NODE:-mqbridge-test}@localhost"
 [ -z "${MQBRIDGE_RABBIT_DIST_PORT:-}" ] || export RABBITMQ_DIST_PORT="$MQBRIDGE_RABBIT_DIST_PORT"
 export RABBITMQ_CONFIG_FILE="$BASE/rabbitmq.conf"
@@ -54,7 +57,17 @@ ssl_options.verify = verify_peer
 ssl_options.fail_if_no_peer_cert = true
 CONF
     fi
-    echo "[rabbitmq_stomp]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
+    if [ -n "$MGMT_PORT" ]; then
+        # Statistics every 500 ms (default 5 s), so a test sees a queue's depth change quickly.
+        cat >>"$RABBITMQ_CONFIG_FILE" <<CONF
+management.tcp.port = ${MGMT_PORT}
+management.tcp.ip = 127.0.0.1
+collect_statistics_interval = 500
+CONF
+        echo "[rabbitmq_stomp,rabbitmq_management]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
+    else
+        echo "[rabbitmq_stomp]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
+    fi
     # Debian's rabbitmq-server drops root for the `rabbitmq` user.
     if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq:rabbitmq "$BASE"; fi
 }

@@ -63,6 +63,9 @@ __CHART_backlog__
 <h2>Listeners</h2>
 <table id="listeners"><thead><tr><th>listener</th><th>state</th><th>committed/s</th><th>committed</th>
 <th>backed out</th><th>moved to backout</th><th>restarts</th><th>last error</th></tr></thead><tbody></tbody></table>
+<h2>Waiting on the queues <span class="muted">(read every [bridge] backlog_interval)</span></h2>
+<table id="queue-backlog"><thead><tr><th>listener</th><th>messages waiting</th><th>oldest</th><th>read</th>
+</tr></thead><tbody></tbody></table>
 <h2>Listener control <span class="muted">(mqbridge listener pause|resume|stop|start|threads)</span></h2>
 <table id="controls"><thead><tr><th>listener</th><th>state</th><th>threads</th><th>alive</th><th>in effect</th>
 <th>last command</th></tr></thead><tbody></tbody></table>
@@ -187,6 +190,12 @@ function render(s) {
     cell(r, l.listener_committed_per_second ?? ""); cell(r, m.messages_committed ?? "");
     cell(r, m.messages_backed_out ?? ""); cell(r, m.messages_moved_to_backout ?? "");
     cell(r, l.restarts); cell(r, l.last_error || "", l.last_error ? "bad" : "");
+  });
+  const backlog = s.backlog || {};
+  rows("queue-backlog", Object.keys(backlog).map(k => [k, backlog[k]]), (r, [name, b]) => {
+    cell(r, name); cell(r, b.messages ?? "unknown", b.messages == null ? "muted" : "");
+    cell(r, b.oldest_age_seconds == null ? "" : b.oldest_age_seconds.toFixed(0) + " s");
+    cell(r, b.seconds_since_read + " s ago");
   });
   rows("controls", s.listener_controls || [], (r, c) => {
     cell(r, c.name); cell(r, c.state, c.state === "running" ? "ok" : "warn");

@@ -37,6 +37,7 @@ from mqbridge.counters import RateMeter
 from mqbridge.errors import BridgeError
 from mqbridge.monitoring import lookup
 from mqbridge.monitoring.access import Access, server_context
+from mqbridge.monitoring.backlog_metrics import BacklogMetrics
 from mqbridge.monitoring.control import ListenerCommands, answer_post
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
@@ -174,6 +175,7 @@ class MonitoringServer(Observer):
         self.rates = ListenerRates()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BridgeMetrics(bridge.counters, bridge.collector.stats, self._health_view))
+        self.registry.register(BacklogMetrics(lambda: self.bridge.status().get("backlog") or {}))
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         #: Where a message is (`mqbridge.where.Locator.locate`, set by the composition root): /messages/<id>.

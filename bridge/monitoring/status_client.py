@@ -163,6 +163,11 @@ def _listener_lines(status: dict[str, Any]) -> list[str]:
                    f"{'-' if committed is None else f'{committed:.0f}':>10} {entry.get('restarts', 0):>8}  "
                    f"{entry.get('last_error') or '-'}")
     out.append("(MSG/S and COMMITTED are per queue, shared by its threads)")
+    for label, backlog in (status.get("backlog") or {}).items():
+        waiting, age = backlog.get("messages"), backlog.get("oldest_age_seconds")
+        out.append(f"backlog {label}: " + ("unknown" if waiting is None else f"{waiting} waiting")
+                   + ("" if age is None else f", oldest {age:.0f}s")
+                   + f" (read {backlog.get('seconds_since_read')}s ago)")
     for control in status.get("listener_controls") or []:  # what an operator changed (mqbridge listener)
         if control.get("state") != "running" or control.get("threads") != control.get("configured_threads"):
             pending = "" if control.get("in_effect") else f"; not in effect yet: {control.get('pending')}"

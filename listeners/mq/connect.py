@@ -74,22 +74,33 @@ def connect_qmgr(driver: Any, errors: tuple[type[BaseException], ...], cfg: MqSo
 
 
 def open_input(driver: Any, errors: tuple[type[BaseException], ...], qmgr: Any, where: str,
-               destination: str) -> tuple[Any, bool]:
-    """The queue opened for input (and inquire, when authorised): (queue, inquirable)."""
+               destination: str, selector: str | None = None) -> tuple[Any, bool]:
+    """The queue opened for input (and inquire, when authorised): (queue, inquirable). With a
+    `selector`, MQOPEN carries it as the MQOD's SelectionString: every MQGET on this handle then
+    sees only the messages whose properties match it."""
     c = driver.CMQC
     options = c.MQOO_INPUT_AS_Q_DEF | c.MQOO_FAIL_IF_QUIESCING
-    what = f"MQOPEN of {where} for input"
+    what = f"MQOPEN of {where} for input" + (f" with selection string {selector!r}" if selector else "")
     try:
-        return driver.Queue(qmgr, destination.encode(), options | c.MQOO_INQUIRE), True
+        return driver.Queue(qmgr, _descriptor(driver, destination, selector), options | c.MQOO_INQUIRE), True
     except errors as exc:
         if reason_of(exc) != MQRC_NOT_AUTHORIZED:
             raise wrap(exc, what, at_connect=True) from exc
     log.warning("%s: not authorised to inquire the queue; BOTHRESH/BOQNAME are not read (grant +inq, or set "
                 "the listener's backout_threshold and backout_queue)", what)
     try:
-        return driver.Queue(qmgr, destination.encode(), options), False
+        return driver.Queue(qmgr, _descriptor(driver, destination, selector), options), False
     except errors as exc:
         raise wrap(exc, what, at_connect=True) from exc
+
+
+def _descriptor(driver: Any, destination: str, selector: str | None) -> Any:
+    """The queue name, or with a selector an MQOD of version 4 (the first with SelectionString)."""
+    if not selector:
+        return destination.encode()
+    od = driver.OD(ObjectName=destination.encode(), Version=driver.CMQC.MQOD_VERSION_4)
+    od.SelectionString = selector.encode()
+    return od
 
 
 def inquire_settings(cmqc: Any, errors: tuple[type[BaseException], ...], qmgr: Any, queue: Any,

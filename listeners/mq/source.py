@@ -162,7 +162,7 @@ class MqSource:
         self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._options)
         try:
             self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
-                                                 self.destination)
+                                                 self.destination, self._listener.selector if self._listener else None)
             settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
                                         self._where, self.config.queue_manager)
             self._apply(settings)

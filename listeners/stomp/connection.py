@@ -38,7 +38,7 @@ class Connection:
     listener has seen (`frames`); each `open` makes a new one."""
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
-                 client_name: str) -> None:
+                 client_name: str, selector: str | None = None) -> None:
         import stomp  # optional driver, imported where used
         import stomp.exception
 
@@ -47,6 +47,7 @@ class Connection:
         self.destination = destination
         self.prefetch = prefetch
         self.client_name = client_name
+        self.selector = selector  # the listener's `selector` (ActiveMQ, Artemis; the config refuses RabbitMQ)
         self.receipt_timeout = config.receipt_timeout
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
@@ -136,6 +137,8 @@ class Connection:
             headers = {"prefetch-count": str(self.prefetch)}
         elif self.config.broker == "artemis":
             headers = {"consumer-window-size": "-1"}
+        if self.selector is not None:
+            headers["selector"] = self.selector
         receipt = f"sub-{self.subscription}"
         headers["receipt"] = receipt
         errors_before = len(self.frames.errors)

@@ -92,13 +92,13 @@ class StompSource:
                    backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
                    reply_allow=context.reply_allow(), backout_log=context.shared.backout_log,
-                   stations=context.shared.stations)
+                   stations=context.shared.stations, selector=listener.selector)
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
                  confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
                  reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None,
-                 stations: Stations | None = None) -> None:
+                 stations: Stations | None = None, selector: str | None = None) -> None:
         self.name = name
         self.destination = destination
         self.config = config
@@ -117,7 +117,7 @@ class StompSource:
         self.stamp = stamp
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._connection = Connection(name, config, destination, prefetch=self.prefetch,
-                                      client_name=client_name)
+                                      client_name=client_name, selector=selector)
         self._unit = Unit()
         self.cumulative = config.ack_mode == "cumulative"
         self.receipted = config.commit_mode == "receipted"

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from mqbridge.app import build_app
+from mqbridge.errors import ConfigError
 from mqbridge.listeners.mq import MqSource
+from mqbridge.listeners.mq.backlog import QueueDepths
 from mqbridge.records import InDoubtLog
 from mqbridge.source import SourceContext
 from mqbridge.supervisor import Bridge
@@ -27,8 +29,10 @@ from tests.support.bridge import (
     run_until_idle,
 )
 from tests.support.configs import fake_mq_source
+from tests.support.exactly_once import account
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.fakes.mq_testing import make_source
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -238,3 +242,70 @@ def test_two_messages_with_one_msgid_in_a_unit_each_get_their_own_result(tmp_pat
     landed = collections.Counter(row["id"] for row in read_table(spark, tmp_path / "landing" / "dup"))
     assert landed == collections.Counter([f"n{i}" for i in range(10)] + ["good twin"])
     assert qm.queue("DUP.IN").depth == 0
+
+
+def test_two_listeners_with_complementary_selection_strings_each_land_their_share_once(
+        tmp_path: Path, spark, qm) -> None:
+    # Given one queue holding EU, US and unlabelled messages (properties), interleaved
+    qm.define_queue("ORDERS")
+    regions = ["EU", "US", None]
+    sent: dict[str, list[bytes]] = {"eu": [], "rest": []}
+    for i in range(300):
+        region, body = regions[i % 3], f"order {i}".encode()
+        qm.put("ORDERS", body, properties={"region": region} if region else {})
+        sent["eu" if region == "EU" else "rest"].append(body)
+    # and two listeners on it whose selection strings split it: one lands EU, the other the rest
+    cfg = mq_config(tmp_path, qm, listener("ORDERS", "eu", extra="selector = \"region = 'EU'\"")
+                    + listener("ORDERS", "rest", extra="selector = \"region <> 'EU' OR region IS NULL\""),
+                    types="eu rest")
+
+    # When the bridge runs until idle
+    assert run_until_idle(mq_bridge(cfg, spark)) == 0
+
+    # Then each table holds exactly its share, each message once: none lost, duplicated or misplaced
+    for name in ("eu", "rest"):
+        rows = collections.Counter(bytes(r.body) for r in read_table(spark, tmp_path / "landing" / name))
+        accounting = account(sent[name], rows)
+        assert accounting.clean, f"{name}: {accounting}"
+    assert qm.queue("ORDERS").depth == 0
+
+
+def test_a_selection_string_the_queue_manager_refuses_stops_the_listener_with_mqs_reason(qm) -> None:
+    # Given a listener whose selection string IBM MQ cannot parse (MQRC_SELECTION_STRING_ERROR)
+    qm.define_queue("ORDERS")
+    source = make_source(qm, "ORDERS", selector="region = = 'EU'")
+    # When it connects, Then MQOPEN's 2519 is a configuration error naming the string
+    with pytest.raises(ConfigError, match=r"selection string \"region = = 'EU'\".*2519|2519.*selection"):
+        source.connect()
+
+
+def test_the_backlog_gauge_reads_curdepth_of_a_paused_listeners_queue(tmp_path: Path, spark, qm) -> None:
+    # Given a bridge on ORDERS reading CURDEPTH every 200 ms, its listener paused
+    qm.define_queue("ORDERS")
+    cfg = mq_config(tmp_path, qm, listener("ORDERS"))
+    cfg.bridge.backlog_interval = 0.2
+    app = build_app(cfg, spark=spark, source_factory=lambda context: MqSource(
+        context.source_name, cfg.sources["qm"], "ORDERS", listener=context.listener, driver=pymqi_fake),
+        backlog_probe=lambda name, source: QueueDepths(name, source, pymqi_fake))
+    bridge = app.bridge
+    bridge.controls.command("qm:ORDERS", "pause")
+    running = RunningBridge(bridge, until_idle=1.0)
+
+    def backlog() -> Any:
+        return (bridge.status().get("backlog") or {}).get("qm:ORDERS", {}).get("messages")
+
+    try:
+        # When 60 messages are put, Then the backlog is 60 and the run goes on
+        sent = [f"waiting {i}".encode() for i in range(60)]
+        qm.put_many("ORDERS", sent)
+        wait_until(lambda: backlog() == 60, 30, "a backlog of 60 (CURDEPTH)")
+        assert running.thread.is_alive()
+        # When it is resumed, Then the run ends with the backlog read 0 and every message landed once
+        bridge.controls.command("qm:ORDERS", "resume")
+        assert running.wait(120) == 0
+        assert backlog() == 0
+        rows = collections.Counter(bytes(r.body) for r in read_table(spark, tmp_path / "landing" / "orders"))
+        assert account(sent, rows).clean
+    finally:
+        if running.thread.is_alive():
+            running.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +166,7 @@ class Connection:
     puts: list[tuple[FakeQueue, StoredMessage]] = field(default_factory=list)
     handles: dict[int, dict[str, Any]] = field(default_factory=dict)
     objects: dict[int, tuple[FakeQueue | None, int]] = field(default_factory=dict)
+    selections: dict[int, Callable[[Mapping[str, Any]], bool | None]] = field(default_factory=dict)  # by hobj
 
     @property
     def uow_size(self) -> int:

@@ -64,6 +64,7 @@ from tests.support.fakes.mq_model import (
     pad_bytes,
     pad_char,
 )
+from tests.support.fakes.mq_selection import Predicate, compile_selection
 
 __all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServer", "Fault", "MQMIError",
            "PYIFError", "StoredMessage", "fail"]
@@ -378,7 +379,7 @@ class FakeQueueManagerServer:
             conn.handles.clear()
             self.cond.notify_all()
 
-    def mqopen(self, conn: Connection, name: str, options: int, object_type: int = 1) -> int:
+    def mqopen(self, conn: Connection, name: str, options: int, object_type: int = 1, *, selection: str = "") -> int:
         with self.cond:
             self._check(conn)
             self._maybe_fault(conn, "open", name)
@@ -395,12 +396,19 @@ class FakeQueueManagerServer:
                       "browse": options & CMQC.MQOO_BROWSE}
             if any(wanted[k] for k in queue.denied if k in wanted):
                 raise fail(CMQC.MQRC_NOT_AUTHORIZED)
+            try:
+                selects = compile_selection(selection) if selection else None
+            except ValueError:
+                raise fail(CMQC.MQRC_SELECTION_STRING_ERROR) from None
             conn.objects[hobj := next(self._hobjs)] = (queue, options)
+            if selects is not None:
+                conn.selections[hobj] = selects
             return hobj
 
     def mqclose(self, conn: Connection, hobj: int) -> None:
         with self.cond:
             self._check(conn)
+            conn.selections.pop(hobj, None)
             if conn.objects.pop(hobj, None) is None:
                 raise fail(CMQC.MQRC_HOBJ_ERROR)
 
@@ -443,7 +451,7 @@ class FakeQueueManagerServer:
                 self._check(conn)
                 if opts & CMQC.MQGMO_FAIL_IF_QUIESCING and self.quiescing:
                     raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
-                message = self._match(queue, md, gmo)
+                message = self._match(queue, md, gmo, conn.selections.get(hobj))
                 if message is not None:
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -684,7 +692,7 @@ class FakeQueueManagerServer:
         self.cond.notify_all()
 
     @staticmethod
-    def _match(queue: FakeQueue, md: Any, gmo: Any) -> StoredMessage | None:
+    def _match(queue: FakeQueue, md: Any, gmo: Any, selects: Predicate | None = None) -> StoredMessage | None:
         want_msg = gmo.MatchOptions & CMQC.MQMO_MATCH_MSG_ID and md.MsgId.strip(b"\0")
         want_correl = gmo.MatchOptions & CMQC.MQMO_MATCH_CORREL_ID and md.CorrelId.strip(b"\0")
         for message in queue.messages:
@@ -693,6 +701,9 @@ class FakeQueueManagerServer:
             if want_msg and message.md["MsgId"] != pad_bytes(md.MsgId, 24):
                 continue
             if want_correl and message.md["CorrelId"] != pad_bytes(md.CorrelId, 24):
+                continue
+            # A selection string sees the properties; unknown (a missing property) does not select.
+            if selects is not None and not selects({n: v for n, (_, v) in message.properties.items()}):
                 continue
             return message
         return None

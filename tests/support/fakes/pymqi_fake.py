@@ -113,7 +113,8 @@ class PMO(_Struct):
 class OD(_Struct):
     """MQOD."""
 
-    _fields = (("ObjectType", 1), ("ObjectName", _BLANK), ("ObjectQMgrName", _BLANK))
+    _fields = (("ObjectType", 1), ("ObjectName", _BLANK), ("ObjectQMgrName", _BLANK),
+               ("Version", CMQC.MQOD_VERSION_1), ("SelectionString", b""))
 
 
 class CD(_Struct):
@@ -276,8 +277,9 @@ class Queue:
         self._hobj: int | None = None
         self._name: str | None = None
         self._options: int | None = None
+        self._selection = ""
         if opts:
-            self._name = _text(opts[0].ObjectName if isinstance(opts[0], OD) else opts[0])
+            self._describe(opts[0])
         if len(opts) == 2:
             self._options = opts[1]
             self._open()
@@ -286,12 +288,18 @@ class Queue:
         if self._name is None:
             raise PYIFError("The Queue Descriptor has not been set.")
         server, conn = self._qmgr._live()
-        self._hobj = server.mqopen(conn, self._name, self._options or 0)
+        self._hobj = server.mqopen(conn, self._name, self._options or 0, selection=self._selection)
+
+    def _describe(self, q_desc: Any) -> None:
+        """The queue name, and the selection string of an MQOD (MQ reads it from version 4 on)."""
+        self._name = _text(q_desc.ObjectName if isinstance(q_desc, OD) else q_desc)
+        if isinstance(q_desc, OD) and q_desc.Version >= CMQC.MQOD_VERSION_4:
+            self._selection = _text(q_desc.SelectionString).strip()
 
     def open(self, q_desc: Any, *opts: Any) -> None:
         if self._hobj:
             raise PYIFError("The Queue is already open")
-        self._name = _text(q_desc.ObjectName if isinstance(q_desc, OD) else q_desc)
+        self._describe(q_desc)
         if opts:
             self._options = opts[0]
             self._open()

@@ -141,7 +141,7 @@ def test_parse_size_rejects(text: object, problem: str) -> None:
                                                   "'order' (configured: orders)"),
     ("[collector]\nmemroy = 1\n" + MINIMAL, "demo.toml: collector.memroy: unknown key"),
     (MINIMAL.replace("[types.orders]", "[types.orders]\nshema = 'x'"), "demo.toml: types.orders.shema: unknown key"),
-    (MINIMAL + LISTENER, "demo.toml: listeners[1]: same source and queue as listeners[0]; raise its threads instead"),
+    (MINIMAL + LISTENER, "demo.toml: listeners[1]: same source, queue and selector as listeners[0]; raise its threads"),
     (TYPES + SOURCE, "demo.toml: listeners: required key is missing"),
     (MINIMAL.replace('queue = "/queue/orders"\n', ""), "demo.toml: listeners[0].queue: required key is missing"),
     (MINIMAL.replace('kind = "stomp"', 'kind = "kafka"'), "demo.toml: sources.amq.kind: 'kafka' is not a source kind"),

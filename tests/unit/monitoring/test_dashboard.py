@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import mqbridge
 from mqbridge.collector import CollectorStats
 from mqbridge.counters import Counters
+from mqbridge.monitoring.backlog_metrics import BacklogMetrics
 from mqbridge.monitoring.metrics import BridgeMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "contrib" / "grafana" / "mqbridge.json"
@@ -40,6 +41,7 @@ def exported_series() -> set[str]:
                 counters.observe(name, 1.0)
     registry = CollectorRegistry()
     registry.register(BridgeMetrics(counters, CollectorStats, lambda: {"healthy": True, "spark_reachable": True}))
+    registry.register(BacklogMetrics(lambda: {"amq:/queue/q": {"messages": 1, "oldest_age_seconds": 1.0}}))
     text = generate_latest(registry).decode()
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
 
