@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mqbridge.message import Message
+from mqbridge.message import Bulk, Message
 from mqbridge.source import Source
 from mqbridge.unit_plan import UnitResults
 
@@ -150,3 +150,22 @@ def _copy(units: deque[PendingUnit]) -> list[PendingUnit]:
         except RuntimeError:  # "deque mutated during iteration": try again
             continue
     return []
+
+
+def held(key: str, collected: Sequence[tuple[Message, Bulk, str]],
+         threads: Sequence[tuple[str, Connections]]) -> list[Held]:
+    """The deliveries whose msg_id or identity is `key`: each listener thread's (`threads`: its name
+    and connections) with its unit's stage, and the bulk and its state where the collector holds it
+    (`collected`, `BulkCollector.holding`). From copies of references: nothing here waits for a
+    listener thread, and the collector's lock was held only to copy."""
+    bulks = [(m, bulk.bulk_id, state) for m, bulk, state in collected]
+    found: list[Held] = []
+    for name, connections in threads:
+        for unit, message in connections.holding(key):
+            # The collector may hold a preprocessed copy: the same delivery by its ids.
+            match = next((b for b in bulks if b[0] is message), None) or next(
+                (b for b in bulks if (b[0].msg_id, b[0].identity) == (message.msg_id, message.identity)), None)
+            if match is not None:
+                bulks.remove(match)
+            found.append(Held(message, name, unit, *(match[1:] if match else ("", ""))))
+    return found + [Held(message, bulk_id=bulk_id, bulk_state=state) for message, bulk_id, state in bulks]

@@ -29,7 +29,7 @@ from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.guard import MemoryGuard
-from mqbridge.in_flight import Held
+from mqbridge.in_flight import Held, held
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.source import QueueShared, Source, SourceContext, open_source
@@ -319,23 +319,10 @@ class Bridge:
             o.holds_back_idle(since, frozenset(reading)) for o in self.observers)
 
     def holding(self, key: str) -> list[Held]:
-        """The deliveries this bridge holds whose msg_id or identity is `key` (`mqbridge where`): the
-        listener thread and its unit's stage, the bulk and its state. From copies of references:
-        nothing here waits for a listener thread, and the collector's lock is held only to copy."""
-        bulks = [(m, bulk.bulk_id, state) for m, bulk, state in self.collector.holding(key)]
-        found: list[Held] = []
-        for slot in self.slots:
-            thread = slot.thread
-            if thread is None or not thread.is_alive():
-                continue
-            for unit, message in thread.connections.holding(key):
-                # The collector may hold a preprocessed copy: the same delivery by its ids.
-                match = next((b for b in bulks if b[0] is message), None) or next(
-                    (b for b in bulks if (b[0].msg_id, b[0].identity) == (message.msg_id, message.identity)), None)
-                if match is not None:
-                    bulks.remove(match)
-                found.append(Held(message, slot.name, unit, *(match[1:] if match else ("", ""))))
-        return found + [Held(message, bulk_id=bulk_id, bulk_state=state) for message, bulk_id, state in bulks]
+        """The deliveries this bridge holds whose msg_id or identity is `key` (`mqbridge where`;
+        `mqbridge.in_flight.held`)."""
+        threads = [(s.name, s.thread.connections) for s in self.slots if s.thread is not None and s.thread.is_alive()]
+        return held(key, self.collector.holding(key), threads)
 
     def last_activity(self) -> float:
         times = [s.thread.state.last_activity for s in self.slots if s.thread is not None]
