@@ -9,7 +9,7 @@ its own (about 40 s beside the tests); every `mqbridge run` started after it is 
 (docs/performance.md). A run started before it is ready, or whose JVM refuses it (another class
 path: a JDBC driver, Hive), starts as without one: the archive changes how fast a JVM starts, never
 what it does. tests/integration/test_class_archive.py makes its own and opts out (`mqbridge(...,
-class_archive=False)`).
+class_archive=False)`); MQBRIDGE_TEST_CLASS_ARCHIVE=off turns it off for a whole run.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ def start(root: Path) -> None:
     global _maker
     with _lock:
         if _maker is not None:
+            return
+        if os.environ.get("MQBRIDGE_TEST_CLASS_ARCHIVE") == "off":  # to compare, or to rule it out
+            _maker = threading.current_thread()
             return
         base = root / ".test-cache" / "class-archive"
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
