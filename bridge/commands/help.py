@@ -11,6 +11,21 @@ import textwrap
 from typing import Any
 
 _HELP: dict[str, tuple[str, str]] = {
+    "redrive": (
+        "Move messages from a listener's backout queue back to the queue it reads, in units of work of "
+        "--batch messages, each a copy that keeps the identity the landing ledger knows it by: a message "
+        "that had in fact landed is recognised and committed without landing twice. Its delivery count "
+        "starts again; why it was moved is kept in the header mqbridge-redriven-reason. STOMP: one "
+        "transaction per unit (never NACK); IBM MQ: under syncpoint. Killed at any point, nothing is lost "
+        "or duplicated: run it again. Run it while the bridge runs or not.",
+        """example:
+  mqbridge redrive --config /etc/mqbridge/bridge.toml --listener /queue/orders --dry-run
+  mqbridge redrive -c bridge.toml --listener amq:/queue/orders --limit 100
+
+exit codes:
+  0  moved (or listed) what there was; the counts are printed
+  1  the broker could not be reached, refused a frame, or a commit is in doubt (run it again)
+  2  configuration error: no such listener, no backout queue, a source kind without re-drive"""),
     "run": (
         "Run the bridge: read messages from the configured sources and land them in Spark tables, exactly "
         "once, until stopped (SIGINT/SIGTERM; a second one exits at once) or, with --until-idle, until "
