@@ -21,6 +21,7 @@ from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, dura
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
 from mqbridge.commands.redrive import add_parser as add_redrive
+from mqbridge.commands.replay import add_parser as add_replay
 from mqbridge.commands.spark_archive import add_parser as add_spark_archive
 from mqbridge.commands.where import add_parser as add_where
 from mqbridge.config import load_config
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.set_defaults(handler=cmd_ledger)
     add_where(sub)
     add_redrive(sub)
+    add_replay(sub)
     run.set_defaults(handler=cmd_run)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)

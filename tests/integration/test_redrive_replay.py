@@ -97,3 +97,38 @@ def test_redrive_keeps_identity_survives_a_kill_and_lands_nothing_twice(landed: 
     first = {bytes(r.body): r.msg_id for r in rows}
     assert len({r.msg_id for r in redriven} | set(first.values())) == len(after)  # original ids, distinct
     assert amq.depth(landed.queue) == 0 and amq.depth(backout) == 0
+
+
+def test_replay_sends_each_row_once_in_put_order_across_a_kill(landed: Landed, spark: Any,
+                                                                amq: AmqClient) -> None:
+    # Given the landed table (as the re-drive test, if it ran first, left it)
+    rows = read_table(spark, landed.table)
+    destination = unique_queue("replayed")
+    cli = ("replay", "--config", str(landed.config), "--table", "orders", "--to", destination, "--batch", "7",
+           "--in-doubt-wait", "5s")
+
+    # When a replay is killed after the target committed its first batch, before its ledger said so
+    code, out = _run(*cli, failpoint="replay_after_commit", timeout=240)
+    assert code == -signal.SIGKILL and "failpoint replay_after_commit reached" in out, out
+    replay_id = out.split("replay ", 1)[1].split(":", 1)[0]
+    wait_until(lambda: amq.depth(destination) == 7, 30, "the killed replay's committed first batch of 7")
+    # ... and the same command runs again
+    code, out = _run(*cli, timeout=240)
+    assert code == 0, out
+    assert "1 had been sent, 0 had not" in out and f"{len(rows)} rows in" in out, out
+
+    # Then every row arrived once, byte-exact, with its headers, oldest put_timestamp first
+    frames = amq.drain(destination)
+    accounting = account([bytes(r.body) for r in rows], collections.Counter(bytes(f.body) for f in frames))
+    assert accounting.clean, accounting
+    put_times = [f.headers["mqbridge-replayed-put-timestamp"] for f in frames]
+    assert put_times == sorted(put_times)
+    by_body = {bytes(r.body): r for r in rows}
+    for frame in frames:
+        row = by_body[bytes(frame.body)]
+        assert frame.headers["mqbridge-replayed-message-id"] == row.msg_id
+        assert frame.headers["x-app"] == "shop" and frame.headers["correlation-id"] == "corr-7"
+        assert frame.headers["mqbridge-replay-id"] == replay_id
+    # ... the markers are gone, and the replay ledger is private
+    assert amq.depth(f"/queue/mqbridge.replay.{replay_id}") == 0
+    assert (landed.config.parent / "state" / "replay.sqlite3").stat().st_mode & 0o777 == 0o600
