@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 #: Source kinds that can re-drive, and the function doing it, imported when used.
 REDRIVE_KINDS: dict[str, str] = {
     "stomp": "mqbridge.listeners.stomp.redrive:redrive",
+    "mq": "mqbridge.listeners.mq.redrive:redrive",
 }
 
 

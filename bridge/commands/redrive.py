@@ -47,13 +47,14 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     setup_logging("WARNING")
     listener = find_listener(cfg, args.listener)
     source = cfg.sources[listener.source]
-    if not listener.backout_queue:
+    if not listener.backout_queue and source.kind != "mq":  # MQ: the queue's BOQNAME
         raise ConfigError(f"--listener {args.listener}: the listener has no backout_queue to re-drive from")
     run = redrive_of(source.kind)
     request = RedriveRequest(limit=args.limit or 2**62, batch=min(args.batch, args.limit or args.batch),
                              dry_run=args.dry_run)
     verb = "listing (dry run: nothing is moved)" if args.dry_run else "moving"
-    print(f"{verb} messages of {listener.backout_queue} back to {listener.queue} (source {listener.source})",
+    print(f"{verb} messages of {listener.backout_queue or 'its BOQNAME'} back to {listener.queue} "
+          f"(source {listener.source})",
           flush=True)
     report = run(listener.source, source, listener, request, lambda line: print(line, flush=True))
     if args.dry_run:
