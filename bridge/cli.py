@@ -20,6 +20,8 @@ from mqbridge.commands.check_config import add_parser as add_check_config
 from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, duration, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
+from mqbridge.commands.redrive import add_parser as add_redrive
+from mqbridge.commands.replay import add_parser as add_replay
 from mqbridge.commands.spark_archive import add_parser as add_spark_archive
 from mqbridge.commands.where import add_parser as add_where
 from mqbridge.config import load_config
@@ -85,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
     ledger.set_defaults(handler=cmd_ledger)
     add_where(sub)
+    add_redrive(sub)
+    add_replay(sub)
     run.set_defaults(handler=cmd_run)
     tables.set_defaults(handler=cmd_tables)
     plugins.set_defaults(handler=cmd_plugins)

@@ -45,6 +45,17 @@ Killing points of a purge (`mqbridge.purge.purger`), per container:
 
     purge_before_swap     the new container is built beside the live one
     purge_after_swap      the new container is live; the old one is not removed yet
+
+Killing points of `mqbridge redrive`, per unit of work (STOMP transaction, MQ syncpoint):
+
+    redrive_before_commit the copies are sent to the source queue and the backout messages
+                          acknowledged (got) in the unit; no COMMIT (MQCMIT) yet
+    redrive_after_commit  the unit is committed
+
+Killing points of `mqbridge replay`, per batch:
+
+    replay_before_commit  the batch's rows and marker are sent in its STOMP transaction; no COMMIT yet
+    replay_after_commit   the target committed the batch; the replay ledger does not say sent yet
 """
 
 from __future__ import annotations
@@ -57,7 +68,9 @@ log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
-          "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap")
+          "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap",
+          "redrive_before_commit", "redrive_after_commit",
+          "replay_before_commit", "replay_after_commit")
 _fired: set[str] = set()
 
 #: Test only: a Spark filter that keeps every row and never ends (Java's Thread.sleep through SQL

@@ -11,6 +11,37 @@ import textwrap
 from typing import Any
 
 _HELP: dict[str, tuple[str, str]] = {
+    "replay": (
+        "Send landed rows of a table back to a queue as messages: body byte-exact, the row's headers and "
+        "correlation id, plus mqbridge-replay-id, mqbridge-replay-key and mqbridge-replayed-message-id. Rows "
+        "are read through Spark in put_timestamp order and sent in units of work of --batch rows (STOMP: one "
+        "transaction each, with a marker message on /queue/mqbridge.replay.ID). The replay ledger in "
+        "state_dir records each row sent per replay id, so running the same command again after a kill "
+        "resumes without sending any row twice. STOMP destinations only in this version.",
+        """example:
+  mqbridge replay --config /etc/mqbridge/bridge.toml --table orders --to /queue/orders.replay
+  mqbridge replay -c bridge.toml --table orders --newer-than 2h --where "headers['x-app'] = 'shop'" \\
+      --to /queue/orders --source amq
+
+exit codes:
+  0  every selected row is sent (by this run or an earlier one of the same replay id)
+  1  the broker or Spark failed, or a commit is in doubt: run the same command again
+  2  configuration error: no such table or source, --source missing, a source kind replay cannot send to"""),
+    "redrive": (
+        "Move messages from a listener's backout queue back to the queue it reads, in units of work of "
+        "--batch messages, each a copy that keeps the identity the landing ledger knows it by: a message "
+        "that had in fact landed is recognised and committed without landing twice. Its delivery count "
+        "starts again; why it was moved is kept in the header mqbridge-redriven-reason. STOMP: one "
+        "transaction per unit (never NACK); IBM MQ: under syncpoint. Killed at any point, nothing is lost "
+        "or duplicated: run it again. Run it while the bridge runs or not.",
+        """example:
+  mqbridge redrive --config /etc/mqbridge/bridge.toml --listener /queue/orders --dry-run
+  mqbridge redrive -c bridge.toml --listener amq:/queue/orders --limit 100
+
+exit codes:
+  0  moved (or listed) what there was; the counts are printed
+  1  the broker could not be reached, refused a frame, or a commit is in doubt (run it again)
+  2  configuration error: no such listener, no backout queue, a source kind without re-drive"""),
     "run": (
         "Run the bridge: read messages from the configured sources and land them in Spark tables, exactly "
         "once, until stopped (SIGINT/SIGTERM; a second one exits at once) or, with --until-idle, until "

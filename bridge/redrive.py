@@ -1,0 +1,78 @@
+"""Re-drive: move messages from a listener's backout queue back to its source queue, keeping the
+identity the landing ledger knows them by (`mqbridge redrive`). What is common to every source
+kind: the request, the report, which listener a name means, and the registry that finds a kind's
+re-drive (imported only when used, like `mqbridge.source.SOURCE_KINDS`)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from mqbridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig, ListenerConfig, SourceConfig
+
+#: Source kinds that can re-drive, and the function doing it, imported when used.
+REDRIVE_KINDS: dict[str, str] = {
+    "stomp": "mqbridge.listeners.stomp.redrive:redrive",
+    "mq": "mqbridge.listeners.mq.redrive:redrive",
+}
+
+
+@dataclass(frozen=True)
+class RedriveRequest:
+    """What to move: at most `limit` messages, `batch` per unit of work; `wait` is how long an
+    empty backout queue is waited on; `dry_run` lists them and moves nothing."""
+
+    limit: int
+    batch: int = 100
+    wait: float = 2.0
+    dry_run: bool = False
+
+
+@dataclass
+class RedriveReport:
+    """What a re-drive did."""
+
+    backout: str
+    target: str
+    moved: int = 0
+    without_identity: int = 0  # not moved there by the bridge: they go back as new messages
+    listed: int = 0  # dry run: seen and left in place
+
+
+class Redrive(Protocol):
+    """A source kind's re-drive (`REDRIVE_KINDS`)."""
+
+    def __call__(self, source_name: str, config: SourceConfig, listener: ListenerConfig,
+                 request: RedriveRequest, say: Callable[[str], None]) -> RedriveReport: ...
+
+
+def find_listener(cfg: BridgeConfig, name: str) -> ListenerConfig:
+    """The listener `name` means: its queue as configured, or SOURCE:QUEUE when two sources share
+    the queue name (as `mqbridge listener` names them)."""
+    exact = [item for item in cfg.listeners if f"{item.source}:{item.queue}" == name]
+    if exact:
+        return exact[0]
+    found = [item for item in cfg.listeners if item.queue == name]
+    if len(found) == 1:
+        return found[0]
+    names = ", ".join(sorted({item.queue for item in cfg.listeners})) or "none"
+    if found:
+        raise ConfigError(f"--listener {name}: two sources read this queue; name it SOURCE:QUEUE "
+                          f"({', '.join(f'{item.source}:{item.queue}' for item in found)})")
+    raise ConfigError(f"--listener {name}: no listener reads this queue (configured: {names})")
+
+
+def redrive_of(kind: str) -> Redrive:
+    """The re-drive of source kind `kind`."""
+    target = REDRIVE_KINDS.get(kind)
+    if target is None:
+        raise ConfigError(f"a {kind} source has no backout queue to re-drive from "
+                          f"(re-drive supports {', '.join(REDRIVE_KINDS)})")
+    module, _, attribute = target.partition(":")
+    function: Redrive = getattr(importlib.import_module(module), attribute)
+    return function
