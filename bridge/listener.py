@@ -133,6 +133,10 @@ class ListenerThread(threading.Thread):
         # as `source`, the one whose unit is being read or finished.
         self.connections = Connections(list(source) if isinstance(source, Sequence) else [source])
         self.source = self.connections.sources[0]
+        if dedupe is not None:  # see Source.applies_backout_threshold
+            for each in self.connections.sources:
+                if each.applies_backout_threshold and hasattr(each, "landed"):
+                    each.landed = self._landed
         self.collector = collector
         self.chain_provider = chain_provider
         self.counters = counters
@@ -144,6 +148,11 @@ class ListenerThread(threading.Thread):
         self.failure: BaseException | None = None
         self._stop_event = threading.Event()
         self._labels = {"listener": spec.name.rsplit("#", 1)[0], "queue": spec.queue}
+
+    def _landed(self, message: Message) -> bool:
+        """Whether the ledger shows `message` landed (asked by an adapter before it moves a message
+        over its backout threshold; LedgerUnavailableError when it cannot say)."""
+        return bool(landed_before(self.dedupe, [message], self.spec.identity, None, []))
 
     # -- supervision -----------------------------------------------------------------------
     def stop(self) -> None:

@@ -88,7 +88,10 @@ class Source(Protocol):
     #: The poison policy. True if the adapter itself moves a message whose delivery count reached
     #: its threshold, at get time (IBM MQ: BOTHRESH/BOQNAME, like the IBM MQ JMS classes); the
     #: listener loop's own threshold is then off, so it cannot cut a larger BOTHRESH short.
-    #: False: the listener loop counts and moves (STOMP, memory).
+    #: False: the listener loop counts and moves (STOMP, memory). Such an adapter asks `landed`
+    #: (set by the listener loop when it has a landing ledger) before it moves a message: one that
+    #: landed while its unit was backed out for another message is handed over and committed as
+    #: landed, never also moved.
     applies_backout_threshold: bool
 
     def connect(self) -> None:

@@ -21,6 +21,13 @@ BACKOUT = "backout"
 DEAD_LETTER = "dead-letter"
 
 
+def threshold_reason(backout_count: int, counted: int, threshold: int, queue: str) -> str:
+    """Why a message got with `backout_count` (`counted` of them outside sink outages) is moved."""
+    uncounted = backout_count - counted
+    return (f"BackoutCount {backout_count} reached the backout threshold {threshold} of {queue}"
+            + (f" ({uncounted} backouts during sink outages not counted)" if uncounted else ""))
+
+
 class SyncpointPutter:
     """Puts messages about one input queue's messages (moves, reports) under syncpoint."""
 

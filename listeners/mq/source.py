@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -60,8 +60,8 @@ from mqbridge.listeners.mq.driver import (
 )
 from mqbridge.listeners.mq.get import SyncpointGetter, UnitFull
 from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timestamp, read_properties
-from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute
-from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
+from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute, threshold_reason
+from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender, _quietly
 from mqbridge.listeners.mq.results import StationSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
@@ -83,6 +83,7 @@ class MqSource:
 
     supports_partial_commit = False
     applies_backout_threshold = True  # BOTHRESH/BOQNAME (or the listener's override), at get time
+    landed: Callable[[Message], bool] | None = None  # see Source.applies_backout_threshold
 
     @classmethod
     def from_context(cls, context: SourceContext) -> MqSource:
@@ -241,18 +242,30 @@ class MqSource:
                 self._commit_if_only_moves()
                 return None
             counted = slot.backout_count - self.tracker.outage_give_backs(slot.msg_id)
-            if self.backout_threshold > 0 and counted >= self.backout_threshold:
-                reason = (f"BackoutCount {slot.backout_count} reached the backout threshold "
-                          f"{self.backout_threshold} of {self.destination}"
-                          + (f" ({slot.backout_count - counted} backouts during sink outages not counted)"
-                             if counted != slot.backout_count else ""))
+            over = self.backout_threshold > 0 and counted >= self.backout_threshold
+            landed = self._landed_over_threshold(slot) if over else None
+            if over and landed is None:
+                reason = threshold_reason(slot.backout_count, counted, self.backout_threshold, self.destination)
                 self._move(slot, reason, None, MQRC_BACKOUT_THRESHOLD_REACHED)
                 self._commit_if_only_moves()
                 self.poison.left_queue([slot.msg_id])  # (if the commit fails, it is got and moved again)
                 self.poison.forget([slot.msg_id])
                 continue
             slot.handed = True
-            return self._to_message(slot)
+            return landed if landed is not None else self._to_message(slot)
+
+    def _landed_over_threshold(self, slot: UnitSlot) -> Message | None:
+        """`slot`'s message, over its threshold, if it landed (its unit was backed out for another: MQ
+        commits whole) or the ledger cannot say (the listener gives the unit back uncounted); else None."""
+        if self.landed is None:
+            return None
+        message = self._to_message(slot)
+        try:
+            return message if self.landed(message) else None
+        except Exception as exc:
+            log.warning("%s: message %s: whether it landed cannot be known (%s): not moved", self._where,
+                        slot.msg_id, exc)
+            return message
 
     def _while_quiescing(self, timeout: float) -> Message | None:
         if any(s.handed for s in self._unit):
@@ -480,11 +493,3 @@ class MqSource:
         log.critical("%s", message)
         raise BackoutFailedError(message)
 
-
-def _quietly(call: Any) -> None:
-    if call is None:
-        return
-    try:
-        call()
-    except Exception as exc:  # closing never raises
-        log.debug("ignored while closing: %s", exc)

@@ -163,6 +163,30 @@ def test_a_message_that_always_fails_moves_to_boqname_at_bothresh(tmp_path: Path
     assert len(read_table(spark, tmp_path / "landing" / "good")) == 50
 
 
+def test_neighbours_that_landed_before_their_unit_reached_bothresh_are_committed_not_moved(
+        tmp_path: Path, spark, qm, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given BOTHRESH 1 and one unit of 20 good messages and one whose Spark write always fails: MQ
+    # commits a unit whole, so it is backed out after the good ones landed and all 21 come back
+    # with BackoutCount 1, at the threshold
+    monkeypatch.setenv("MQBRIDGE_FAILPOINT", "spark_poison_body:poison ")
+    qm.define_queue("MIXED.IN", backout_threshold=1, backout_queue="MIXED.BOQ")
+    qm.define_queue("MIXED.BOQ")
+    good = [f"mixed-{i}".encode() for i in range(20)]
+    qm.put_many("MIXED.IN", [*good[:10], b"poison body", *good[10:]])
+    cfg = mq_config(tmp_path, qm, listener("MIXED.IN", batch=50))
+
+    # When the bridge runs until idle
+    assert run_until_idle(mq_bridge(cfg, spark)) == 0
+
+    # Then only the failing message is on BOQNAME: the others, recognised in the ledger, were
+    # committed as landed (never both in the table and moved), and each is in the table once
+    assert [m.data for m in qm.queue("MIXED.BOQ").visible()] == [b"poison body"]
+    assert qm.queue("MIXED.IN").depth == 0
+    landed = collections.Counter(bytes(r.body) for r in read_table(spark, tmp_path / "landing" / "orders"))
+    accounting = account(good, landed)
+    assert accounting.clean, accounting
+
+
 def test_a_broken_connection_mid_batch_is_reconnected_and_nothing_is_lost(tmp_path: Path, spark, qm) -> None:
     # Given 2009 on an MQGET in the middle of the second unit of work, and on one MQCMIT later
     qm.define_queue("ORDERS")
