@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from mqbridge.backout_log import BackoutLog
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
+from mqbridge.outbox import Derived
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
 from mqbridge.reply_to import FirstTimes, ReplyAllowList
 
@@ -47,6 +48,8 @@ class Landed:
     message: Message
     table: str = ""
     bulk_id: str = ""
+    #: What its preprocessors emitted (`mqbridge.outbox`): sent in the unit of work that removes it.
+    derived: tuple[Derived, ...] = ()
 
 
 @dataclass

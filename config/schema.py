@@ -321,6 +321,9 @@ class ListenerConfig(Model):
     reply_to_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, description="Glob patterns of the reply-to destinations results may go to (IBM MQ: QMGR/QUEUE, "
         "or QUEUE on the connected queue manager); None: STOMP any, IBM MQ the connected queue manager only")
+    outbox_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, description="Glob patterns of the destinations its preprocessors may emit derived messages to "
+        "(mqbridge.emit; STOMP destination or IBM MQ queue); None: emitting is refused")
     identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
                           "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
                           "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")

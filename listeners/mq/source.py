@@ -49,6 +49,7 @@ from mqbridge.listeners.mq.connect import (
     inquire_settings,
     open_input,
 )
+from mqbridge.listeners.mq.derived import DerivedPutter
 from mqbridge.listeners.mq.driver import (
     MQRC_BACKED_OUT,
     driver_errors,
@@ -114,6 +115,8 @@ class MqSource:
                                      appl_name=appl_name, allow=reply_allow or ReplyAllowList(
                                          listener.reply_to_allow if listener is not None else None,
                                          listener=name, queue_manager=config.queue_manager))
+        self._derived = DerivedPutter(self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager,
+                                      appl_name=appl_name)  # the preprocessors' outbox (`mqbridge.outbox`)
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
@@ -337,7 +340,9 @@ class MqSource:
                     self._qmgr, slot, MQRO_PAN, {"table": item.table, "bulk_id": item.bulk_id,
                                                  "put_date": put_date_of(item.message)},
                     self.dead_letter_queue, self._unit_reports)
-        if self._unit_reports.sent or self._unit_reports.rerouted:
+        derived = self._derived.put(self._qmgr, landed)
+        self._uncommitted += derived
+        if self._unit_reports.sent or self._unit_reports.rerouted or derived:
             failpoints.hit("after_results_put")
         self._commit_unit()
         done, self._committed_reports = self._committed_reports, Confirmations()

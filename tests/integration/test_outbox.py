@@ -1,0 +1,112 @@
+"""The preprocessors' transactional outbox (`mqbridge.emit`, docs/plugins.md "Derived messages") under
+kill -9, on the real ActiveMQ and RabbitMQ with the landing ledger on, Spark reading the table.
+
+The listener runs the example plugin `examples/plugins/notify.py`, which emits a notice (the body's
+SHA-256) for every message it processes. A bridge killed at a failpoint around the source commit of
+its first unit, then run again until idle, must leave exactly one notice per landed message and
+none for the messages moved to the backout queue (not JSON for a `format = "json"` type). The
+kills before the COMMIT exercise the re-derivation: the first unit's messages are published in the
+ledger but still on the queue, so the restarted bridge recognises them and derives their notices
+again for the commit that finally removes them."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_stomp_commit_modes import interleaved, json_type
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.configs import toml_value
+from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
+from tests.support.processes import ROOT, landed, run_until_idle, run_until_killed, stomp_config
+
+pytestmark = pytest.mark.integration
+
+GOOD, EVERY = 200, 50  # 200 good JSON messages, a poison one (not JSON) after every 50th
+EXAMPLE = ROOT / "examples" / "plugins" / "notify.py"
+
+
+def messages(tag: str) -> tuple[list[bytes], list[bytes]]:
+    good = [json.dumps({"id": i, "tag": tag, "pad": "x" * 100}).encode() for i in range(GOOD)]
+    poison = [f"poison {tag} {i}: not JSON".encode() for i in range(GOOD // EVERY)]
+    return good, poison
+
+
+def with_notify(tmp_path: Path, config: Path, audit: str) -> Path:
+    """`config` with the example plugin in its plugin folder, run by its listener, its destination allowed."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    shutil.copyfile(EXAMPLE, plugins / "notify.py")
+    (plugins / "notify.py").chmod(0o644)
+    text = config.read_text().replace('plugin_dirs = []', 'plugin_dirs = ["plugins"]', 1)
+    chain = toml_value([{"name": "notify", "destination": audit}])
+    text = text.replace("[[listeners]]\n", f"[[listeners]]\npreprocessors = {chain}\n"
+                                           f"outbox_allow = {toml_value([audit])}\n", 1)
+    config.write_text(text)
+    return json_type(config)
+
+
+def notices(frames: list[Any]) -> collections.Counter[str]:
+    """How often each body's SHA-256 was noticed (each frame must be a notice of the example)."""
+    found: collections.Counter[str] = collections.Counter()
+    for frame in frames:
+        notice = json.loads(bytes(frame.body))
+        assert frame.headers.get("notice-of") == notice["msg_id"], frame.headers
+        found[notice["sha256"]] += 1
+    return found
+
+
+def sha(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+@pytest.mark.parametrize(("broker", "failpoint"), [
+    ("activemq", "before_source_commit"),  # published in the ledger, nothing sent: re-derived on restart
+    ("activemq", "after_backout_send"),  # notices and moves SENT in the transaction, no COMMIT
+    ("activemq", "after_source_commit"),  # committed: notices out, the restart must not send them again
+    ("rabbitmq", "after_source_ack"),  # RabbitMQ holds the transaction's SENDs until COMMIT
+])
+def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
+        tmp_path: Path, spark: Any, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
+        broker: str, failpoint: str) -> None:
+    # Given good and poison messages, and a bridge (one thread, units of 100) whose listener emits a
+    # notice for every message it processes, killed at the failpoint in the commit of its first unit
+    good, poison = messages(f"{broker}-{failpoint}")
+    if broker == "activemq":
+        queue = unique_queue(f"outbox-{failpoint}")
+        amq.put_many(queue, interleaved(good, poison))
+        config = stomp_config(tmp_path, queue, threads=1, batch=100)
+    else:
+        rabbit = Rabbit(rabbitmq)
+        queue = f"/queue/test.outbox-{failpoint}.{uuid.uuid4().hex[:8]}"
+        rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison))])
+        config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", threads=1, batch=100,
+                              extra_source=RABBIT_SOURCE, extra_listener='identity = "header:x-eo-id"')
+    audit = f"{queue}.audit"
+    with_notify(tmp_path, config, audit)
+    run_until_killed(config, failpoint)
+    # When it is started again and runs until idle
+    run_until_idle(config)
+    # Then every good message is in the table exactly once, and no poison message is
+    result = account(good, landed(spark, tmp_path / "landing" / "orders"))
+    assert result.clean, str(result)
+    # And the auditor got exactly one notice per landed message, none for a moved one
+    if broker == "activemq":
+        with AmqClient(*activemq) as client:  # the fixture's client may have idled out during the runs
+            frames, moved = client.drain(audit), client.drain(queue + ".backout")
+    else:
+        frames, moved = rabbit.deliveries(audit, ack=True), rabbit.deliveries(queue + ".backout", ack=True)
+    got = notices(frames)
+    assert {body for body in poison if sha(body) in got} == set(), "a moved message was noticed"
+    lost = [body for body in good if sha(body) not in got]
+    duplicated = {digest: n for digest, n in got.items() if n > 1}
+    assert (len(lost), len(duplicated)) == (0, 0), f"notices lost {len(lost)}, duplicated {len(duplicated)}"
+    assert len(frames) == len(good)
+    assert sorted(bytes(f.body) for f in moved) == sorted(poison)
