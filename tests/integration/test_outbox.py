@@ -23,9 +23,21 @@ import pytest
 
 from tests.integration.test_stomp_commit_modes import interleaved, json_type
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.configs import toml_value
+from tests.support.configs import LISTENER, toml_value
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
-from tests.support.processes import ROOT, landed, run_until_idle, run_until_killed, stomp_config
+from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.processes import (
+    MQ_BOQ,
+    MQ_DLQ,
+    MQ_QUEUE,
+    ROOT,
+    fake_mq_env,
+    landed,
+    mq_bridge,
+    run_until_idle,
+    run_until_killed,
+    stomp_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +122,54 @@ def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
     assert (len(lost), len(duplicated)) == (0, 0), f"notices lost {len(lost)}, duplicated {len(duplicated)}"
     assert len(frames) == len(good)
     assert sorted(bytes(f.body) for f in moved) == sorted(poison)
+
+
+AUDIT = "ORDERS.AUDIT"
+
+
+def test_derived_messages_on_ibm_mq_are_put_once_per_landed_message_across_kills(tmp_path: Path, spark: Any) -> None:
+    # Given 300 messages on the persistent fake queue manager, 10 of them already at BOTHRESH (the
+    # adapter moves them at get time, before the chain sees them), and a bridge whose listener emits
+    # a notice to ORDERS.AUDIT for every message it processes
+    state, name = tmp_path / "qm.state", "QMOUTBOX"
+    qm = FakeQueueManagerServer(name, dead_letter_queue=MQ_DLQ, state_file=state)
+    try:
+        qm.define_queue(MQ_QUEUE, backout_threshold=5, backout_queue=MQ_BOQ)
+        qm.define_queue(MQ_BOQ)
+        qm.define_queue(AUDIT)
+        with qm.deferred_persistence():
+            bodies = [f"order-{i:04d}".encode() for i in range(300)]
+            ids = [qm.put(MQ_QUEUE, body, backout_count=5 if i % 30 == 0 else 0) for i, body in enumerate(bodies)]
+    finally:
+        qm.close()
+    poison = {bodies[i] for i in range(0, 300, 30)}
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    shutil.copyfile(EXAMPLE, plugins / "notify.py")
+    (plugins / "notify.py").chmod(0o644)
+    chain = toml_value([{"name": "notify", "destination": AUDIT}])
+    config = (mq_bridge(name, threads=1, batch=100).set("bridge", plugin_dirs=["plugins"])
+              .add(LISTENER, f"preprocessors = {chain}\noutbox_allow = {toml_value([AUDIT])}")
+              .write(tmp_path / "bridge.toml"))
+    env = fake_mq_env(state)
+    # When the bridge is killed after putting a unit's derived messages (no MQCMIT), then after the
+    # ledger says published (the unit is recognised and its notices re-derived), then runs until idle
+    run_until_killed(config, "after_results_put", env_extra=env)
+    run_until_killed(config, "before_source_commit", env_extra=env)
+    run_until_idle(config, env_extra=env)
+    # Then every good message landed once, and ORDERS.AUDIT holds exactly one notice per landed message
+    result = account([b for b in bodies if b not in poison], landed(spark, tmp_path / "landing" / "orders"))
+    assert result.clean, str(result)
+    qm = FakeQueueManagerServer(state_file=state, register=False)
+    try:
+        stored = qm.queue(AUDIT).visible()
+        got = collections.Counter(json.loads(m.data)["sha256"] for m in stored)
+        assert {m.prop("notice-of") for m in stored} == {i.hex() for i, b in zip(ids, bodies, strict=True)
+                                                          if b not in poison}
+        assert qm.queue(MQ_QUEUE).depth == 0 and qm.queue(MQ_BOQ).depth == len(poison)
+    finally:
+        qm.close()
+    lost = [b for b in bodies if b not in poison and sha(b) not in got]
+    duplicated = {d: n for d, n in got.items() if n > 1}
+    assert (len(lost), len(duplicated), len(stored)) == (0, 0, len(bodies) - len(poison))
+    assert not any(sha(b) in got for b in poison), "a moved message was noticed"
