@@ -1,5 +1,6 @@
 """The preprocessors' transactional outbox (`mqbridge.emit`, docs/plugins.md "Derived messages") under
-kill -9, on the real ActiveMQ and RabbitMQ with the landing ledger on, Spark reading the table.
+kill -9 around the source commit: real ActiveMQ and RabbitMQ, the persistent fake IBM MQ queue
+manager, the landing ledger on, Spark reading the table.
 
 The listener runs the example plugin `examples/plugins/notify.py`, which emits a notice (the body's
 SHA-256) for every message it processes. A bridge killed at a failpoint around the source commit of
@@ -105,10 +106,12 @@ def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
     with_notify(tmp_path, config, audit)
     run_until_killed(config, failpoint)
     # When it is started again and runs until idle
-    run_until_idle(config)
+    out = run_until_idle(config)
     # Then every good message is in the table exactly once, and no poison message is
     result = account(good, landed(spark, tmp_path / "landing" / "orders"))
-    assert result.clean, str(result)
+    assert result.clean, f"{result}\n{out[-4000:]}"
+    if failpoint != "after_source_commit":  # the killed unit came back, recognised in the ledger
+        assert "already landed; committed without landing them again" in out, out[-4000:]
     # And the auditor got exactly one notice per landed message, none for a moved one
     if broker == "activemq":
         with AmqClient(*activemq) as client:  # the fixture's client may have idled out during the runs
