@@ -98,12 +98,28 @@ def preprocess(messages: list[Message], chain: Chain, default_type: str,
     unit goes on. Each processed message keeps the identity of its original, and what its pass
     emitted (to the destinations `allow` allows; None: emitting is off)."""
     out = Preprocessed()
-    outbox = allow if allow is not None else OutboxAllow(None, "this listener")
+    if allow is None or allow.patterns is None:
+        # Emitting is off: one box for the unit, which `emit` refuses to fill with a clear error,
+        # instead of a box per message on the hot path.
+        with collecting(allow if allow is not None else OutboxAllow(None, "this listener")):
+            _pass(out, messages, chain, default_type, None)
+    else:
+        _pass(out, messages, chain, default_type, allow)
+    return out
+
+
+def _pass(out: Preprocessed, messages: list[Message], chain: Chain, default_type: str,
+          allow: OutboxAllow | None) -> None:
+    """`preprocess` into `out`, with a box per message's `process` when `allow` is given."""
+    box: list[Derived] = []
     for message in messages:
         try:
             message.message_type = chain.classify(message) or default_type
-            with collecting(outbox) as box:
+            if allow is None:
                 processed = chain.process(message)
+            else:
+                with collecting(allow) as box:
+                    processed = chain.process(message)
         except PreprocessorError as exc:
             out.failed.append((message, exc))
             continue
@@ -115,7 +131,6 @@ def preprocess(messages: list[Message], chain: Chain, default_type: str,
         out.origins[id(processed)] = message
         if box:  # kept only while the message may land: a pass that consumed it dropped them
             out.derived[id(processed)] = tuple(box)
-    return out
 
 
 @dataclass
