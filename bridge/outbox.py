@@ -124,6 +124,17 @@ def collecting(allow: OutboxAllow, *, again: bool = False) -> Iterator[list[Deri
         _box.reset(token)
 
 
+def process_collecting(chain: Chain, message: Message, allow: OutboxAllow) -> tuple[Message | None, list[Derived]]:
+    """`chain.process(message)` with a box for what it emits (`collecting` without a generator's cost:
+    this runs per message on a listener that allows emitting)."""
+    box = _Box(allow, False)
+    token = _box.set(box)
+    try:
+        return chain.process(message), box.items
+    finally:
+        _box.reset(token)
+
+
 def rederive(chain: Chain, messages: Sequence[Message], allow: OutboxAllow,
              listener: str) -> dict[int, tuple[Derived, ...]]:
     """Run `chain` once more on each of these messages the ledger recognised as landed, keeping only

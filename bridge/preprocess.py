@@ -16,7 +16,7 @@ from typing import Protocol
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message, Rollback
-from mqbridge.outbox import Derived, OutboxAllow, collecting
+from mqbridge.outbox import Derived, OutboxAllow, collecting, process_collecting
 
 log = logging.getLogger("mqbridge.listener")
 
@@ -118,8 +118,7 @@ def _pass(out: Preprocessed, messages: list[Message], chain: Chain, default_type
             if allow is None:
                 processed = chain.process(message)
             else:
-                with collecting(allow) as box:
-                    processed = chain.process(message)
+                processed, box = process_collecting(chain, message, allow)
         except PreprocessorError as exc:
             out.failed.append((message, exc))
             continue
