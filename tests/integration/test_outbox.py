@@ -3,12 +3,15 @@ kill -9 around the source commit: real ActiveMQ and RabbitMQ, the persistent fak
 manager, the landing ledger on, Spark reading the table.
 
 The listener runs the example plugin `examples/plugins/notify.py`, which emits a notice (the body's
-SHA-256) for every message it processes. A bridge killed at a failpoint around the source commit of
-its first unit, then run again until idle, must leave exactly one notice per landed message and
-none for the messages moved to the backout queue (not JSON for a `format = "json"` type). The
-kills before the COMMIT exercise the re-derivation: the first unit's messages are published in the
-ledger but still on the queue, so the restarted bridge recognises them and derives their notices
-again for the commit that finally removes them."""
+SHA-256) for every message it processes, then a preprocessor that refuses poison messages (after
+their notice was emitted): they go back, and at the second delivery (`backout_threshold = 2`) to
+the backout queue. A bridge
+killed at a failpoint around the source commit of its first unit, then run again until idle, must
+leave exactly one notice per landed message and none for a moved one. The kills before the COMMIT
+exercise the re-derivation: the first unit's messages are published in the ledger but still on the
+queue, so the restarted bridge recognises them and derives their notices again for the commit that
+finally removes them. The bulks are raw (pyarrow writes them: no Spark JVM per bridge run); Spark
+reads the table."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_stomp_commit_modes import interleaved, json_type
+from tests.integration.test_stomp_commit_modes import interleaved
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.configs import LISTENER, toml_value
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
@@ -42,28 +45,50 @@ from tests.support.processes import (
 
 pytestmark = pytest.mark.integration
 
-GOOD, EVERY = 200, 50  # 200 good JSON messages, a poison one (not JSON) after every 50th
+GOOD, EVERY = 200, 50  # 200 good messages, a poison one after every 50th
 EXAMPLE = ROOT / "examples" / "plugins" / "notify.py"
+REJECT = """
+from mqbridge import hookimpl
+
+
+class Reject:
+    def process(self, message):
+        if message.body.startswith(b"poison"):
+            raise ValueError("a poison message")
+        return message
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("reject_poison", lambda options: Reject())
+"""
 
 
 def messages(tag: str) -> tuple[list[bytes], list[bytes]]:
     good = [json.dumps({"id": i, "tag": tag, "pad": "x" * 100}).encode() for i in range(GOOD)]
-    poison = [f"poison {tag} {i}: not JSON".encode() for i in range(GOOD // EVERY)]
+    poison = [f"poison {tag} {i}".encode() for i in range(GOOD // EVERY)]
     return good, poison
 
 
-def with_notify(tmp_path: Path, config: Path, audit: str) -> Path:
-    """`config` with the example plugin in its plugin folder, run by its listener, its destination allowed."""
+def plugins_in(tmp_path: Path) -> None:
+    """The example plugin and the poison-refusing one in `<tmp_path>/plugins`."""
     plugins = tmp_path / "plugins"
     plugins.mkdir(mode=0o755)
     shutil.copyfile(EXAMPLE, plugins / "notify.py")
-    (plugins / "notify.py").chmod(0o644)
+    (plugins / "reject.py").write_text(REJECT)
+    for path in plugins.iterdir():
+        path.chmod(0o644)
+
+
+def with_notify(tmp_path: Path, config: Path, audit: str) -> Path:
+    """`config` running notify (to `audit`, allowed) then reject_poison on its listener."""
+    plugins_in(tmp_path)
     text = config.read_text().replace('plugin_dirs = []', 'plugin_dirs = ["plugins"]', 1)
-    chain = toml_value([{"name": "notify", "destination": audit}])
+    chain = toml_value([{"name": "notify", "destination": audit}, "reject_poison"])
     text = text.replace("[[listeners]]\n", f"[[listeners]]\npreprocessors = {chain}\n"
                                            f"outbox_allow = {toml_value([audit])}\n", 1)
     config.write_text(text)
-    return json_type(config)
+    return config
 
 
 def notices(frames: list[Any]) -> collections.Counter[str]:
@@ -95,13 +120,14 @@ def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
     if broker == "activemq":
         queue = unique_queue(f"outbox-{failpoint}")
         amq.put_many(queue, interleaved(good, poison))
-        config = stomp_config(tmp_path, queue, threads=1, batch=100)
+        config = stomp_config(tmp_path, queue, threads=1, batch=100, extra_listener="backout_threshold = 2")
     else:
         rabbit = Rabbit(rabbitmq)
         queue = f"/queue/test.outbox-{failpoint}.{uuid.uuid4().hex[:8]}"
         rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison))])
         config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", threads=1, batch=100,
-                              extra_source=RABBIT_SOURCE, extra_listener='identity = "header:x-eo-id"')
+                              extra_source=RABBIT_SOURCE,
+                              extra_listener='identity = "header:x-eo-id"\nbackout_threshold = 2')
     audit = f"{queue}.audit"
     with_notify(tmp_path, config, audit)
     run_until_killed(config, failpoint)
