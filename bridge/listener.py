@@ -44,10 +44,10 @@ from mqbridge.errors import (
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.in_flight import Connections, PendingUnit
 from mqbridge.message import Message
-from mqbridge.outbox import Derived, OutboxAllow, attach, unit_outbox
+from mqbridge.outbox import Derived, OutboxAllow, unit_outbox
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
-from mqbridge.source import BackoutMove, Source
+from mqbridge.source import BackoutMove, Source, with_derived
 from mqbridge.undo import UnitUndo, abandon
 from mqbridge.unit_plan import (
     Unit,
@@ -416,7 +416,7 @@ class ListenerThread(threading.Thread):
         spec = self.spec
         failpoints.hit("before_source_commit")
         self.book.given_back_in_outage(plan.outages)
-        landed = attach(list(plan.landed) + landed_where(self.dedupe, unit.deduplicated), derived)
+        landed = with_derived(list(plan.landed) + landed_where(self.dedupe, unit.deduplicated), derived)
         confirmed = self.source.commit(moves=list(plan.moves), returns=list(plan.returns), landed=landed)
         undo.committed()
         failpoints.hit("after_source_commit")

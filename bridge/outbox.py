@@ -7,7 +7,7 @@ How they travel (docs/plugins.md, "Derived messages"):
 * `preprocess` opens a `collecting` box around each message's pass through the chain; `emit`
   checks the destination against the listener's `outbox_allow` and puts a `Derived` in the box.
   A pass that raises or consumes the message keeps nothing.
-* The listener attaches each landed message's box to its `Landed` entry (`attach`); the source
+* The listener attaches each landed message's box to its `Landed` entry (`with_derived`); the source
   adapter sends them in the commit: the STOMP transaction that ACKs the message, or the IBM MQ
   syncpoint that MQCMIT ends. A unit that does not commit sends nothing (the boxes die with it) and
   the next delivery is preprocessed again, so it emits again.
@@ -23,22 +23,24 @@ How they travel (docs/plugins.md, "Derived messages"):
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import fnmatch
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message
 
-if TYPE_CHECKING:
-    from mqbridge.preprocess import Chain
-    from mqbridge.source import Landed
-
 log = logging.getLogger(__name__)
+
+
+class Chain(Protocol):
+    """What the outbox runs a message through (`mqbridge.preprocess.Chain`, which imports this module)."""
+
+    def process(self, message: Message) -> Message | None:
+        """Every preprocessor of the chain on `message`; None if one consumed it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +167,3 @@ def unit_outbox(chain: Chain, derived: dict[int, tuple[Derived, ...]], recognise
     if allow.patterns is None or not recognised:
         return derived
     return {**derived, **rederive(chain, recognised, allow, allow.listener)}
-
-
-def attach(landed: Sequence[Landed], derived: Mapping[int, tuple[Derived, ...]]) -> list[Landed]:
-    """`landed` with each entry's derived messages (looked up by `id()` of its message)."""
-    if not derived:
-        return list(landed)
-    return [dataclasses.replace(item, derived=derived.get(id(item.message), ())) for item in landed]
-
-
-def count(landed: Sequence[Landed]) -> int:
-    """How many derived messages the commit of `landed` sends."""
-    return sum(len(item.derived) for item in landed)

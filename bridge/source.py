@@ -8,8 +8,9 @@ a missing optional driver (pymqi, stomp.py) only matters where it is configured.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -50,6 +51,13 @@ class Landed:
     bulk_id: str = ""
     #: What its preprocessors emitted (`mqbridge.outbox`): sent in the unit of work that removes it.
     derived: tuple[Derived, ...] = ()
+
+
+def with_derived(landed: Sequence[Landed], derived: Mapping[int, tuple[Derived, ...]]) -> list[Landed]:
+    """`landed` with each entry's derived messages (`mqbridge.outbox`), looked up by `id()` of its message."""
+    if not derived:
+        return list(landed)
+    return [dataclasses.replace(item, derived=derived.get(id(item.message), ())) for item in landed]
 
 
 @dataclass
