@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from mqbridge.message import Message, MessageResult, Rollback, RollbackKind
+from mqbridge.outbox import Derived, OutboxRefused, emit, rederiving
 from mqbridge.plugins import (
     PreprocessorOptions,
     PreprocessorRegistry,
@@ -23,5 +24,5 @@ try:
 except PackageNotFoundError:  # running from a checkout that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["Message", "MessageResult", "PreprocessorOptions", "PreprocessorRegistry", "Rollback", "RollbackKind",
-           "__version__", "copy_message", "current_chain", "hookimpl"]
+__all__ = ["Derived", "Message", "MessageResult", "OutboxRefused", "PreprocessorOptions", "PreprocessorRegistry",
+           "Rollback", "RollbackKind", "__version__", "copy_message", "current_chain", "emit", "hookimpl", "rederiving"]

@@ -19,14 +19,15 @@ Inside a STOMP source commit (`mqbridge.listeners.stomp`), between `before_sourc
 `after_source_commit`:
 
     after_backout_send    the unit's backout moves / copies given back / results to reply-to
-                          (confirm) are sent (and, in commit_mode = "receipted", confirmed by their
-                          receipts); no ACK yet. Reached only by a unit that sends something
+                          (confirm) / derived messages (mqbridge.emit) are sent (and, in
+                          commit_mode = "receipted", confirmed by their receipts); no ACK yet.
+                          Reached only by a unit that sends something
     after_source_ack      the unit's ACKs are sent (receipted: confirmed); no COMMIT yet
 
 Inside an IBM MQ source commit (`mqbridge.listeners.mq`):
 
-    after_results_put     the unit's PAN reports are put under syncpoint; no MQCMIT yet.
-                          Reached only by a unit that put a report
+    after_results_put     the unit's PAN reports and derived messages (mqbridge.emit) are put
+                          under syncpoint; no MQCMIT yet. Reached only by a unit that put one
 
 One point changes behaviour instead of killing (`active`), the first time it is reached:
 

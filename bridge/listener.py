@@ -44,9 +44,10 @@ from mqbridge.errors import (
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.in_flight import Connections, PendingUnit
 from mqbridge.message import Message
+from mqbridge.outbox import Derived, OutboxAllow, unit_outbox
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
-from mqbridge.source import BackoutMove, Source
+from mqbridge.source import BackoutMove, Source, with_derived
 from mqbridge.undo import UnitUndo, abandon
 from mqbridge.unit_plan import (
     Unit,
@@ -82,6 +83,7 @@ class ListenerSpec:
     backout_queue: str | None
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
     halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
+    outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbox`)
 
 
 @dataclass
@@ -291,7 +293,8 @@ class ListenerThread(threading.Thread):
             todo.append(message)
 
         # One snapshot of the chain for the whole unit of work (or the last good one: `preprocess_unit`).
-        chain, pre, fallback = preprocess_unit(todo, self.chain_provider(), spec.message_type, spec.name)
+        allow = OutboxAllow(spec.outbox_allow, spec.name.rsplit("#", 1)[0])
+        chain, pre, fallback = preprocess_unit(todo, self.chain_provider(), spec.message_type, spec.name, allow)
         if fallback is not None:
             for _message, exc in fallback.blamed:
                 self.counters.inc("preprocessor_errors", 1, plugin=exc.plugin, **self._labels)
@@ -319,7 +322,7 @@ class ListenerThread(threading.Thread):
                 unit = Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
                             tuple((m, str(e)) for m, e in pre.failed),
                             deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed)
-                self._finish(unit, undo)
+                self._finish(unit, undo, unit_outbox(chain, pre.derived, unit.deduplicated, allow))
             except BaseException as exc:  # not committed (a commit that failed, or never reached)
                 undo.not_committed(exc)
                 raise
@@ -384,7 +387,7 @@ class ListenerThread(threading.Thread):
                 # before a failure; any missing result counts as retryable below.
                 return
 
-    def _finish(self, unit: Unit, undo: UnitUndo) -> None:
+    def _finish(self, unit: Unit, undo: UnitUndo, derived: dict[int, tuple[Derived, ...]]) -> None:
         """End the unit of work: decide what its results mean (`plan_unit`), then carry the plan
         out: count the failures, tell the chain what does not land, then commit the unit or back it
         out whole."""
@@ -399,7 +402,7 @@ class ListenerThread(threading.Thread):
         if plan.back_out:
             self._back_out_unit(unit, plan, halt)
         else:
-            self._commit(unit, plan, halt, undo)
+            self._commit(unit, plan, halt, undo, derived)
 
     def _back_out_unit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None) -> None:
         """Carry out a plan that gives messages back on a source that cannot commit in part."""
@@ -414,13 +417,15 @@ class ListenerThread(threading.Thread):
             self.book.given_back_in_outage(unit.batch)
         self._back_out(list(unit.batch), plan.reason, suspects=list(plan.culprits), halt=halt)
 
-    def _commit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None, undo: UnitUndo) -> None:
+    def _commit(self, unit: Unit, plan: UnitPlan, halt: PoisonLoopError | None, undo: UnitUndo,
+                derived: dict[int, tuple[Derived, ...]]) -> None:
         """Carry out a plan that commits the unit: its messages leave the source, `plan.moves` go to
-        the backout queue and `plan.returns` back to the source, in one unit of work."""
+        the backout queue and `plan.returns` back to the source, and the landed messages' `derived`
+        messages are sent (`mqbridge.outbox`), in one unit of work."""
         spec = self.spec
         failpoints.hit("before_source_commit")
         self.book.given_back_in_outage(plan.outages)
-        landed = list(plan.landed) + landed_where(self.dedupe, unit.deduplicated)
+        landed = with_derived(list(plan.landed) + landed_where(self.dedupe, unit.deduplicated), derived)
         confirmed = self.source.commit(moves=list(plan.moves), returns=list(plan.returns), landed=landed)
         undo.committed()
         failpoints.hit("after_source_commit")

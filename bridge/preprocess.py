@@ -16,6 +16,7 @@ from typing import Protocol
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message, Rollback
+from mqbridge.outbox import Derived, OutboxAllow, collecting, process_collecting
 
 log = logging.getLogger("mqbridge.listener")
 
@@ -82,6 +83,8 @@ class Preprocessed:
     consumed: int = 0
     #: id() of each submitted message -> the message as received it was made from.
     origins: dict[int, Message] = field(default_factory=dict)
+    #: id() of each submitted message -> what its pass emitted (`mqbridge.outbox`), if anything.
+    derived: dict[int, tuple[Derived, ...]] = field(default_factory=dict)
 
     @property
     def succeeded(self) -> int:
@@ -89,14 +92,33 @@ class Preprocessed:
         return len(self.submitted) + self.consumed
 
 
-def preprocess(messages: list[Message], chain: Chain, default_type: str) -> Preprocessed:
+def preprocess(messages: list[Message], chain: Chain, default_type: str,
+               allow: OutboxAllow | None = None) -> Preprocessed:
     """Classify (on the original content) and preprocess each message; a failure is noted and the
-    unit goes on. Each processed message keeps the identity of its original."""
+    unit goes on. Each processed message keeps the identity of its original, and what its pass
+    emitted (to the destinations `allow` allows; None: emitting is off)."""
     out = Preprocessed()
+    if allow is None or allow.patterns is None:
+        # Emitting is off: one box for the unit, which `emit` refuses to fill with a clear error,
+        # instead of a box per message on the hot path.
+        with collecting(allow if allow is not None else OutboxAllow(None, "this listener")):
+            _pass(out, messages, chain, default_type, None)
+    else:
+        _pass(out, messages, chain, default_type, allow)
+    return out
+
+
+def _pass(out: Preprocessed, messages: list[Message], chain: Chain, default_type: str,
+          allow: OutboxAllow | None) -> None:
+    """`preprocess` into `out`, with a box per message's `process` when `allow` is given."""
+    box: list[Derived] = []
     for message in messages:
         try:
             message.message_type = chain.classify(message) or default_type
-            processed = chain.process(message)
+            if allow is None:
+                processed = chain.process(message)
+            else:
+                processed, box = process_collecting(chain, message, allow)
         except PreprocessorError as exc:
             out.failed.append((message, exc))
             continue
@@ -106,7 +128,8 @@ def preprocess(messages: list[Message], chain: Chain, default_type: str) -> Prep
         processed.identity = message.identity  # of the original, whatever the chain made
         out.submitted.append(processed)
         out.origins[id(processed)] = message
-    return out
+        if box:  # kept only while the message may land: a pass that consumed it dropped them
+            out.derived[id(processed)] = tuple(box)
 
 
 @dataclass
@@ -120,22 +143,22 @@ class Fallback:
     blamed: list[tuple[Message, PreprocessorError]]
 
 
-def preprocess_unit(messages: list[Message], chain: Chain, default_type: str,
-                    listener: str) -> tuple[Chain, Preprocessed, Fallback | None]:
+def preprocess_unit(messages: list[Message], chain: Chain, default_type: str, listener: str,
+                    allow: OutboxAllow | None = None) -> tuple[Chain, Preprocessed, Fallback | None]:
     """Preprocess the unit; if the chain's plugin generation is new, has never got a message
     through, and failed here on every message, preprocess the whole unit again with the last
     good generation (a unit of work still runs on one generation). Failures that the last good
     generation does not share are blamed on the new one; they are not the messages' failures,
     so they count towards no backout threshold (the plugin host falls back for good after
     enough of them). Returns the chain the unit goes on with, its pass, and the fallback if any."""
-    pre = preprocess(messages, chain, default_type)
+    pre = preprocess(messages, chain, default_type, allow)
     if not pre.failed or pre.succeeded:
         chain.record(pre.succeeded, 0)
         return chain, pre, None
     good = chain.fallback()
     if good is None:
         return chain, pre, None
-    again = preprocess(messages, good, default_type)
+    again = preprocess(messages, good, default_type, allow)
     still = {id(m) for m, _ in again.failed}
     blamed = [(m, exc) for m, exc in pre.failed if id(m) not in still]
     if blamed:

@@ -8,14 +8,16 @@ a missing optional driver (pymqi, stomp.py) only matters where it is configured.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mqbridge.backout_log import BackoutLog
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
+from mqbridge.outbox import Derived
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
 from mqbridge.reply_to import FirstTimes, ReplyAllowList
 from mqbridge.stations import Stations
@@ -48,6 +50,15 @@ class Landed:
     message: Message
     table: str = ""
     bulk_id: str = ""
+    #: What its preprocessors emitted (`mqbridge.outbox`): sent in the unit of work that removes it.
+    derived: tuple[Derived, ...] = ()
+
+
+def with_derived(landed: Sequence[Landed], derived: Mapping[int, tuple[Derived, ...]]) -> list[Landed]:
+    """`landed` with each entry's derived messages (`mqbridge.outbox`), looked up by `id()` of its message."""
+    if not derived:
+        return list(landed)
+    return [dataclasses.replace(item, derived=derived.get(id(item.message), ())) for item in landed]
 
 
 @dataclass

@@ -154,7 +154,8 @@ class Bridge:
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
-                            halt_after_failures=cfg.halt_after_failures)
+                            halt_after_failures=cfg.halt_after_failures,
+                            outbox_allow=None if cfg.outbox_allow is None else tuple(cfg.outbox_allow))
         gates = [self.guard.gate, self.controls.get(slot.listener).gate]  # the operator's pause and stop
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it

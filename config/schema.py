@@ -322,6 +322,9 @@ class ListenerConfig(Model):
         "or QUEUE on the connected queue manager); None: STOMP any, IBM MQ the connected queue manager only")
     selector: str | None = Field(default=None, description="Only messages matching this JMS selector (\"region = "
                                  "'EU'\"): ActiveMQ/Artemis, IBM MQ (SelectionString); None: every message")
+    outbox_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, description="Glob patterns of the destinations its preprocessors may emit derived messages to "
+        "(mqbridge.emit; STOMP destination or IBM MQ queue); None: emitting is refused")
     identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
                           "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
                           "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")

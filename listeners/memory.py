@@ -169,8 +169,9 @@ class MemorySource:
 
     def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
                landed: Sequence[Landed] = ()) -> None:
-        """Remove the unit's messages, put `moves` on their backout queues and give `returns` back,
-        atomically: a problem found raises before anything changed. (No producer to tell.)"""
+        """Remove the unit's messages, put `moves` on their backout queues, give `returns` back and put
+        the `landed` messages' derived messages, atomically: a problem found raises before anything
+        changed. (No producer to tell.)"""
         with self.broker._cond:
             self._require()
             held = {m.msg_id: m for m in self._unit}
@@ -193,6 +194,10 @@ class MemorySource:
                            "mqbridge-original-destination": self.destination,
                            "mqbridge-delivery-count": str(original.deliveries)}
                 self.broker._queue(queue).append(replace(original, headers=headers, deliveries=0))
+            for item in landed:  # the preprocessors' outbox (`mqbridge.outbox`): in the same atomic step
+                for derived in item.derived:
+                    self.broker._queue(derived.destination).append(StoredMessage(
+                        f"ID:{self.broker.name}:{next(self.broker._ids)}", derived.body, dict(derived.headers)))
 
     def rollback(self) -> None:
         """Give every message of the unit back to the head of the queue."""

@@ -49,6 +49,7 @@ from mqbridge.listeners.mq.connect import (
     inquire_settings,
     open_input,
 )
+from mqbridge.listeners.mq.derived import DerivedPutter
 from mqbridge.listeners.mq.driver import (
     MQRC_BACKED_OUT,
     driver_errors,
@@ -121,6 +122,8 @@ class MqSource:
         self._stations = None if stations is None else StationSender(  # `[types.X] results_to`: listeners.mq.results
             self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager, appl_name=appl_name,
             stations=stations, source=name)
+        self._derived = DerivedPutter(self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager,
+                                      appl_name=appl_name)  # the preprocessors' outbox (`mqbridge.outbox`)
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
@@ -360,7 +363,9 @@ class MqSource:
                 self._uncommitted += self._reports.send(self._qmgr, slot, MQRO_PAN, where, self.dead_letter_queue,
                                                         self._unit_reports)
             self._to_station(slot, item.message, where, item.bulk_id)
-        if self._unit_reports.sent or self._unit_reports.rerouted or self._unit_reports.to_stations:
+        derived = self._derived.put(self._qmgr, landed)  # the preprocessors' outbox (`mqbridge.outbox`)
+        self._uncommitted += derived
+        if self._unit_reports.sent or self._unit_reports.rerouted or self._unit_reports.to_stations or derived:
             failpoints.hit("after_results_put")
         self._commit_unit()
         done, self._committed_reports = self._committed_reports, Confirmations()

@@ -145,6 +145,18 @@ class Transaction:
                 raise
             confirmed.sent += 1
 
+    def send_derived(self, landed: Sequence[Landed]) -> int:
+        """SEND what the preprocessors emitted for each landed message (`mqbridge.outbox`), persistent
+        unless its headers say otherwise; the number sent. A SEND the broker refuses fails the commit
+        like a move's (the unit comes back: the derived messages are neither lost nor sent twice)."""
+        sent = 0
+        for item in landed:
+            for derived in item.derived:
+                headers = {"persistent": "true", **derived.headers}
+                self._send(derived.destination, derived.body, headers, "send a derived message", None)
+                sent += 1
+        return sent
+
     def finish(self, acks: Sequence[Message], acked: Sequence[Message]) -> None:
         """Await the SENDs' receipts, ACK `acks` (cumulative: the unit's last message
         acknowledges all of `acked`), COMMIT. Raises SourceConnectionError (nothing removed: the

@@ -223,6 +223,7 @@ class StompSource:
             tx.send_results(plan, landed, confirmed, self.reply_allow)
         if confirmed is not None and self.stations is not None:
             tx.send_station_results(plan, landed, confirmed, self.stations)
+        tx.send_derived(landed)  # the preprocessors' outbox: only for landed messages (`mqbridge.outbox`)
         # Cumulative: an ACK of the unit's last message acknowledges all of it.
         tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
         if unit.refused and self.backout_log is not None:  # the listener records the moves it asked for
