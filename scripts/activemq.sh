@@ -21,7 +21,7 @@ HOME_DIR=/usr/share/activemq
 PIDFILE="$BASE/activemq.pid"
 
 install() {
-    if [ ! -f "$HOME_DIR/bin/activemq.jar" ]; then
+    if [ ! -f "$HOME_DIR/bin/activemq.jar" ] || [ ! -f /usr/share/java/xstream.jar ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq activemq libxstream-java libjettison-java libxpp3-java >/dev/null
