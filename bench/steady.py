@@ -448,7 +448,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
     group.add_argument("--class-archive", action="store_true",
                        help="run `mqbridge spark-archive` first, as an installed bridge has (the driver JVM's start)")
-    group.add_argument("--writes-per-type", type=int, default=2,
+    group.add_argument("--writes-per-type", type=int, default=1,
                        help="[collector] writes_per_type: bulks of the type written at a time")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")

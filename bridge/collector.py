@@ -16,7 +16,7 @@ Flush conditions (each counted in `CollectorStats.flushed` under its reason):
 - ``shutdown`` (or any reason given to `flush`): explicit requests.
 
 Forwarded bulks wait in a FIFO to-be-processed list. At most `writes_per_type` bulks of one message
-type execute at a time (default 1 here, 2 from `[collector]`): their Spark jobs stage into private
+type execute at a time (default 1): their Spark jobs stage into private
 directories and overlap, so one bulk's Python work (its Arrow table, its handoff file) and its Spark
 job's planning run while the JVM writes the other's; the executor publishes them into the table
 one after another. Queued bulks of a type are merged into the one taken next (fewer, bigger writes).

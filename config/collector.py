@@ -13,5 +13,6 @@ class CollectorSection(Model):
     memory: Size = Field(default=parse_size("256MB"), gt=0, description="Collector memory; flush and backpressure")
     max_bulks: int = Field(default=10, ge=1, description="Maximum number of active bulks")
     workers: int = Field(default=2, ge=1, description="Threads forwarding bulks to executors")
-    writes_per_type: int = Field(default=2, ge=1, description="Bulks of one type written at a time: their Spark "
-                                 "jobs overlap, their publication is one after another (1: one at a time)")
+    writes_per_type: int = Field(default=1, ge=1, description="Bulks of one type written at a time: their Spark "
+                                 "jobs overlap, their publication is one after another (2 was slower on 2 cores: "
+                                 "docs/performance.md)")
