@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqbridge.errors import SourceError
-from mqbridge.listeners.mq.driver import is_connection_loss, wrap
+from mqbridge.listeners.mq.driver import is_connection_loss, quietly, wrap
 from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.outbox import Derived
 from mqbridge.source import Landed
@@ -47,7 +47,7 @@ class DerivedPutter(SyncpointPutter):
                                  new_msg_id=True)
         finally:
             if handle is not None:
-                _quietly(getattr(handle, "dlt", None))
+                quietly(getattr(handle, "dlt", None))
         if refused is not None:
             raise SourceError(f"{self.queue}: MQPUT1 of {what} to {derived.destination} was refused ({refused}); "
                               "the unit of work is backed out and comes back with it")
@@ -78,11 +78,3 @@ class DerivedPutter(SyncpointPutter):
                               "the unit of work is backed out") from exc
         return handle
 
-
-def _quietly(call: Any) -> None:
-    if call is None:
-        return
-    try:
-        call()
-    except Exception as exc:
-        log.debug("ignored: %s", exc)

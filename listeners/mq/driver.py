@@ -7,10 +7,13 @@ the MQ adapter sees a driver exception. The reason codes are IBM MQ's (cmqc.h).
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import Any
 
 from mqbridge.errors import ConfigError, SourceConnectionError, SourceError, SourceQuiescingError
+
+log = logging.getLogger(__name__)
 
 #: Driver modules tried in order: IBM's maintained package first, then its predecessor.
 DRIVER_MODULES = ("ibmmq", "pymqi")
@@ -120,3 +123,13 @@ def wrap(exc: BaseException, what: str, *, at_connect: bool = False) -> SourceEr
         return ConfigError(f"{text} (check the source's queue_manager, channel, conn_name, credentials, "
                            "TLS settings and the queue's definition and authorities)")
     return SourceError(text)
+
+
+def quietly(call: Any) -> None:
+    """Call `call` (if any), ignoring what it raises: closing a handle, a queue, a connection."""
+    if call is None:
+        return
+    try:
+        call()
+    except Exception as exc:
+        log.debug("ignored: %s", exc)

@@ -24,7 +24,7 @@ import json
 import logging
 from typing import Any
 
-from mqbridge.listeners.mq.driver import is_connection_loss, reason_of, wrap
+from mqbridge.listeners.mq.driver import is_connection_loss, quietly, reason_of, wrap
 from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
 from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
@@ -106,7 +106,7 @@ class ReportSender(SyncpointPutter):
             return 0
         finally:
             if handle is not None:
-                _quietly(getattr(handle, "dlt", None))
+                quietly(getattr(handle, "dlt", None))
 
     def _report_md(self, original: Any, option: int) -> Any:
         """The MQMD of the report `option` asks for about the message of MQMD `original`: its
@@ -146,11 +146,3 @@ class ReportSender(SyncpointPutter):
             return None
         return handle
 
-
-def _quietly(call: Any) -> None:
-    if call is None:
-        return
-    try:
-        call()
-    except Exception as exc:
-        log.debug("ignored: %s", exc)

@@ -19,9 +19,9 @@ import logging
 from typing import Any
 
 from mqbridge.errors import BackoutFailedError
-from mqbridge.listeners.mq.driver import reason_of
+from mqbridge.listeners.mq.driver import quietly, reason_of
 from mqbridge.listeners.mq.mapping import pack_dlh
-from mqbridge.listeners.mq.reports import ReportSender, _quietly
+from mqbridge.listeners.mq.reports import ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
 from mqbridge.source import Confirmations
@@ -75,7 +75,7 @@ class StationSender(ReportSender):
             return 1
         finally:
             if handle is not None:
-                _quietly(getattr(handle, "dlt", None))
+                quietly(getattr(handle, "dlt", None))
 
     def _dead_letter(self, qmgr: Any, destination: str, data: bytes, md: Any, handle: Any, what: str,
                      dead_letter_queue: str, refused: BaseException) -> None:

@@ -1,24 +1,23 @@
 """IBM MQ source adapter, on IBM's `ibmmq` package or its predecessor `pymqi` (same API family).
 
-Unit of work = MQ syncpoint. Every MQGET uses MQGMO_SYNCPOINT, so a got message stays hidden
-from other consumers until MQCMIT deletes it or MQBACK returns it to its place with
-BackoutCount + 1. MQ can only commit or back out a unit of work whole
-(`supports_partial_commit = False`).
+Unit of work = MQ syncpoint. Every MQGET uses MQGMO_SYNCPOINT, so a got message stays hidden from
+other consumers until MQCMIT deletes it or MQBACK returns it with BackoutCount + 1. MQ can only
+commit or back out a unit of work whole (`supports_partial_commit = False`).
 
 Poison messages are handled like the IBM MQ JMS classes do: the queue's BOTHRESH and BOQNAME are
 inquired at connect (a listener's `backout_threshold` / `backout_queue` override them); a message
 got with BackoutCount >= threshold is put to the backout queue in the same unit of work and never
-handed to the listener; if that put fails it goes to the queue manager's dead-letter queue with an
-MQDLH; if that fails too the unit is backed out and `BackoutFailedError` stops the listener —
-a message is never dropped. Messages the listener moves (permanent failures) take the same route,
-with the reason in the `mqbridge_reason` message property.
+handed to the listener — unless the listener's ledger shows it landed (`landed`: its unit was backed
+out for a neighbour), then it is handed over and committed as landed. If the put fails it goes to
+the queue manager's dead-letter queue with an MQDLH; if that fails too the unit is backed out and
+`BackoutFailedError` stops the listener: a message is never dropped. Messages the listener moves
+(permanent failures) take the same route, with the reason in the `mqbridge_reason` property.
 
-A message whose MQMD `Report` asks for action notifications (MQRO_PAN, MQRO_NAN) gets its report
-in the same unit of work (`mqbridge.listeners.mq.reports`).
+MQMD `Report` asking for MQRO_PAN/NAN: the report is put in the same unit of work (`.reports`).
 
-MQDISC commits an open unit of work, so `close` always backs out first, and the connection is
-made with `disconnect_on_exit=False` so that garbage collection never disconnects (a connection
-that simply goes away is backed out by the queue manager).
+MQDISC commits an open unit of work, so `close` always backs out first, and the connection is made
+with `disconnect_on_exit=False`: garbage collection never disconnects (a connection that goes away
+is backed out by the queue manager).
 """
 
 from __future__ import annotations
@@ -56,13 +55,14 @@ from mqbridge.listeners.mq.driver import (
     is_connection_loss,
     is_warning,
     load_driver,
+    quietly,
     reason_of,
     wrap,
 )
 from mqbridge.listeners.mq.get import SyncpointGetter, UnitFull
 from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timestamp, read_properties
 from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute, threshold_reason
-from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender, _quietly
+from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.results import StationSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
@@ -219,10 +219,10 @@ class MqSource:
                 return
             log.debug("MQBACK on %s: connection already gone (%s)", self._where, exc)
         for handle in handles:
-            _quietly(getattr(handle, "dlt", None))
+            quietly(getattr(handle, "dlt", None))
         if queue is not None:
-            _quietly(queue.close)
-        _quietly(qmgr.disconnect)
+            quietly(queue.close)
+        quietly(qmgr.disconnect)
 
     # -- unit of work ----------------------------------------------------------------------
     def receive(self, timeout: float) -> Message | None:
