@@ -149,6 +149,9 @@ class MqSourceConfig(Model):
     convert: Annotated[bool | int, BeforeValidator(_check_convert)] = Field(
         default=False, description="MQGMO_CONVERT: true converts text to UTF-8, or a target CCSID")
     wait_interval: Duration = Field(default=parse_duration("1s"), gt=0, description="Longest single MQGET wait")
+    replay_marker_queue: str = Field(default="MQBRIDGE.REPLAY.MARKERS", min_length=1, max_length=48,
+                                     description="`mqbridge replay` to this queue manager: the local queue holding "
+                                                 "each batch's marker (define it once)")
 
     @field_validator("conn_name")
     @classmethod

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 #: Source kinds a replay can send to, and the target class, imported when used.
 REPLAY_KINDS: dict[str, str] = {
     "stomp": "mqbridge.listeners.stomp.replay:StompReplayTarget",
+    "mq": "mqbridge.listeners.mq.replay:MqReplayTarget",
 }
 
 
