@@ -15,13 +15,15 @@ _HELP: dict[str, tuple[str, str]] = {
         "Send landed rows of a table back to a queue as messages: body byte-exact, the row's headers and "
         "correlation id, plus mqbridge-replay-id, mqbridge-replay-key and mqbridge-replayed-message-id. Rows "
         "are read through Spark in put_timestamp order and sent in units of work of --batch rows (STOMP: one "
-        "transaction each, with a marker message on /queue/mqbridge.replay.ID). The replay ledger in "
-        "state_dir records each row sent per replay id, so running the same command again after a kill "
-        "resumes without sending any row twice. STOMP destinations only in this version.",
+        "transaction each, with a marker message on /queue/mqbridge.replay.ID; IBM MQ: one unit of work each, "
+        "with a marker on the source's replay_marker_queue, rows keeping MsgId, CorrelId and Format). The replay "
+        "ledger in state_dir records each row sent per replay id, so running the same command again after a "
+        "kill resumes without sending any row twice.",
         """example:
   mqbridge replay --config /etc/mqbridge/bridge.toml --table orders --to /queue/orders.replay
   mqbridge replay -c bridge.toml --table orders --newer-than 2h --where "headers['x-app'] = 'shop'" \\
       --to /queue/orders --source amq
+  mqbridge replay -c bridge.toml --table orders --to ORDERS.REPLAY --source qm   # an IBM MQ queue
 
 exit codes:
   0  every selected row is sent (by this run or an earlier one of the same replay id)
