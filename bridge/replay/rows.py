@@ -38,6 +38,14 @@ class ReplayRow:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+def provenance(row: ReplayRow, replay_id: str, separator: str) -> dict[str, str]:
+    """Where a replayed message comes from, as headers (`separator` "-") or IBM MQ property names
+    ("_"): the replay, the row's key, its original message id and put time."""
+    names = ("replay_id", "replay_key", "replayed_message_id", "replayed_put_timestamp")
+    values = (replay_id, row.key, row.msg_id, row.put_timestamp.isoformat() if row.put_timestamp else None)
+    return {f"mqbridge_{n}".replace("_", separator): v for n, v in zip(names, values, strict=True) if v is not None}
+
+
 def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayRow]:
     """The rows of `table` that `selection` designates, oldest `put_timestamp` first (ties: by bulk,
     message id and body, so that every run of the same replay sees the same order), streamed to

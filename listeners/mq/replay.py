@@ -33,7 +33,7 @@ from mqbridge.listeners.mq.connect import connect_options, connect_qmgr
 from mqbridge.listeners.mq.driver import MQRC_NO_MSG_AVAILABLE, driver_errors, load_driver, reason_of
 from mqbridge.listeners.mq.mapping import MQMD_PREFIX
 from mqbridge.listeners.mq.poison import SyncpointPutter
-from mqbridge.replay.rows import ReplayRow
+from mqbridge.replay.rows import ReplayRow, provenance
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,7 @@ def property_name(header: str) -> str:
 def replay_properties(row: ReplayRow, replay_id: str) -> dict[str, str]:
     """The properties a row is put with: its headers that are not MQMD fields, and where it comes from."""
     found = {property_name(k): v for k, v in row.headers.items() if not k.startswith(MQMD_PREFIX)}
-    found.update({"mqbridge_replay_id": replay_id, "mqbridge_replay_key": row.key,
-                  "mqbridge_replayed_message_id": row.msg_id})
-    if row.put_timestamp is not None:
-        found["mqbridge_replayed_put_timestamp"] = row.put_timestamp.isoformat()
+    found.update(provenance(row, replay_id, "_"))
     return found
 
 

@@ -26,7 +26,7 @@ from mqbridge import failpoints
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import SourceConnectionError
 from mqbridge.listeners.stomp.connection import Connection
-from mqbridge.replay.rows import ReplayRow
+from mqbridge.replay.rows import ReplayRow, provenance
 
 MARKER_HEADER = "mqbridge-replay-batch"
 #: Headers of a landed row not sent again: frame plumbing, and `expires` (an absolute time that has
@@ -49,10 +49,7 @@ def replay_headers(row: ReplayRow, replay_id: str) -> dict[str, str]:
     headers["persistent"] = "true"  # ActiveMQ SENDs are non-persistent unless asked
     if row.correlation_id:
         headers["correlation-id"] = row.correlation_id
-    headers.update({"mqbridge-replay-id": replay_id, "mqbridge-replay-key": row.key,
-                    "mqbridge-replayed-message-id": row.msg_id})
-    if row.put_timestamp is not None:
-        headers["mqbridge-replayed-put-timestamp"] = row.put_timestamp.isoformat()
+    headers.update(provenance(row, replay_id, "-"))
     return headers
 
 
