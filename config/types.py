@@ -5,17 +5,17 @@ Moved out of `config.schema` (which re-exports `TypeConfig`) so the body formats
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from mqbridge.config.base import Duration, Model, Size, check_table, parse_duration, parse_size
+from mqbridge.config.formats import BODY_TEXT, Format, format_problems
 from mqbridge.config.tables import is_template, render, template_problem
 from mqbridge.errors import KeyedError
 
 
 class TypeConfig(Model):
-    """`[types.<name>]`: one message type, its flush rules and its table."""
+    """`[types.<name>]`: one message type, its flush rules, its table and its body format
+    (`mqbridge.config.formats`)."""
 
     bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
     bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
@@ -25,8 +25,21 @@ class TypeConfig(Model):
                                           "to keep up with the intake within it")
     table: str = Field(default="", description="Directory under the warehouse, or a template such as "
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
-    format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
-    schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
+    format: Format = Field(default="raw", description="raw: bodies as they came; json, xml, csv or fixed: parsed "
+                           "in Spark with `schema` into columns (docs/formats.md); a body that does not parse fails "
+                           "alone, with the parser's reason")
+    schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the parsed body (the typed "
+                                   "formats): its columns are added to the landed row")
+    keep_body: bool = Field(default=False, description="Typed formats: also land the body as text in the column "
+                            f"`{BODY_TEXT}` (the byte-exact `body` column is always there)")
+    attribute_prefix: str | None = Field(default=None, min_length=1, description="xml: prefix of the columns read "
+                                         "from attributes (Spark's attributePrefix); None: _")
+    delimiter: str | None = Field(default=None, description="csv: the field delimiter, one character; None: ,")
+    quote: str | None = Field(default=None, description="csv: the quote character; None: \"")
+    header: bool | None = Field(default=None, description="csv: the body starts with a line of column names, checked "
+                                "against the schema's and skipped; None: false")
+    widths: list[int] | None = Field(default=None, description="fixed (required): the width in characters of each "
+                                     "field, paired with the schema's columns in order")
     retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
                                        "this are designated by `mqbridge purge`; None: kept until purged by hand")
     results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
@@ -51,12 +64,10 @@ class TypeConfig(Model):
         return value if value and value.strip() else None
 
     @model_validator(mode="after")
-    def _format_and_schema(self) -> TypeConfig:
-        if self.format == "json" and self.schema_ddl is None:
-            raise KeyedError([(("schema",), 'format = "json" needs a schema (Spark DDL, e.g. '
-                                             '"order_id STRING, amount DECIMAL(12,2)")')])
-        if self.format == "raw" and self.schema_ddl is not None:
-            raise KeyedError([(("schema",), 'a schema is only used with format = "json"')])
+    def _format_and_options(self) -> TypeConfig:
+        problems = format_problems(self)
+        if problems:
+            raise KeyedError(problems)
         return self
 
     @property

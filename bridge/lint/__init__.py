@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from mqbridge.config import BridgeConfig
+from mqbridge.config.ddl import EXAMPLE, DdlError, ddl_columns
 from mqbridge.config.loader import check_text, read_text
 from mqbridge.lint.advice import advice, broker_advice
-from mqbridge.lint.ddl import EXAMPLE, DdlError, ddl_columns
 from mqbridge.lint.environment import environment_findings
 from mqbridge.lint.findings import Finding, KeyLines
 
