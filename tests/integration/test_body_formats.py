@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 
+from mqbridge.app import build_app
 from mqbridge.config import TypeConfig
 from mqbridge.errors import ConfigError
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.rows import LANDED_COLUMNS
 from mqbridge.message import Bulk, Message, Outcome
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.bridge import listener_toml, make_config, read_table, run_until_idle
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +146,50 @@ def test_json_keeps_its_body_as_text_and_spark_checks_the_format_rules(spark: An
         with pytest.raises(ConfigError) as info:
             _ = SparkExecutor(spark, tmp_path, "orders", config).body_format
         assert expected in str(info.value)
+
+
+def test_a_bridge_lands_good_xml_and_csv_bodies_once_and_moves_the_bad_ones_with_the_reason(
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given an XML queue and a CSV queue, each with good bodies and a few bad ones among them
+    q_xml, q_csv = unique_queue("xml"), unique_queue("csv")
+    good_xml = [f'<order id="{i}"><sku>S{i}</sku><qty>{i % 7}</qty></order>'.encode() for i in range(60)]
+    bad_xml = [b'<order id="x1"><sku>S</sku></order>', b"<order><sku>S</sku>", b"<qty>1</qty><qty>2</qty>"]
+    good_csv = [f"C{i},{i},{i}.25".encode() for i in range(60)]
+    bad_csv = [b"C,many,1.00", b"C,1", b"C,1,1\nD,2,2"]
+    amq.put_many(q_xml, good_xml[:20] + bad_xml[:2] + good_xml[20:40] + bad_xml[2:] + good_xml[40:])
+    amq.put_many(q_csv, bad_csv[:1] + good_csv[:30] + bad_csv[1:] + good_csv[30:])
+    cfg = make_config(tmp_path, """
+[types.orders_xml]
+bulk_timeout = "1s"
+format = "xml"
+schema = "_id INT, sku STRING, qty INT"
+[types.orders_csv]
+bulk_timeout = "1s"
+format = "csv"
+schema = "sku STRING, qty INT, amount DECIMAL(12,2)"
+keep_body = true
+""" + listener_toml(q_xml, "orders_xml") + listener_toml(q_csv, "orders_csv"))
+
+    # When one bridge run drains both queues
+    assert run_until_idle(build_app(cfg, spark=spark).bridge) == 0
+
+    # Then every good body landed once, typed; every bad one is on its backout queue, at its first
+    # delivery, with the parser's reason; nothing is left on the queues
+    for queue, table, good, bad, prefix in (
+            (q_xml, "orders_xml", good_xml, bad_xml, "body is not valid XML for schema: "),
+            (q_csv, "orders_csv", good_csv, bad_csv, "body is not a valid CSV record for schema: ")):
+        rows = read_table(spark, tmp_path / "landing" / table)
+        landed = [bytes(r.body) for r in rows]
+        assert len({r.msg_id for r in rows}) == len(rows), f"{table}: a message landed twice"
+        assert sorted(landed) == sorted(good), f"{table}: lost or unexpected rows"
+        moved = amq.drain(queue + ".backout")
+        assert sorted(f.body for f in moved) == sorted(bad), f"{table}: backout queue"
+        for frame in moved:
+            assert frame.headers["mqbridge-reason"].startswith(prefix), frame.headers["mqbridge-reason"]
+            assert frame.headers["mqbridge-delivery-count"] == "1"  # a parse failure is permanent: no retries
+        assert amq.depth(queue) == 0
+    xml_rows = {r._id: (r.sku, r.qty) for r in read_table(spark, tmp_path / "landing" / "orders_xml")}
+    assert xml_rows == {i: (f"S{i}", i % 7) for i in range(60)}
+    csv_rows = read_table(spark, tmp_path / "landing" / "orders_csv")
+    assert {(r.sku, r.qty, r.amount, r.body_text) for r in csv_rows} == {
+        (f"C{i}", i, Decimal(f"{i}.25"), f"C{i},{i},{i}.25") for i in range(60)}
