@@ -29,7 +29,8 @@ def test_example_file_loads_with_its_environment(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv(name, value)
     cfg = load_config(ROOT / "config" / "example.toml")
     assert cfg.path == ROOT / "config" / "example.toml" and cfg.base_dir == ROOT / "config"
-    assert set(cfg.types) == {"orders", "invoices"} and set(cfg.sources) == {"amq", "qm1"}
+    assert set(cfg.types) == {"orders", "invoices", "dispatches", "prices", "stock"}
+    assert set(cfg.sources) == {"amq", "qm1"}
     assert cfg.types["orders"].schema_ddl and cfg.types["invoices"].table == "invoices"
     amq, qm1 = cfg.sources["amq"], cfg.sources["qm1"]
     assert isinstance(amq, StompSourceConfig) and isinstance(qm1, MqSourceConfig)
