@@ -1,5 +1,7 @@
 """The typed body formats (xml, csv, fixed; json's keep_body) through a SparkExecutor on a real local
-Spark: good bodies land typed, each bad one fails alone with the parser's reason (docs/formats.md)."""
+Spark: good bodies land typed, each bad one fails alone with the parser's reason (docs/formats.md); and
+one bridge run on ActiveMQ with an XML and a CSV type: the good bodies land once, the bad ones are on
+the backout queue with the reason."""
 
 from __future__ import annotations
 
