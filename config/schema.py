@@ -29,7 +29,7 @@ from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
-from mqbridge.config.tables import is_template, render, template_problem
+from mqbridge.config.types import TypeConfig as TypeConfig  # re-exported for `config.schema` importers
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -189,57 +189,6 @@ class SparkSection(Model):
             else:
                 raise KeyedError([((key,), "must be a string, number or boolean")])
         return out
-
-
-class TypeConfig(Model):
-    """`[types.<name>]`: one message type, its flush rules and its table."""
-
-    bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
-    bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
-    latency: Duration = Field(default=parse_duration("1s"), gt=0,
-                              description="Latency target: the longest a message waits between its receipt and "
-                                          "its bulk's write starting; bulks are sized from the measured write costs "
-                                          "to keep up with the intake within it")
-    table: str = Field(default="", description="Directory under the warehouse, or a template such as "
-                                               "\"{source}_{destination}\" (config.tables); empty: the type's name")
-    format: Literal["raw", "json"] = Field(default="raw", description="raw bodies, or json parsed with `schema`")
-    schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the JSON body (format json)")
-    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
-                                       "this are designated by `mqbridge purge`; None: kept until purged by hand")
-    results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
-                                   "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
-    _name: str = PrivateAttr("")
-
-    @field_validator("table")
-    @classmethod
-    def _check_table(cls, value: str) -> str:
-        if value and is_template(value):
-            problem = template_problem(value)
-            if problem:
-                raise ValueError(problem)
-            check_table(render(value, source="s", destination="d", message_type="t"), written=value)
-        elif value:
-            check_table(value)
-        return value
-
-    @field_validator("schema_ddl")
-    @classmethod
-    def _blank_is_none(cls, value: str | None) -> str | None:
-        return value if value and value.strip() else None
-
-    @model_validator(mode="after")
-    def _format_and_schema(self) -> TypeConfig:
-        if self.format == "json" and self.schema_ddl is None:
-            raise KeyedError([(("schema",), 'format = "json" needs a schema (Spark DDL, e.g. '
-                                             '"order_id STRING, amount DECIMAL(12,2)")')])
-        if self.format == "raw" and self.schema_ddl is not None:
-            raise KeyedError([(("schema",), 'a schema is only used with format = "json"')])
-        return self
-
-    @property
-    def table_name(self) -> str:
-        """The table directory: `table`, or the type's name when not set."""
-        return self.table or self._name
 
 
 class PurgeSection(Model):

@@ -3,8 +3,8 @@
 A bulk becomes a pyarrow.Table with an explicit schema (the landed row, `mqbridge.landing.rows`),
 then a DataFrame (`spark.createDataFrame(arrow_table)`), then one append to `<warehouse>/<table>`
 partitioned by `put_date`; a raw bulk may be written by pyarrow instead (`mqbridge.landing.writer_choice`,
-`mqbridge.landing.arrow_writer`). JSON bodies are checked against the type's schema
-(`mqbridge.landing.rows`), so that one bad body fails only its own message.
+`mqbridge.landing.arrow_writer`). Typed bodies (json, xml, csv, fixed) are parsed with the type's schema
+(`mqbridge.landing.formats`), so that one bad body fails only its own message.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from mqbridge import failpoints
 from mqbridge.config import TypeConfig
@@ -30,6 +29,7 @@ from mqbridge.landing import arrow_writer
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
 from mqbridge.landing.deadlines import abandoned_after, spark_guarded
+from mqbridge.landing.formats import BodyFormat, body_format
 from mqbridge.landing.handoff import bulk_frame
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
@@ -41,14 +41,7 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
-from mqbridge.landing.rows import (
-    LANDED_COLUMNS,
-    arrow_table,
-    corrupt_rows,
-    json_precheck,
-    parse_bodies,
-    parse_schema,
-)
+from mqbridge.landing.rows import LANDED_COLUMNS, arrow_table
 from mqbridge.landing.session import (
     DEFAULT_CONF,
     SparkSessions,
@@ -137,7 +130,7 @@ class SparkExecutor:
     """Appends bulks of one message type to <warehouse>/<table> as Parquet partitioned by put_date.
 
     `execute` never raises: a failed write makes every message RETRYABLE (except those already
-    known to be PERMANENT); a JSON body that does not fit the schema is PERMANENT for that message
+    known to be PERMANENT); a typed body that does not fit the schema is PERMANENT for that message
     alone and the rest of the bulk lands. A write that cannot be the messages' fault is an outage
     (`MessageResult.sink_outage`): the JVM is gone (the session is then started again for the next
     write), Spark cannot be started, Spark refuses the type's schema, or the write ran longer than
@@ -148,7 +141,7 @@ class SparkExecutor:
 
     Counters (read without a lock; updated under `_counted`, since two writes of a type may end
     together): `last_write_seconds` is the wall time of the last successful execute's Spark work
-    (DataFrame, JSON check, append); `rows_written`, `bytes_written` (bytes of landed bodies) and
+    (DataFrame, body parsing, append); `rows_written`, `bytes_written` (bytes of landed bodies) and
     `writes` are totals.
     """
 
@@ -160,10 +153,10 @@ class SparkExecutor:
         self.message_type = message_type
         self.table = config.table or message_type  # a template such as "{destination}" (containers.py)
         self.format = config.format
-        # `config` was validated at load (format and schema agree, the table is a valid name); only
-        # the DDL itself needs Spark's own parser, hence a session: parsed on first use (`schema`).
-        self._schema_ddl = config.schema_ddl
-        self._schema: StructType | None = None
+        # `config` was validated at load (format and options agree, the table is a valid name); only
+        # the DDL itself needs Spark's own parser, hence a session: parsed on first use (`body_format`).
+        self._config = config
+        self._format: BodyFormat | None = None
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
@@ -187,14 +180,14 @@ class SparkExecutor:
         return self.sessions.get()
 
     @property
-    def schema(self) -> StructType | None:
-        """The parsed `schema` of a typed type (None for a raw one), by Spark's own DDL parser, which
-        needs a live session: the first use waits for it (SparkUnavailableError if it cannot start).
-        ConfigError, naming the type, if Spark refuses the DDL."""
-        if self._schema is None and self._schema_ddl:
+    def body_format(self) -> BodyFormat | None:
+        """How a typed type's bodies are parsed (None for a raw one), its `schema` by Spark's own DDL
+        parser, which needs a live session: the first use waits for it (SparkUnavailableError if it
+        cannot start). ConfigError, naming the type, if Spark refuses the DDL."""
+        if self._format is None and self._config.schema_ddl:
             self.sessions.get()
-            self._schema = parse_schema(self.message_type, self._schema_ddl)
-        return self._schema
+            self._format = body_format(self.message_type, self._config)
+        return self._format
 
     def execute(self, bulk: Bulk) -> list[MessageResult]:
         """Land `bulk`; one result per message, in the bulk's order."""
@@ -234,7 +227,7 @@ class SparkExecutor:
                     private_staging(target)
                 spark_guarded(spark, self.message_type, what, lambda: write_probe(spark, target),
                               self.write_timeout)
-                _ = self.schema  # a DDL Spark refuses keeps the sink unavailable, and says why
+                _ = self.body_format  # a DDL Spark refuses keeps the sink unavailable, and says why
             # Read back here: a Spark that writes where this process does not look is down for the
             # bridge, whatever it says.
             verify_staged(staged_moves(self._path, target, "probe"), 1, target, what=f"probe of {self.table}")
@@ -273,9 +266,10 @@ class SparkExecutor:
     # -- internals -------------------------------------------------------------------------
     def _execute(self, bulk: Bulk, results: list[MessageResult | None]) -> None:
         messages = bulk.messages
-        if self.schema is not None:
+        parser = self.body_format
+        if parser is not None:
             for i, message in enumerate(messages):
-                reason = json_precheck(message.body)
+                reason = parser.precheck(message.body)
                 if reason is not None:
                     results[i] = MessageResult.permanent(message.msg_id, reason, bulk.bulk_id)
         keep = [i for i, r in enumerate(results) if r is None]
@@ -330,8 +324,8 @@ class SparkExecutor:
             observation = self._stage(bulk, keep, target, staged, staging_dir(path, owner, f"{ledger_bulk_id}.rows"))
             # Without a ledger the rows are in the table from here on: nothing below may fail in a way
             # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
-            if observation is not None:
-                for i, reason in corrupt_rows(observation).items():
+            if observation is not None and self._format is not None:
+                for i, reason in self._format.corrupt_rows(observation).items():
                     results[i] = MessageResult.permanent(messages[i].msg_id, reason, bulk.bulk_id)
             landed = [i for i in keep if results[i] is None]
             with shared.lock:  # publications into one table one after another (see `_TablePath`)
@@ -353,7 +347,7 @@ class SparkExecutor:
     def _stage(self, bulk: Bulk, keep: list[int], target: Path, staged: bool, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` (pyarrow or Spark, which reads them from a file
         under `handoff`, removed after); a staged part that failed is discarded. The Observation of a
-        JSON type's corrupt rows, when Spark wrote them."""
+        typed type's corrupt rows, when Spark wrote them."""
         try:
             if self.arrow is not None or writes_as_this_user(self.sessions.get()):
                 private_staging(handoff)  # and so `target`, beside it: no other user reads or swaps a staged file
@@ -402,19 +396,19 @@ class SparkExecutor:
 
     def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
-        rows of a JSON type."""
+        rows of a typed type."""
         spark = self.sessions.get()
         df = bulk_frame(spark, arrow_table(bulk, keep), handoff)
         observation: Observation | None = None
-        if self.schema is None:
+        parser = self.body_format
+        if parser is None:
             # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
             # where a select of 13 columns costs 57. Each call waits for the GIL, which the
             # listener threads keep busy, and the write is the bridge's serial bottleneck.
             df = df.drop("_row")
         else:
-            df, observation = parse_bodies(df, self.schema)
-            parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
-            df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
+            df, observation = parser.parse(df)
+            df = df.select(*LANDED_COLUMNS[:-1], *parser.columns(), "put_date")
         # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
         # and about 15% less JVM CPU per write than a task per core (bench/throughput.py). The handoff
         # file is read as one partition: a bulk of more than FILE_BYTES is spread by a (local) shuffle.

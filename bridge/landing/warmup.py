@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from mqbridge.config import TypeConfig
 from mqbridge.errors import FatalError
-from mqbridge.landing.rows import parse_schema
+from mqbridge.landing.formats import body_format
 from mqbridge.landing.session import SparkSessions
 from mqbridge.landing.writer_choice import spark_writes_bulks
 
@@ -49,8 +49,9 @@ def spark_needed(config: BridgeConfig, sessions: SparkSessions) -> bool:
 
 
 def schema_checks(types: Mapping[str, TypeConfig]) -> list[Callable[[], object]]:
-    """A check per typed type: its schema parsed by Spark (ConfigError naming the type if refused)."""
-    return [partial(parse_schema, name, t.schema_ddl) for name, t in types.items() if t.schema_ddl]
+    """A check per typed type: its schema parsed by Spark and checked against its format (ConfigError
+    naming the key if refused)."""
+    return [partial(body_format, name, t) for name, t in types.items() if t.schema_ddl]
 
 
 class SparkWarmup:

@@ -35,10 +35,10 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
 
 def spark_written(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
                   conf: Mapping[str, str]) -> list[str]:
-    """The types whose bulks Spark writes: JSON types, and every type with Spark Connect, `writer =
-    "spark"` or a codec pyarrow lacks; pyarrow writes the others in this process."""
+    """The types whose bulks Spark writes: typed types (json, xml, csv, fixed), and every type with
+    Spark Connect, `writer = "spark"` or a codec pyarrow lacks; pyarrow writes the others in this process."""
     codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
-    return [name for name, type_cfg in types.items() if codec is None or type_cfg.format == "json"]
+    return [name for name, type_cfg in types.items() if codec is None or type_cfg.format != "raw"]
 
 
 def spark_writes_bulks(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,

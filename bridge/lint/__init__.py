@@ -17,9 +17,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from mqbridge.config import BridgeConfig
+from mqbridge.config.ddl import EXAMPLE, DdlError, ddl_columns
+from mqbridge.config.formats import BODY_TEXT
 from mqbridge.config.loader import check_text, read_text
 from mqbridge.lint.advice import advice, broker_advice
-from mqbridge.lint.ddl import EXAMPLE, DdlError, ddl_columns
 from mqbridge.lint.environment import environment_findings
 from mqbridge.lint.findings import Finding, KeyLines
 
@@ -86,7 +87,8 @@ def _schemas(config: BridgeConfig) -> Iterator[Finding]:
         except DdlError as exc:
             yield Finding(loc, f"not a Spark DDL column list: {exc}", f'write e.g. "{EXAMPLE}"')
             continue
-        taken = {c.lower() for c in LANDED_COLUMNS}
+        # keep_body lands the body as text beside the parsed columns (`mqbridge.config.formats`)
+        taken = {c.lower() for c in LANDED_COLUMNS} | ({BODY_TEXT} if type_config.keep_body else set())
         for column in columns:
             if column.lower() in taken:
                 yield Finding(loc, f"column {column!r} clashes with a landed column or another schema column "

@@ -252,7 +252,7 @@ def test_a_bad_schema_is_a_config_error_and_its_bulks_an_outage(spark: Any, tmp_
     # DDL needs Spark's own parser, on first use (the bridge's Spark warm-up stops the bridge for it)
     executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(format="json", schema=ddl))
     with pytest.raises(ConfigError, match="orders") as info:
-        _ = executor.schema
+        _ = executor.body_format
     assert expected in str(info.value)
     # A bulk meanwhile is not the messages' fault: given back uncounted, nothing written
     results = executor.execute(bulk(message("m1", b'{"order_id": "1"}')))

@@ -69,6 +69,8 @@ def test_every_problem_is_one_line_at_its_key(tmp_path: Path, capsys: pytest.Cap
      "bridge.toml:7: types.orders.schema: not a Spark DDL column list: expected a Spark type"),
     (("[types.orders]", "[types.orders]\nformat = 'json'\nschema = 'msg_id STRING'"),
      "bridge.toml:7: types.orders.schema: column 'msg_id' clashes with a landed column"),
+    (("[types.orders]", "[types.orders]\nformat = 'xml'\nkeep_body = true\nschema = 'body_text STRING'"),
+     "bridge.toml:8: types.orders.schema: column 'body_text' clashes with a landed column"),
     (("kind = \"stomp\"", 'kind = "stomp"\nssl = true\nca_certs = "ca.pem"'),
      "bridge.toml:9: sources.amq.ca_certs: {tmp}/ca.pem: no such file or directory — write the path of the file"),
     # state_dir whose parent is a regular file: mkdir would fail at start (even for root).

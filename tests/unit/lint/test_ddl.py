@@ -1,10 +1,10 @@
-"""A type's `schema` is checked as Spark DDL without Spark (`mqbridge.lint.ddl`)."""
+"""A type's `schema` is checked as Spark DDL without Spark (`mqbridge.config.ddl`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mqbridge.lint.ddl import EXAMPLE, DdlError, ddl_columns
+from mqbridge.config.ddl import EXAMPLE, DdlError, ddl_columns
 
 
 @pytest.mark.parametrize("ddl, columns", [

@@ -1,7 +1,8 @@
 """A Spark DDL column list (`[types.X] schema`) checked without Spark.
 
 pyspark parses DDL only through a JVM or a Spark Connect server (`DataType.fromDDL`), which a
-linter must not start. The grammar a landed JSON schema uses is small, so it is parsed here:
+linter (and the configuration's load, which counts a fixed-width type's columns against its
+`widths`) must not start. The grammar a landed JSON schema uses is small, so it is parsed here:
 `name TYPE [NOT NULL] [COMMENT '...']` separated by commas, where TYPE is a primitive, DECIMAL(p, s),
 CHAR(n)/VARCHAR(n), ARRAY<T>, MAP<K, V>, STRUCT<name[:] T, ...> or INTERVAL ... (names are
 case-insensitive; `backquoted` names may hold any character). Spark is the judge at run time; this

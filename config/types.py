@@ -1,0 +1,76 @@
+"""`[types.<name>]`: one message type, its flush rules, its table and the format of its bodies.
+
+Moved out of `config.schema` (which re-exports `TypeConfig`) so the body formats have room.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from mqbridge.config.base import Duration, Model, Size, check_table, parse_duration, parse_size
+from mqbridge.config.formats import BODY_TEXT, Format, format_problems
+from mqbridge.config.tables import is_template, render, template_problem
+from mqbridge.errors import KeyedError
+
+
+class TypeConfig(Model):
+    """`[types.<name>]`: one message type, its flush rules, its table and its body format
+    (`mqbridge.config.formats`)."""
+
+    bulk_size: Size = Field(default=parse_size("5MB"), gt=0, description="Flush a bulk at this many bytes")
+    bulk_timeout: Duration = Field(default=parse_duration("60s"), gt=0, description="Flush a bulk this old")
+    latency: Duration = Field(default=parse_duration("1s"), gt=0,
+                              description="Latency target: the longest a message waits between its receipt and "
+                                          "its bulk's write starting; bulks are sized from the measured write costs "
+                                          "to keep up with the intake within it")
+    table: str = Field(default="", description="Directory under the warehouse, or a template such as "
+                                               "\"{source}_{destination}\" (config.tables); empty: the type's name")
+    format: Format = Field(default="raw", description="raw: bodies as they came; json, xml, csv or fixed: parsed "
+                           "in Spark with `schema` into columns (docs/formats.md); a body that does not parse fails "
+                           "alone, with the parser's reason")
+    schema_ddl: str | None = Field(default=None, alias="schema", description="Spark DDL of the parsed body (the typed "
+                                   "formats): its columns are added to the landed row")
+    keep_body: bool = Field(default=False, description="Typed formats: also land the body as text in the column "
+                            f"`{BODY_TEXT}` (the byte-exact `body` column is always there)")
+    attribute_prefix: str | None = Field(default=None, min_length=1, description="xml: prefix of the columns read "
+                                         "from attributes (Spark's attributePrefix); None: _")
+    delimiter: str | None = Field(default=None, description="csv: the field delimiter, one character; None: ,")
+    quote: str | None = Field(default=None, description="csv: the quote character; None: \"")
+    header: bool | None = Field(default=None, description="csv: the body starts with a line of column names, checked "
+                                "against the schema's and skipped; None: false")
+    widths: list[int] | None = Field(default=None, description="fixed (required): the width in characters of each "
+                                     "field, paired with the schema's columns in order")
+    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
+                                       "this are designated by `mqbridge purge`; None: kept until purged by hand")
+    results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
+                                   "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
+    _name: str = PrivateAttr("")
+
+    @field_validator("table")
+    @classmethod
+    def _check_table(cls, value: str) -> str:
+        if value and is_template(value):
+            problem = template_problem(value)
+            if problem:
+                raise ValueError(problem)
+            check_table(render(value, source="s", destination="d", message_type="t"), written=value)
+        elif value:
+            check_table(value)
+        return value
+
+    @field_validator("schema_ddl")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
+    @model_validator(mode="after")
+    def _format_and_options(self) -> TypeConfig:
+        problems = format_problems(self)
+        if problems:
+            raise KeyedError(problems)
+        return self
+
+    @property
+    def table_name(self) -> str:
+        """The table directory: `table`, or the type's name when not set."""
+        return self.table or self._name
