@@ -49,6 +49,7 @@ from mqbridge.landing.rows import (
     parse_bodies,
     parse_schema,
 )
+from mqbridge.landing.schema_check import declared_metadata
 from mqbridge.landing.session import (
     DEFAULT_CONF,
     SparkSessions,
@@ -413,7 +414,9 @@ class SparkExecutor:
             df = df.drop("_row")
         else:
             df, observation = parse_bodies(df, self.schema)
-            parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
+            # Each typed column carries its declared field: the schema check compares NOT NULL by it.
+            parsed = [F.col("_parsed").getField(f.name).alias(f.name, metadata=declared_metadata(f))
+                      for f in self.schema.fields]
             df = df.select(*LANDED_COLUMNS[:-1], *parsed, "put_date")
         # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
         # and about 15% less JVM CPU per write than a task per core (bench/throughput.py). The handoff
