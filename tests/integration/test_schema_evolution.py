@@ -107,8 +107,10 @@ def test_a_widened_and_extended_schema_lands_beside_the_old_one(spark: Any, tmp_
         types = {f.name: f.dataType.simpleString() for f in by_name.schema.fields}
         assert (types["amount"], types["qty"], types["channel"]) == ("decimal(12,2)", "bigint", "string"), types
         rows = {r.msg_id: (r.order_id, r.amount, r.qty, r.channel) for r in by_name.collect()}
-        assert rows == {"m1": ("o1", Decimal("12345678.91"), 2147483647, None), "m2": ("o2", Decimal("1.50"), 2, None),
-                        "m3": ("o3", Decimal("9999999999.99"), 9000000000, "web"), "m4": ("o4", Decimal("3.00"), 4, "shop")}
+        assert rows == {"m1": ("o1", Decimal("12345678.91"), 2147483647, None),
+                        "m2": ("o2", Decimal("1.50"), 2, None),
+                        "m3": ("o3", Decimal("9999999999.99"), 9000000000, "web"),
+                        "m4": ("o4", Decimal("3.00"), 4, "shop")}
         # And a reader by path with the table's schema (docs/spark-and-tables.md) reads the same rows
         by_path = spark.read.schema(by_name.schema).parquet(str(path))
         assert sorted(map(tuple, by_path.select("msg_id", "qty", "channel").collect())) == \
