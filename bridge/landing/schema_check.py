@@ -26,9 +26,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ArrayType, MapType, StructField, StructType, TimestampNTZType, TimestampType
 
 from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.landing.evolution import Change, Verdict, compare
@@ -83,10 +83,14 @@ def table_schemas(table: Path, message_type: str) -> dict[str, Path]:
         return found
     for container in sorted(p for p in table.iterdir() if p.is_dir() and PARTITION.fullmatch(p.name)):
         for path in sorted(data_files(container), key=_mtime, reverse=True):
-            types = file_types(str(path))
+            try:
+                types = file_types(str(path))
+                schema = file_schema(path) if not types or message_type in types else None
+            except (OSError, ValueError) as exc:  # removed meanwhile (a purge's swap), or not Parquet
+                log.debug("schema check: %s skipped: %s", path, exc)
+                continue
             if types and message_type not in types:
                 continue  # another type's rows (a shared table)
-            schema = file_schema(path)
             if schema is not None:
                 found.setdefault(schema.json(), path)
             break
@@ -128,10 +132,25 @@ def schema_verdicts(config: BridgeConfig) -> Iterator[TableVerdict]:
             new = ddl_schema(type_config.schema_ddl)
         except DdlError:
             continue
+        if str(config.spark.conf.get("spark.sql.timestampType", "")).upper() == "TIMESTAMP_NTZ":
+            new = _ntz(new)  # then Spark's parser reads TIMESTAMP as TIMESTAMP_NTZ, and writes it so
         for table in tables_of_type(warehouse, name, type_config.table or name):
             for text, path in table_schemas(table, name).items():
                 old = StructType.fromJson(json.loads(text))
                 yield TableVerdict(name, table, path, old, new, compare(old, new))
+
+
+def _ntz(data_type: Any) -> Any:
+    """`data_type` with every TIMESTAMP (with local time zone) as TIMESTAMP_NTZ."""
+    if isinstance(data_type, TimestampType):
+        return TimestampNTZType()
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _ntz(f.dataType), f.nullable, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_ntz(data_type.elementType), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(_ntz(data_type.keyType), _ntz(data_type.valueType), data_type.valueContainsNull)
+    return data_type
 
 
 def check_schemas(config: BridgeConfig) -> None:
