@@ -22,7 +22,7 @@ Names are compared case-insensitively, as Spark resolves them by default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql.types import (
     ArrayType,
@@ -73,7 +73,7 @@ class Verdict:
 
     added: tuple[Change, ...] = ()
     widened: tuple[Change, ...] = ()
-    refused: tuple[Change, ...] = field(default=())
+    refused: tuple[Change, ...] = ()
 
     @property
     def ok(self) -> bool:
