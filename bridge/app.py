@@ -41,6 +41,7 @@ from mqbridge.landing import (
     type_tables,
 )
 from mqbridge.landing.ledger import open_ledger, owner_id
+from mqbridge.landing.schema_check import check_schemas
 from mqbridge.lint import broker_advice
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
@@ -93,6 +94,7 @@ class App:
             if monitor is not None:
                 monitor.bind()  # a taken port fails here, before anything has started
             self.recover()  # the ledger and the file system only: no Spark
+            check_schemas(cfg)  # Parquet footers, no Spark: a refused schema change stops here, nothing read
             if warmup is not None:
                 if cfg.spark.remote:
                     warmup.run()  # WarehouseInvisibleError stops here, before anything is read

@@ -12,12 +12,20 @@ parser says "not checked" rather than guess at anything outside that grammar.
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructField, StructType
 
 _TOKEN = re.compile(r"\s*(`(?:[^`]|``)*`|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[A-Za-z0-9_]+|[<>(),:]|\S)")
-PRIMITIVES = frozenset({
-    "string", "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long", "float",
-    "real", "double", "date", "timestamp", "timestamp_ntz", "timestamp_ltz", "binary", "void", "variant"})
+#: The pyspark type class of each primitive name (`_Parser._type`; pyspark is imported only when parsing).
+_PRIMITIVE_CLASSES = {
+    "string": "StringType", "boolean": "BooleanType", "tinyint": "ByteType", "byte": "ByteType",
+    "smallint": "ShortType", "short": "ShortType", "int": "IntegerType", "integer": "IntegerType",
+    "bigint": "LongType", "long": "LongType", "float": "FloatType", "real": "FloatType", "double": "DoubleType",
+    "date": "DateType", "timestamp": "TimestampType", "timestamp_ltz": "TimestampType",
+    "timestamp_ntz": "TimestampNTZType", "binary": "BinaryType", "void": "NullType", "variant": "VariantType"}
+PRIMITIVES = frozenset(_PRIMITIVE_CLASSES)
 _DECIMALS = frozenset({"decimal", "dec", "numeric"})
 _INTERVAL_UNITS = ("year", "month", "day", "hour", "minute", "second")
 EXAMPLE = 'order_id STRING, amount DECIMAL(12,2), items ARRAY<STRUCT<sku: STRING, qty: INT>>'
@@ -29,7 +37,15 @@ class DdlError(ValueError):
 
 def ddl_columns(ddl: str) -> list[str]:
     """The top-level column names of a DDL column list. Raises DdlError when it does not parse."""
-    return _Parser(ddl).columns()
+    return [f.name for f in ddl_schema(ddl).fields]
+
+
+def ddl_schema(ddl: str) -> StructType:
+    """The StructType of a DDL column list, as Spark's `DataType.fromDDL` gives it (pyspark's type
+    classes need no JVM). Raises DdlError when it does not parse."""
+    from pyspark.sql.types import StructType
+
+    return StructType(_Parser(ddl).columns())
 
 
 class _Parser:
@@ -43,71 +59,92 @@ class _Parser:
             position = match.end()
         self.index = 0
 
-    def columns(self) -> list[str]:
-        names = [self._field(top=True)]
+    def columns(self) -> list[StructField]:
+        fields = [self._field(top=True)]
         while self._accept(","):
-            names.append(self._field(top=True))
+            fields.append(self._field(top=True))
         if self.index < len(self.tokens):
             self._fail("',' or the end")
-        return names
+        return fields
 
-    def _field(self, *, top: bool) -> str:
+    def _field(self, *, top: bool) -> StructField:
+        from pyspark.sql.types import StructField
+
         token = self._next("a column name")
         if not (token.startswith("`") or re.fullmatch(r"[A-Za-z0-9_]+", token)):
             self._fail("a column name", back=1)
         self._accept(":")
-        self._type()
-        if self._accept_word("not"):
+        data_type = self._type()
+        nullable = not self._accept_word("not")
+        if not nullable:
             self._expect_word("null")
         if self._accept_word("comment") and not self._next("a quoted comment").startswith(("'", '"')):
             self._fail("a quoted comment", back=1)
-        return token[1:-1].replace("``", "`") if token.startswith("`") else token
+        name = token[1:-1].replace("``", "`") if token.startswith("`") else token
+        return StructField(name, data_type, nullable)
 
-    def _type(self) -> None:
+    def _type(self) -> DataType:
+        from pyspark.sql import types as T
+
         word = self._next("a type").lower()
         if word in PRIMITIVES:
-            return
+            return getattr(T, _PRIMITIVE_CLASSES[word])()  # type: ignore[no-any-return]
         if word in _DECIMALS:
+            precision, scale = 10, 0
             if self._accept("("):
                 precision = self._number(1, 38, "a precision 1 to 38")
                 if self._accept(","):
-                    self._number(0, precision, f"a scale 0 to {precision}")
+                    scale = self._number(0, precision, f"a scale 0 to {precision}")
                 self._expect(")")
-        elif word in ("char", "varchar"):
+            return T.DecimalType(precision, scale)
+        if word in ("char", "varchar"):
             self._expect("(")
-            self._number(1, 2**31 - 1, "a length")
+            length = self._number(1, 2**31 - 1, "a length")
             self._expect(")")
-        elif word == "array":
+            return T.CharType(length) if word == "char" else T.VarcharType(length)
+        if word == "array":
             self._expect("<")
-            self._type()
+            element = self._type()
             self._expect(">")
-        elif word == "map":
+            return T.ArrayType(element)
+        if word == "map":
             self._expect("<")
-            self._type()
+            key = self._type()
             self._expect(",")
-            self._type()
+            value = self._type()
             self._expect(">")
-        elif word == "struct":
+            return T.MapType(key, value)
+        if word == "struct":
             self._expect("<")
+            fields = []
             if not self._accept(">"):
-                self._field(top=False)
+                fields.append(self._field(top=False))
                 while self._accept(","):
-                    self._field(top=False)
+                    fields.append(self._field(top=False))
                 self._expect(">")
-        elif word == "interval":
-            self._interval()
-        else:
-            self._fail("a Spark type (STRING, INT, BIGINT, DOUBLE, DECIMAL(p,s), BOOLEAN, DATE, TIMESTAMP, "
-                       "ARRAY<T>, MAP<K,V>, STRUCT<...>...)", back=1)
+            return T.StructType(fields)
+        if word == "interval":
+            return self._interval()
+        self._fail("a Spark type (STRING, INT, BIGINT, DOUBLE, DECIMAL(p,s), BOOLEAN, DATE, TIMESTAMP, "
+                   "ARRAY<T>, MAP<K,V>, STRUCT<...>...)", back=1)
 
-    def _interval(self) -> None:
+    def _interval(self) -> DataType:
+        from pyspark.sql.types import DayTimeIntervalType, YearMonthIntervalType
+
         first = self._next("an interval unit").lower()
         if first not in _INTERVAL_UNITS:
             self._fail("an interval unit (YEAR, MONTH, DAY, HOUR, MINUTE, SECOND)", back=1)
+        last = first
         if self._accept_word("to"):
             last = self._next("an interval unit").lower()
             if last not in _INTERVAL_UNITS or _INTERVAL_UNITS.index(last) <= _INTERVAL_UNITS.index(first):
                 self._fail(f"a unit smaller than {first.upper()}", back=1)
+        start, end = _INTERVAL_UNITS.index(first), _INTERVAL_UNITS.index(last)
+        if end <= 1:
+            return YearMonthIntervalType(start, end)
+        if start <= 1:
+            self._fail("units of one kind: YEAR TO MONTH, or DAY to SECOND", back=1)
+        return DayTimeIntervalType(start - 2, end - 2)
 
     def _number(self, low: int, high: int, what: str) -> int:
         token = self._next(what)

@@ -10,6 +10,12 @@ there (landed by earlier runs, too). Each `put_date` the bridge lands into later
 appears (`ADD IF NOT EXISTS PARTITION`), after the rows are published: a reader by name never
 sees a partition before its data. A registration that fails is logged and tried again with the
 table's next bulk; it never fails a landing: the rows are published, and a reader by path sees them.
+
+A type's schema may have gained columns or widened types since the table was registered (docs/
+spark-and-tables.md "Changing a type's schema"): at its first registration in a process, the table's
+columns are brought to those of the file just landed (`evolve`): `ADD COLUMNS` for new ones; a widened
+type, which Spark's `ALTER TABLE` cannot change for a Parquet table, by registering the table again
+with the new columns (it is an external table: dropping it leaves the files).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class CatalogRegistrar:
                 spark = self.session()
                 if known is None:
                     spark.sql(f"CREATE TABLE IF NOT EXISTS `{table}` USING parquet LOCATION '{_quoted(location)}'")
+                    evolve(spark, table, location, put_dates)  # the schema of the rows just landed
                     spark.sql(f"ALTER TABLE `{table}` RECOVER PARTITIONS")  # every put_date already there
                     known = self._known[table] = set(todo)
                     log.info("catalog: table %s registered at %s", table, location)
@@ -60,6 +67,34 @@ class CatalogRegistrar:
                 self.failures += 1
                 log.warning("catalog: table %s could not be registered (tried again with its next bulk; its rows "
                             "are landed and readable by path): %s", table, " ".join(str(exc).split())[:300])
+
+
+def evolve(spark: Any, table: str, location: Path, put_dates: Iterable[str]) -> None:
+    """Give the catalog's `table` the columns of the newest file in the `put_date` containers
+    `put_dates` of `location`: the ones it lacks added, and, if a column's type differs, the table
+    registered again with the file's columns (read with them, older files' narrower values widen)."""
+    from mqbridge.landing.containers import data_files
+
+    files = [f for d in put_dates for f in data_files(location / f"put_date={d}")]
+    if not files:
+        return
+    newest = max(files, key=lambda f: f.stat().st_mtime)
+    wanted = [f for f in spark.read.parquet(str(newest)).schema.fields if f.name.lower() != "put_date"]
+    have = {f.name.lower(): f for f in spark.table(f"`{table}`").schema.fields}
+    missing = [f for f in wanted if f.name.lower() not in have]
+    changed = [f for f in wanted if f.name.lower() in have and have[f.name.lower()].dataType != f.dataType]
+    if changed:
+        columns = {f.name.lower(): f for f in (*have.values(), *wanted)}  # the file's type wins
+        ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.values() if f.name != "put_date")
+        spark.sql(f"DROP TABLE `{table}`")
+        spark.sql(f"CREATE TABLE `{table}` ({ddl}, put_date DATE) USING parquet PARTITIONED BY (put_date) "
+                  f"LOCATION '{_quoted(location)}'")
+        log.info("catalog: table %s registered again with the widened columns %s", table,
+                 ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in changed))
+    elif missing:
+        spark.sql(f"ALTER TABLE `{table}` ADD COLUMNS ("
+                  + ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing) + ")")
+        log.info("catalog: table %s gains the columns %s", table, ", ".join(f.name for f in missing))
 
 
 def _quoted(path: Path) -> str:

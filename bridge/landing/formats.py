@@ -28,6 +28,7 @@ from mqbridge.config.formats import BODY_TEXT, option
 from mqbridge.errors import ConfigError
 from mqbridge.landing import prechecks
 from mqbridge.landing.rows import CORRUPT_COLUMN, parse_schema
+from mqbridge.landing.schema_check import declared_metadata
 
 _PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 #: What Spark's parser is called, for the reason of a record it rejected without naming a field.
@@ -80,7 +81,9 @@ class BodyFormat:
     def columns(self) -> list[Column]:
         """The typed columns of a parsed frame (`parse`), in the schema's order, then `body_text`
         with `keep_body`."""
-        parsed = [F.col("_parsed").getField(f.name).alias(f.name) for f in self.schema.fields]
+        # Each typed column carries its declared field: the schema check compares NOT NULL by it.
+        parsed = [F.col("_parsed").getField(f.name).alias(f.name, metadata=declared_metadata(f))
+                  for f in self.schema.fields]
         return [*parsed, F.col("body").cast("string").alias(BODY_TEXT)] if self.keep_body else parsed
 
     def corrupt_rows(self, observation: Observation) -> dict[int, str]:

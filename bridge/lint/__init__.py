@@ -6,7 +6,8 @@ broker or starting Spark, one finding per line on the line of its key.
     sys.exit(report.exit_code(strict=False))
 
 The modules: `findings` (a finding, the line of a key), `environment` (directories, files,
-drivers), `ddl` (Spark DDL without Spark), `advice` (the warnings `run` gives at start).
+drivers), `ddl` (Spark DDL without Spark), `evolution` (schema changes against the tables' files),
+`advice` (the warnings `run` gives at start).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mqbridge.config.formats import BODY_TEXT
 from mqbridge.config.loader import check_text, read_text
 from mqbridge.lint.advice import advice, broker_advice
 from mqbridge.lint.environment import environment_findings
+from mqbridge.lint.evolution import evolution_findings
 from mqbridge.lint.findings import Finding, KeyLines
 
 __all__ = ["Finding", "LintReport", "broker_advice", "lint_file", "lint_text"]
@@ -70,6 +72,7 @@ def lint_text(text: str, path: str = "<string>", env: Mapping[str, str] | None =
     findings += [Finding(loc, message) for loc, message in checked.problems]
     if checked.config is not None:
         findings += [*environment_findings(checked.config), *_schemas(checked.config),
+                     *evolution_findings(checked.config),
                      *_plugins(checked.config), *advice(checked.config)]
     return LintReport(path, findings, KeyLines(text), checked.config)
 
