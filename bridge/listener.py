@@ -122,7 +122,7 @@ class ListenerThread(threading.Thread):
     def _landed(self, message: Message) -> bool:
         """Whether the ledger shows `message` landed (asked by an adapter before it moves a message
         over its backout threshold; LedgerUnavailableError when it cannot say)."""
-        return bool(landed_before(self.dedupe, [message], self.spec.identity, None, []))
+        return bool(landed_before(self.dedupe, [message], self.spec.identity, None, [], self.spec.identity_scope))
 
     # -- supervision -----------------------------------------------------------------------
     def stop(self) -> None:
@@ -243,7 +243,8 @@ class ListenerThread(threading.Thread):
         spec = self.spec
         moves: list[BackoutMove] = []
         try:
-            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves)
+            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves,
+                                       spec.identity_scope)
         except LedgerUnavailableError as unavailable:
             # Whether these messages landed cannot be known now: the whole unit goes back, and,
             # as in any outage, none of its deliveries counts towards a backout threshold.

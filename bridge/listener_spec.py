@@ -25,6 +25,9 @@ class ListenerSpec:
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
     halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
     outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbox`)
+    #: A topic listener's "SOURCE:SUBSCRIPTION": part of each identity in the ledger (one topic
+    #: message lands once per subscription); "" for a queue (`mqbridge.identity.scoped`).
+    identity_scope: str = ""
 
 
 @dataclass

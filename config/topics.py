@@ -57,9 +57,9 @@ def topic_problems(listener: TopicKeys, source: SourceConfig | None, types: Mapp
     return problems
 
 
-def requeue_destination(broker: str, topic: str | None, subscription: str | None, destination: str) -> str:
+def requeue_destination(broker: str, subscription: str | None, destination: str) -> str:
     """Where copies of a listener's messages go (stamps, parts of a unit given back): the queue
     it reads, or the RabbitMQ queue of its durable subscription (a topic would reach them all)."""
-    if topic is not None and subscription is not None and broker == "rabbitmq":
+    if subscription is not None and broker == "rabbitmq":
         return f"/amq/queue/{subscription}"
     return destination

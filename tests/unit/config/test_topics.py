@@ -37,9 +37,9 @@ def test_a_rabbitmq_topic_listener_stamps_into_its_subscription_queue() -> None:
 
     [listener] = parse(TYPES + RABBIT + topic_listener('in_flight = 2\nthreads = 2\n')).listeners
     assert listener.identity == "stamp"  # RabbitMQ's message-id is per delivery
-    assert requeue_destination("rabbitmq", listener.topic, listener.subscription, listener.queue) == \
+    assert requeue_destination("rabbitmq", listener.subscription, listener.queue) == \
         "/amq/queue/audit"
-    assert requeue_destination("activemq", listener.topic, listener.subscription, listener.queue) == listener.queue
+    assert requeue_destination("activemq", listener.subscription, "/topic/t") == "/topic/t"
 
 
 @pytest.mark.parametrize("text, expected", [
