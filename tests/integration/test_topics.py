@@ -74,3 +74,28 @@ def test_two_durable_subscriptions_land_every_message_once_each_across_a_kill(
         table = tmp_path / "landing" / f"orders_{name}"
         result = account(first + second, landed(spark, table))
         assert result.clean, f"{name}: {result}\n{out[-4000:]}"
+
+
+def test_a_durable_subscription_held_by_another_connection_is_retried_not_refused(
+        activemq: tuple[str, int]) -> None:
+    # Given a connection holding a durable subscription (its client-id) on the real ActiveMQ
+    from mqbridge.config import StompSourceConfig
+    from mqbridge.errors import SourceConnectionError
+    from mqbridge.listeners.stomp.connection import Connection
+
+    tag = uuid.uuid4().hex[:8]
+    topic, name = f"/topic/test.topics.{tag}", f"test.topics.{tag}.held"
+    config = StompSourceConfig(host=activemq[0], port=activemq[1], ack_mode="individual")
+    holder = Connection("amq", config, topic, prefetch=10, client_name="test", durable=name)
+    holder.open()
+    try:
+        # When another bridge (or this one, restarted before the broker saw the old connection die)
+        # connects for the same subscription
+        other = Connection("amq", config, topic, prefetch=10, client_name="test", durable=name)
+        with pytest.raises(SourceConnectionError) as info:
+            other.open()
+        # Then it is a retryable connection error naming the subscription, not a refusal that halts
+        assert f"the durable subscription {name!r} is in use by another connection" in str(info.value)
+    finally:
+        holder.close()
+        Broker("activemq", activemq).drop(topic, name)

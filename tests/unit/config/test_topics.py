@@ -81,3 +81,17 @@ def test_subscription_is_a_table_placeholder() -> None:
                   subscription="Audit.EU") == "orders_audit.eu"
     cfg = parse(TYPES.replace('bulk_size = "5MB"', 'table = "orders_{subscription}"') + ACTIVEMQ + topic_listener())
     assert cfg.types["orders"].table == "orders_{subscription}"
+
+
+def test_topic_identities_are_scoped_by_subscription_and_queue_identities_are_not() -> None:
+    from mqbridge.identity import scoped
+
+    assert scoped("ID:1", "amq:audit") != scoped("ID:1", "amq:billing")
+    assert scoped("ID:1", "") == "ID:1"  # a queue listener's ledger entries stay as they were
+
+
+def test_the_durable_subscribe_headers_of_each_broker() -> None:
+    from mqbridge.listeners.stomp.connection import durable_headers
+
+    assert durable_headers("activemq", "audit") == {"activemq.subscriptionName": "audit"}
+    assert durable_headers("rabbitmq", "audit") == {"durable": "true", "auto-delete": "false", "x-queue-name": "audit"}
