@@ -17,7 +17,14 @@ from typing import Any, NoReturn
 
 from mqbridge.config import StompSourceConfig
 from mqbridge.config.topics import requeue_destination
-from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError, SourceRefusedError, SourceTLSError
+from mqbridge.errors import (
+    InDoubtError,
+    SourceConnectionError,
+    SourceError,
+    SourceRefusedError,
+    SourceTLSError,
+    SubscriptionInUseError,
+)
 from mqbridge.listeners.stomp.frames import Frames, drop
 from mqbridge.listeners.stomp.tls import diagnose as tls_diagnose
 from mqbridge.message import Message
@@ -102,8 +109,8 @@ class Connection:
             if self.durable is not None and CLIENT_ID_IN_USE in frames.errors[0][1]:
                 # Another bridge holds the subscription, or the broker has not yet seen our last
                 # connection die (kill -9): retried with backoff, unlike a refusal.
-                raise SourceConnectionError(f"{where}: the durable subscription {self.durable!r} is in use by "
-                                            f"another connection (client-id {self.durable!r}); retrying")
+                raise SubscriptionInUseError(f"{where}: the durable subscription {self.durable!r} is in use by "
+                                             f"another connection (client-id {self.durable!r})")
             raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
         if not answered or not frames.connected:
             drop(conn)

@@ -80,7 +80,8 @@ def test_a_durable_subscription_held_by_another_connection_is_retried_not_refuse
         activemq: tuple[str, int]) -> None:
     # Given a connection holding a durable subscription (its client-id) on the real ActiveMQ
     from mqbridge.config import StompSourceConfig
-    from mqbridge.errors import SourceConnectionError
+    from mqbridge.decision import Decision, decide
+    from mqbridge.errors import SubscriptionInUseError
     from mqbridge.listeners.stomp.connection import Connection
 
     tag = uuid.uuid4().hex[:8]
@@ -92,9 +93,10 @@ def test_a_durable_subscription_held_by_another_connection_is_retried_not_refuse
         # When another bridge (or this one, restarted before the broker saw the old connection die)
         # connects for the same subscription
         other = Connection("amq", config, topic, prefetch=10, client_name="test", durable=name)
-        with pytest.raises(SourceConnectionError) as info:
+        with pytest.raises(SubscriptionInUseError) as info:
             other.open()
-        # Then it is a retryable connection error naming the subscription, not a refusal that halts
+        # Then it is retried a few seconds later (not a refusal that halts), naming the subscription
+        assert decide(info.value) is Decision.RETRY_LATER
         assert f"the durable subscription {name!r} is in use by another connection" in str(info.value)
     finally:
         holder.close()
