@@ -50,7 +50,8 @@ def _preprocessors_from_toml(value: Any) -> Any:
 
 
 class ListenerConfig(Model):
-    """`[[listeners]]`: listener threads on one queue of one source."""
+    """`[[listeners]]`: listener threads on one queue of one source, or on one topic through a
+    durable subscription (`topic` + `subscription`, `mqbridge.config.topics`)."""
 
     source: str = Field(min_length=1, description="Name of a [sources.<name>] entry")
     queue: str = Field(default="", description="Queue (STOMP destination or MQ queue name); for a `topic` "
