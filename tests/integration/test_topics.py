@@ -8,7 +8,9 @@ the broker keeps them for each subscription. The bridge is killed with SIGKILL a
 again until idle: every message must be in EACH subscription's table exactly once. On ActiveMQ both
 subscriptions get the same message id, so this also shows that the ledger tells the
 subscriptions apart (`mqbridge.identity.scoped`); RabbitMQ runs with its default identity, stamps
-sent to the subscription's own queue. Two bridge runs per broker."""
+sent to the subscription's own queue. Two poison messages, refused by a preprocessor, are given back
+on the durable subscription once and then moved to each subscription's backout queue. Two bridge
+runs per broker."""
 
 from __future__ import annotations
 
@@ -26,6 +28,23 @@ pytestmark = pytest.mark.integration
 
 SUBSCRIPTIONS = ("a", "b")
 BEFORE, WHILE_KILLED = 150, 60
+#: A preprocessor failing every poison message: given back (on ActiveMQ by replacing the durable
+#: subscription, on RabbitMQ by NACK) until its second delivery moves it to the backout queue.
+REJECT = """
+from mqbridge import hookimpl
+
+
+class Reject:
+    def process(self, message):
+        if message.body.startswith(b"poison"):
+            raise ValueError("a poison message")
+        return message
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("reject_poison", lambda options: Reject())
+"""
 
 
 def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptions: dict[str, str]) -> Path:
@@ -33,14 +52,19 @@ def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptio
     `landing/orders_<subscription>`."""
     source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "ack_mode": "individual",
                               "heartbeat": "10s"}
-    toml = (process_bridge("topics").set("spark", master="local[1]")
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    (plugins / "reject.py").write_text(REJECT)
+    (plugins / "reject.py").chmod(0o644)
+    toml = (process_bridge("topics").set("spark", master="local[1]").set("bridge", plugin_dirs=["plugins"])
             .add("types.orders", 'table = "orders_{subscription}"')
             .set("sources.amq", **source))
     if broker == "rabbitmq":
         toml = toml.add("sources.amq", RABBIT_SOURCE)
     for name in subscriptions.values():
         toml = toml.listener(source="amq", topic=topic, subscription=name, batch=50, wait="200ms",
-                             message_type="orders", backout_queue=f"/queue/{name}.backout")
+                             message_type="orders", backout_queue=f"/queue/{name}.backout",
+                             preprocessors=["reject_poison"], backout_threshold=2)
     return toml.write(tmp_path / "bridge.toml")
 
 
@@ -59,12 +83,14 @@ def test_two_durable_subscriptions_land_every_message_once_each_across_a_kill(
         for name in names.values():
             client.subscribe(topic, name)
         first, second = bodies(BEFORE, f"before-{tag}"), bodies(WHILE_KILLED, f"killed-{tag}")
-        client.publish(topic, first)
+        poison = [f"poison {tag} {i}".encode() for i in range(2)]
+        client.publish(topic, first[:70] + poison[:1] + first[70:] + poison[1:])
         # When the bridge is killed after a unit's bulk is published, before the source commit,
         # more messages are published while it lies dead, and it runs again until idle
         run_until_killed(tmp_path / "bridge.toml", "before_source_commit")
         client.publish(topic, second)
         out = run_until_idle(config, idle="5s")
+        moved = {name: client.drain(f"/queue/{name}.backout") for name in names.values()}
     finally:
         for name in names.values():
             client.drop(topic, name)
@@ -74,6 +100,9 @@ def test_two_durable_subscriptions_land_every_message_once_each_across_a_kill(
         table = tmp_path / "landing" / f"orders_{name}"
         result = account(first + second, landed(spark, table))
         assert result.clean, f"{name}: {result}\n{out[-4000:]}"
+        # And each subscription moved each poison message to its backout queue once, after its
+        # second delivery (given back once on the durable subscription)
+        assert sorted(moved[name]) == sorted(poison), f"{name}: {moved[name]!r:.300}"
 
 
 def test_a_durable_subscription_held_by_another_connection_is_retried_not_refused(

@@ -5,6 +5,7 @@ the shared brokers keep no subscription a test made."""
 
 from __future__ import annotations
 
+import queue as queues
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ class _Receipts(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is 
     def __init__(self) -> None:
         self.receipts: dict[str, threading.Event] = {}
         self.errors: list[str] = []
+        self.messages: queues.Queue[bytes] = queues.Queue()
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.put(bytes(frame.body))
 
     def on_receipt(self, frame: Any) -> None:
         self.receipts.setdefault(frame.headers["receipt-id"], threading.Event()).set()
@@ -74,6 +79,18 @@ class Broker:
                                                                    headers={**headers, "receipt": r}), "resubscribe")
             self._await(conn, frames, lambda r: conn.unsubscribe(id="t", headers={**headers, "receipt": r}),
                         f"removing {subscription}")
+
+    def drain(self, queue: str, quiet: float = 1.0) -> list[bytes]:
+        """The bodies taken (acknowledged) from `queue` until none came for `quiet` seconds."""
+        with self._connection() as (conn, frames):
+            conn.subscribe(queue, id="drain", ack="auto")
+            out = []
+            while True:
+                try:
+                    out.append(frames.messages.get(timeout=quiet))
+                except queues.Empty:
+                    assert not frames.errors, frames.errors
+                    return out
 
     def publish(self, topic: str, bodies: list[bytes]) -> None:
         """Publish persistent messages; return once the broker has them all."""
