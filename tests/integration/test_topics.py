@@ -8,7 +8,8 @@ the broker keeps them for each subscription. The bridge is killed with SIGKILL a
 again until idle: every message must be in EACH subscription's table exactly once. On ActiveMQ both
 subscriptions get the same message id, so this also shows that the ledger tells the
 subscriptions apart (`mqbridge.identity.scoped`); RabbitMQ runs with its default identity, stamps
-sent to the subscription's own queue. Two poison messages, refused by a preprocessor, are given back
+sent to the subscription's own queue, and cumulative acks (a part of a unit given back is sent
+there too). Two poison messages, refused by a preprocessor, are given back
 on the durable subscription once and then moved to each subscription's backout queue. Two bridge
 runs per broker."""
 
@@ -50,7 +51,10 @@ def mqbridge_register_preprocessors(registry):
 def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptions: dict[str, str]) -> Path:
     """A bridge with one listener per subscription on `topic`, type orders landing in
     `landing/orders_<subscription>`."""
-    source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "ack_mode": "individual",
+    # ActiveMQ needs individual acks on a topic; RabbitMQ runs the default (cumulative), whose copies
+    # given back go to the subscription's own queue (`mqbridge.config.topics.requeue_destination`).
+    ack_mode = "individual" if broker == "activemq" else "cumulative"
+    source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "ack_mode": ack_mode,
                               "heartbeat": "10s"}
     plugins = tmp_path / "plugins"
     plugins.mkdir(mode=0o755)
