@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mqbridge.errors import IdentityError
-from mqbridge.identity import identity_of
+from mqbridge.identity import identity_of, scoped
 from mqbridge.message import Message
 from mqbridge.source import BackoutMove, Landed
 
@@ -24,18 +24,19 @@ class Deduplicator(Protocol):
 
 
 def landed_before(dedupe: Deduplicator | None, batch: list[Message], rule: str, backout_queue: str | None,
-                  moves: list[BackoutMove]) -> set[int]:
+                  moves: list[BackoutMove], scope: str = "") -> set[int]:
     """Give each message its identity by `rule` (from the original, before preprocessing) and return
     the deliveries the ledger shows as landed already: a redelivery after a crash or a lost
     commit, which is committed without landing again. Every message is checked, not only those
     flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
     Deliveries are named by `id()`, not msg_id: an MQ unit may hold two messages with one MsgId.
-    A message without its identity (a missing header) is moved to `backout_queue` (`moves`)."""
+    A message without its identity (a missing header) is moved to `backout_queue` (`moves`).
+    `scope` (a topic listener's subscription) is part of each identity (`mqbridge.identity.scoped`)."""
     if dedupe is None:
         return set()
     for message in batch:
         try:
-            message.identity = identity_of(message, rule)
+            message.identity = scoped(identity_of(message, rule), scope)
         except IdentityError as exc:
             moves.append(BackoutMove(message, str(exc), backout_queue))
     known = [m for m in batch if m.identity]

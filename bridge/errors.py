@@ -44,6 +44,14 @@ class SourceConnectionError(SourceError):
     """The connection to a source is lost or cannot be made; reconnecting may help."""
 
 
+class SubscriptionInUseError(SourceConnectionError, RetryLater):
+    """Another connection holds a durable subscription's client-id (ActiveMQ allows one): another
+    bridge reads it (this one is its standby), or the broker has not yet noticed that this bridge's
+    previous connection died. Retried every few seconds, as a warning, not as a lost connection."""
+
+    retry_after: ClassVar[float] = 5.0
+
+
 class SourceRefusedError(SourceError, HaltListener):
     """The broker refused the connection or the subscription (bad credentials, unknown virtual host,
     no permission on the queue): a configuration error, which reconnecting cannot mend. The message

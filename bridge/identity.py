@@ -6,6 +6,9 @@ cannot recognise a redelivery), "body-sha256" (hex digest of the body), "stamp" 
 adapter stamps on a copy of each message before it is landed: a stable id where the broker has
 none; the adapter hands on stamped copies only, with the stamp as their msg_id).
 
+A topic listener's identities are scoped by its durable subscription (`scoped`): one topic
+message reaches every subscription with the same message id, and must land once in each.
+
 Compute identities on the *original* message, as the listener received it, before the
 preprocessor chain: a preprocessor may rewrite the body or headers (an envelope adds a timestamp),
 which would give the same delivery a different identity each time.
@@ -19,6 +22,12 @@ from mqbridge.errors import IdentityError
 from mqbridge.message import Message
 
 HEADER_PREFIX = "header:"
+
+
+def scoped(identity: str, scope: str) -> str:
+    """`identity` as the ledger keeps it for a listener whose identities are scoped (a topic
+    listener: scope "SOURCE:SUBSCRIPTION"), unchanged for a queue listener (scope "")."""
+    return f"{scope}|{identity}" if scope else identity
 
 
 def identity_of(message: Message, rule: str) -> str:

@@ -25,13 +25,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from mqbridge import failpoints
 from mqbridge.backout_log import BackoutLog
 from mqbridge.bookkeeping import DeliveryBook
 from mqbridge.collector import BulkCollector
-from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
 from mqbridge.counters import Counters
 from mqbridge.dedupe import Deduplicator, landed_before, landed_where
 from mqbridge.errors import (
@@ -43,6 +41,7 @@ from mqbridge.errors import (
 )
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.in_flight import Connections, PendingUnit
+from mqbridge.listener_spec import ListenerSpec, ListenerState
 from mqbridge.message import Message
 from mqbridge.outbox import Derived, OutboxAllow, unit_outbox
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess_unit
@@ -67,37 +66,6 @@ ROLLBACK_PAUSE = 0.5
 # Longest wait for a first message on one connection while units are in flight (their results are
 # looked at between) or while the thread has other connections to read.
 POLL_IN_FLIGHT = 0.05
-
-
-@dataclass
-class ListenerSpec:
-    """What one listener thread needs from the configuration."""
-
-    name: str  # e.g. "amq:/queue/orders#1"
-    source_name: str
-    queue: str
-    batch: int
-    wait: float
-    message_type: str
-    backout_threshold: int
-    backout_queue: str | None
-    identity: str = "msg_id"  # the `identity` rule, for the landing ledger
-    halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
-    outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbox`)
-
-
-@dataclass
-class ListenerState:
-    """What the control thread and the status page see of a listener thread."""
-
-    phase: str = "starting"  # starting | connecting | receiving | processing | paused | stopped | failed
-    heartbeat: float = field(default_factory=time.monotonic)
-    #: Monotonic time of the last message or connect (0: neither yet): `run --until-idle` counts from
-    #: here, so a thread that just reconnected (a broker restart) gets the whole idle time to receive.
-    last_activity: float = 0.0
-    connected_once: bool = False
-    last_error: str = ""
-    units: int = 0
 
 
 class ListenerThread(threading.Thread):
@@ -154,7 +122,7 @@ class ListenerThread(threading.Thread):
     def _landed(self, message: Message) -> bool:
         """Whether the ledger shows `message` landed (asked by an adapter before it moves a message
         over its backout threshold; LedgerUnavailableError when it cannot say)."""
-        return bool(landed_before(self.dedupe, [message], self.spec.identity, None, []))
+        return bool(landed_before(self.dedupe, [message], self.spec.identity, None, [], self.spec.identity_scope))
 
     # -- supervision -----------------------------------------------------------------------
     def stop(self) -> None:
@@ -275,7 +243,8 @@ class ListenerThread(threading.Thread):
         spec = self.spec
         moves: list[BackoutMove] = []
         try:
-            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves)
+            recognised = landed_before(self.dedupe, batch, spec.identity, spec.backout_queue, moves,
+                                       spec.identity_scope)
         except LedgerUnavailableError as unavailable:
             # Whether these messages landed cannot be known now: the whole unit goes back, and,
             # as in any outage, none of its deliveries counts towards a backout threshold.

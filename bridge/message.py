@@ -41,6 +41,9 @@ class Message:
     #: What the landing ledger knows this message by (the listener's `identity` rule, computed on
     #: the original message before preprocessing); "" when exactly-once is off.
     identity: str = ""
+    #: The durable subscription a topic listener read it through (`{subscription}` in table
+    #: templates); "" for a queue.
+    subscription: str = ""
     # Monotonic time the bridge got the message: for put-to-commit latency and bulk age.
     received_monotonic: float = field(default_factory=time.monotonic)
 

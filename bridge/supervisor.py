@@ -155,7 +155,8 @@ class Bridge:
                             wait=cfg.wait, message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
                             halt_after_failures=cfg.halt_after_failures,
-                            outbox_allow=None if cfg.outbox_allow is None else tuple(cfg.outbox_allow))
+                            outbox_allow=None if cfg.outbox_allow is None else tuple(cfg.outbox_allow),
+                            identity_scope=f"{cfg.source}:{cfg.subscription}" if cfg.subscription else "")
         gates = [self.guard.gate, self.controls.get(slot.listener).gate]  # the operator's pause and stop
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it

@@ -12,19 +12,21 @@ from __future__ import annotations
 from mqbridge.config.base import parse_duration, parse_size
 from mqbridge.config.collector import CollectorSection
 from mqbridge.config.exposure import plaintext_notes
+from mqbridge.config.listener import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_HALT_AFTER_FAILURES,
+    ListenerConfig,
+    PreprocessorRef,
+)
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import is_loopback
 from mqbridge.config.schema import (
-    DEFAULT_BACKOUT_THRESHOLD,
-    DEFAULT_HALT_AFTER_FAILURES,
     DEFAULT_PLUGIN_DIRS,
     BridgeConfig,
     BridgeSection,
     LedgerSection,
-    ListenerConfig,
     LoggingSection,
-    PreprocessorRef,
     PurgeSection,
     SparkSection,
     TypeConfig,

@@ -21,6 +21,7 @@ class ListenerKeys(Protocol):
 
     queue: str
     identity: str
+    topic: str | None
 
 #: IBM MQ: a selection string may be up to 10,240 bytes (MQOD SelectionString).
 MQ_MAX_SELECTION = 10240
@@ -36,9 +37,10 @@ def resolve_identity(listener: ListenerKeys, source: SourceConfig | None, where:
     STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
     producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""
     # A stamped copy goes back to the destination: on a topic or exchange every subscriber would get it.
-    shared = listener.queue.startswith(_NOT_STAMPABLE)
+    rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
+    # ... except a RabbitMQ topic listener's copies, which go to its subscription's own queue.
+    shared = listener.queue.startswith(_NOT_STAMPABLE) and not (rabbitmq and listener.topic is not None)
     if listener.identity == "auto":
-        rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
         listener.identity = "stamp" if rabbitmq and not shared else "msg_id"
     if listener.identity != "stamp" or source is None:
         return []

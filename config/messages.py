@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mqbridge.config.schema import BridgeConfig, ListenerConfig, TypeConfig
+from mqbridge.config.listener import ListenerConfig
+from mqbridge.config.schema import BridgeConfig, TypeConfig
 from mqbridge.config.sources import MemorySourceConfig, MqSourceConfig, StompSourceConfig
 from mqbridge.errors import KeyedError, Loc
 

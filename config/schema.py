@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from mqbridge.config.base import (
     Duration,
@@ -24,7 +24,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.collector import CollectorSection
-from mqbridge.config.listener_rules import IDENTITY_RULES, resolve_identity, selector_problems
+from mqbridge.config.listener import ListenerConfig, listener_problems  # ListenerConfig: also imported from here
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
@@ -209,83 +209,6 @@ class PurgeSection(Model):
                              "designated than not); a container whose rows are all designated is always dropped")
 
 
-#: Deliveries before a message is moved aside, where neither the listener nor the queue says.
-DEFAULT_BACKOUT_THRESHOLD = 3
-#: Failures of one message, with no backout threshold to move it, before its listener halts.
-DEFAULT_HALT_AFTER_FAILURES = 10
-
-
-class PreprocessorRef(Model):
-    """One step of a listener's chain. In TOML: `"name"` or `{name = "...", <option> = ...}`."""
-
-    name: str = Field(min_length=1, description="Registered preprocessor name")
-    options: dict[str, Any] = Field(default_factory=dict, description="Options of the preprocessor")
-
-
-def _preprocessors_from_toml(value: Any) -> Any:
-    """TOML items (a name, or a table whose keys other than `name` are options) as PreprocessorRefs."""
-    if not isinstance(value, list):
-        return value
-    out: list[Any] = []
-    for index, item in enumerate(value):
-        if isinstance(item, str):
-            out.append({"name": item})
-        elif isinstance(item, dict):
-            options = {k: v for k, v in item.items() if k != "name"}
-            out.append({"name": item["name"], "options": options} if "name" in item else {"options": options})
-        elif isinstance(item, PreprocessorRef):
-            out.append(item)
-        else:
-            raise KeyedError([((index,), 'a preprocessor is a name or a table {name = "...", <options>}')])
-    return out
-
-
-class ListenerConfig(Model):
-    """`[[listeners]]`: listener threads on one queue of one source."""
-
-    source: str = Field(min_length=1, description="Name of a [sources.<name>] entry")
-    queue: str = Field(min_length=1, description="Queue (STOMP destination or MQ queue name)")
-    threads: int = Field(default=1, ge=1, le=64, description="Listener threads on this queue")
-    batch: int = Field(default=500, ge=1, le=100_000, description="Maximum messages per unit of work")
-    in_flight: int = Field(default=2, ge=1, le=16, description="Units of work one listener thread holds at once, "
-                           "each on a source connection of its own: it reads the next while Spark writes the "
-                           "bulk holding the earlier ones (connections to the broker: threads x in_flight)")
-    wait: Duration = Field(default=parse_duration("1s"), description="Maximum wait to fill a batch")
-    message_type: str = Field(min_length=1, description="Default message type (a [types.<name>] entry)")
-    preprocessors: Annotated[list[PreprocessorRef], BeforeValidator(_preprocessors_from_toml)] = Field(
-        default_factory=list, description="Ordered preprocessor chain")
-    backout_threshold: int | None = Field(
-        default=None, ge=0, description="Deliveries before a message is moved to the backout queue; 0 disables; "
-                                        f"unset: {DEFAULT_BACKOUT_THRESHOLD} (IBM MQ: the queue's BOTHRESH)")
-    backout_queue: str | None = Field(default=None, description="Where poison messages go; MQ: None uses BOQNAME")
-    halt_after_failures: int = Field(
-        default=DEFAULT_HALT_AFTER_FAILURES, ge=1,
-        description="With no backout threshold (backout_threshold = 0, IBM MQ BOTHRESH(0)): a message that "
-                    "failed this many times halts its listener (critical log, /healthz 503) instead of looping")
-    prefetch: int | None = Field(default=None, ge=1, description="STOMP prefetch; None: batch")
-    confirm: Literal["off", "reply-to"] = Field(
-        default="off", description="STOMP: `reply-to` sends a message with a `reply-to` header a result message "
-        "(landed or backout) in the commit's transaction; IBM MQ answers the MQMD Report options instead")
-    reply_to_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
-        default=None, description="Glob patterns of the reply-to destinations results may go to (IBM MQ: QMGR/QUEUE, "
-        "or QUEUE on the connected queue manager); None: STOMP any, IBM MQ the connected queue manager only")
-    selector: str | None = Field(default=None, description="Only messages matching this JMS selector (\"region = "
-                                 "'EU'\"): ActiveMQ/Artemis, IBM MQ (SelectionString); None: every message")
-    outbox_allow: list[Annotated[str, Field(min_length=1)]] | None = Field(
-        default=None, description="Glob patterns of the destinations its preprocessors may emit derived messages to "
-        "(mqbridge.emit; STOMP destination or IBM MQ queue); None: emitting is refused")
-    identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
-                          "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
-                          "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")
-
-    @field_validator("identity")
-    @classmethod
-    def _check_identity(cls, value: str) -> str:
-        if value in IDENTITY_RULES or (value.startswith("header:") and value[len("header:"):].strip()):
-            return value
-        raise ValueError(f"{value!r} is not an identity rule (auto, msg_id, stamp, header:NAME or body-sha256)")
-
-
 class BridgeConfig(Model):
     """The whole configuration file. `path` and `base_dir` are set by the loader, not by TOML."""
 
@@ -323,49 +246,7 @@ class BridgeConfig(Model):
                     problems.append((("types", name), "the type name cannot be a table directory; set table"))
                 else:
                     type_cfg.table = name
-        seen: dict[tuple[str, str, str], int] = {}
-        for index, listener in enumerate(self.listeners):
-            where: Loc = ("listeners", index)
-            source = self.sources.get(listener.source)
-            if source is None:
-                problems.append(((*where, "source"), f"unknown source {listener.source!r} "
-                                                     f"(configured: {', '.join(self.sources)})"))
-            if listener.message_type not in self.types:
-                problems.append(((*where, "message_type"), f"unknown message type {listener.message_type!r} "
-                                                           f"(configured: {', '.join(self.types)})"))
-            # Sources whose listener loop counts deliveries need a queue to move poison messages to.
-            if source is not None and source.kind in ("stomp", "memory") and listener.backout_threshold != 0 \
-                    and not listener.backout_queue:
-                problems.append(((*where, "backout_queue"), f"required for a {source.kind} source when "
-                                                            "backout_threshold > 0 (or set backout_threshold = 0)"))
-            if listener.confirm != "off" and source is not None:
-                if source.kind != "stomp":
-                    problems.append(((*where, "confirm"), f"only for STOMP sources; a {source.kind} source "
-                                     + ("answers each message's MQMD Report options (MQRO_PAN, MQRO_NAN) itself"
-                                        if source.kind == "mq" else "has no reply-to")))
-                elif getattr(source, "commit_mode", None) == "receipted":
-                    problems.append(((*where, "confirm"), "needs commit_mode = \"transactional\": a result sent "
-                                     "outside the ACKs' transaction could be sent twice for one message"))
-            if listener.reply_to_allow is not None and source is not None and source.kind != "mq" \
-                    and listener.confirm == "off":
-                problems.append(((*where, "reply_to_allow"), 'only used with confirm = "reply-to" (STOMP) or by an '
-                                                             "IBM MQ source's reports"))
-            # MQ_Q_NAME_LENGTH: an IBM MQ queue name is 1 to 48 bytes (the queue manager would say 2085).
-            if source is not None and source.kind == "mq" and len(listener.queue.encode()) > 48:
-                problems.append(((*where, "queue"), f"{listener.queue!r} is longer than 48 bytes, the longest "
-                                                    "IBM MQ queue name"))
-            problems.extend(resolve_identity(listener, source, where))
-            problems.extend(selector_problems(listener.selector, source, where))
-            # Listeners with different selectors may share a queue: each takes its own messages.
-            first = seen.setdefault((listener.source, listener.queue, listener.selector or ""), index)
-            if first != index:
-                problems.append((where, f"same source, queue and selector as listeners[{first}]; raise its threads"))
-            # They share one name (source:queue) for control, counters and metrics: one thread count.
-            sharing = next((i for i, o in enumerate(self.listeners[:index]) if (o.source, o.queue) ==
-                            (listener.source, listener.queue) and o.threads != listener.threads), None)
-            if sharing is not None:
-                problems.append(((*where, "threads"), f"must equal listeners[{sharing}].threads: listeners on one "
-                                 "queue share its name (source:queue) for control, counters and metrics"))
+        problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         if problems:
             raise KeyedError(problems)

@@ -1,7 +1,8 @@
 """Table templates: `[types.X] table = "{source}_{destination}"` lands one table per queue.
 
 A template's placeholders are `{source}` (the source's configured name), `{destination}` (the
-queue or topic the message was read from) and `{type}` (the message type). Each value is
+queue or topic the message was read from), `{type}` (the message type) and `{subscription}` (the
+durable subscription of a `topic` listener: one table per subscription, docs/topics.md). Each value is
 sanitised into a directory name before it is put in: a leading STOMP prefix (`/queue/`,
 `/topic/`, `/temp-queue/`, `/temp-topic/`) is dropped, the rest is lower-cased, every character
 other than a-z 0-9 `_ . -` becomes `_`, and leading `_ . -` are removed (Spark and Parquet readers
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-PLACEHOLDERS = ("source", "destination", "type")
+PLACEHOLDERS = ("source", "destination", "type", "subscription")
 _FIELD = re.compile(r"\{([^{}]*)\}")
 _PREFIX = re.compile(r"^/(?:queue|topic|temp-queue|temp-topic)/", re.IGNORECASE)
 _UNSAFE = re.compile(r"[^a-z0-9_.-]")
@@ -45,11 +46,11 @@ def sanitise(value: str) -> str:
     return text[:MAX_PART] or "unnamed"
 
 
-def render(table: str, *, source: str, destination: str, message_type: str) -> str:
+def render(table: str, *, source: str, destination: str, message_type: str, subscription: str = "") -> str:
     """The table directory for one message: `table` with its placeholders filled in, sanitised."""
     if not is_template(table):
         return table
-    values = {"source": source, "destination": destination, "type": message_type}
+    values = {"source": source, "destination": destination, "type": message_type, "subscription": subscription}
     return _FIELD.sub(lambda m: sanitise(values[m[1]]), table)
 
 

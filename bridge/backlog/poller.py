@@ -65,6 +65,8 @@ class BacklogPoller(Observer):
             return None
         queues: dict[str, dict[str, list[str]]] = {}
         for listener in config.listeners:
+            if listener.topic is not None:
+                continue  # a durable subscription is not a queue the probes can read (docs/topics.md)
             queues.setdefault(listener.source, {}).setdefault(listener.queue, []).append(
                 f"{listener.source}:{listener.queue}")
         probes = []

@@ -41,7 +41,7 @@ def tables_of(table: str, bulk: Bulk, rows: Iterable[int]) -> dict[str, list[int
     for i in rows:
         m = bulk.messages[i]
         name = render(table, source=m.source, destination=m.destination,
-                      message_type=m.message_type or bulk.message_type)
+                      message_type=m.message_type or bulk.message_type, subscription=m.subscription)
         groups.setdefault(name, []).append(i)
     return groups
 

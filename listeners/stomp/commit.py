@@ -213,7 +213,7 @@ class Transaction:
         self.sends[self.connection.send(destination, body, headers, self.tx, what)] = about
 
     def _send_back(self, message: Message, headers: dict[str, str]) -> None:
-        self._send(self.connection.destination, message.body, headers, "send back to the source queue", None)
+        self._send(self.connection.requeue_to, message.body, headers, "send back to the source queue", None)
 
     def _send_move(self, message: Message, move: BackoutMove) -> None:
         queue_name = move.queue

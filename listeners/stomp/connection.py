@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mqbridge.config import StompSourceConfig
-from mqbridge.errors import InDoubtError, SourceConnectionError, SourceError, SourceRefusedError, SourceTLSError
+from mqbridge.config.topics import requeue_destination
+from mqbridge.errors import (
+    InDoubtError,
+    SourceConnectionError,
+    SourceError,
+    SourceRefusedError,
+    SourceTLSError,
+    SubscriptionInUseError,
+)
 from mqbridge.listeners.stomp.frames import Frames, drop
 from mqbridge.listeners.stomp.tls import diagnose as tls_diagnose
 from mqbridge.message import Message
@@ -30,6 +38,10 @@ log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one
 #: stomp.py's default, 1.5, then drops a healthy connection that has just gone quiet.
 HEARTBEAT_RECEIVE_SCALE = 2.5
 
+#: What ActiveMQ's ERROR to CONNECT says when another connection holds the client-id
+#: (javax.jms.InvalidClientIDException "Broker: B - Client: C already connected from ...").
+CLIENT_ID_IN_USE = "already connected"
+
 _ACK_HEADER = {"cumulative": "client", "individual": "client-individual"}
 
 
@@ -38,7 +50,7 @@ class Connection:
     listener has seen (`frames`); each `open` makes a new one."""
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
-                 client_name: str, selector: str | None = None) -> None:
+                 client_name: str, selector: str | None = None, durable: str | None = None) -> None:
         import stomp  # optional driver, imported where used
         import stomp.exception
 
@@ -48,12 +60,20 @@ class Connection:
         self.prefetch = prefetch
         self.client_name = client_name
         self.selector = selector  # the listener's `selector` (ActiveMQ, Artemis; the config refuses RabbitMQ)
+        # A topic listener's `subscription` (`durable_headers`): None for a queue.
+        self.durable = durable
         self.receipt_timeout = config.receipt_timeout
         self._stomp = stomp
         self._driver_errors = (stomp.exception.StompException, OSError, socket.error)
         self.conn: Any = None
         self.frames = Frames()
         self.subscription = ""
+
+    @property
+    def requeue_to(self) -> str:
+        """Where copies of this subscription's messages go (stamped, given back): its destination,
+        or a RabbitMQ durable subscription's own queue (`mqbridge.config.topics`)."""
+        return requeue_destination(self.config.broker, self.durable, self.destination)
 
     @property
     def lost(self) -> bool:
@@ -74,7 +94,7 @@ class Connection:
             # stomp.py's own wait for CONNECTED has no end (it waits in slices of timeout/10, forever):
             # send CONNECT without waiting and wait here, up to the deadline.
             conn.connect(username=cfg.user, passcode=password, wait=False,
-                         headers={"client-id": f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
+                         headers={"client-id": self.durable or f"{self.client_name}-{uuid.uuid4().hex[:8]}"})
         except self._driver_errors as exc:
             drop(conn)
             # stomp.py's ConnectFailedException says nothing; its log line has the socket's error.
@@ -86,6 +106,11 @@ class Connection:
                                    deadline)
         if frames.errors:
             drop(conn)
+            if self.durable is not None and CLIENT_ID_IN_USE in frames.errors[0][1]:
+                # Another bridge holds the subscription, or the broker has not yet seen our last
+                # connection die (kill -9): retried with backoff, unlike a refusal.
+                raise SubscriptionInUseError(f"{where}: the durable subscription {self.durable!r} is in use by "
+                                             f"another connection (client-id {self.durable!r})")
             raise SourceRefusedError(f"{where} refused CONNECT: {frames.errors[0][1]}")
         if not answered or not frames.connected:
             drop(conn)
@@ -139,6 +164,8 @@ class Connection:
             headers = {"consumer-window-size": "-1"}
         if self.selector is not None:
             headers["selector"] = self.selector
+        if self.durable is not None:
+            headers.update(durable_headers(self.config.broker, self.durable))
         receipt = f"sub-{self.subscription}"
         headers["receipt"] = receipt
         errors_before = len(self.frames.errors)
@@ -205,6 +232,15 @@ class Connection:
         if error is InDoubtError:
             raise InDoubtError(reason, msg_ids or [])
         raise error(f"{self.destination}: {reason}")
+
+
+def durable_headers(broker: str, subscription: str) -> dict[str, str]:
+    """SUBSCRIBE headers of a durable topic subscription: ActiveMQ names it (with the CONNECT
+    `client-id`, also the subscription's name); RabbitMQ binds a durable queue of that name to
+    the topic exchange, which keeps the topic's messages while nobody is subscribed."""
+    if broker == "rabbitmq":
+        return {"durable": "true", "auto-delete": "false", "x-queue-name": subscription}
+    return {"activemq.subscriptionName": subscription}
 
 
 def _str(value: object) -> str | None:

@@ -71,6 +71,11 @@ def redrive(source_name: str, config: StompSourceConfig, listener: ListenerConfi
     if config.broker == "artemis":
         raise ConfigError(f"source {source_name!r}: Artemis does not make STOMP ACKs part of a transaction, so a "
                           "re-drive could lose or duplicate messages; move them with Artemis' own tools")
+    if listener.topic is not None:
+        # A copy sent to the topic would reach every subscription, not only this listener's.
+        raise ConfigError(f"listener {source_name}:{listener.queue} reads a topic: re-drive sends to the queue a "
+                          "listener reads, and a topic has none of its own; publish the backout queue's messages "
+                          "to the topic again with the broker's tools (every subscription gets them)")
     backout = listener.backout_queue
     assert backout, "checked by the command"
     individual = config.model_copy(update={"ack_mode": "individual"})

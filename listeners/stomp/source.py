@@ -87,7 +87,8 @@ class StompSource:
         """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
         source, listener = context.source, context.listener
         assert isinstance(source, StompSourceConfig)
-        return cls(context.source_name, source, listener.queue, prefetch=listener.prefetch or listener.batch,
+        return cls(context.source_name, source, listener.source_destination,
+                   prefetch=listener.prefetch or listener.batch, subscription=listener.subscription,
                    tracker=context.shared.tracker, client_name=context.client_name,
                    backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
@@ -98,9 +99,12 @@ class StompSource:
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
                  confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
                  reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None,
-                 stations: Stations | None = None, selector: str | None = None) -> None:
+                 stations: Stations | None = None, selector: str | None = None,
+                 subscription: str | None = None) -> None:
         self.name = name
         self.destination = destination
+        # A topic listener's durable subscription (docs/topics.md); its copies go to `requeue_to`.
+        self.subscription = subscription
         self.config = config
         self.prefetch = max(1, prefetch)
         self.tracker = tracker
@@ -117,7 +121,7 @@ class StompSource:
         self.stamp = stamp
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._connection = Connection(name, config, destination, prefetch=self.prefetch,
-                                      client_name=client_name, selector=selector)
+                                      client_name=client_name, selector=selector, durable=subscription)
         self._unit = Unit()
         self.cumulative = config.ack_mode == "cumulative"
         self.receipted = config.commit_mode == "receipted"
@@ -193,8 +197,13 @@ class StompSource:
 
     def _to_message(self, frame: Any) -> tuple[Message, str | None]:
         """The message of a MESSAGE frame, and why it must be refused (None: it is fine)."""
-        return to_message(frame, source=self.name, destination=self.destination, tracker=self.tracker,
-                          max_message_size=self.config.max_message_size)
+        message, problem = to_message(frame, source=self.name, destination=self.destination, tracker=self.tracker,
+                                      max_message_size=self.config.max_message_size)
+        if self.subscription is not None:
+            # A copy (stamped, given back) came through the subscription's own queue: the topic is where it was read.
+            message.destination = self.destination
+            message.subscription = self.subscription
+        return message, problem
 
     def commit(self, moves: Sequence[BackoutMove] = (), returns: Sequence[Message] = (),
                landed: Sequence[Landed] = ()) -> Confirmations | None:

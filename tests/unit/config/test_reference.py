@@ -25,4 +25,4 @@ def test_every_key_of_every_table_is_in_the_reference_with_its_default() -> None
         for name, field in model.model_fields.items():  # type: ignore[union-attr]
             assert f"| `{field.alias or name}` |" in text, f"{model.__name__}.{name}"  # type: ignore[union-attr]
     assert "| `bulk_size` | size | `5MB` |" in text and "| `dedupe_window` | duration | `7d` |" in text
-    assert "| `queue` | string | **required** |" in text and "| `max_rss` | size | — |" in text
+    assert "| `source` | string | **required** |" in text and "| `max_rss` | size | — |" in text
