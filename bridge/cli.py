@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
+from mqbridge.commands.compact import add_parser as add_compact
 from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, duration, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "size, oldest and newest put_timestamp", **parser_help("tables"))
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     _add_purge_parser(sub)
+    add_compact(sub)
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors",
                              **parser_help("plugins"))
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
