@@ -36,7 +36,7 @@ from typing import Any
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
-from mqbridge.landing.containers import data_files, purge_lock, table_lock
+from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.swap import (
     JOURNAL,
@@ -139,7 +139,8 @@ class Compactor:
               .parquet(*(str(p) for p in files)))
         df = df.repartitionByRange(count, "put_timestamp") if count > 1 else df.coalesce(1)
         out = work / "spark"
-        (df.sortWithinPartitions("put_timestamp").write.options(**WRITE_OPTIONS).mode("overwrite")
+        # put_date first, as the writer needs it (or it sorts again by put_date alone, losing the order).
+        (df.sortWithinPartitions(*SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
            .partitionBy("put_date").parquet(str(out)))
         written = sorted((out / container.name).glob("part-*.parquet"))
         for path in written:
