@@ -78,7 +78,9 @@ def decide(facts: Facts, policy: Policy, model: CostModel) -> Plan:
                         estimate.copy_seconds)
         seconds = estimate.copy_seconds if estimate.strategy == "copy" else estimate.delete_seconds
         return Plan(facts, estimate.strategy, f"{why}: {facts.designated}/{facts.rows} rows designated", seconds)
-    if facts.small_files < policy.small_files or facts.files < 2:
+    if facts.files < 2:
+        return Plan(facts, "none", "one file: nothing to merge")
+    if facts.small_files < policy.small_files:
         return Plan(facts, "none", f"{facts.small_files} small files, under {policy.small_files}")
     if policy.low_disk:
         return Plan(facts, "none", f"{facts.small_files} small files, but the disk is low: compaction waits")
