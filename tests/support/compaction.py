@@ -37,11 +37,11 @@ def lander(spark: Any, warehouse: Path, state: Path, *, arrow: str | None = "sna
         landing.close()
 
 
-def bulk_of(numbers: range | list[int], prefix: str = "m", body: bytes = b"") -> Bulk:
-    """A bulk of messages `<prefix><n>`, message n put n seconds after T0 (2024-06-01)."""
+def bulk_of(numbers: range | list[int], prefix: str = "m", body: bytes = b"", step: float = 1.0) -> Bulk:
+    """A bulk of messages `<prefix><n>`, message n put n × `step` seconds after T0 (2024-06-01)."""
     bulk = Bulk("orders")
     for n in numbers:
-        put = T0 + timedelta(seconds=n)
+        put = T0 + timedelta(seconds=n * step)
         bulk.add(Message(msg_id=f"{prefix}{n}", body=f"{n}:".encode() + (body or bytes(range(64))), source="amq",
                          destination="/queue/orders", message_type="orders", headers={"n": str(n)},
                          put_timestamp=put, received_timestamp=put))
