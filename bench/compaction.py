@@ -2,7 +2,7 @@
 (the real landing and ledger; pyarrow writes each bulk), becomes a few files sorted by
 put_timestamp across the container, optionally while more bulks keep landing into it.
 
-    .venv/bin/python bench/compaction.py [--files 2000] [--rows 50] [--landing] [--keep]
+    .venv/bin/python bench/compaction.py [--files 2000] [--rows 50] [--target 128MB] [--landing] [--keep]
 
 Prints: the time to land the day; the plan (files, action, the cost model's estimate); the
 compaction's time, files before/after and files carried (landed during it); and for a time-range
@@ -49,6 +49,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=2000, help="bulks (small files) in the day")
     parser.add_argument("--rows", type=int, default=50, help="rows per bulk")
+    parser.add_argument("--target", default="128MB", help="[compaction] target_file_size")
     parser.add_argument("--landing", action="store_true", help="keep landing bulks while it compacts")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
@@ -56,7 +57,8 @@ def main() -> int:
     spark = create_spark_session(master="local[2]", app_name="bench-compaction",
                                  conf={"spark.sql.shuffle.partitions": "4"})
     try:
-        config = compact_bridge(small_files=min(100, args.files)).write(root / "bridge.toml")
+        config = (compact_bridge(small_files=min(100, args.files)).set("compaction", target_file_size=args.target)
+                  .write(root / "bridge.toml"))
         table = root / "landing" / "orders"
         container = table / "put_date=2024-06-01"
         total = args.files * args.rows
