@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from mqbridge.compaction.rounds import Compaction, plan_line
+    from mqbridge.compaction.rounds import Compaction, plan_line, tables
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.logsetup import setup_logging
@@ -33,21 +33,21 @@ def cmd_compact(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
     setup_logging("WARNING")
+    found = tables(cfg, args.table)
+    if args.table is not None and not found:  # said before Spark starts (seconds)
+        known = ", ".join(str(p.relative_to(cfg.resolve_path(cfg.spark.warehouse))) for p in tables(cfg)) or "none"
+        raise ConfigError(f"--table {args.table}: not a table of the configured types (tables: {known})")
     print(f"{'dry run: nothing is changed; ' if args.dry_run else ''}starting Spark ({cfg.spark.shown}) "
           "to plan each container", flush=True)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                  app_name=f"{cfg.spark.app_name}-compact", conf=cfg.spark.conf,
                                  secrets=DriverSecrets.of(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
     compaction = Compaction(cfg, spark)
-    tables = compaction.tables(args.table)
-    if args.table is not None and not tables:
-        known = ", ".join(str(p.relative_to(compaction.warehouse)) for p in compaction.tables()) or "none"
-        raise ConfigError(f"--table {args.table}: not a table of the configured types (tables: {known})")
     low = compaction.low_disk()
     if low:
         print(f"free disk under [compaction] min_free_disk ({cfg.compaction.min_free_disk} bytes): retention "
               "purges first, no compaction")
-    for path, types in tables.items():
+    for path, types in found.items():
         planned = compaction.plan(path, types, low_disk=low)
         print(f"{path.relative_to(compaction.warehouse)}: {len(planned.plans)} containers"
               f"{' (dry run: nothing changed)' if args.dry_run else ''}")

@@ -76,12 +76,8 @@ class Compaction:
         return limit is not None and free_bytes(self.warehouse) < limit
 
     def tables(self, only: str | None = None) -> dict[Path, list[str]]:
-        """The tables of the configured types (each with its types); `only`: the one under the
-        warehouse named so."""
-        from mqbridge.landing.tables import type_tables
-
-        found = type_tables(self.warehouse, self.config.types)
-        return {p: n for p, n in found.items() if only is None or p == self.warehouse / only}
+        """`tables(self.config, only)`."""
+        return tables(self.config, only)
 
     def plan(self, table: Path, types: list[str], *, low_disk: bool) -> TablePlan:
         """Every container of `table` with its plan, oldest first (nothing is changed)."""
@@ -144,6 +140,15 @@ class Compaction:
             facts[match[1]] = Facts(match[1], len(files), sum(s < self.settings.small_file_size for s in sizes),
                                     rows, sum(sizes), designated, rewritten)
         return facts
+
+
+def tables(config: BridgeConfig, only: str | None = None) -> dict[Path, list[str]]:
+    """The tables of the configured types (each with its types); `only`: the one under the warehouse
+    named so. Needs no Spark."""
+    from mqbridge.landing.tables import type_tables
+
+    warehouse = config.resolve_path(config.spark.warehouse)
+    return {p: n for p, n in type_tables(warehouse, config.types).items() if only is None or p == warehouse / only}
 
 
 def plan_line(plan: Plan) -> str:
