@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mqbridge.compaction import Compaction, Compactor
+from mqbridge.compaction import Compaction, CompactionScheduler, Compactor
+from mqbridge.counters import Counters
 from mqbridge.landing.containers import data_files
 from mqbridge.purge.swap import WORK
 from tests.support.compaction import (
@@ -57,7 +58,8 @@ def test_a_container_of_small_files_becomes_few_files_sorted_across_it_and_keeps
         before = rows_of(spark, table)
         hour = (T0 + timedelta(minutes=5), T0 + timedelta(minutes=6))
         assert files_overlapping(container, *hour) == FILES  # a time-range read reads every file
-        config_file = compact_bridge().set("compaction", target_file_size="16KB").write(tmp_path / "bridge.toml")
+        config_file = (compact_bridge(small_files=10).set("compaction", target_file_size="16KB")
+                       .write(tmp_path / "bridge.toml"))
         from mqbridge.config import load_config
 
         compaction = Compaction(load_config(config_file, secrets=False), spark)
@@ -93,11 +95,25 @@ def test_a_container_of_small_files_becomes_few_files_sorted_across_it_and_keeps
     # a few files sorted by put_timestamp across the container, the late bulk's file carried as it was
     files = data_files(container)
     carried = [p for p in files if pq.read_table(p, columns=["msg_id"]).column(0)[0].as_py().startswith("late")]
-    assert done.files_after == len(files) and 2 <= len(files) < FILES // 3 and len(carried) == 1
+    assert done.files_after == len(files) and 2 <= len(files) < 10 and len(carried) == 1
     assert sorted_across_files([p for p in files if p not in carried])
     # a read of one minute now reads the rows of one file (plus the carried one), not of all 30
     assert files_overlapping(container, *hour) <= 2
-    # and the ledger's check accounts for the files the compaction replaced
+
+    # When the bridge's scheduled round runs after twelve more bulks landed on the next day
+    with lander(spark, tmp_path / "landing", tmp_path / "state") as executor:
+        for b in range(12):
+            executor.execute(bulk_of(range(86_400 + 10 * b, 86_400 + 10 * b + 10), prefix="next"))
+    counters = Counters()
+    scheduler = CompactionScheduler(compaction.config, lambda: spark, counters)
+    scheduler.run_round()
+    # Then the next day's container is compacted, the first one (under 10 files now) left alone, and it shows
+    assert len(data_files(table / "put_date=2024-06-02")) == 1 and data_files(container) == files
+    assert scheduler.status_fields()["compaction"]["last_round"] == {"compact": 1}
+    assert [counters.total(n) for n in ("compaction_runs", "compaction_containers", "compaction_files_removed",
+                                        "compaction_rows")] == [1, 1, 12, 120]
+    assert counters.gauge("compaction_low_disk") == 0
+    # and the ledger's check accounts for the files the compactions replaced
     assert verify_ledger(config_file).startswith("verify: OK ("), verify_ledger(config_file)
 
 
