@@ -58,9 +58,10 @@ def _recover(table: Path, root: Path) -> int:
     for work in sorted(p for p in root.iterdir() if p.is_dir()):
         found += 1
         try:
-            container = table / json.loads((work / JOURNAL).read_text())["container"]
+            journal = json.loads((work / JOURNAL).read_text())
+            container, strategy = table / journal["container"], str(journal.get("strategy", ""))
         except (OSError, ValueError, KeyError):
-            container = None  # killed before its journal was written: nothing was swapped
+            container, strategy = None, ""  # killed before its journal was written: nothing was swapped
         marker = MARKER + work.name
         if (work / "old").is_dir():
             log.warning("purge %s of %s: the container was dropped; its files are removed now (rolled forward)",
@@ -68,7 +69,8 @@ def _recover(table: Path, root: Path) -> int:
             if container is not None:  # killed before (or after) its record: one more does no harm
                 record_purge(table, container.name, "drop")
         elif container is not None and (container / marker).exists():
-            record_purge(table, container.name, "recovered")
+            # a compaction stays one (`mqbridge ledger --verify` still counts its rows by bulk)
+            record_purge(table, container.name, "compact" if strategy == "compact" else "recovered")
             (container / marker).unlink()
             log.warning("purge %s of %s: the new container was in place; old files removed (rolled forward)",
                         work.name, container)
@@ -95,19 +97,25 @@ def record_purge(table: Path, container: str, strategy: str) -> None:
 
 
 def purge_history(table: Path) -> dict[str, float]:
-    """When each container of `table` was last swapped or dropped by a purge (epoch seconds)."""
-    last: dict[str, float] = {}
+    """When each container of `table` was last swapped or dropped by a purge or compaction (epoch seconds)."""
+    return {container: max(at for at, _ in swaps) for container, swaps in swap_history(table).items()}
+
+
+def swap_history(table: Path) -> dict[str, list[tuple[float, str]]]:
+    """Each container of `table` swapped or dropped: when (epoch seconds) and by what ("compact",
+    a purge's strategy, or "recovered" by a later start), in the order recorded."""
+    found: dict[str, list[tuple[float, str]]] = {}
     try:
         lines = (table / HISTORY).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return last
+        return found
     for line in lines:
         try:
             entry = json.loads(line)
-            last[str(entry["container"])] = max(float(entry["at"]), last.get(str(entry["container"]), 0.0))
+            found.setdefault(str(entry["container"]), []).append((float(entry["at"]), str(entry["strategy"])))
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a crash
-    return last
+    return found
 
 
 def finish(work: Path) -> None:
