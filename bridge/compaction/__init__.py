@@ -4,7 +4,8 @@ container plan chooses (`mqbridge compact`, and `[compaction] interval` in a run
 
 The modules: `planner` (the pure decision per container), `compactor` (the Spark rewrite and the
 purge's atomic swap), `rounds` (facts, plans and actions over a configuration's tables, shared by
-the command and the scheduler) and `schedule` (the `CompactionScheduler` of a running bridge).
+the command and the scheduler), `schedule` (the `CompactionScheduler` of a running bridge) and
+`verify` (how `mqbridge ledger --verify` checks bulks whose files a compaction replaced).
 Compaction reuses the purge's swap, recovery and learned cost model (`mqbridge.purge`).
 """
 
