@@ -23,6 +23,7 @@ from mqbridge.backlog import BacklogPoller, ProbeFactory, probe_for
 from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
+from mqbridge.compaction import CompactionScheduler
 from mqbridge.config import StompSourceConfig, key_path, plaintext_notes
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
@@ -166,7 +167,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     check_trusted(config.resolve_path(config.bridge.state_dir), "state_dir")
     initialize_series(counters, [(cfg.source, cfg.queue) for cfg in config.listeners],
                       ledger=config.bridge.exactly_once,
-                      purge=config.purge.interval is not None and config.bridge.exactly_once)
+                      purge=config.purge.interval is not None and config.bridge.exactly_once,
+                      compaction=config.compaction.interval is not None and config.bridge.exactly_once)
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
@@ -193,6 +195,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                         "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
         else:
             bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
+    if config.compaction.interval is not None:
+        if landing is None:  # the same swap under the same lock as the purge's
+            log.warning("[compaction] interval is ignored with exactly_once = false (run `mqbridge compact` with "
+                        "the bridge stopped)")
+        else:
+            bridge.observers.append(CompactionScheduler(config, sessions.get, counters))
     backlog = BacklogPoller.for_config(config, backlog_probe)
     if backlog is not None:
         bridge.observers.append(backlog)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mqbridge import __version__
 from mqbridge.commands.check_config import add_parser as add_check_config
+from mqbridge.commands.compact import add_parser as add_compact
 from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, duration, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.commands.listener import add_parser as add_listener
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "size, oldest and newest put_timestamp", **parser_help("tables"))
     tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     _add_purge_parser(sub)
+    add_compact(sub)
     plugins = sub.add_parser("plugins", help="list preprocessor plugins, their preprocessors and load errors",
                              **parser_help("plugins"))
     plugins.add_argument("--config", "-c", default=None, help="configuration file (TOML): adds plugin_dirs and chains")
@@ -222,11 +224,17 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
-    """`--verify`: every file of each published bulk is in place (or a purge removed it since), and
-    the files of each bulk no purge touched since hold one row per identity (Parquet footers)."""
+    """`--verify`: every file of each published bulk is in place (or a purge or compaction removed it
+    since), and each bulk no purge touched since holds one row per identity: its files' Parquet
+    footers, or, in containers compacted since, its rows by bulk_id (`mqbridge.compaction.verify`)."""
+    from mqbridge.compaction.verify import compacted_bulks
+
     missing, purged, touched = _missing_files(bulks)
     lost = {bulk_id for bulk_id, _ in missing}
-    wrong = _wrong_row_counts([b for b in bulks if b.bulk_id not in lost | touched], sizes)
+    # A bulk whose container only compactions swapped since: its rows counted by bulk_id instead.
+    compacted, wrong = compacted_bulks([b for b in bulks if b.bulk_id in touched - lost], sizes, slack=PURGE_SLACK)
+    touched -= compacted
+    wrong += _wrong_row_counts([b for b in bulks if b.bulk_id not in lost | touched | compacted], sizes)
     checked = sum(len(bulk.files) for bulk in bulks)
     since = f"; {purged} removed since by purges of their containers" if purged else ""
     skipped = f" ({len(touched)} in containers purged since: not compared)" if touched else ""

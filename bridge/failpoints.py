@@ -47,6 +47,12 @@ Killing points of a purge (`mqbridge.purge.purger`), per container:
     purge_before_swap     the new container is built beside the live one
     purge_after_swap      the new container is live; the old one is not removed yet
 
+Killing points of a compaction (`mqbridge.compaction.compactor`), per container:
+
+    compact_before_swap   the new, sorted container is built beside the live one
+    compact_mid_swap      inside the swap: the directories are exchanged under the table's lock;
+                          the history does not record it yet, the marker is still in the container
+
 Killing points of `mqbridge redrive`, per unit of work (STOMP transaction, MQ syncpoint):
 
     redrive_before_commit the copies are sent to the source queue and the backout messages
@@ -70,6 +76,7 @@ log = logging.getLogger(__name__)
 ENVIRONMENT_VARIABLE = "MQBRIDGE_FAILPOINT"
 POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_backout_send",
           "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap",
+          "compact_before_swap", "compact_mid_swap",
           "redrive_before_commit", "redrive_after_commit",
           "replay_before_commit", "replay_after_commit")
 _fired: set[str] = set()

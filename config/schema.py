@@ -24,6 +24,7 @@ from mqbridge.config.base import (
     parse_size,
 )
 from mqbridge.config.collector import CollectorSection
+from mqbridge.config.compaction import CompactionSection
 from mqbridge.config.listener import ListenerConfig, listener_problems  # ListenerConfig: also imported from here
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
@@ -219,6 +220,7 @@ class BridgeConfig(Model):
     collector: CollectorSection = Field(default_factory=CollectorSection, description="Collector limits")
     ledger: LedgerSection = Field(default_factory=LedgerSection, description="Where the landing ledger lives")
     purge: PurgeSection = Field(default_factory=PurgeSection, description="Purge cost model")
+    compaction: CompactionSection = Field(default_factory=CompactionSection, description="Container compaction")
     types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
     sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")

@@ -105,6 +105,21 @@ exit codes:
   0  done (or planned, with --dry-run)
   1  a purge failed
   2  configuration error (an unknown --type included)"""),
+    "compact": (
+        "Plan each container (put_date partition) of the configured tables and carry the plan out: drop, "
+        "delete or copy-and-drop by the types' retention, or compact (merge small files into files of "
+        "[compaction] target_file_size, sorted by put_timestamp across the container), as the purge's learned "
+        "cost model says. The new container is swapped in under the table's lock while the bridge lands: "
+        "readers see the old or the new one, bulks landed meanwhile are carried over. Killed, the next run "
+        "(or bridge start) finishes or rolls it back. --dry-run prints the plan per container and changes nothing.",
+        """example:
+  mqbridge compact --config bridge.toml --dry-run
+  mqbridge compact -c bridge.toml --table orders
+
+exit codes:
+  0  done (or planned, with --dry-run)
+  1  a compaction or purge failed (the container stays as it was)
+  2  configuration error (an unknown --table included)"""),
     "plugins": (
         "List the preprocessor plugins (built-in, installed, and the files of plugin_dirs), the "
         "preprocessors each registers, load errors, and each listener's chain. Needs no secrets.",

@@ -92,6 +92,16 @@ HELP = {
     "purge_files_carried": "Files landed into a container while it was being purged, carried into the new container",
     "purge_estimated_seconds": "The cost model's estimate for the strategy chosen, per purged container",
     "purge_measured_seconds": "Measured duration of a container's purge, by strategy (compare with the estimate)",
+    "compaction_runs": "Scheduled compaction rounds started ([compaction] interval)",
+    "compaction_failures": "Scheduled compaction rounds that failed (logged; the next round runs as planned)",
+    "compaction_containers": "Containers compacted (small files merged, sorted by put_timestamp across the container)",
+    "compaction_files_removed": "Data files replaced by compactions",
+    "compaction_files_written": "Data files compactions wrote",
+    "compaction_files_carried": "Files landed into a container while it was compacted, carried into the new container",
+    "compaction_rows": "Rows rewritten by compactions",
+    "compaction_purged": "Containers a compaction round purged by retention, by strategy: drop, delete or copy",
+    "compaction_seconds": "Measured duration of a container's compaction",
+    "compaction_low_disk": "1 while the warehouse's free space is under [compaction] min_free_disk, else 0",
 }
 
 #: Per-listener counters that exist (at 0) from the start, so that `increase()` and `rate()` in alert
@@ -101,10 +111,10 @@ LISTENER_SERIES = ("messages_received", "messages_committed", "messages_backed_o
 
 
 def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], *, ledger: bool,
-                      purge: bool = False) -> None:
+                      purge: bool = False, compaction: bool = False) -> None:
     """Create the per-listener counters at 0 for each (source, queue), with the labels the listener
     threads use, the plugin host's fallbacks, the ledger's error counter when there is a ledger and
-    the scheduled purge's rounds and failures when it is on: the alert rules watch these with
+    the scheduled purge's (and compaction's) rounds and failures when on: the alert rules watch these with
     `increase()`, which misses the first event of a series that did not exist before it."""
     for source, queue in listeners:
         label = f"{source}:{queue}"
@@ -117,6 +127,10 @@ def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], 
     if purge:
         counters.inc("purge_runs", 0)
         counters.inc("purge_failures", 0)
+    if compaction:
+        counters.inc("compaction_runs", 0)
+        counters.inc("compaction_failures", 0)
+        counters.set("compaction_low_disk", 0)
 
 
 # CollectorStats field -> (metric name, help). Counters (monotonic) and gauges (current value).

@@ -1,8 +1,9 @@
 """Purge: remove designated rows from landed tables (`mqbridge purge`, and `[purge]` schedules in
 a running bridge).
 
-The modules: `purger` (one run over a table's containers by drop, delete or copy, crash-safe, and
-`recover_purges` for a run that was killed), `costs` (the learned cost model that picks the
+The modules: `purger` (one run over a table's containers by drop, delete or copy), `swap` (the
+crash-safe swap of a rebuilt container, its history, and `recover_purges` for a run that was killed;
+shared with `mqbridge.compaction`), `costs` (the learned cost model that picks the
 strategy), `schedule` (the `PurgeScheduler` of a running bridge) and `factory` (the `PurgeFactory`
 both the command and the scheduler make their cost model, purgers and designations with). Purge
 imports landing's table listing and locks, never the listener loop.

@@ -5,11 +5,14 @@ its survivors into a new one and drop the old, learned from past runs.
               (those files are read and rewritten; a file of designated rows only is just removed)
     copy    = copy_row_seconds × surviving rows + container_seconds (create, swap in, drop the old)
     chosen  = copy when copy × (1 + margin) < delete, else delete; "drop" when every row is designated
+    compact = compact_row_seconds × rows + container_seconds (every row read, sorted by put_timestamp
+              across the container and rewritten into few files: `mqbridge.compaction`)
 
-Starting values come from `[purge]`; after each run the measured seconds pull the coefficients of
-the strategy that ran towards what was measured (an exponential moving average, weight `LEARNING_RATE`),
-and are kept in `<state_dir>/purge_costs.json`. A coefficient the operator sets in `[purge]` is used
-as given; the learned one is still kept, for the day the operator removes the setting.
+Starting values come from `[purge]` (`compact_row_seconds`: `[compaction]`); after each run the
+measured seconds pull the coefficients of the strategy that ran (or the compaction) towards what was
+measured (an exponential moving average, weight `LEARNING_RATE`), and are kept in
+`<state_dir>/purge_costs.json`. A coefficient the operator sets in `[purge]` is used as given;
+the learned one is still kept, for the day the operator removes the setting.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ LEARNING_RATE = 0.5
 DEFAULT_DELETE_ROW_SECONDS = 150e-6
 DEFAULT_COPY_ROW_SECONDS = 100e-6
 DEFAULT_CONTAINER_SECONDS = 1.5
+#: A compaction sorts across the whole container (a range shuffle) where copy only sorts each file.
+DEFAULT_COMPACT_ROW_SECONDS = 150e-6
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Coefficients:
     copy_row_seconds: float = DEFAULT_COPY_ROW_SECONDS
     container_seconds: float = DEFAULT_CONTAINER_SECONDS
     runs: int = 0
+    compact_row_seconds: float = DEFAULT_COMPACT_ROW_SECONDS
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,13 @@ class CostModel:
 
     def __init__(self, path: Path, *, delete_row_seconds: float | None = None,
                  copy_row_seconds: float | None = None, container_seconds: float | None = None,
-                 margin: float = 0.0) -> None:
+                 compact_row_seconds: float | None = None, margin: float = 0.0) -> None:
         self.path = path
         self.learned = self._load(path)
         self.overrides = {k: v for k, v in (("delete_row_seconds", delete_row_seconds),
                                             ("copy_row_seconds", copy_row_seconds),
-                                            ("container_seconds", container_seconds)) if v is not None}
+                                            ("container_seconds", container_seconds),
+                                            ("compact_row_seconds", compact_row_seconds)) if v is not None}
         self.margin = margin
 
     @classmethod
@@ -86,19 +93,25 @@ class CostModel:
         strategy = "drop" if designated >= rows else cheaper
         return Estimate(delete, copy, strategy)
 
+    def compact_seconds(self, rows: int) -> float:
+        """Estimated seconds to compact a container of `rows` rows (see the module docstring)."""
+        c = self.coefficients
+        return c.compact_row_seconds * rows + c.container_seconds
+
     def learn(self, strategy: str, measured: float, *, rows_rewritten: int = 0, rows_copied: int = 0) -> None:
         """Move the coefficients of `strategy` towards a run that took `measured` seconds, and save them."""
         c = self.learned
         if strategy == "delete" and rows_rewritten > 0:
             c.delete_row_seconds += LEARNING_RATE * (measured / rows_rewritten - c.delete_row_seconds)
-        elif strategy == "copy":
+        elif strategy in ("copy", "compact"):
             # One measurement, two unknowns: the error is shared in proportion to each term's part
             # of the estimate, so the estimate of this run moves towards the measurement.
-            row_part = c.copy_row_seconds * rows_copied
+            per_row = "copy_row_seconds" if strategy == "copy" else "compact_row_seconds"
+            row_part = getattr(c, per_row) * rows_copied
             estimate = row_part + c.container_seconds
             error = LEARNING_RATE * (measured - estimate)
             if estimate > 0 and rows_copied > 0:
-                c.copy_row_seconds = max(0.0, c.copy_row_seconds + error * (row_part / estimate) / rows_copied)
+                setattr(c, per_row, max(0.0, getattr(c, per_row) + error * (row_part / estimate) / rows_copied))
                 c.container_seconds = max(0.0, c.container_seconds + error * (c.container_seconds / estimate))
             else:
                 c.container_seconds = max(0.0, c.container_seconds + error)
@@ -114,7 +127,10 @@ class CostModel:
             data = json.loads(path.read_text())
             return Coefficients(delete_row_seconds=float(data["delete_row_seconds"]),
                                 copy_row_seconds=float(data["copy_row_seconds"]),
-                                container_seconds=float(data["container_seconds"]), runs=int(data["runs"]))
+                                container_seconds=float(data["container_seconds"]), runs=int(data["runs"]),
+                                # absent from the files of versions before compaction
+                                compact_row_seconds=float(data.get("compact_row_seconds",
+                                                                   DEFAULT_COMPACT_ROW_SECONDS)))
         except FileNotFoundError:
             return Coefficients()
         except (ValueError, TypeError, KeyError) as exc:

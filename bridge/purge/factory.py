@@ -29,7 +29,8 @@ class PurgeFactory:
         self.model = CostModel.in_state_dir(config.resolve_path(config.bridge.state_dir), margin=p.margin,
                                             delete_row_seconds=p.delete_row_seconds,
                                             copy_row_seconds=p.copy_row_seconds,
-                                            container_seconds=p.container_seconds)
+                                            container_seconds=p.container_seconds,
+                                            compact_row_seconds=config.compaction.compact_row_seconds)
         self.warehouse = config.resolve_path(config.spark.warehouse)
 
     def purger(self, spark: Any, *, counters: Counters | None = None,

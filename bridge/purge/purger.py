@@ -30,12 +30,9 @@ message is still recognised as landed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -50,17 +47,26 @@ from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.purge.costs import CostModel, Estimate
+from mqbridge.purge.swap import (
+    JOURNAL,
+    MARKER,
+    WORK,
+    exchange,
+    finish,
+    fresh_name,
+    fsync,
+    fsync_dir,
+    partition_dirs,
+    purge_history,
+    record_purge,
+    recover_purges,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
-WORK = "_purge"
 #: The column naming each row's source file while delete rewrites files one by one.
 SOURCE = "_mqbridge_source_file"
-MARKER = "_mqbridge_purge_"
-JOURNAL = "journal.json"
-#: One JSON line per container a purge swapped or dropped, in the table directory (readers skip
-#: `_` names): `mqbridge ledger --verify` tells files a purge removed from files that went missing.
-HISTORY = "_mqbridge_purged.jsonl"
 STRATEGIES = ("auto", "delete", "copy")
 
 
@@ -182,7 +188,7 @@ class Purger:
         from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
-        if not any(data_files(d) for d in _partition_dirs(table)):
+        if not any(data_files(d) for d in partition_dirs(table)):
             return []
         df = self.spark.read.parquet(str(table))
         try:
@@ -224,7 +230,7 @@ class Purger:
                 try:
                     result = self._purge(plan, designation, work)
                 finally:
-                    _finish(work)  # the old container after the swap; the unused new one on an error
+                    finish(work)  # the old container after the swap; the unused new one on an error
                 self._account(result)
                 yield result
         finally:
@@ -236,7 +242,7 @@ class Purger:
         start = time.perf_counter()
         new = work / "new"
         new.mkdir(parents=True)
-        _write_json(work / JOURNAL, {"container": plan.path.name, "strategy": strategy,
+        write_json(work / JOURNAL, {"container": plan.path.name, "strategy": strategy,
                                      "started": datetime.now(timezone.utc).isoformat()})
         marker = MARKER + work.name
         written = 0
@@ -247,7 +253,7 @@ class Purger:
                 written = self._rewrite(plan, plan.partial, designation, work, per_file=True)
         elif strategy == "copy":
             written = self._rewrite(plan, sorted(plan.files), designation, work, per_file=False)
-        elif not any(data_files(d) for d in _partition_dirs(plan.table) if d != plan.path):
+        elif not any(data_files(d) for d in partition_dirs(plan.table) if d != plan.path):
             # The table's last container: an empty one takes its place, or Spark could no longer
             # read the table at all (it infers the schema from a file).
             import pyarrow.parquet as pq
@@ -255,7 +261,7 @@ class Purger:
             schema = pq.read_schema(plan.path / next(iter(plan.files)))
             pq.write_table(schema.empty_table(), new / sorted(plan.files)[0])
         (new / marker).touch()
-        _fsync_dir(new)
+        fsync_dir(new)
         failpoints.hit("purge_before_swap")
         with table_lock(plan.table):
             current = {p.name for p in data_files(plan.path)}
@@ -264,7 +270,7 @@ class Purger:
                 os.link(plan.path / name, new / name)
             swapped = bool(data_files(new))
             if swapped:
-                _exchange(new, plan.path)
+                exchange(new, plan.path)
             else:  # nothing survives: the container goes in one rename
                 os.rename(plan.path, work / "old")
             record_purge(plan.table, plan.path.name, strategy)
@@ -285,7 +291,7 @@ class Purger:
                  per_file: bool) -> int:
         """Write the surviving rows of `names` (files of the container) into `work/new`; their count.
 
-        Every new file gets a name never used before (`_fresh_name`), never the name of an old
+        Every new file gets a name never used before (`fresh_name`), never the name of an old
         file: Spark lists a container's files (with their sizes) when it plans a read and opens
         them later, task by task. Had a rewritten file kept its old name, a read planned before the
         swap and running across it would open new content under an old name with the old size (a
@@ -311,8 +317,8 @@ class Purger:
                .partitionBy("put_date", SOURCE).parquet(str(out)))
             for directory in (out / plan.path.name).glob(f"{SOURCE}=*"):
                 [path] = directory.glob("part-*.parquet")
-                _fsync(path)
-                os.replace(path, work / "new" / _fresh_name(path))
+                fsync(path)
+                os.replace(path, work / "new" / fresh_name(path))
             return survivors
         writer = (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
                   .write.options(**WRITE_OPTIONS).mode("overwrite"))
@@ -321,8 +327,8 @@ class Purger:
         if len(written) > len(names):
             raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(names)} old ones")
         for path in written:
-            _fsync(path)
-            os.replace(path, work / "new" / _fresh_name(path))
+            fsync(path)
+            os.replace(path, work / "new" / fresh_name(path))
         return survivors
 
     def _account(self, result: ContainerResult) -> None:
@@ -338,125 +344,4 @@ class Purger:
         c.observe("purge_measured_seconds", result.seconds, strategy=strategy)
 
 
-def recover_purges(table: Path) -> int:
-    """Finish or roll back what killed purges left under `table` (see the module docstring);
-    the number of purges found. A purge running now (another process holds the table's purge
-    lock) is left alone."""
-    root = table / WORK
-    if not root.is_dir():
-        return 0
-    try:
-        with purge_lock(table):
-            return _recover(table, root)
-    except PurgeError:
-        log.info("table %s: a purge is running; its work directory is left to it", table)
-        return 0
-
-
-def _recover(table: Path, root: Path) -> int:
-    found = 0
-    for work in sorted(p for p in root.iterdir() if p.is_dir()):
-        found += 1
-        try:
-            container = table / json.loads((work / JOURNAL).read_text())["container"]
-        except (OSError, ValueError, KeyError):
-            container = None  # killed before its journal was written: nothing was swapped
-        marker = MARKER + work.name
-        if (work / "old").is_dir():
-            log.warning("purge %s of %s: the container was dropped; its files are removed now (rolled forward)",
-                        work.name, container)
-            if container is not None:  # killed before (or after) its record: one more does no harm
-                record_purge(table, container.name, "drop")
-        elif container is not None and (container / marker).exists():
-            record_purge(table, container.name, "recovered")
-            (container / marker).unlink()
-            log.warning("purge %s of %s: the new container was in place; old files removed (rolled forward)",
-                        work.name, container)
-        else:
-            log.warning("purge %s of %s: killed before its swap; the new container is discarded (rolled back)",
-                        work.name, container or table)
-        shutil.rmtree(work, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        root.rmdir()
-    return found
-
-
-def record_purge(table: Path, container: str, strategy: str) -> None:
-    """Append to the table's purge history that `container` was swapped or dropped now."""
-    line = json.dumps({"container": container, "strategy": strategy, "at": time.time()}) + "\n"
-    with open(table / HISTORY, "a+", encoding="utf-8") as history:
-        if history.tell() > 0:
-            history.seek(history.tell() - 1)
-            if history.read(1) != "\n":  # a line torn by a crash stays a line of its own
-                line = "\n" + line
-        history.write(line)
-        history.flush()
-        os.fsync(history.fileno())
-
-
-def purge_history(table: Path) -> dict[str, float]:
-    """When each container of `table` was last swapped or dropped by a purge (epoch seconds)."""
-    last: dict[str, float] = {}
-    try:
-        lines = (table / HISTORY).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return last
-    for line in lines:
-        try:
-            entry = json.loads(line)
-            last[str(entry["container"])] = max(float(entry["at"]), last.get(str(entry["container"]), 0.0))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line torn by a crash
-    return last
-
-
-def _finish(work: Path) -> None:
-    shutil.rmtree(work, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        work.parent.rmdir()  # the table's _purge directory, once no other run uses it
-
-
-def _partition_dirs(table: Path) -> list[Path]:
-    return [p for p in table.iterdir() if p.is_dir() and p.name.startswith("put_date=")] if table.is_dir() else []
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is None:
-        raise PurgeError("this system has no renameat2 (Linux 3.15+, glibc 2.28+): a container cannot be "
-                         "swapped atomically")
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
-        err = ctypes.get_errno()
-        raise PurgeError(f"cannot swap {a} and {b}: {os.strerror(err)} (the file system must support "
-                         "RENAME_EXCHANGE: ext4, xfs, btrfs, tmpfs)")
-    _fsync_dir(b.parent)
-
-
-def _fresh_name(path: Path) -> str:
-    """A data file name no container has used: Spark's pattern, a new unique id, `path`'s suffixes."""
-    return f"part-00000-{uuid.uuid4()}{''.join(path.suffixes)}"
-
-
-def _write_json(path: Path, data: dict[str, object]) -> None:
-    path.write_text(json.dumps(data) + "\n")
-    _fsync(path)
-    _fsync_dir(path.parent)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name != "nt":
-        _fsync(path)
+__all__ = ["WORK", "purge_history", "record_purge", "recover_purges"]  # their home is `swap`

@@ -44,12 +44,17 @@ def due(designated: int, rows: int, threshold: float) -> bool:
     return designated > 0 and (designated >= rows or designated > threshold * rows)
 
 
-class PurgeScheduler(Observer):
-    """Starts the purge thread when the bridge is ready and stops it when the bridge stops."""
+class RoundScheduler(Observer):
+    """Runs `run_round` on its own thread every `interval` from when the bridge is ready until it
+    stops; a failed round is logged and counted (`<KIND>_failures`). The purge's and the
+    compaction's (`mqbridge.compaction.schedule`) schedulers are this with their own round."""
 
-    def __init__(self, config: BridgeConfig, session: Callable[[], Any], counters: Counters) -> None:
-        assert config.purge.interval is not None
-        self.interval = config.purge.interval
+    #: Names the thread, the Spark job group, the failure counter and the /status field.
+    KIND = "purge"
+
+    def __init__(self, config: BridgeConfig, session: Callable[[], Any], counters: Counters,
+                 interval: float) -> None:
+        self.interval = interval
         self.config = config
         self._session = session  # the bridge's SparkSession, started by its executors
         self.counters = counters
@@ -57,17 +62,23 @@ class PurgeScheduler(Observer):
         self._thread: threading.Thread | None = None
         self.rounds = 0
         self.last_error: str | None = None
-        self.threshold = config.purge.threshold
         # Shutdown waits this long for a container in progress, then as long again after cancelling.
         self.stop_wait = min(STOP_WAIT, config.bridge.shutdown_timeout / 4)
-        self.factory = PurgeFactory(config)
+
+    @property
+    def job_group(self) -> str:
+        """The Spark job group (a tag on Spark Connect) of this thread's jobs: `JOB_GROUP` for the purge."""
+        return f"mqbridge-{self.KIND}"
+
+    def run_round(self) -> None:
+        raise NotImplementedError
 
     def on_ready(self, bridge: BridgeView) -> None:
-        self._thread = threading.Thread(target=self._loop, name="mqbridge-purge", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"mqbridge-{self.KIND}", daemon=True)
         self._thread.start()
 
     def on_stopping(self, bridge: BridgeView) -> None:
-        """Stop the purge thread within `stop_wait` (twice, at worst), not whenever its container is done.
+        """Stop the thread within `stop_wait` (twice, at worst), not whenever its container is done.
 
         A round ends after its current container; a container that takes longer has its Spark jobs
         cancelled: before the swap that only throws the new container away (the live one is
@@ -81,33 +92,33 @@ class PurgeScheduler(Observer):
         thread.join(self.stop_wait)
         if not thread.is_alive():
             return
-        log.warning("shutdown: the purge still runs after %.0fs: cancelling its Spark jobs (the container "
-                    "being purged stays as it was)", self.stop_wait)
+        log.warning("shutdown: the %s still runs after %.0fs: cancelling its Spark jobs (the container "
+                    "in progress stays as it was)", self.KIND, self.stop_wait)
         self._cancel_jobs()
         thread.join(self.stop_wait)
         if thread.is_alive():
-            log.error("shutdown: the purge thread did not end; going on without it (the next start finishes "
-                      "or rolls back what it leaves)")
+            log.error("shutdown: the %s thread did not end; going on without it (the next start finishes "
+                      "or rolls back what it leaves)", self.KIND)
 
     def _tag_jobs(self, spark: Any) -> None:
         """Name this thread's Spark jobs (thread-local in Spark), so that shutdown can cancel them."""
         if _is_connect(spark):
-            spark.addTag(JOB_GROUP)
+            spark.addTag(self.job_group)
         else:
-            spark.sparkContext.setJobGroup(JOB_GROUP, "mqbridge scheduled purge", interruptOnCancel=True)
+            spark.sparkContext.setJobGroup(self.job_group, f"mqbridge scheduled {self.KIND}", interruptOnCancel=True)
 
     def _cancel_jobs(self) -> None:
         try:
             spark = self._session()
             if _is_connect(spark):
-                spark.interruptTag(JOB_GROUP)
+                spark.interruptTag(self.job_group)
             else:
-                spark.sparkContext.cancelJobGroup(JOB_GROUP)
+                spark.sparkContext.cancelJobGroup(self.job_group)
         except Exception as exc:  # Spark gone: nothing of ours is running there either
-            log.warning("shutdown: cannot cancel the purge's Spark jobs: %s", exc)
+            log.warning("shutdown: cannot cancel the %s's Spark jobs: %s", self.KIND, exc)
 
     def status_fields(self) -> dict[str, Any]:
-        return {"purge": {"interval": self.interval, "rounds": self.rounds, "last_error": self.last_error}}
+        return {self.KIND: {"interval": self.interval, "rounds": self.rounds, "last_error": self.last_error}}
 
     def _loop(self) -> None:
         next_round = time.monotonic() + self.interval
@@ -120,10 +131,21 @@ class PurgeScheduler(Observer):
                 self.last_error = None
             except Exception as exc:  # logged here, the boundary that handles it; next round as planned
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                self.counters.inc("purge_failures")
-                log.error("scheduled purge failed (next round in %.0fs)", self.interval, exc_info=True)
+                self.counters.inc(f"{self.KIND}_failures")
+                log.error("scheduled %s failed (next round in %.0fs)", self.KIND, self.interval, exc_info=True)
             self.rounds += 1
             next_round = time.monotonic() + self.interval
+
+
+
+class PurgeScheduler(RoundScheduler):
+    """Starts the purge thread when the bridge is ready and stops it when the bridge stops."""
+
+    def __init__(self, config: BridgeConfig, session: Callable[[], Any], counters: Counters) -> None:
+        assert config.purge.interval is not None
+        super().__init__(config, session, counters, config.purge.interval)
+        self.threshold = config.purge.threshold
+        self.factory = PurgeFactory(config)
 
     def run_round(self) -> None:
         """Purge every table of every type with a retention, once."""

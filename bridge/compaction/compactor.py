@@ -1,0 +1,169 @@
+"""Compaction of one container: every row read through Spark, sorted by `put_timestamp` across the
+whole container (a range partitioning, so each written file holds one slice of time and a
+time-range read skips the others) and written into files of about `[compaction] target_file_size`;
+then swapped in exactly as a purge swaps its new container (`mqbridge.purge.swap`).
+
+The swap is the purge's: the new container is built under `<table>/_purge/<work>/new` with a journal
+and a marker, and exchanged with the live directory in one `renameat2(RENAME_EXCHANGE)` under the
+table's lock, which every publication into the table takes too. A reader lists the old container or
+the new one, never a mix. Files a bulk published into the container after the compaction listed it
+are carried into the new container (hard links) under that lock before the exchange: nothing landed
+meanwhile is lost (they stay unsorted until the next compaction). The swap is recorded in the table's
+history (`record_purge(..., "compact")`), which `mqbridge ledger --verify` reads: the published files
+the compaction replaced are accounted for, not missing. A run killed at any point is finished or
+rolled back by `recover_purges` at the next start of `mqbridge run`, `purge` or `compact`.
+
+Killing points (`mqbridge.failpoints`): `compact_before_swap` (the new container is built beside
+the live one) and `compact_mid_swap` (the directories are exchanged; the history does not record it
+yet and the marker is still in the live container).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mqbridge import failpoints
+from mqbridge.counters import Counters
+from mqbridge.errors import PurgeError
+from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
+from mqbridge.purge.costs import CostModel
+from mqbridge.purge.swap import (
+    JOURNAL,
+    MARKER,
+    WORK,
+    exchange,
+    finish,
+    fresh_name,
+    fsync,
+    fsync_dir,
+    record_purge,
+    write_json,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What one container's compaction did."""
+
+    table: Path
+    put_date: str
+    files_before: int
+    files_after: int  # written, plus carried
+    rows: int
+    carried: int  # files landed during the compaction, carried into the new container
+    seconds: float
+
+
+@dataclass
+class Compactor:
+    """Compacts containers of the tables under one warehouse (see the module docstring)."""
+
+    spark: Any
+    model: CostModel
+    target_bytes: int
+    counters: Counters = field(default_factory=Counters)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, table: Path, put_dates: Sequence[str]) -> Iterator[Compacted]:
+        """Compact each container of `table` named in `put_dates`, yielding its result as it is done;
+        holds the table's purge lock throughout (one purge or compaction per table at a time)."""
+        with purge_lock(table):
+            for put_date in put_dates:
+                if self.stop.is_set():
+                    return
+                work = table / WORK / f"{uuid.uuid4().hex[:12]}-{put_date}"
+                try:
+                    result = self._compact(table, put_date, work)
+                finally:
+                    finish(work)  # the old container after the swap; the unused new one on an error
+                self._account(result)
+                yield result
+
+    def _compact(self, table: Path, put_date: str, work: Path) -> Compacted:
+        import pyarrow.parquet as pq
+
+        start = time.perf_counter()
+        container = table / f"put_date={put_date}"
+        files = data_files(container)
+        rows = sum(pq.read_metadata(p).num_rows for p in files)
+        new = work / "new"
+        new.mkdir(parents=True)
+        write_json(work / JOURNAL, {"container": container.name, "strategy": "compact",
+                                    "started": datetime.now(timezone.utc).isoformat()})
+        written = self._write(table, container, files, work)
+        found = sum(pq.read_metadata(p).num_rows for p in written)
+        if found != rows:  # never swap in a container that lost or gained a row
+            raise PurgeError(f"{container}: compaction wrote {found} rows for {rows}: the container is left as it was")
+        for path in written:
+            os.replace(path, new / fresh_name(path))
+        marker = MARKER + work.name
+        (new / marker).touch()
+        fsync_dir(new)
+        failpoints.hit("compact_before_swap")
+        with table_lock(table):
+            landed = sorted({p.name for p in data_files(container)} - {p.name for p in files})
+            for name in landed:  # published after the listing: carried, not lost
+                os.link(container / name, new / name)
+            exchange(new, container)
+            failpoints.hit("compact_mid_swap")
+            record_purge(table, container.name, "compact")
+        (container / marker).unlink()
+        seconds = time.perf_counter() - start
+        self.model.learn("compact", seconds, rows_copied=rows)
+        if landed:
+            log.info("compaction of %s: %d files landed during it were carried into the new container",
+                     container, len(landed))
+        return Compacted(table, put_date, len(files), len(written) + len(landed), rows, len(landed), seconds)
+
+    def _write(self, table: Path, container: Path, files: list[Path], work: Path) -> list[Path]:
+        """Write the rows of `files` sorted by put_timestamp across them into `work/spark`; the files
+        written, fsynced. Range partitioning: file i holds only timestamps below those of file i+1."""
+        from mqbridge.landing.executor import WRITE_OPTIONS
+
+        size = sum(p.stat().st_size for p in files)
+        count = max(1, math.ceil(size / self.target_bytes))
+        df = (self.spark.read.option("basePath", str(table)).option("mergeSchema", "true")
+              .parquet(*(str(p) for p in files)))
+        df = df.repartitionByRange(count, "put_timestamp") if count > 1 else df.coalesce(1)
+        out = work / "spark"
+        # put_date first, as the writer needs it (or it sorts again by put_date alone, losing the order).
+        (df.sortWithinPartitions(*SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
+           .partitionBy("put_date").parquet(str(out)))
+        written = sorted((out / container.name).glob("part-*.parquet"))
+        for path in written:
+            fsync(path)
+        return written
+
+    def _account(self, result: Compacted) -> None:
+        c = self.counters
+        c.inc("compaction_containers")
+        c.inc("compaction_files_removed", result.files_before - result.carried)
+        c.inc("compaction_files_written", result.files_after - result.carried)
+        c.inc("compaction_rows", result.rows)
+        c.inc("compaction_files_carried", result.carried)
+        c.observe("compaction_seconds", result.seconds)
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes (for an unprivileged user) of the file system `path` (or its nearest existing
+    parent) is on."""
+    import shutil
+
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(path).free
+    return 0
