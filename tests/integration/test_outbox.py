@@ -30,6 +30,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.configs import LISTENER, toml_value
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
 from tests.support.fakes.mq_server import FakeQueueManagerServer
+from tests.support.plugins import REJECT_POISON
 from tests.support.processes import (
     MQ_BOQ,
     MQ_DLQ,
@@ -47,21 +48,6 @@ pytestmark = pytest.mark.integration
 
 GOOD, EVERY = 200, 50  # 200 good messages, a poison one after every 50th
 EXAMPLE = ROOT / "examples" / "plugins" / "notify.py"
-REJECT = """
-from mqbridge import hookimpl
-
-
-class Reject:
-    def process(self, message):
-        if message.body.startswith(b"poison"):
-            raise ValueError("a poison message")
-        return message
-
-
-@hookimpl
-def mqbridge_register_preprocessors(registry):
-    registry.add("reject_poison", lambda options: Reject())
-"""
 
 
 def messages(tag: str) -> tuple[list[bytes], list[bytes]]:
@@ -75,7 +61,7 @@ def plugins_in(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir(mode=0o755)
     shutil.copyfile(EXAMPLE, plugins / "notify.py")
-    (plugins / "reject.py").write_text(REJECT)
+    (plugins / "reject.py").write_text(REJECT_POISON)
     for path in plugins.iterdir():
         path.chmod(0o644)
 

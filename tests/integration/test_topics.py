@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.exactly_once import RABBIT_SOURCE, account, bodies
+from tests.support.plugins import REJECT_POISON
 from tests.support.processes import landed, process_bridge, run_until_idle, run_until_killed
 from tests.support.topics import Broker
 
@@ -31,21 +32,6 @@ SUBSCRIPTIONS = ("a", "b")
 BEFORE, WHILE_KILLED = 150, 60
 #: A preprocessor failing every poison message: given back (on ActiveMQ by replacing the durable
 #: subscription, on RabbitMQ by NACK) until its second delivery moves it to the backout queue.
-REJECT = """
-from mqbridge import hookimpl
-
-
-class Reject:
-    def process(self, message):
-        if message.body.startswith(b"poison"):
-            raise ValueError("a poison message")
-        return message
-
-
-@hookimpl
-def mqbridge_register_preprocessors(registry):
-    registry.add("reject_poison", lambda options: Reject())
-"""
 
 
 def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptions: dict[str, str]) -> Path:
@@ -58,7 +44,7 @@ def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptio
                               "heartbeat": "10s"}
     plugins = tmp_path / "plugins"
     plugins.mkdir(mode=0o755)
-    (plugins / "reject.py").write_text(REJECT)
+    (plugins / "reject.py").write_text(REJECT_POISON)
     (plugins / "reject.py").chmod(0o644)
     toml = (process_bridge("topics").set("spark", master="local[1]").set("bridge", plugin_dirs=["plugins"])
             .add("types.orders", 'table = "orders_{subscription}"')

@@ -38,6 +38,24 @@ def mqbridge_register_preprocessors(registry):
     registry.add("stamp", Stamp, options=StampOptions)
 '''
 
+#: A drop-in plugin whose `reject_poison` preprocessor fails every message whose body starts with
+#: "poison" (a message failure: given back, then moved at the backout threshold).
+REJECT_POISON = """
+from mqbridge import hookimpl
+
+
+class Reject:
+    def process(self, message):
+        if message.body.startswith(b"poison"):
+            raise ValueError("a poison message")
+        return message
+
+
+@hookimpl
+def mqbridge_register_preprocessors(registry):
+    registry.add("reject_poison", lambda options: Reject())
+"""
+
 
 def write_plugin(folder: Path, name: str, code: str, mode: int = 0o644) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
