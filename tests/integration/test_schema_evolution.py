@@ -24,6 +24,7 @@ from mqbridge.landing.schema_check import check_schemas, file_schema, table_sche
 from mqbridge.lint import lint_text
 from mqbridge.lint.findings import KeyLines
 from mqbridge.message import Bulk, Message
+from tests.support.configs import typed_orders
 
 pytestmark = pytest.mark.integration
 
@@ -47,27 +48,6 @@ def land(spark: Any, warehouse: Path, table: str, schema: str, bodies: dict[str,
     assert all(r.ok for r in results), [r.reason for r in results]
     assert executor.catalog is not None and executor.catalog.failures == 0
 
-
-def config_text(warehouse: Path, table: str, schema: str) -> str:
-    return f"""
-[bridge]
-plugin_dirs = []
-[monitoring]
-listen = ""
-[spark]
-warehouse = "{warehouse}"
-[types.orders]
-format = "json"
-table = "{table}"
-schema = "{schema}"
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
 
 
 def test_pure_ddl_parser_agrees_with_spark(spark: Any) -> None:
@@ -96,9 +76,9 @@ def test_a_widened_and_extended_schema_lands_beside_the_old_one(spark: Any, tmp_
         written = list(table_schemas(path, "orders").values())
         assert len(written) == 1 and file_schema(written[0]) == ddl_schema(V1)
         # When v2 (a new column, two widened types) is checked and then lands, into the old put_date and a new one
-        cfg = parse_config(config_text(warehouse, table, V2), str(tmp_path / "bridge.toml"))
+        cfg = parse_config(typed_orders(warehouse, V2, table), str(tmp_path / "bridge.toml"))
         check_schemas(cfg)  # no refusal
-        assert [f for f in lint_text(config_text(warehouse, table, V2)).errors] == []
+        assert [f for f in lint_text(typed_orders(warehouse, V2, table)).errors] == []
         land(spark, warehouse, table, V2, {
             "m3": (b'{"order_id": "o3", "amount": 9999999999.99, "qty": 9000000000, "channel": "web"}', DAY1),
             "m4": (b'{"order_id": "o4", "amount": 3, "qty": 4, "channel": "shop"}', DAY2)})
@@ -116,7 +96,7 @@ def test_a_widened_and_extended_schema_lands_beside_the_old_one(spark: Any, tmp_
         assert sorted(map(tuple, by_path.select("msg_id", "qty", "channel").collect())) == \
             sorted((k, v[2], v[3]) for k, v in rows.items())
         # When a v3 drops the new column and narrows qty back
-        text = config_text(warehouse, table, V3)
+        text = typed_orders(warehouse, V3, table)
         errors = [f.line("bridge.toml", KeyLines(text)) for f in lint_text(text, "bridge.toml").errors]
         with pytest.raises(ConfigError) as refused:
             check_schemas(parse_config(text, str(tmp_path / "bridge.toml")))

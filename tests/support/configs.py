@@ -149,3 +149,11 @@ def orders(head: str = "", listener: str = "", source: str = "") -> BridgeToml:
 def orders_config(head: str = "", listener: str = "", source: str = "") -> str:
     """The text of `orders(head, listener, source)`."""
     return orders(head, listener, source).text()
+
+
+def typed_orders(warehouse: Path, schema: str, table: str = "orders") -> str:
+    """`orders()` with a JSON type of `schema` landing into `table` under `warehouse`, no plugins,
+    no monitoring: the text of a configuration the schema checks read."""
+    return (orders().set("bridge", plugin_dirs=[]).set("monitoring", listen="").set("spark", warehouse=str(warehouse))
+            .set("types.orders", format="json", schema=schema)
+            .add("types.orders", f"table = {toml_value(table)}").text())  # `set` takes its table as `table`

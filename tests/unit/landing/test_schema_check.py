@@ -24,6 +24,11 @@ from mqbridge.landing.schema_check import (
     table_schemas,
 )
 from mqbridge.lint import lint_text
+from tests.support.configs import typed_orders
+
+
+def config(tmp_path: Path, schema: str, table: str = "orders") -> str:
+    return typed_orders(tmp_path / "landing", schema, table)
 
 
 def write(path: Path, message_type: str, ddl: str, *, declared: bool = True, mtime: float | None = None) -> Path:
@@ -42,27 +47,6 @@ def write(path: Path, message_type: str, ddl: str, *, declared: bool = True, mti
         os.utime(path, (mtime, mtime))
     return path
 
-
-def config(tmp_path: Path, schema: str, table: str = "orders") -> str:
-    return f"""
-[bridge]
-plugin_dirs = []
-[monitoring]
-listen = ""
-[spark]
-warehouse = "{tmp_path / 'landing'}"
-[types.orders]
-format = "json"
-table = "{table}"
-schema = "{schema}"
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
 
 
 def test_the_declared_schema_is_read_back_not_nulls_included(tmp_path: Path) -> None:
