@@ -37,6 +37,7 @@ from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
+from mqbridge.landing.schema_check import read_container
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.swap import (
     JOURNAL,
@@ -135,8 +136,7 @@ class Compactor:
 
         size = sum(p.stat().st_size for p in files)
         count = max(1, math.ceil(size / self.target_bytes))
-        df = (self.spark.read.option("basePath", str(table)).option("mergeSchema", "true")
-              .parquet(*(str(p) for p in files)))
+        df = read_container(self.spark, table, files)
         df = df.repartitionByRange(count, "put_timestamp") if count > 1 else df.coalesce(1)
         out = work / "spark"
         # put_date first, as the writer needs it (or it sorts again by put_date alone, losing the order).

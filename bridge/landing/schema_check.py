@@ -166,3 +166,31 @@ def check_schemas(config: BridgeConfig) -> None:
                      found.message_type, found.table, change.line())
     if refused:
         raise ConfigError("schema change refused: " + "; ".join(refused) + f" — {FIX}")
+
+
+def read_schema(files: list[Path]) -> StructType | None:
+    """The schema that reads `files` (of one container) together: every column any of them has, each
+    with the type of the newest file that has it. The bridge only ever widens a column or adds a
+    nullable one (`compare`), so the newest type reads the older files — where Spark's `mergeSchema`
+    refuses them (INT with BIGINT, the day a type was widened: a purge or compaction of that container
+    would fail). A column only older files have (`body_text` after `keep_body` was turned off) is kept.
+    None when a file has no Spark schema in its footer (pyarrow's raw bulks): `mergeSchema` reads those."""
+    import pyarrow.parquet as pq
+
+    fields: dict[str, StructField] = {}
+    for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
+        raw = (pq.read_metadata(path).metadata or {}).get(SPARK_ROW_METADATA)
+        if raw is None:
+            return None
+        for f in StructType.fromJson(json.loads(raw)).fields:
+            fields.setdefault(f.name.lower(), f)
+    return StructType(list(fields.values()))
+
+
+def read_container(spark: Any, table: Path, files: list[Path]) -> Any:
+    """A DataFrame of `files` (of one container of `table`, with the `put_date` partition column),
+    read with `read_schema` when every file has one."""
+    reader = spark.read.option("basePath", str(table))
+    schema = read_schema(files)
+    reader = reader.schema(schema) if schema is not None else reader.option("mergeSchema", "true")
+    return reader.parquet(*(str(p) for p in files))

@@ -302,12 +302,11 @@ class Purger:
         from pyspark.sql import functions as F
 
         from mqbridge.landing.executor import FILE_BYTES, WRITE_OPTIONS
+        from mqbridge.landing.schema_check import read_container
 
-        files = [str(plan.path / name) for name in names]
         size = sum((plan.path / name).stat().st_size for name in names)
         survivors = sum(plan.files[n][0] - plan.files[n][1] for n in names)
-        df = (self.spark.read.option("basePath", str(plan.table)).option("mergeSchema", "true").parquet(*files)
-              .where(~F.expr(designation.sql)))
+        df = read_container(self.spark, plan.table, [plan.path / n for n in names]).where(~F.expr(designation.sql))
         if failpoints.active("purge_write_hang"):  # test only: never ends until cancelled
             df = df.where(failpoints.HANG_FILTER)
         out = work / "spark"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mqbridge.compaction.compactor import Compactor
 from mqbridge.config import TypeConfig, parse_config
 from mqbridge.config.ddl import ddl_schema
 from mqbridge.errors import ConfigError
@@ -24,6 +25,7 @@ from mqbridge.landing.schema_check import check_schemas, file_schema, table_sche
 from mqbridge.lint import lint_text
 from mqbridge.lint.findings import KeyLines
 from mqbridge.message import Bulk, Message
+from mqbridge.purge.costs import CostModel
 from tests.support.configs import typed_orders
 
 pytestmark = pytest.mark.integration
@@ -95,6 +97,13 @@ def test_a_widened_and_extended_schema_lands_beside_the_old_one(spark: Any, tmp_
         by_path = spark.read.schema(by_name.schema).parquet(str(path))
         assert sorted(map(tuple, by_path.select("msg_id", "qty", "channel").collect())) == \
             sorted((k, v[2], v[3]) for k, v in rows.items())
+        # And the day holding v1 and v2 files (INT and BIGINT qty) compacts into one file, rows unchanged
+        compactor = Compactor(spark, CostModel(tmp_path / "costs.json"), 1 << 20)
+        [done] = compactor.run(path, [DAY1.date().isoformat()])
+        assert (done.files_before, done.files_after, done.rows) == (2, 1, 3)
+        spark.catalog.refreshTable(table)  # a session's cached file listing of the table is stale after a swap
+        again = {r.msg_id: (r.order_id, r.amount, r.qty, r.channel) for r in spark.table(table).collect()}
+        assert again == rows
         # When a v3 drops the new column and narrows qty back
         text = typed_orders(warehouse, V3, table)
         errors = [f.line("bridge.toml", KeyLines(text)) for f in lint_text(text, "bridge.toml").errors]
