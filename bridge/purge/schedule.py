@@ -71,7 +71,8 @@ class RoundScheduler(Observer):
         return f"mqbridge-{self.KIND}"
 
     def run_round(self) -> None:
-        raise NotImplementedError
+        """One round of this scheduler's work (a purge, a compaction): each subclass's own."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what its round does")
 
     def on_ready(self, bridge: BridgeView) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"mqbridge-{self.KIND}", daemon=True)

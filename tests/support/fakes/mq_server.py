@@ -733,13 +733,12 @@ class FakeQueueManagerServer:
             raise fail(CMQC.MQRC_TRUNCATED_MSG_FAILED, message=data[:max_length], original_length=len(message.data))
         if max_length is not None and len(data) > max_length:
             data, warning = data[:max_length], CMQC.MQRC_TRUNCATED_MSG_ACCEPTED
-        if opts & (CMQC.MQGMO_BROWSE_FIRST | CMQC.MQGMO_BROWSE_NEXT):
-            pass  # a browse copies the message; it stays on the queue, unlocked
-        elif syncpoint:
+        browse = opts & (CMQC.MQGMO_BROWSE_FIRST | CMQC.MQGMO_BROWSE_NEXT)  # a copy: stays on the queue, unlocked
+        if syncpoint and not browse:
             message.locked_by = conn.hconn
             conn.gets.append((queue, message))
             self._journal_get(message)
-        else:
+        elif not browse:
             queue.messages.remove(message)
             self._persist()
         for key, value in message.md.items():
