@@ -131,7 +131,7 @@ FAKE_PYMQI_PATH = ROOT / "tests" / "support" / "fake_pymqi_path"
 def fake_mq_env(state_file: Path) -> dict[str, str]:
     """The environment for a `mqbridge run` whose MQ driver is the fake over `state_file`: the
     fake `pymqi` first on PYTHONPATH, then the repository root (for `tests.support`)."""
-    from tests.support.fakes.mq_server import STATE_ENVIRONMENT_VARIABLE
+    from tests.support.fakes.mq_persistence import STATE_ENVIRONMENT_VARIABLE
 
     path = [str(FAKE_PYMQI_PATH), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"PYTHONPATH": os.pathsep.join(path), STATE_ENVIRONMENT_VARIABLE: str(state_file)}
