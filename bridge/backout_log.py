@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from mqbridge.identity import answers_to
 from mqbridge.message import Message
 from mqbridge.strict_modes import PRIVATE_FILE, private_dir, private_file
 
@@ -86,7 +87,7 @@ class MovedMessage:
     delivery_count: int = 0
 
     def matches(self, key: str) -> bool:
-        return key in (self.msg_id, self.identity)
+        return key == self.msg_id or answers_to(self.identity, key)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

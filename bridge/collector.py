@@ -47,6 +47,7 @@ from mqbridge.breaker import SinkBreakers
 from mqbridge.collector_limits import CollectorLimits, CollectorStats, TypeLimits
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
+from mqbridge.identity import answers_to
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.result_routes import ResultHandler, ResultRoutes
 from mqbridge.sizing import TypeSizer
@@ -331,7 +332,7 @@ class BulkCollector:
             bulks = [(b, list(b.messages), state) for state, group in (("collecting", self._active.values()),
                      ("queued", self._queue), ("writing", self._executing)) for b in group]
         return [(m, bulk, state) for bulk, messages, state in bulks for m in messages
-                if key and key in (m.msg_id, m.identity)]
+                if key and (key == m.msg_id or answers_to(m.identity, key))]
 
     def stats(self) -> CollectorStats:
         """A consistent snapshot of the counters and current sizes."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mqbridge.errors import IdentityError
-from mqbridge.identity import identity_of, scoped
+from mqbridge.identity import UNSCOPED, Scope, identity_of, scoped, unscoped
 from mqbridge.message import Message
 from mqbridge.source import BackoutMove, Landed
 
@@ -24,30 +24,42 @@ class Deduplicator(Protocol):
 
 
 def landed_before(dedupe: Deduplicator | None, batch: list[Message], rule: str, backout_queue: str | None,
-                  moves: list[BackoutMove], scope: str = "") -> set[int]:
+                  moves: list[BackoutMove], scope: Scope = UNSCOPED) -> set[int]:
     """Give each message its identity by `rule` (from the original, before preprocessing) and return
     the deliveries the ledger shows as landed already: a redelivery after a crash or a lost
     commit, which is committed without landing again. Every message is checked, not only those
     flagged redelivered: ActiveMQ does not always flag prefetched messages of a dead consumer.
     Deliveries are named by `id()`, not msg_id: an MQ unit may hold two messages with one MsgId.
     A message without its identity (a missing header) is moved to `backout_queue` (`moves`).
-    `scope` (a topic listener's subscription) is part of each identity (`mqbridge.identity.scoped`)."""
+    `scope` is part of each identity (`mqbridge.identity.listener_scope`); where an earlier version
+    kept them unscoped, the unscoped form is looked up too."""
     if dedupe is None:
         return set()
+    plain: dict[int, str] = {}
     for message in batch:
         try:
-            message.identity = scoped(identity_of(message, rule), scope)
+            plain[id(message)] = identity_of(message, rule)
         except IdentityError as exc:
             moves.append(BackoutMove(message, str(exc), backout_queue))
-    known = [m for m in batch if m.identity]
-    landed = dedupe.published([m.identity for m in known])
-    return {id(m) for m in known if m.identity in landed}
+            continue
+        message.identity = scoped(plain[id(message)], scope.prefix)
+    known = [m for m in batch if id(m) in plain]
+    asked = [m.identity for m in known if m.identity]
+    if scope.unscoped_too:
+        asked += [plain[id(m)] for m in known]
+    landed = dedupe.published(asked)
+    return {id(m) for m in known
+            if m.identity in landed or (scope.unscoped_too and plain[id(m)] in landed)}
 
 
 def landed_where(dedupe: Deduplicator | None, recognised: Sequence[Message]) -> list[Landed]:
-    """Where the ledger says each of these (already landed) messages is, for their producers."""
+    """Where the ledger says each of these (already landed) messages is, for their producers: by
+    its identity, or by the unscoped form an earlier version landed it under."""
     if not recognised or dedupe is None:
         return []
-    where = dedupe.landed_in([m.identity for m in recognised if m.identity])
-    found = [(m, where.get(m.identity or "", ("", ""))) for m in recognised]
+    identities = [m.identity for m in recognised if m.identity]
+    where = dedupe.landed_in(identities + [unscoped(i) for i in identities if unscoped(i) != i])
+    found = [(m, where.get(m.identity or "") or where.get(unscoped(m.identity or ""), ("", "")))
+             for m in recognised]
     return [Landed(m, table=table, bulk_id=bulk_id) for m, (bulk_id, table) in found]
+

@@ -6,8 +6,21 @@ cannot recognise a redelivery), "body-sha256" (hex digest of the body), "stamp" 
 adapter stamps on a copy of each message before it is landed: a stable id where the broker has
 none; the adapter hands on stamped copies only, with the stamp as their msg_id).
 
-A topic listener's identities are scoped by its durable subscription (`scoped`): one topic
-message reaches every subscription with the same message id, and must land once in each.
+Identities are kept in one ledger for every listener of a bridge, so those that two sources could
+give alike are scoped (`listener_scope`, `scoped`):
+
+- a topic listener's by its durable subscription: one topic message reaches every subscription
+  with the same message id, and must land once in each;
+- a queue listener's by its queue when the rule is "header:NAME" or "body-sha256": two queues whose
+  producers number their messages alike (order 1001 on ORDERS and invoice 1001 on INVOICES), or
+  that carry an identical body, are different messages. Unscoped, the second would be taken for a
+  redelivery of the first, committed at the source and never landed. Broker message ids ("msg_id")
+  and stamps are unique across queues and stay unscoped.
+
+Builds before 2026-11-26 kept queue identities unscoped, so a queue listener's lookup also asks for
+the unscoped form (`Scope.unscoped_too`): a message landed by such a build and redelivered after
+the upgrade is still recognised. Those entries leave the ledger after `dedupe_window`; the lookup of
+unscoped forms can go once no ledger written before 0.1.0 is in use.
 
 Compute identities on the *original* message, as the listener received it, before the
 preprocessor chain: a preprocessor may rewrite the body or headers (an envelope adds a timestamp),
@@ -17,6 +30,7 @@ which would give the same delivery a different identity each time.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from mqbridge.errors import IdentityError
 from mqbridge.message import Message
@@ -24,10 +38,42 @@ from mqbridge.message import Message
 HEADER_PREFIX = "header:"
 
 
+@dataclass(frozen=True)
+class Scope:
+    """How a listener's identities are kept in the ledger: `prefix` ("SOURCE:SUBSCRIPTION",
+    "SOURCE:QUEUE" or "" for unscoped), and whether earlier versions kept them unscoped."""
+
+    prefix: str = ""
+    unscoped_too: bool = False
+
+
+#: Identities kept as the rule gives them.
+UNSCOPED = Scope()
+
+
+def listener_scope(source: str, queue: str, subscription: str | None, rule: str) -> Scope:
+    """The scope of a listener's identities (see the module's docstring)."""
+    if subscription:
+        return Scope(f"{source}:{subscription}")
+    if rule.startswith(HEADER_PREFIX) or rule == "body-sha256":
+        return Scope(f"{source}:{queue}", unscoped_too=True)
+    return UNSCOPED
+
+
 def scoped(identity: str, scope: str) -> str:
-    """`identity` as the ledger keeps it for a listener whose identities are scoped (a topic
-    listener: scope "SOURCE:SUBSCRIPTION"), unchanged for a queue listener (scope "")."""
+    """`identity` as the ledger keeps it under the scope prefix `scope` ("": unchanged)."""
     return f"{scope}|{identity}" if scope else identity
+
+
+def unscoped(identity: str) -> str:
+    """`identity` without its scope prefix (`scoped`)."""
+    return identity.split("|", 1)[1] if "|" in identity else identity
+
+
+def answers_to(identity: str | None, key: str) -> bool:
+    """Whether a message the ledger knows as `identity` is the one an operator asks for by `key`:
+    its identity, scoped or not (`mqbridge where` is given what the producer knows)."""
+    return identity is not None and key in (identity, unscoped(identity))
 
 
 def identity_of(message: Message, rule: str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from mqbridge.identity import answers_to
 from mqbridge.message import Bulk, Message
 from mqbridge.source import Source
 from mqbridge.unit_plan import UnitResults
@@ -123,7 +124,7 @@ class Connections:
         units = [("reading", self._reading)] + ([("finishing", finishing.batch)] if finishing else [])
         units += [("pending", unit.batch) for unit in _copy(self.pending)]
         return [(stage, m) for stage, batch in units for m in tuple(batch)
-                if key in (m.msg_id, m.identity)]
+                if key == m.msg_id or answers_to(m.identity, key)]
 
     def finish_after_failure(self, finish: Callable[[PendingUnit], None], name: str) -> None:
         """The listener `name` ends on an error with units in flight on other connections: `finish`

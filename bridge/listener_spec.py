@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from mqbridge.config import DEFAULT_HALT_AFTER_FAILURES
+from mqbridge.identity import UNSCOPED, Scope
 
 
 @dataclass
@@ -25,9 +26,10 @@ class ListenerSpec:
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
     halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
     outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbox`)
-    #: A topic listener's "SOURCE:SUBSCRIPTION": part of each identity in the ledger (one topic
-    #: message lands once per subscription); "" for a queue (`mqbridge.identity.scoped`).
-    identity_scope: str = ""
+    #: Part of each identity in the ledger: a topic listener's "SOURCE:SUBSCRIPTION" (one topic
+    #: message lands once per subscription), a queue's "SOURCE:QUEUE" for producer-given identities
+    #: (`mqbridge.identity.listener_scope`).
+    identity_scope: Scope = UNSCOPED
 
 
 @dataclass

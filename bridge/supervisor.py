@@ -29,6 +29,7 @@ from mqbridge.dedupe import Deduplicator
 from mqbridge.errors import BridgeError, FatalError, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.guard import MemoryGuard
+from mqbridge.identity import listener_scope
 from mqbridge.in_flight import Held, held
 from mqbridge.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
@@ -156,7 +157,7 @@ class Bridge:
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
                             halt_after_failures=cfg.halt_after_failures,
                             outbox_allow=None if cfg.outbox_allow is None else tuple(cfg.outbox_allow),
-                            identity_scope=f"{cfg.source}:{cfg.subscription}" if cfg.subscription else "")
+                            identity_scope=listener_scope(cfg.source, cfg.queue, cfg.subscription, cfg.identity))
         gates = [self.guard.gate, self.controls.get(slot.listener).gate]  # the operator's pause and stop
         sink_gate = self.breakers.gate(cfg.message_type) if self.breakers is not None else None
         if sink_gate is not None:  # an unavailable sink pauses the listeners that feed it

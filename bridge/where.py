@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.errors import BridgeError
+from mqbridge.identity import listener_scope, scoped
 from mqbridge.in_flight import Held
 
 if TYPE_CHECKING:
@@ -123,18 +124,25 @@ class Locator:
                 notes.append(self.ledger_note)
             return None
         try:
-            found = self.ledger.landing_of(key)
+            found = next((f for k in self._ledger_keys(key) for f in [self.ledger.landing_of(k)] if f), None)
         except BridgeError as exc:  # LedgerError, LedgerUnavailableError
             notes.append(f"the landing ledger could not be read: {exc}")
             return None
         searched.append("the landing ledger")
         return found
 
+    def _ledger_keys(self, key: str) -> list[str]:
+        """`key` as the ledger may keep it: as given, and scoped by each listener whose identities
+        are (a topic's subscription, a queue's producer-given ids: `mqbridge.identity.listener_scope`)."""
+        scopes = {listener_scope(cfg.source, cfg.queue, cfg.subscription, cfg.identity).prefix
+                  for cfg in self.config.listeners}
+        return [key] + [scoped(key, prefix) for prefix in sorted(scopes) if prefix]
+
     def _prepared(self, key: str, notes: list[str]) -> list[PreparedBulk]:
         if self.ledger is None:
             return []
         try:
-            return self.ledger.prepared_holding([key])
+            return self.ledger.prepared_holding(self._ledger_keys(key))
         except BridgeError as exc:
             notes.append(f"the landing ledger's prepared bulks could not be read: {exc}")
             return []

@@ -90,6 +90,10 @@ class BridgeToml:
         """A `[[listeners]]` table with these keys added after the others."""
         return BridgeToml(self.tables, (*self.listeners, keys), self.extra)
 
+    def every_listener(self, **keys: Any) -> BridgeToml:
+        """These keys set in every `[[listeners]]` table."""
+        return BridgeToml(self.tables, tuple({**keys_of, **keys} for keys_of in self.listeners), self.extra)
+
     def without(self, table: str) -> BridgeToml:
         """This configuration without `table`."""
         return BridgeToml({k: v for k, v in self.tables.items() if k != table}, self.listeners, self.extra)
