@@ -2,6 +2,7 @@
 
 `MqSource` (in `source`) is the public surface; the rest is its implementation:
 
+* `ending` -- MQCMIT and its outcomes, moves to the backout or dead-letter queue, results (a mixin)
 * `connect` -- MQCD/MQSCO/MQCNO, opening the input queue, inquiring BOTHRESH/BOQNAME/DEADQ/MAXUMSGS
 * `driver` -- loading ibmmq or pymqi (only when a source is built), wrapping their errors once
 * `get` -- MQGET under syncpoint: the wait, conversion, a buffer that grows, the message handles
