@@ -61,6 +61,7 @@ from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timest
 from mqbridge.listeners.mq.poison import PoisonRoute, threshold_reason
 from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.results import StationSender
+from mqbridge.listeners.mq.subscribe import close_subscription, open_subscription
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
@@ -108,6 +109,11 @@ class MqSource(UnitEnding):
         self._cmqc = self._driver.CMQC
         self._errors = driver_errors(self._driver)
         self._listener = listener  # its batch, and its overrides of the queue's BOTHRESH/BOQNAME
+        # A topic listener's topic string and durable subscription (`subscribe`, docs/topics.md);
+        # `destination` is then its name, TOPIC@SUBSCRIPTION.
+        self.topic = listener.topic if listener is not None else None
+        self.subscription = (listener.subscription or "") if listener is not None else ""
+        self._subscription: Any = None  # the MQSUB handle of a topic listener
         # The settings were validated by MqSourceConfig (and the queue name by BridgeConfig).
         self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
@@ -158,8 +164,14 @@ class MqSource(UnitEnding):
             self.close()
         self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._options)
         try:
-            self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
-                                                 self.destination, self._listener.selector if self._listener else None)
+            if self.topic is not None:  # the durable subscription's managed queue, read like a queue
+                self._subscription, self._input = open_subscription(
+                    self._driver, self._errors, self._qmgr, self._where, self.topic, self.subscription)
+                inquirable = True
+            else:
+                self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
+                                                     self.destination,
+                                                     self._listener.selector if self._listener else None)
             settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
                                         self._where, self.config.queue_manager)
             self._apply(settings)
@@ -197,6 +209,7 @@ class MqSource(UnitEnding):
     def close(self) -> None:
         qmgr, self._qmgr = self._qmgr, None
         queue, self._input = self._input, None
+        subscription, self._subscription = self._subscription, None
         handles = self._getter.take_handles()
         self._end_unit()
         self._quiescing = False
@@ -213,7 +226,9 @@ class MqSource(UnitEnding):
             log.debug("MQBACK on %s: connection already gone (%s)", self._where, exc)
         for handle in handles:
             quietly(getattr(handle, "dlt", None))
-        if queue is not None:
+        if subscription is not None:
+            close_subscription(self._driver, subscription)  # the durable subscription stays
+        elif queue is not None:
             quietly(queue.close)
         quietly(qmgr.disconnect)
 
@@ -322,7 +337,8 @@ class MqSource(UnitEnding):
             msg_id=slot.msg_id,
             body=slot.body,
             source=self.name,
-            destination=self.destination,
+            destination=self.topic if self.topic is not None else self.destination,
+            subscription=self.subscription,
             correlation_id=correlation_id(md.CorrelId),
             put_timestamp=put_timestamp(md.PutDate, md.PutTime),
             received_timestamp=utcnow(),
