@@ -15,6 +15,11 @@ the queue manager's dead-letter queue with an MQDLH; if that fails too the unit 
 
 MQMD `Report` asking for MQRO_PAN/NAN: the report is put in the same unit of work (`.reports`).
 
+A topic listener (`topic` + `subscription`) reads the managed queue of its durable subscription
+through the handle MQSUB returns (`.subscribe`), in every other respect as a queue: its messages
+keep the topic as their destination and name their subscription (`{subscription}`, the ledger's
+scoped identities).
+
 MQDISC commits an open unit of work, so `close` always backs out first, and the connection is made
 with `disconnect_on_exit=False`: garbage collection never disconnects (a connection that goes away
 is backed out by the queue manager).
@@ -78,7 +83,8 @@ MQFB_APPL_FIRST = 65536
 
 
 class MqSource(UnitEnding):
-    """One IBM MQ client connection consuming one queue under syncpoint (see the module docstring)."""
+    """One IBM MQ client connection consuming one queue (or one durable subscription's managed queue)
+    under syncpoint (see the module docstring)."""
 
     supports_partial_commit = False
     applies_backout_threshold = True  # BOTHRESH/BOQNAME (or the listener's override), at get time
