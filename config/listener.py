@@ -16,7 +16,7 @@ from mqbridge.config.sources import SourceConfig
 from mqbridge.config.topics import topic_problems
 from mqbridge.errors import KeyedError, Loc
 
-#: A durable subscription's name: it becomes an ActiveMQ client-id and a RabbitMQ queue name.
+#: A durable subscription's name: it becomes an ActiveMQ client-id, a RabbitMQ queue name, an IBM MQ SubName.
 SUBSCRIPTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 #: Deliveries before a message is moved aside, where neither the listener nor the queue says.
 DEFAULT_BACKOUT_THRESHOLD = 3
@@ -57,10 +57,12 @@ class ListenerConfig(Model):
     queue: str = Field(default="", description="Queue (STOMP destination or MQ queue name); for a `topic` "
                        "listener it is set to TOPIC@SUBSCRIPTION, the listener's name in metrics and commands")
     topic: str | None = Field(default=None, min_length=1, description="Instead of `queue`: a topic (STOMP "
-                              "/topic/NAME) read through the durable subscription `subscription` (docs/topics.md)")
+                              "/topic/NAME, IBM MQ topic string) read through the durable subscription "
+                              "`subscription` (docs/topics.md)")
     subscription: str | None = Field(default=None, pattern=SUBSCRIPTION_NAME, description="With `topic`: the "
                                      "durable subscription's name, kept by the broker while the bridge is down "
-                                     "(ActiveMQ client-id and subscription name, RabbitMQ queue name)")
+                                     "(ActiveMQ client-id and subscription name, RabbitMQ queue name, IBM MQ "
+                                     "SubName)")
     threads: int = Field(default=1, ge=1, le=64, description="Listener threads on this queue")
     batch: int = Field(default=500, ge=1, le=100_000, description="Maximum messages per unit of work")
     in_flight: int = Field(default=2, ge=1, le=16, description="Units of work one listener thread holds at once, "

@@ -57,6 +57,9 @@ CONFIG_REASONS = frozenset({
     2393,  # MQRC_SSL_INITIALIZATION_ERROR
     2398,  # MQRC_SSL_PEER_NAME_MISMATCH
     2519,  # MQRC_SELECTION_STRING_ERROR: the listener's selector is not a valid selection string
+    2425,  # MQRC_TOPIC_STRING_ERROR: a topic listener's topic is not a valid topic string
+    2436,  # MQRC_DURABILITY_NOT_ALLOWED: the topic's DURSUB(NO) refuses durable subscriptions
+    2440,  # MQRC_SUB_NAME_ERROR: a topic listener's subscription is not a valid subscription name
     2539,  # MQRC_CHANNEL_CONFIG_ERROR
     2540,  # MQRC_UNKNOWN_CHANNEL_NAME
     2594,  # MQRC_PASSWORD_PROTECTION_ERROR

@@ -42,6 +42,12 @@ def redrive(source_name: str, config: MqSourceConfig, listener: ListenerConfig, 
             say: Callable[[str], None]) -> RedriveReport:
     """Move up to `request.limit` messages from the listener's backout queue to its queue (module
     docstring); with `request.dry_run`, list the first `request.batch` and back them out."""
+    if listener.topic is not None:
+        # A put to the topic would reach every subscription; a managed queue is not opened by name.
+        raise ConfigError(f"listener {source_name}:{listener.queue} reads an IBM MQ topic: re-drive puts to the "
+                          "queue a listener reads, and a durable subscription's managed queue takes no puts; "
+                          "publish the backout queue's messages to the topic again with MQ's tools (every "
+                          "subscription gets them)")
     driver = load_driver()
     errors = driver_errors(driver)
     qmgr = connect_qmgr(driver, errors, config, connect_options(driver.CMQC, config.reconnect))

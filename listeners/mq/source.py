@@ -15,6 +15,11 @@ the queue manager's dead-letter queue with an MQDLH; if that fails too the unit 
 
 MQMD `Report` asking for MQRO_PAN/NAN: the report is put in the same unit of work (`.reports`).
 
+A topic listener (`topic` + `subscription`) reads the managed queue of its durable subscription
+through the handle MQSUB returns (`.subscribe`), in every other respect as a queue: its messages
+keep the topic as their destination and name their subscription (`{subscription}`, the ledger's
+scoped identities).
+
 MQDISC commits an open unit of work, so `close` always backs out first, and the connection is made
 with `disconnect_on_exit=False`: garbage collection never disconnects (a connection that goes away
 is backed out by the queue manager).
@@ -30,10 +35,9 @@ from types import ModuleType
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.backout_log import BackoutLog, MovedMessage
+from mqbridge.backout_log import BackoutLog
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import (
-    BackoutFailedError,
     ConfigError,
     InDoubtError,
     SourceConnectionError,
@@ -50,20 +54,19 @@ from mqbridge.listeners.mq.connect import (
 )
 from mqbridge.listeners.mq.derived import DerivedPutter
 from mqbridge.listeners.mq.driver import (
-    MQRC_BACKED_OUT,
     driver_errors,
     is_connection_loss,
-    is_warning,
     load_driver,
     quietly,
-    reason_of,
     wrap,
 )
+from mqbridge.listeners.mq.ending import UnitEnding
 from mqbridge.listeners.mq.get import SyncpointGetter, UnitFull
 from mqbridge.listeners.mq.mapping import correlation_id, md_headers, put_timestamp, read_properties
-from mqbridge.listeners.mq.poison import BACKOUT, PoisonRoute, threshold_reason
+from mqbridge.listeners.mq.poison import PoisonRoute, threshold_reason
 from mqbridge.listeners.mq.reports import MQRO_NAN, MQRO_PAN, ReportSender
 from mqbridge.listeners.mq.results import StationSender
+from mqbridge.listeners.mq.subscribe import close_subscription, open_subscription
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
@@ -79,8 +82,9 @@ MQRC_BACKOUT_THRESHOLD_REACHED = 2362
 MQFB_APPL_FIRST = 65536
 
 
-class MqSource:
-    """One IBM MQ client connection consuming one queue under syncpoint (see the module docstring)."""
+class MqSource(UnitEnding):
+    """One IBM MQ client connection consuming one queue (or one durable subscription's managed queue)
+    under syncpoint (see the module docstring)."""
 
     supports_partial_commit = False
     applies_backout_threshold = True  # BOTHRESH/BOQNAME (or the listener's override), at get time
@@ -111,6 +115,11 @@ class MqSource:
         self._cmqc = self._driver.CMQC
         self._errors = driver_errors(self._driver)
         self._listener = listener  # its batch, and its overrides of the queue's BOTHRESH/BOQNAME
+        # A topic listener's topic string and durable subscription (`subscribe`, docs/topics.md);
+        # `destination` is then its name, TOPIC@SUBSCRIPTION.
+        self.topic = listener.topic if listener is not None else None
+        self.subscription = (listener.subscription or "") if listener is not None else ""
+        self._subscription: Any = None  # the MQSUB handle of a topic listener
         # The settings were validated by MqSourceConfig (and the queue name by BridgeConfig).
         self._options = connect_options(self._cmqc, config.reconnect)
         self._route = PoisonRoute(self._driver, self._errors, queue=destination,
@@ -155,18 +164,20 @@ class MqSource:
         self._quiescing = False
         self._idle = threading.Event()  # never set: an interruptible pause
 
-    @property
-    def _where(self) -> str:
-        return f"{self.config.queue_manager}/{self.destination}"
-
     # -- connection ----------------------------------------------------------------------------
     def connect(self) -> None:
         if self._qmgr is not None:
             self.close()
         self._qmgr = connect_qmgr(self._driver, self._errors, self.config, self._options)
         try:
-            self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
-                                                 self.destination, self._listener.selector if self._listener else None)
+            if self.topic is not None:  # the durable subscription's managed queue, read like a queue
+                self._subscription, self._input = open_subscription(
+                    self._driver, self._errors, self._qmgr, self._where, self.topic, self.subscription)
+                inquirable = True
+            else:
+                self._input, inquirable = open_input(self._driver, self._errors, self._qmgr, self._where,
+                                                     self.destination,
+                                                     self._listener.selector if self._listener else None)
             settings = inquire_settings(self._cmqc, self._errors, self._qmgr, self._input, inquirable,
                                         self._where, self.config.queue_manager)
             self._apply(settings)
@@ -204,6 +215,7 @@ class MqSource:
     def close(self) -> None:
         qmgr, self._qmgr = self._qmgr, None
         queue, self._input = self._input, None
+        subscription, self._subscription = self._subscription, None
         handles = self._getter.take_handles()
         self._end_unit()
         self._quiescing = False
@@ -220,7 +232,9 @@ class MqSource:
             log.debug("MQBACK on %s: connection already gone (%s)", self._where, exc)
         for handle in handles:
             quietly(getattr(handle, "dlt", None))
-        if queue is not None:
+        if subscription is not None:
+            close_subscription(self._driver, subscription)  # the durable subscription stays
+        elif queue is not None:
             quietly(queue.close)
         quietly(qmgr.disconnect)
 
@@ -329,7 +343,8 @@ class MqSource:
             msg_id=slot.msg_id,
             body=slot.body,
             source=self.name,
-            destination=self.destination,
+            destination=self.topic if self.topic is not None else self.destination,
+            subscription=self.subscription,
             correlation_id=correlation_id(md.CorrelId),
             put_timestamp=put_timestamp(md.PutDate, md.PutTime),
             received_timestamp=utcnow(),
@@ -389,112 +404,8 @@ class MqSource:
         self._end_unit()
 
     # -- internals --------------------------------------------------------------------------
-    def _require(self) -> Any:
-        if self._qmgr is None:
-            raise SourceConnectionError(f"not connected to {self._where}")
-        return self._qmgr
-
     def _call(self, call: Any, what: str) -> Any:
         try:
             return call()
         except self._errors as exc:
             raise wrap(exc, f"{what} on {self._where}") from exc
-
-    def _end_unit(self) -> None:
-        self._unit_reports = Confirmations()  # committed (counted by _commit_unit) or backed out
-        self._unit = []
-        self._uncommitted = 0
-        self._full = False
-
-    def _to_station(self, slot: UnitSlot, message: Message | None, details: dict[str, str], bulk_id: str = "") -> None:
-        """Put `slot`'s result to its type's `results_to` in this unit of work (listeners.mq.results)."""
-        if self._stations is None:
-            return
-        try:
-            self._uncommitted += self._stations.put(self._qmgr, slot, message, details, self.dead_letter_queue,
-                                                     self._unit_reports, bulk_id)
-        except BackoutFailedError:
-            self._end_unit()  # backed out by the sender
-            raise
-
-    def _commit_if_only_moves(self) -> None:
-        """A unit holding only messages this source moved (nothing handed out) is finished at once."""
-        if self._unit and not any(s.handed for s in self._unit):
-            self._commit_unit()
-
-    def _commit_unit(self) -> None:
-        qmgr = self._require()
-        msg_ids = [slot.msg_id for slot in self._unit]
-        if not msg_ids and not self._uncommitted:
-            return
-        try:
-            qmgr.commit()
-        except self._errors as exc:
-            reason = reason_of(exc)
-            if is_warning(exc):
-                log.warning("MQCMIT on %s: %s", self._where, exc)
-            elif reason == MQRC_BACKED_OUT:
-                self._end_unit()
-                raise SourceConnectionError(f"MQCMIT on {self._where}: the queue manager backed out the unit "
-                                            f"of work of {len(msg_ids)} messages (2003); they will be delivered "
-                                            "again") from exc
-            elif is_connection_loss(exc):
-                self._end_unit()
-                self.in_doubt.record(msg_ids)
-                self.in_doubt_units += 1
-                log.error("MQCMIT on %s failed with %s: the commit of %d messages is IN DOUBT; they may be "
-                          "delivered again. Message ids: %s", self._where, reason, len(msg_ids), ", ".join(msg_ids))
-                raise InDoubtError(f"MQCMIT on {self._where} failed ({exc}): the commit of {len(msg_ids)} "
-                                   "messages is in doubt", msg_ids) from exc
-            else:
-                raise wrap(exc, f"MQCMIT on {self._where}") from exc
-        self._committed_reports.add(self._unit_reports)
-        self._record_own_moves()
-        self._end_unit()
-
-    def _record_own_moves(self) -> None:
-        """The moves of the committed unit that this adapter made at get time (the listener records
-        those it asked for), in the backout log."""
-        if self.backout_log is None:
-            return
-        listener = self._listener
-        for slot in self._unit:
-            if slot.moved and not slot.handed:
-                self.backout_log.record(MovedMessage(
-                    time.time(), f"{self.name}:{self.destination}", self.destination, slot.moved_to, slot.msg_id,
-                    "", slot.reason, listener.message_type if listener is not None else "", slot.backout_count + 1))
-
-    def _move(self, slot: UnitSlot, reason: str, queue: str | None, dlh_reason: int,
-              about: Message | None = None) -> None:
-        """Put the message to its backout queue (else the dead-letter queue) in this unit of work;
-        if neither takes it, back the whole unit out and raise BackoutFailedError."""
-        where, problems = self._route.move(self._qmgr, slot, reason, backout_queue=queue or self.backout_queue,
-                                           dead_letter_queue=self.dead_letter_queue, dlh_reason=dlh_reason)
-        if where is not None:
-            self._uncommitted += 1
-            slot.reason = reason
-            slot.moved_to = (queue or self.backout_queue) if where == BACKOUT else self.dead_letter_queue
-            if where == BACKOUT:
-                self.moved_to_backout += 1
-                log.warning("%s: moved message %s to backout queue %s: %s", self._where, slot.msg_id,
-                            queue or self.backout_queue, reason)
-            else:
-                self.moved_to_dead_letter += 1
-                log.error("%s: moved message %s to dead-letter queue %s (%s): %s", self._where, slot.msg_id,
-                          self.dead_letter_queue, "; ".join(problems), reason)
-            why = {"reason": " ".join(reason.split())[:1000], "moved_to": slot.moved_to}
-            if self._reports.wanted(slot, MQRO_NAN):
-                self._uncommitted += self._reports.send(self._qmgr, slot, MQRO_NAN, why, self.dead_letter_queue,
-                                                        self._unit_reports)
-            self._to_station(slot, about, why)
-            return
-        try:
-            self._qmgr.backout()
-        except self._errors as exc:
-            log.error("MQBACK on %s after a failed move: %s", self._where, exc)
-        self._end_unit()
-        message = (f"cannot move message {slot.msg_id} from {self._where} to a backout or dead-letter queue "
-                   f"({'; '.join(problems)}); its unit of work is backed out and the listener stops")
-        log.critical("%s", message)
-        raise BackoutFailedError(message)
-

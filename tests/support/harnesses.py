@@ -19,7 +19,7 @@ from mqbridge.listeners.stomp import StompSource
 from mqbridge.records import DeliveryTracker
 from mqbridge.source import Source
 from tests.support.fakes.mq_server import FakeQueueManagerServer
-from tests.support.fakes.mq_testing import make_source, unique
+from tests.support.fakes.mq_testing import make_source, make_topic_source, unique
 from tests.support.stomp_client import StompClient
 from tests.support.waiting import wait_until
 
@@ -146,6 +146,51 @@ class MqFakeHarness(Harness):
             src.close()
         assert self.server.disconnects_with_open_uow == [], "a disconnect committed an open unit of work"
         self.server.close()
+
+
+class MqTopicHarness(MqFakeHarness):
+    """The IBM MQ adapter reading a topic through a durable subscription on the fake queue manager:
+    each "queue" is a topic string with one subscription, made at `new_queue` as the bridge makes
+    it (published messages reach only existing subscriptions)."""
+
+    limitations: ClassVar[dict[str, str]] = {
+        **MqFakeHarness.limitations,
+        "test_a_unit_of_work_is_hidden_from_other_consumers_until_commit_removes_it":
+            "one connection at a time holds a durable subscription (another one's MQSUB gets "
+            "MQRC_SUBSCRIPTION_IN_USE and is retried): there is no other consumer to hide a unit from",
+    }
+
+    def new_queue(self) -> str:
+        topic = "contract/" + unique("T").split(".")[1].lower()
+        self.server.define_queue(self.backout_queue(topic))
+        made = self._source(topic)
+        made.connect()
+        made.close()
+        return topic
+
+    def backout_queue(self, queue: str) -> str:
+        return queue.replace("/", ".").upper() + ".BACKOUT"
+
+    def put(self, queue: str, bodies: list[bytes]) -> None:
+        for body in bodies:
+            self.server.publish(queue, body)
+
+    def bodies(self, queue: str) -> list[bytes]:
+        return self.server.subscription_queue(self._subscription(queue)).bodies()
+
+    def source(self, queue: str, *, cuttable: bool = False) -> Source:
+        src = self._source(queue)
+        self.sources.append(src)
+        return src
+
+    def _source(self, topic: str) -> Source:
+        # backout_threshold 0: the contract tests moves requested by the listener, like the queue harness's.
+        return make_topic_source(self.server, topic, self._subscription(topic), batch=10, backout_threshold=0,
+                                 backout_queue=self.backout_queue(topic))
+
+    @staticmethod
+    def _subscription(topic: str) -> str:
+        return topic.replace("/", ".") + ".sub"
 
 
 class StompHarness(Harness):

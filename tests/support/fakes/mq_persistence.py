@@ -11,7 +11,7 @@ import itertools
 import os
 import pickle
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +39,9 @@ class PersistentState:
     _generation: int
     _journal: IO[str] | None
     _persist_paused: int
+    # publish/subscribe (`mq_topics.PubSub`, the server's other mixin)
+    pubsub_state: Callable[[], dict[str, Any]]
+    load_pubsub: Callable[[dict[str, Any]], None]
 
     # -- persistent mode -----------------------------------------------------------------------
     @property
@@ -57,7 +60,8 @@ class PersistentState:
             state = {
                 "version": _STATE_VERSION, "name": self.name, "generation": self._generation,
                 "dead_letter_queue": self.dead_letter_queue, "max_uncommitted": self.max_uncommitted,
-                "ccsid": self.ccsid, "seq": seq, "msg_id": msg_id, "events": list(self.events),
+                "ccsid": self.ccsid, "pubsub": self.pubsub_state(),
+                "seq": seq, "msg_id": msg_id, "events": list(self.events),
                 "queues": [{
                     "name": q.name,
                     "attributes": {a: getattr(q, a) for a in _QUEUE_ATTRIBUTES},
@@ -119,6 +123,7 @@ class PersistentState:
                     message.md["BackoutCount"] += 1
                     backed_out += 1
                 queue.messages.append(message)
+        self.load_pubsub(state.get("pubsub", {}))  # durable subscriptions outlive the restart
         self.recovered = {"messages_backed_out": backed_out}
         if backed_out:
             self.events.append(("recovered_uow", {"messages_backed_out": backed_out}))

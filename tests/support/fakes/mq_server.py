@@ -62,6 +62,7 @@ from tests.support.fakes.mq_model import (
 )
 from tests.support.fakes.mq_persistence import STATE_ENVIRONMENT_VARIABLE, PersistentState
 from tests.support.fakes.mq_selection import Predicate, compile_selection
+from tests.support.fakes.mq_topics import FakeSubscription, PubSub
 
 __all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServer", "Fault", "MQMIError",
            "PYIFError", "StoredMessage", "fail"]
@@ -80,7 +81,7 @@ _CCSID_CODECS = {1208: "utf-8", 819: "latin-1", 1252: "cp1252", 437: "cp437", 85
                  500: "cp500", 1200: "utf-16-be", 367: "ascii"}
 
 
-class FakeQueueManagerServer(PersistentState):
+class FakeQueueManagerServer(PersistentState, PubSub):
     """A queue manager shared by every connection (and thread) that names it."""
 
     def __init__(self, name: str | None = None, *, dead_letter_queue: str = "", max_uncommitted: int = 10000,
@@ -94,6 +95,9 @@ class FakeQueueManagerServer(PersistentState):
         #: ibmmq 2 returns (value, name) for wildcard MQINQMP; pymqi 1.x only the value.
         self.wildcard_names = wildcard_names
         self.queues: dict[str, FakeQueue] = {}
+        self.topics: dict[str, str] = {}  # publish/subscribe: `mq_topics`
+        self.subscriptions: dict[str, FakeSubscription] = {}
+        self._topic_handles: dict[int, str] = {}
         self.faults: list[Fault] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.connections: list[Connection] = []
@@ -295,9 +299,12 @@ class FakeQueueManagerServer(PersistentState):
                 conn.selections[hobj] = selects
             return hobj
 
-    def mqclose(self, conn: Connection, hobj: int) -> None:
+    def mqclose(self, conn: Connection, hobj: int, options: int = CMQC.MQCO_NONE) -> None:
         with self.cond:
             self._check(conn)
+            if self.close_subscription(conn, hobj, options):
+                return
+            self._topic_handles.pop(hobj, None)
             conn.selections.pop(hobj, None)
             if conn.objects.pop(hobj, None) is None:
                 raise fail(CMQC.MQRC_HOBJ_ERROR)
@@ -364,6 +371,10 @@ class FakeQueueManagerServer(PersistentState):
             name = qmgr_name
         with self.cond:
             self._check(conn)
+            topic = self.topic_of(hobj)
+            if topic is not None:  # a publication (`mq_topics`)
+                self.publish_copies(conn, topic, md, pmo, data)
+                return
             if hobj is not None:
                 queue, options = self._object(conn, hobj)
                 if queue is None or not options & CMQC.MQOO_OUTPUT:

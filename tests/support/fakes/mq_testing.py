@@ -50,3 +50,9 @@ def receive_n(source: MqSource, n: int, timeout: float = 5.0) -> list[Any]:
         if message is not None:
             got.append(message)
     return got
+
+
+def make_topic_source(server: FakeQueueManagerServer, topic: str, subscription: str, **listener: Any) -> MqSource:
+    """An MQ source of a topic listener (`topic` + `subscription`), named TOPIC@SUBSCRIPTION."""
+    config = listener_config("", topic=topic, subscription=subscription, **listener)
+    return MqSource("qm", source_config(server), config.queue, listener=config, driver=pymqi_fake)

@@ -15,7 +15,7 @@ queue managers are `mq_server.FakeQueueManagerServer` objects registered under t
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar
+from typing import Any
 
 from tests.support.fakes import mq_cmqc as CMQC
 from tests.support.fakes.mq_server import (
@@ -27,135 +27,13 @@ from tests.support.fakes.mq_server import (
     PYIFError,
     fail,
 )
+from tests.support.fakes.pymqi_structs import CD, CMHO, CSP, GMO, IMPO, MD, OD, PD, PMO, SCO, SD, SMPO
 
 CMQXC = CMQC  # channel constants live in CMQXC in ibmmq, in CMQC in pymqi 1.x: both work here
 
-__all__ = ["CD", "CMHO", "CMQC", "CMQXC", "CSP", "GMO", "IMPO", "MD", "OD", "PD", "PMO", "SCO", "SMPO", "Error",
-           "FakeQueueManagerServer", "MQMIError", "MessageHandle", "PYIFError", "Queue", "QueueManager"]
-
-_BLANK = b""
-
-
-class _Struct:
-    """An MQI structure: attributes with MQI defaults, settable as attributes, items or keywords."""
-
-    _fields: ClassVar[tuple[tuple[str, Any], ...]] = ()
-
-    def __init__(self, **kw: Any) -> None:
-        for name, default in self._fields:
-            setattr(self, name, list(default) if isinstance(default, list) else default)
-        self.set(**kw)
-
-    def __getattr__(self, name: str) -> Any:  # members are set in __init__; this is for type checkers
-        raise AttributeError(f"{type(self).__name__} has no member {name!r}")
-
-    def set(self, **kw: Any) -> None:
-        for key, value in kw.items():
-            getattr(self, key)  # AttributeError for a member the structure does not have
-            setattr(self, key, value)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        getattr(self, key)
-        setattr(self, key, value)
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name, _ in self._fields}
-
-    def check(self) -> None:
-        """What pymqi's pack() enforces: character fields hold bytes (Python 3 str is refused)."""
-        for name, default in self._fields:
-            value = getattr(self, name)
-            if isinstance(default, bytes) and not isinstance(value, bytes):
-                raise TypeError(f"Python 3 style string found but not allowed here: {name}={value!r}")
-
-
-class MD(_Struct):
-    """MQMD."""
-
-    _fields = (
-        ("StrucId", CMQC.MQMD_STRUC_ID), ("Version", CMQC.MQMD_VERSION_1), ("Report", CMQC.MQRO_NONE),
-        ("MsgType", CMQC.MQMT_DATAGRAM), ("Expiry", CMQC.MQEI_UNLIMITED), ("Feedback", CMQC.MQFB_NONE),
-        ("Encoding", CMQC.MQENC_NATIVE), ("CodedCharSetId", CMQC.MQCCSI_Q_MGR), ("Format", _BLANK),
-        ("Priority", CMQC.MQPRI_PRIORITY_AS_Q_DEF), ("Persistence", CMQC.MQPER_PERSISTENCE_AS_Q_DEF),
-        ("MsgId", _BLANK), ("CorrelId", _BLANK), ("BackoutCount", 0), ("ReplyToQ", _BLANK),
-        ("ReplyToQMgr", _BLANK), ("UserIdentifier", _BLANK), ("AccountingToken", _BLANK),
-        ("ApplIdentityData", _BLANK), ("PutApplType", CMQC.MQAT_NO_CONTEXT), ("PutApplName", _BLANK),
-        ("PutDate", _BLANK), ("PutTime", _BLANK), ("ApplOriginData", _BLANK), ("GroupId", _BLANK),
-        ("MsgSeqNumber", 1), ("Offset", 0), ("MsgFlags", CMQC.MQMF_NONE), ("OriginalLength", CMQC.MQOL_UNDEFINED),
-    )
-
-
-class GMO(_Struct):
-    """MQGMO. pymqi's default is MQGMO_NO_WAIT without syncpoint."""
-
-    _fields = (
-        ("StrucId", CMQC.MQGMO_STRUC_ID), ("Version", CMQC.MQGMO_VERSION_1), ("Options", CMQC.MQGMO_NO_WAIT),
-        ("WaitInterval", 0), ("Signal1", 0), ("Signal2", 0), ("ResolvedQName", _BLANK),
-        ("MatchOptions", CMQC.MQMO_MATCH_MSG_ID | CMQC.MQMO_MATCH_CORREL_ID), ("GroupStatus", 32),
-        ("SegmentStatus", 32), ("Segmentation", 32), ("MsgToken", _BLANK), ("ReturnedLength", CMQC.MQRL_UNDEFINED),
-        ("MsgHandle", 0),
-    )
-
-
-class PMO(_Struct):
-    """MQPMO."""
-
-    _fields = (
-        ("StrucId", CMQC.MQPMO_STRUC_ID), ("Version", CMQC.MQPMO_VERSION_1), ("Options", CMQC.MQPMO_NONE),
-        ("Timeout", -1), ("Context", 0), ("ResolvedQName", _BLANK), ("ResolvedQMgrName", _BLANK),
-        ("OriginalMsgHandle", 0), ("NewMsgHandle", 0), ("Action", 0), ("PubLevel", 9),
-    )
-
-
-class OD(_Struct):
-    """MQOD."""
-
-    _fields = (("ObjectType", 1), ("ObjectName", _BLANK), ("ObjectQMgrName", _BLANK),
-               ("Version", CMQC.MQOD_VERSION_1), ("SelectionString", b""))
-
-
-class CD(_Struct):
-    """MQCD, client-connection fields."""
-
-    _fields = (
-        ("ChannelName", _BLANK), ("Version", CMQC.MQCD_VERSION_6), ("ChannelType", CMQC.MQCHT_CLNTCONN),
-        ("TransportType", CMQC.MQXPT_TCP), ("ConnectionName", _BLANK), ("SSLCipherSpec", _BLANK),
-        ("SSLPeerNamePtr", 0), ("HeartbeatInterval", 300), ("MaxMsgLength", 4194304), ("CertificateLabel", _BLANK),
-        ("UserIdentifier", _BLANK), ("Password", _BLANK),
-    )
-
-
-class SCO(_Struct):
-    """MQSCO."""
-
-    _fields = (("Version", CMQC.MQSCO_VERSION_5), ("KeyRepository", _BLANK), ("CertificateLabel", _BLANK),
-               ("FipsRequired", 0))
-
-
-class CSP(_Struct):
-    """MQCSP (ibmmq 2)."""
-
-    _fields = (("AuthenticationType", 0), ("CSPUserId", None), ("CSPPassword", None))
-
-
-class CMHO(_Struct):
-    _fields = (("Version", CMQC.MQCMHO_VERSION_1), ("Options", CMQC.MQCMHO_DEFAULT_VALIDATION))
-
-
-class IMPO(_Struct):
-    _fields = (("Options", CMQC.MQIMPO_INQ_FIRST),)
-
-
-class PD(_Struct):
-    _fields = (("Options", CMQC.MQPD_NONE),)
-
-
-class SMPO(_Struct):
-    _fields = (("Options", 0),)
-
+__all__ = ["CD", "CMHO", "CMQC", "CMQXC", "CSP", "GMO", "IMPO", "MD", "OD", "PD", "PMO", "SCO", "SD", "SMPO", "Error",
+           "FakeQueueManagerServer", "MQMIError", "MessageHandle", "PYIFError", "Queue", "QueueManager",
+           "Subscription", "Topic"]
 
 def _text(value: str | bytes) -> str:
     return (value.decode() if isinstance(value, bytes) else value).strip(" \0")
@@ -256,6 +134,9 @@ class QueueManager:
         name = _text(q_desc.ObjectName if isinstance(q_desc, OD) else q_desc)
         qmgr_name = _text(q_desc.ObjectQMgrName) if isinstance(q_desc, OD) else ""
         server, conn = self._live()
+        if isinstance(q_desc, OD) and q_desc.ObjectType == CMQC.MQOT_TOPIC:  # MQPUT1 to a topic: publish
+            server.mqput1_topic(conn, name, _text(q_desc.ObjectString), md, pmo, msg)
+            return
         server.mqput(conn, None, name, md, pmo, msg, qmgr_name=qmgr_name)
 
     def inquire(self, attribute: int) -> Any:
@@ -341,12 +222,141 @@ class Queue:
             raise PYIFError("not open")
         server, conn = self._qmgr._live()
         try:
-            server.mqclose(conn, self._hobj)
+            server.mqclose(conn, self._hobj, options)
         finally:
             self._hobj = None
 
     def get_handle(self) -> int | None:
         return self._hobj
+
+    def set_handle(self, hobj: int) -> None:
+        """An object handle opened elsewhere (MQSUB's managed queue), as pymqi's Queue.set_handle."""
+        self._hobj = hobj
+
+
+class Subscription:
+    """MQSUB and its subscription handle (pymqi.Subscription / ibmmq.Subscription): after `sub`,
+    `get` reads the destination (managed) queue through the handle MQSUB returned."""
+
+    def __init__(self, queue_manager: QueueManager, sub_desc: SD | None = None, sub_name: str | bytes | None = None,
+                 sub_queue: Any = None, sub_opts: int | None = None, topic_name: str | bytes | None = None,
+                 topic_string: str | bytes | None = None) -> None:
+        self._qmgr = queue_manager
+        self.sub_queue: Queue | None = None
+        self.sub_name, self.sub_opts = sub_name, sub_opts
+        self.topic_name, self.topic_string = topic_name, topic_string
+        self._hsub: int | None = None
+        if sub_desc is not None:
+            self.sub(sub_desc=sub_desc)
+
+    def sub(self, sub_desc: SD | None = None, sub_queue: Any = None, sub_name: str | bytes | None = None,
+            sub_opts: int | None = None, topic_name: str | bytes | None = None,
+            topic_string: str | bytes | None = None) -> None:
+        if sub_desc is None:
+            sub_desc = SD(Options=sub_opts or self.sub_opts or
+                          CMQC.MQSO_CREATE | CMQC.MQSO_NON_DURABLE | CMQC.MQSO_MANAGED)
+            for field, value in (("SubName", sub_name or self.sub_name), ("ObjectString", topic_string or
+                                                                          self.topic_string)):
+                if value:
+                    sub_desc.set_vs(field, value)
+            if topic_name or self.topic_name:
+                sub_desc["ObjectName"] = _bytes(topic_name or self.topic_name)
+        elif not isinstance(sub_desc, SD):
+            raise TypeError("sub_desc must be a SD(sub descriptor) object.")
+        if sub_queue is not None:
+            raise PYIFError("the fake queue manager has managed subscriptions only")
+        server, conn = self._qmgr._live()
+        hobj, self._hsub, topic = server.mqsub(conn, sub_desc.Options, _text(sub_desc.SubName),
+                                               _text(sub_desc.ObjectName), _text(sub_desc.ObjectString))
+        sub_desc["ResObjectString"] = topic.encode()
+        self.sub_queue = Queue(self._qmgr)
+        self.sub_queue.set_handle(hobj)
+
+    def get_sub_queue(self) -> Queue | None:
+        return self.sub_queue
+
+    def get(self, max_length: int | None = None, *opts: Any) -> bytes:
+        if self.sub_queue is None:
+            raise PYIFError("Subscription not open.")
+        return self.sub_queue.get(max_length, *opts)
+
+    def get_handle(self) -> int | None:
+        return self._hsub
+
+    def close(self, sub_close_options: int = CMQC.MQCO_NONE, close_sub_queue: bool = False,
+              close_sub_queue_options: int = CMQC.MQCO_NONE) -> None:
+        if not self._hsub:
+            raise PYIFError("Subscription not open.")
+        server, conn = self._qmgr._live()
+        try:
+            server.mqclose(conn, self._hsub, sub_close_options)
+        finally:
+            self._hsub = None
+        if close_sub_queue and self.sub_queue is not None:
+            self.sub_queue.close(close_sub_queue_options)
+
+    def __del__(self) -> None:
+        # pymqi closes an open subscription handle on garbage collection (a durable one stays).
+        if self._hsub:
+            with contextlib.suppress(Error):
+                self.close()
+
+
+class Topic:
+    """A topic opened for publishing (pymqi.Topic / ibmmq.Topic): `pub` (alias `put`) is MQPUT."""
+
+    def __init__(self, queue_manager: QueueManager, topic_name: str | bytes | None = None,
+                 topic_string: str | bytes | None = None, topic_desc: OD | None = None,
+                 open_opts: int | None = None) -> None:
+        self._qmgr = queue_manager
+        self._hobj: int | None = None
+        self._desc = topic_desc or OD(ObjectType=CMQC.MQOT_TOPIC, Version=CMQC.MQOD_VERSION_4,
+                                      ObjectName=_bytes(topic_name), ObjectString=_bytes(topic_string))
+        if self._desc.ObjectType != CMQC.MQOT_TOPIC:
+            raise PYIFError("The Topic Descriptor ObjectType is not MQOT_TOPIC.")
+        if open_opts:
+            self._open(open_opts)
+
+    def _open(self, options: int) -> None:
+        server, conn = self._qmgr._live()
+        self._hobj = server.mqopen_topic(conn, _text(self._desc.ObjectName), _text(self._desc.ObjectString), options)
+
+    def open(self, topic_name: str | bytes | None = None, topic_string: str | bytes | None = None,
+             topic_desc: OD | None = None, open_opts: int | None = None) -> None:
+        if self._hobj:
+            raise PYIFError("The Topic is already open.")
+        if topic_desc is not None or topic_name or topic_string:
+            self._desc = topic_desc or OD(ObjectType=CMQC.MQOT_TOPIC, Version=CMQC.MQOD_VERSION_4,
+                                          ObjectName=_bytes(topic_name), ObjectString=_bytes(topic_string))
+        if open_opts:
+            self._open(open_opts)
+
+    def pub(self, msg: bytes, *opts: Any) -> None:
+        md = opts[0] if opts and opts[0] is not None else MD()
+        pmo = opts[1] if len(opts) > 1 and opts[1] is not None else PMO()
+        if not isinstance(msg, bytes):
+            raise TypeError(f"Message type is {type(msg)}. Convert to bytes.")
+        md.check()
+        pmo.check()
+        if not self._hobj:
+            self._open(CMQC.MQOO_OUTPUT)
+        server, conn = self._qmgr._live()
+        server.mqput(conn, self._hobj, None, md, pmo, msg)
+
+    put = pub
+
+    def close(self, options: int = CMQC.MQCO_NONE) -> None:
+        if not self._hobj:
+            raise PYIFError("Topic not open.")
+        server, conn = self._qmgr._live()
+        try:
+            server.mqclose(conn, self._hobj, options)
+        finally:
+            self._hobj = None
+
+
+def _bytes(value: str | bytes | None) -> bytes:
+    return value.encode() if isinstance(value, str) else (value or b"")
 
 
 class MessageHandle:

@@ -10,6 +10,7 @@ from mqbridge.config.tables import render, template_problem
 from tests.unit.config.texts import SOURCE, TYPES, error, parse
 
 RABBIT = SOURCE + 'broker = "rabbitmq"\n'
+MQ = '[sources.qm]\nkind = "mq"\nqueue_manager = "QM1"\nconn_name = "mqhost(1414)"\n'
 ACTIVEMQ = SOURCE + 'ack_mode = "individual"\n'
 
 
@@ -57,8 +58,11 @@ def test_a_rabbitmq_topic_listener_stamps_into_its_subscription_queue() -> None:
     (TYPES + ACTIVEMQ + topic_listener("threads = 2\n"), "listeners[0].threads: must be 1 on an ActiveMQ topic"),
     (TYPES + ACTIVEMQ + topic_listener("in_flight = 2\n"), "listeners[0].in_flight: must be 1 on an ActiveMQ"),
     (TYPES + ACTIVEMQ.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "artemis"') + topic_listener(),
-     "listeners[0].topic: topic listeners (durable subscriptions) are for STOMP sources with broker activemq or "
-     "rabbitmq; not for broker 'artemis'"),
+     "listeners[0].topic: topic listeners (durable subscriptions) are for IBM MQ sources and STOMP sources with "
+     "broker activemq or rabbitmq; not for broker 'artemis'"),
+    (TYPES + '[sources.amq]\nkind = "memory"\n' + topic_listener(),
+     "listeners[0].topic: topic listeners (durable subscriptions) are for IBM MQ sources and STOMP sources with "
+     "broker activemq or rabbitmq; not for a memory source"),
     (TYPES + ACTIVEMQ + topic_listener() + topic_listener().replace("/topic/orders", "/topic/other"),
      "listeners[1].subscription: 'audit' is already the subscription of listeners[0] on this source"),
     (TYPES + ACTIVEMQ + topic_listener('identity = "stamp"\n'), "listeners[0].identity: stamp sends a copy"),
@@ -95,3 +99,31 @@ def test_the_durable_subscribe_headers_of_each_broker() -> None:
 
     assert durable_headers("activemq", "audit") == {"activemq.subscriptionName": "audit"}
     assert durable_headers("rabbitmq", "audit") == {"durable": "true", "auto-delete": "false", "x-queue-name": "audit"}
+
+
+def mq_topic_listener(extra: str = "", topic: str = "orders/eu", subscription: str = "orders.audit") -> str:
+    return (f'[[listeners]]\nsource = "qm"\ntopic = "{topic}"\nsubscription = "{subscription}"\n'
+            f'message_type = "orders"\n{extra}')
+
+
+def test_an_ibm_mq_topic_listener_reads_a_topic_string_through_one_connection() -> None:
+    # No backout_queue needed: as on a queue, the managed queue's BOQNAME (the model queue's) is used
+    text = TYPES.replace('bulk_size = "5MB"', 'table = "orders_{subscription}"') + MQ
+    first, second = parse(text + mq_topic_listener() + mq_topic_listener(
+        'backout_queue = "ORDERS.BILLING.BACKOUT"\n', subscription="orders.billing")).listeners
+    assert (first.queue, first.source_destination, first.subscription) == (
+        "orders/eu@orders.audit", "orders/eu", "orders.audit")
+    assert (first.threads, first.in_flight, first.identity, first.backout_queue) == (1, 1, "msg_id", None)
+    assert second.backout_queue == "ORDERS.BILLING.BACKOUT"
+
+
+@pytest.mark.parametrize("extra, topic, expected", [
+    ("threads = 2\n", "orders/eu", "listeners[0].threads: must be 1 on an IBM MQ topic"),
+    ("in_flight = 2\n", "orders/eu", "listeners[0].in_flight: must be 1 on an IBM MQ topic"),
+    ("", "/topic/orders", "listeners[0].topic: '/topic/orders' is a STOMP topic; on IBM MQ write the topic string"),
+    ("", "x" * 10241, "listeners[0].topic: is longer than 10240 bytes, the longest IBM MQ topic string"),
+    ("selector = \"region = 'EU'\"\n", "orders/eu",
+     "listeners[0].selector: not supported on an IBM MQ topic listener"),
+])
+def test_wrong_ibm_mq_topic_listeners_are_refused_naming_the_key(extra: str, topic: str, expected: str) -> None:
+    assert expected in error(TYPES + MQ + mq_topic_listener(extra, topic=topic))

@@ -24,6 +24,7 @@ from tests.support.fakes.pymqi_fake import (
     PD,
     PMO,
     SCO,
+    SD,
     SMPO,
     Error,
     MessageHandle,
@@ -31,10 +32,12 @@ from tests.support.fakes.pymqi_fake import (
     PYIFError,
     Queue,
     QueueManager,
+    Subscription,
+    Topic,
 )
 
-__all__ = ["CD", "CMHO", "CMQC", "CMQXC", "CSP", "GMO", "IMPO", "MD", "OD", "PD", "PMO", "SCO", "SERVER", "SMPO",
-           "Error", "MQMIError", "MessageHandle", "PYIFError", "Queue", "QueueManager"]
+__all__ = ["CD", "CMHO", "CMQC", "CMQXC", "CSP", "GMO", "IMPO", "MD", "OD", "PD", "PMO", "SCO", "SD", "SERVER", "SMPO",
+           "Error", "MQMIError", "MessageHandle", "PYIFError", "Queue", "QueueManager", "Subscription", "Topic"]
 
 __version__ = "0.0.0+fake"
 
