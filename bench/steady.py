@@ -208,9 +208,11 @@ class Usage:
     """CPU seconds and peak RSS of the broker, the bridge's Python and its JVM children."""
 
     def __init__(self, bridge: psutil.Process, broker: psutil.Process | None,
-                 server: psutil.Process | None = None) -> None:
+                 servers: Callable[[], list[psutil.Process]] | None = None) -> None:
         self.bridge, self.broker = bridge, broker
-        self.server = server  # a Spark Connect server's JVM (`--connect`), counted as the Spark JVM
+        #: A Spark Connect server's JVM (`--connect`) or a standalone cluster's master, worker and
+        #: executors (`--cluster`, which start later): counted as the Spark JVM.
+        self.servers = servers
         self.peak_python = self.peak_jvm = 0
 
     def _cpu(self, proc: psutil.Process | None) -> float:
@@ -222,7 +224,7 @@ class Usage:
 
     def jvms(self) -> list[psutil.Process]:
         try:
-            return self.bridge.children(recursive=True) + ([self.server] if self.server is not None else [])
+            return self.bridge.children(recursive=True) + (self.servers() if self.servers is not None else [])
         except psutil.Error:
             return []
 
@@ -248,7 +250,7 @@ state_dir = "state"
 [monitoring]
 listen = "127.0.0.1:{port}"
 [spark]
-{f'remote = "{args.remote}"' if args.remote else 'master = "local[2]"'}
+{f'remote = "{args.remote}"' if args.remote else f'master = "{args.master or "local[2]"}"'}
 warehouse = "{workdir / 'landing'}"
 writer = "{args.writer}"
 [spark.conf]
@@ -319,7 +321,15 @@ def run(args: argparse.Namespace) -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-steady-"))
     server = None
-    args.remote = None
+    cluster = None
+    args.remote = args.master = None
+    if args.cluster:
+        from tests.support.spark_servers import SparkStandalone
+
+        cluster = SparkStandalone(workdir / "cluster", cores=args.cluster_cores)
+        cluster.start()
+        args.master = cluster.master_url
+        print(f"Spark standalone cluster {cluster.master_url} (one worker, {args.cluster_cores} cores)")
     if args.connect:
         from tests.support.spark_servers import SparkConnectServer
 
@@ -343,7 +353,8 @@ def run(args: argparse.Namespace) -> None:
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         usage = Usage(psutil.Process(proc.pid), broker.process(),
-                      psutil.Process(server.pid()) if server is not None else None)
+                      (lambda: [psutil.Process(server.pid())]) if server is not None
+                      else cluster.processes if cluster is not None else None)
         last: list[Sample] = []
         windows: list[tuple[float, float]] = []  # (seconds since start, committed)
 
@@ -418,6 +429,8 @@ def run(args: argparse.Namespace) -> None:
             proc.kill()
         if server is not None:
             server.stop()
+        if cluster is not None:
+            cluster.stop()
         if args.keep:
             print(f"    kept {workdir}")
         else:
@@ -462,6 +475,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--connect", action="store_true",
                        help="start a Spark Connect server (pyspark's sbin/start-connect-server.sh, local[2]) and "
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
+    group.add_argument("--cluster", action="store_true",
+                       help="start a standalone cluster (pyspark's bin/spark-class: a master and one worker) and "
+                            "have the bridge's driver use it; its processes are counted as the Spark JVM")
+    group.add_argument("--cluster-cores", type=int, default=2, help="the --cluster worker's cores")
     group.add_argument("--class-archive", action="store_true",
                        help="run `mqbridge spark-archive` first, as an installed bridge has (the driver JVM's start)")
     group.add_argument("--writes-per-type", type=int, default=1,

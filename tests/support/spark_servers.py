@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pyspark
 
 from mqbridge.landing.jvm import JIT_OPTIONS
@@ -99,11 +100,12 @@ class SparkConnectServer:
 
 
 class SparkStandalone:
-    """A standalone cluster on 127.0.0.1: one Master and one Worker (1 core, 1 GB), each a
-    `bin/spark-class` process of this test."""
+    """A standalone cluster on 127.0.0.1: one Master and one Worker (`cores`, 1 GB), each a
+    `bin/spark-class` process of this test (or of `bench/throughput.py --cluster`)."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, cores: int = 1) -> None:
         self.base = base
+        self.cores = cores
         self.port = free_port()
         self.env = _spark_env(base)
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -126,13 +128,24 @@ class SparkStandalone:
                           "--port", str(self.port), "--webui-port", str(free_port()))
         _wait_for_port(self.port, open_=True, timeout=START_TIMEOUT, what="Spark master", log=log)
         log = self._spawn("worker", "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
-                          "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+                          "--cores", str(self.cores), "--memory", "1g", "--webui-port", str(free_port()),
                           "--work-dir", str(self.base / "work"))
         deadline = time.monotonic() + START_TIMEOUT
         while "Successfully registered with master" not in log.read_text(errors="replace"):
             if time.monotonic() > deadline or self._procs[-1].poll() is not None:
                 raise RuntimeError("Spark worker did not register:\n" + log.read_text(errors="replace")[-3000:])
             time.sleep(0.2)
+
+    def processes(self) -> list[psutil.Process]:
+        """The master, the worker and the executors the worker started (for CPU accounting)."""
+        found: list[psutil.Process] = []
+        for proc in self._procs:
+            try:
+                top = psutil.Process(proc.pid)
+                found += [top, *top.children(recursive=True)]
+            except psutil.Error:
+                continue
+        return found
 
     def stop(self) -> None:
         for proc in reversed(self._procs):
