@@ -228,6 +228,7 @@ def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
     since), and each bulk no purge touched since holds one row per identity: its files' Parquet
     footers, or, in containers compacted since, its rows by bulk_id (`mqbridge.compaction.verify`)."""
     from mqbridge.compaction.verify import compacted_bulks
+    from mqbridge.purge.swap import PURGE_SLACK
 
     missing, purged, touched = _missing_files(bulks)
     lost = {bulk_id for bulk_id, _ in missing}
@@ -271,9 +272,6 @@ def _wrong_row_counts(bulks: Sequence[Any], sizes: dict[str, int]) -> list[tuple
     return wrong
 
 
-#: A bulk is marked published just after its files are moved: a purge swap recorded up to this long
-#: before the mark may still have been the one that removed them.
-PURGE_SLACK = 60.0
 
 
 def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, set[str]]:
@@ -281,6 +279,7 @@ def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, se
     swapped or dropped after the bulk was published (the table's purge history); how many of
     those there were; and the bulks with a file in such a container (whose rows a purge changed)."""
     from mqbridge.purge import purge_history
+    from mqbridge.purge.swap import PURGE_SLACK
 
     histories: dict[str, dict[str, float]] = {}
     missing: list[tuple[str, str]] = []

@@ -5,7 +5,10 @@
                ledger holds it in a bulk prepared and not yet published (a bridge sharing the
                ledger is publishing it, or one that was killed left it to recovery)
     landed     the landing ledger holds it in a published bulk: the table, the put_date partition
-               (from the bulk's files), the bulk, when it was published
+               (from the bulk's files), the bulk, when it was published; and, from the table's swap
+               history (`mqbridge.purge.swap`), each rewrite of that put_date container since
+               (`rewritten`: a compaction merged its files, a purge copied or deleted rows of it) or
+               `purged`: when a purge dropped the container, with the message's row
     moved      the backout log (`mqbridge.backout_log`) has its move: the backout queue, the reason
     unknown    none of them knows it
 
@@ -25,17 +28,20 @@ landing again).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.errors import BridgeError
 from mqbridge.identity import listener_scope, scoped
 from mqbridge.in_flight import Held
+from mqbridge.purge.swap import swap_history, swaps_since
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -225,7 +231,41 @@ def _landed(key: str, bulk: PublishedBulk) -> dict[str, Any]:
                              "bulk": bulk.bulk_id, "published": iso(bulk.published_at)}
     if len(dates) > 1:  # a bulk across midnight (UTC): its message is in one of them
         found["put_dates"] = dates
+    rewritten, purged = _swapped_since(bulk)
+    if rewritten:
+        found["rewritten"] = rewritten
+    if purged:
+        found["purged"] = purged
     return found
+
+
+#: What each swap (`mqbridge.purge.swap.record_purge`'s strategy) did to the bulk's rows.
+_SWAP_MEANS = {"compact": "a compaction merged the container's files: the rows are in other files of it",
+               "drop": "a purge dropped the container: its rows are gone"}
+_REWROTE = "a purge rewrote the container: its rows are in other files, except those the purge designated"
+
+
+def _swapped_since(bulk: PublishedBulk) -> tuple[list[dict[str, Any]], str | None]:
+    """The swaps of the bulk's put_date containers since its publication (the ledger's file paths no
+    longer say where its rows are), and when the rows were purged: the last swap of every one of its
+    containers dropped it and it is not there now. Reads the tables' swap history files only."""
+    histories: dict[str, dict[str, list[tuple[float, str]]]] = {}
+    rewritten: list[dict[str, Any]] = []
+    dropped: dict[str, float] = {}
+    containers = sorted({os.path.dirname(final) for _, final in bulk.files})
+    for container in containers:
+        table, name = os.path.split(container)
+        if table not in histories:
+            histories[table] = swap_history(Path(table))
+        swaps = swaps_since(histories[table], name, bulk.published_at)
+        date = _PARTITION.search(container)
+        for at, by in swaps:
+            rewritten.append({"put_date": date[1] if date else name, "at": iso(at), "by": by,
+                              "means": _SWAP_MEANS.get(by, _REWROTE)})
+        if swaps and swaps[-1][1] == "drop" and not os.path.isdir(container):
+            dropped[container] = swaps[-1][0]
+    purged = iso(max(dropped.values())) if containers and len(dropped) == len(containers) else None
+    return rewritten, purged
 
 
 def _moved(moved: MovedMessage) -> dict[str, Any]:

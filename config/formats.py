@@ -18,7 +18,7 @@ Format = Literal["raw", "json", "xml", "csv", "fixed"]
 TYPED_FORMATS: tuple[Format, ...] = ("json", "xml", "csv", "fixed")
 #: Each format's own options (keys of `[types.X]`), with the value used when the key is not set.
 OPTIONS: dict[str, dict[str, object]] = {
-    "xml": {"attribute_prefix": "_"},
+    "xml": {"attribute_prefix": "_", "value_tag": "_VALUE"},
     "csv": {"delimiter": ",", "quote": '"', "header": False},
     "fixed": {"widths": None},
 }
@@ -34,6 +34,7 @@ class FormatOptions(Protocol):
     schema_ddl: str | None
     keep_body: bool
     attribute_prefix: str | None
+    value_tag: str | None
     delimiter: str | None
     quote: str | None
     header: bool | None
@@ -54,6 +55,10 @@ def format_problems(cfg: FormatOptions) -> list[tuple[Loc, str]]:
         for key in options:
             if getattr(cfg, key) is not None and cfg.format != fmt:
                 problems.append(((key,), f'only used with format = "{fmt}" (this type\'s format is "{cfg.format}")'))
+    if cfg.format == "xml" and option(cfg, "value_tag") == option(cfg, "attribute_prefix"):
+        # Spark refuses it too, but only when the first body is parsed: here it is named at load
+        problems.append((("value_tag",), f"must differ from attribute_prefix {option(cfg, 'attribute_prefix')!r}: "
+                                         "the text of an element with attributes could not be told from an attribute"))
     if cfg.format == "csv":
         problems.extend(_csv_problems(cfg))
     if cfg.format == "fixed":

@@ -34,6 +34,8 @@ class TypeConfig(Model):
                             f"`{BODY_TEXT}` (the byte-exact `body` column is always there)")
     attribute_prefix: str | None = Field(default=None, min_length=1, description="xml: prefix of the columns read "
                                          "from attributes (Spark's attributePrefix); None: _")
+    value_tag: str | None = Field(default=None, min_length=1, description="xml: the column that gets the text of an "
+                                  "element that also has attributes or child elements (Spark's valueTag); None: _VALUE")
     delimiter: str | None = Field(default=None, description="csv: the field delimiter, one character; None: ,")
     quote: str | None = Field(default=None, description="csv: the quote character; None: \"")
     header: bool | None = Field(default=None, description="csv: the body starts with a line of column names, checked "

@@ -1,4 +1,6 @@
-"""Fixtures shared by every test: the real ActiveMQ broker (started if it is not running)."""
+"""Fixtures shared by every test: the real ActiveMQ broker (started if it is not running), and one real
+local Spark for the tests that need it (integration tests, and the few unit tests of what Spark itself
+does: a catalog table's cached listing, `from_xml`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +71,20 @@ def restore_root_logger() -> Iterator[None]:
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real local SparkSession (local[2]) for the whole test session, stopped at the end.
+
+    Its SQL warehouse and scratch space live under pytest's temporary directory, so nothing is
+    left in the working tree; tests land their tables under their own `tmp_path`.
+    """
+    from mqbridge.landing.session import create_spark_session
+
+    session = create_spark_session(master="local[2]", app_name="mqbridge-tests", conf={
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
+        "spark.local.dir": str(tmp_path_factory.mktemp("spark-local")),
+    })
+    yield session
+    session.stop()

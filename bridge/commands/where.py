@@ -156,8 +156,13 @@ def _in_flight_lines(held: dict[str, Any]) -> list[str]:
 
 def _landed_lines(landed: dict[str, Any], *, also: bool) -> list[str]:
     put_date = landed.get("put_date") or " or ".join(landed.get("put_dates") or ["?"])
-    return [f"  {'also landed' if also else 'table':<10} {landed['table']}, put_date {put_date}",
-            f"  bulk       {landed['bulk']}, published {landed['published']}"]
+    lines = [f"  {'also landed' if also else 'table':<10} {landed['table']}, put_date {put_date}",
+             f"  bulk       {landed['bulk']}, published {landed['published']}"]
+    lines += [f"  rewritten  put_date {r['put_date']} at {r['at']} ({r['by']}): {r['means']}"
+              for r in landed.get("rewritten", [])]
+    if landed.get("purged"):
+        lines.append(f"  purged     at {landed['purged']}: the message's row is no longer in the table")
+    return lines
 
 
 def _moved_lines(moved: dict[str, Any], *, also: bool) -> list[str]:

@@ -36,6 +36,7 @@ from typing import Any
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
+from mqbridge.landing.catalog import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.landing.schema_check import read_container
 from mqbridge.purge.costs import CostModel
@@ -122,6 +123,7 @@ class Compactor:
             failpoints.hit("compact_mid_swap")
             record_purge(table, container.name, "compact")
         (container / marker).unlink()
+        refresh_swapped(self.spark, table)  # this session's cached listing of a catalog table is stale
         seconds = time.perf_counter() - start
         self.model.learn("compact", seconds, rows_copied=rows)
         if landed:

@@ -16,6 +16,12 @@ spark-and-tables.md "Changing a type's schema"): at its first registration in a 
 columns are brought to those of the file just landed (`evolve`): `ADD COLUMNS` for new ones; a widened
 type, which Spark's `ALTER TABLE` cannot change for a Parquet table, by registering the table again
 with the new columns (it is an external table: dropping it leaves the files).
+
+A purge or a compaction swaps a `put_date` container for a rebuilt one (`mqbridge.purge.swap`): the
+files a session listed for a catalog table (Spark caches the listing per session) are gone, and a
+read by name fails ("File ... does not exist ... REFRESH TABLE") or misses rows. Both refresh the
+table in their own session after each swap (`refresh_swapped`); a reader's session elsewhere must
+refresh it itself (docs/compaction.md).
 """
 
 from __future__ import annotations
@@ -67,6 +73,20 @@ class CatalogRegistrar:
                 self.failures += 1
                 log.warning("catalog: table %s could not be registered (tried again with its next bulk; its rows "
                             "are landed and readable by path): %s", table, " ".join(str(exc).split())[:300])
+
+
+def refresh_swapped(spark: Any, table: Path) -> None:
+    """After a swap of a container of `table` (a landed table's directory, registered by its name,
+    `table.name`): drop this session's cached file listing of the catalog table of that name, if there
+    is one. A failure is logged, never raised: the swap is done, and a read by path sees it."""
+    name = table.name
+    try:
+        if spark.catalog.tableExists(f"`{name}`"):
+            spark.catalog.refreshTable(f"`{name}`")
+            log.debug("catalog: table %s refreshed after a swap of one of its containers", name)
+    except Exception as exc:
+        log.warning("catalog: table %s could not be refreshed after a swap (this session may list removed "
+                    "files; REFRESH TABLE %s): %s", name, name, " ".join(str(exc).split())[:300])
 
 
 def evolve(spark: Any, table: str, location: Path, put_dates: Iterable[str]) -> None:

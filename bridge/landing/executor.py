@@ -192,13 +192,14 @@ class SparkExecutor:
     def execute(self, bulk: Bulk) -> list[MessageResult]:
         """Land `bulk`; one result per message, in the bulk's order."""
         results: list[MessageResult | None] = [None] * len(bulk.messages)
+        writing: list[str] = []  # the rendered tables, each appended as its write starts
         try:
-            self._execute(bulk, results)
+            self._execute(bulk, results, writing)
         except Exception as exc:
             outage = self._outage(exc)
             reason = f"Spark write failed: {outage or one_line(exc)}"
             log.warning("type %s: bulk %s (%d messages) not written to %s: %s", self.message_type,
-                        bulk.bulk_id, len(bulk.messages), self._path, reason)
+                        bulk.bulk_id, len(bulk.messages), self._failed_table(writing), reason)
             log.debug("type %s: bulk %s write failure", self.message_type, bulk.bulk_id, exc_info=True)
             make = MessageResult.sink_outage if outage else MessageResult.retryable
             for i, message in enumerate(bulk.messages):
@@ -242,6 +243,18 @@ class SparkExecutor:
                     with contextlib.suppress(OSError):
                         empty.rmdir()
 
+    def _failed_table(self, writing: list[str]) -> str:
+        """The table a failed write names: the rendered one it was writing (and the template it was
+        rendered from), never the template alone where a table was rendered: an operator looks for
+        `orders_sub1`, not for a directory `orders_{subscription}` that does not exist."""
+        if writing:
+            table = writing[-1]
+            template = f", table template {self.table}" if table != self.table else ""
+            return f"table {table} ({self.warehouse / table}{template})"
+        if "{" in self.table:
+            return f"table template {self.table} (failed before a table was rendered)"
+        return f"table {self.table} ({self._path})"
+
     def _outage(self, exc: BaseException) -> str:
         """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
         if isinstance(exc, SinkOutageError | SparkUnavailableError | ConfigError):
@@ -264,7 +277,7 @@ class SparkExecutor:
         return ""
 
     # -- internals -------------------------------------------------------------------------
-    def _execute(self, bulk: Bulk, results: list[MessageResult | None]) -> None:
+    def _execute(self, bulk: Bulk, results: list[MessageResult | None], writing: list[str]) -> None:
         messages = bulk.messages
         parser = self.body_format
         if parser is not None:
@@ -281,6 +294,7 @@ class SparkExecutor:
             # One ledger bulk per table: a bulk spread over several destinations lands per table.
             ledger_bulk_id = bulk.bulk_id if len(groups) == 1 else f"{bulk.bulk_id}.{n}"
             path = self.warehouse / table
+            writing.append(table)
             self._write(bulk, rows, table, path, ledger_bulk_id, results)
             landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
             if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows

@@ -6,7 +6,8 @@ Each body is checked twice, because neither check alone is strict enough:
   without a reason (JSON with single quotes, XML that is not well formed, a CSV body of two
   records, a fixed-width record of the wrong length);
 - in Spark, by the format's parser in PERMISSIVE mode with a corrupt-record column: `from_json`,
-  `from_xml` (the root element is the row, attributes are columns named with `attributePrefix`),
+  `from_xml` (the root element is the row, attributes are columns named with `attributePrefix`, the
+  text of an element that also has attributes or child elements the column named `valueTag`),
   `from_csv` (delimiter, quote; a header line is checked in Python and cut off here), or for fixed
   width `substring`, `trim` and `try_cast` per field. Spark 4.3 flags a value that does not convert
   to its column's type as a corrupt record instead of yielding null; a missing value is null.
@@ -44,6 +45,7 @@ class BodyFormat:
     schema: StructType
     keep_body: bool = False
     attribute_prefix: str = "_"
+    value_tag: str = "_VALUE"
     delimiter: str = ","
     quote: str = '"'
     header: bool = False
@@ -117,7 +119,8 @@ class BodyFormat:
         return F.from_json(text, self._only(only), _PERMISSIVE)
 
     def _xml(self, text: Column, only: int | None) -> Column:
-        return F.from_xml(text, self._only(only), {**_PERMISSIVE, "attributePrefix": self.attribute_prefix})
+        return F.from_xml(text, self._only(only), {**_PERMISSIVE, "attributePrefix": self.attribute_prefix,
+                                                       "valueTag": self.value_tag})
 
     def _csv(self, text: Column, only: int | None) -> Column:
         # A record is positional: to try one field alone the others are read as text.
@@ -169,5 +172,6 @@ def body_format(message_type: str, config: TypeConfig) -> BodyFormat | None:
         raise ConfigError(f"{where}.widths: {len(widths)} widths for the {len(schema.fields)} columns of the schema")
     return BodyFormat(config.format, schema, keep_body=config.keep_body,
                       attribute_prefix=str(option(config, "attribute_prefix")),
+                      value_tag=str(option(config, "value_tag")),
                       delimiter=str(option(config, "delimiter")), quote=str(option(config, "quote")),
                       header=bool(option(config, "header")), widths=widths)

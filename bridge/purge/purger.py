@@ -45,6 +45,7 @@ from typing import Any
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
+from mqbridge.landing.catalog import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.purge.costs import CostModel, Estimate
 from mqbridge.purge.swap import (
@@ -282,6 +283,7 @@ class Purger:
         seconds = time.perf_counter() - start
         if swapped:
             (plan.path / marker).unlink()
+        refresh_swapped(self.spark, plan.table)  # this session's cached listing of a catalog table is stale
         result = ContainerResult(plan, strategy, seconds, plan.designated, written)
         rewritten = sum(plan.files[f][0] for f in plan.partial)
         self.model.learn(strategy, seconds, rows_rewritten=rewritten, rows_copied=plan.rows - plan.designated)

@@ -36,6 +36,9 @@ JOURNAL = "journal.json"
 #: (readers skip `_` names): `mqbridge ledger --verify` tells files a swap removed from files that
 #: went missing.
 HISTORY = "_mqbridge_purged.jsonl"
+#: A bulk is marked published just after its files are moved: a swap recorded up to this long before
+#: the mark may still have been the one that rewrote or removed them.
+PURGE_SLACK = 60.0
 
 
 def recover_purges(table: Path) -> int:
@@ -116,6 +119,13 @@ def swap_history(table: Path) -> dict[str, list[tuple[float, str]]]:
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by a crash
     return found
+
+
+def swaps_since(history: dict[str, list[tuple[float, str]]], container: str,
+                published_at: float) -> list[tuple[float, str]]:
+    """The swaps of `container` (from `swap_history`) that may have rewritten or removed files of a
+    bulk published at `published_at` (`PURGE_SLACK` before it included)."""
+    return [(at, by) for at, by in history.get(container, []) if at >= published_at - PURGE_SLACK]
 
 
 def finish(work: Path) -> None:

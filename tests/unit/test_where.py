@@ -4,6 +4,8 @@ what each says when it cannot answer, and which state wins when several know the
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -12,10 +14,12 @@ from typing import Any
 import pytest
 
 from mqbridge.backout_log import BackoutLog, MovedMessage
+from mqbridge.commands.where import render
 from mqbridge.errors import LedgerUnavailableError
 from mqbridge.in_flight import Connections, Held, PendingUnit
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.message import Message, MessageResult
+from mqbridge.purge.swap import HISTORY, record_purge
 from mqbridge.unit_plan import UnitResults
 from mqbridge.where import Locator, put_dates
 from tests.support.bridge import RunningBridge
@@ -68,6 +72,35 @@ def test_a_bulk_across_midnight_names_both_put_dates(ledger: SqliteLedger) -> No
     found = Locator(cfg, ledger=ledger).locate("ID:1")["landed"]
     assert found["put_date"] is None and found["put_dates"] == ["2024-05-01", "2024-05-02"]
     assert put_dates([("s", "C:\\w\\orders\\put_date=2024-05-03\\part-0.parquet")]) == ["2024-05-03"]
+
+
+def test_a_container_swapped_since_publication_is_named_rewritten_then_purged(tmp_path: Path,
+                                                                             ledger: SqliteLedger) -> None:
+    # A compaction merges the put_date container's files, then a purge by retention drops it: the
+    # ledger's paths are stale both times, the table's swap history (real files) says what happened.
+    cfg, _ = memory_config()
+    table = tmp_path / "w" / "orders"
+    day1, day2 = table / "put_date=2024-05-01", table / "put_date=2024-05-02"
+    for day in (day1, day2):
+        day.mkdir(parents=True)
+    before = json.dumps({"container": day1.name, "strategy": "copy", "at": time.time() - 3_600})
+    (table / HISTORY).write_text(before + "\n")  # a purge before the bulk: its rows were not there yet
+    landed(ledger, "b1", ["ID:1"], [str(day1 / "part-b1-00000.parquet")])
+    landed(ledger, "b2", ["ID:2"], [str(day2 / "part-b2-00000.parquet")])
+    locator = Locator(cfg, ledger=ledger)
+    assert "rewritten" not in locator.locate("ID:1")["landed"]
+    record_purge(table, day1.name, "compact")
+    found = locator.locate("ID:1")["landed"]
+    [rewrite] = found["rewritten"]
+    assert (rewrite["put_date"], rewrite["by"]) == ("2024-05-01", "compact") and "compaction" in rewrite["means"]
+    assert found["table"] == "orders" and found["put_date"] == "2024-05-01" and "purged" not in found
+    shutil.rmtree(day1)
+    record_purge(table, day1.name, "drop")
+    doc = locator.locate("ID:1")
+    assert [r["by"] for r in doc["landed"]["rewritten"]] == ["compact", "drop"]
+    assert doc["landed"]["purged"] == doc["landed"]["rewritten"][-1]["at"]
+    assert "purged     at " in render(doc) and "rewritten  put_date 2024-05-01" in render(doc)
+    assert "rewritten" not in locator.locate("ID:2")["landed"]  # the other put_date was not touched
 
 
 def test_moved_names_the_backout_queue_and_reason(tmp_path: Path) -> None:

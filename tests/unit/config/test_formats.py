@@ -29,6 +29,7 @@ def test_each_typed_format_loads_with_its_options_and_their_defaults() -> None:
     ('format = "xml"\nschema = "a INT"\ndelimiter = ";"', 'types.orders.delimiter: only used with format = "csv"'),
     ('format = "csv"\nschema = "a INT"\nattribute_prefix = "@"', 'types.orders.attribute_prefix: only used with '
                                                                  'format = "xml"'),
+    ('format = "json"\nschema = "a INT"\nvalue_tag = "v"', 'types.orders.value_tag: only used with format = "xml"'),
     ('header = true', 'types.orders.header: only used with format = "csv" (this type\'s format is "raw")'),
     ('keep_body = true', "types.orders.keep_body: only for a typed format"),
     ('format = "csv"\nschema = "a INT"\ndelimiter = "||"', "types.orders.delimiter: one character other than a "

@@ -77,6 +77,23 @@ def test_the_pyarrow_probe_of_an_unwritable_table_is_an_outage_without_spark(tmp
     assert factory.calls == 0
 
 
+def test_a_failed_write_names_the_rendered_table_and_its_template(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # Given a type whose table is a template, rendered per queue, and whose rendered table
+    # directory is a regular file (pyarrow writes the type: no Spark)
+    (tmp_path / "land_orders").write_text("not a directory")
+    executor = SparkExecutor(sessions(CountingFactory()), tmp_path, "orders",
+                             TypeConfig(table="land_{destination}"), arrow="snappy")
+    # When a bulk fails to land
+    with caplog.at_level("WARNING", logger="mqbridge.landing.executor"):
+        results = executor.execute(bulk(2))
+    # Then the warning names the rendered table and its directory, and the template it came from
+    assert not any(r.ok for r in results)
+    [warning] = [r.getMessage() for r in caplog.records if "not written to" in r.getMessage()]
+    assert f"not written to table land_orders ({tmp_path / 'land_orders'}, table template land_{{destination}})" \
+        in warning, warning
+
+
 def test_a_typed_type_asks_for_spark_only_when_it_writes_and_spark_down_is_an_outage(tmp_path: Path) -> None:
     # Given a typed type (Spark parses its bodies): building its executor starts nothing
     factory = CountingFactory()
