@@ -81,13 +81,18 @@ def mq_config(tmp_path: Path, queue_manager: str, **options: Any) -> Path:
     return mq_bridge(queue_manager, **options).write(tmp_path / "bridge.toml")
 
 
+#: The commands that start an in-process Spark driver from the configuration's `[spark]` (its
+#: state_dir's class-data archive halves that JVM's start: 7-10 s of each `mqbridge purge` here).
+SPARK_COMMANDS = frozenset({"run", "purge", "compact", "replay"})
+
+
 def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str] | None = None,
              class_archive: bool = True, **kwargs: Any) -> subprocess.Popen[str]:
     """`python -m mqbridge ARGS` with its output collected; `failpoint` kills it at that step;
-    `env_extra` adds to (or overrides) its environment. A `run` gets the session's class-data
-    archive in its state_dir once it is made (`tests.support.class_archive`), unless `class_archive`
-    is False."""
-    if class_archive and args[:1] == ("run",) and "--config" in args:
+    `env_extra` adds to (or overrides) its environment. A command that starts the Spark driver
+    (`SPARK_COMMANDS`) gets the session's class-data archive in its state_dir once it is made
+    (`tests.support.class_archive`), unless `class_archive` is False."""
+    if class_archive and args[:1] and args[0] in SPARK_COMMANDS and "--config" in args:
         shared_archive.start(ROOT)
         shared_archive.link_into(Path(args[args.index("--config") + 1]))
     env = dict(os.environ)
