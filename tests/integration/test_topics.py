@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.exactly_once import RABBIT_SOURCE, account, bodies
-from tests.support.plugins import REJECT_POISON
+from tests.support.plugins import poison_refusing_plugins
 from tests.support.processes import landed, process_bridge, run_until_idle, run_until_killed
 from tests.support.topics import Broker
 
@@ -42,10 +42,7 @@ def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptio
     ack_mode = "individual" if broker == "activemq" else "cumulative"
     source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "ack_mode": ack_mode,
                               "heartbeat": "10s"}
-    plugins = tmp_path / "plugins"
-    plugins.mkdir(mode=0o755)
-    (plugins / "reject.py").write_text(REJECT_POISON)
-    (plugins / "reject.py").chmod(0o644)
+    poison_refusing_plugins(tmp_path)
     toml = (process_bridge("topics").set("spark", master="local[1]").set("bridge", plugin_dirs=["plugins"])
             .add("types.orders", 'table = "orders_{subscription}"')
             .set("sources.amq", **source))

@@ -24,7 +24,7 @@ from tests.support.exactly_once import account, bodies
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import make_topic_source
-from tests.support.plugins import REJECT_POISON
+from tests.support.plugins import poison_refusing_plugins
 from tests.support.processes import MQ_DLQ, fake_mq_env, landed, process_bridge, run_until_idle, run_until_killed
 
 pytestmark = pytest.mark.integration
@@ -41,10 +41,7 @@ def backout_queue(subscription: str) -> str:
 def topic_config(tmp_path: Path, queue_manager: str) -> Path:
     """A bridge with one listener per subscription on TOPIC, type orders landing in
     `landing/orders_<subscription>`, poison refused by a preprocessor, moved at the second delivery."""
-    plugins = tmp_path / "plugins"
-    plugins.mkdir(mode=0o755)
-    (plugins / "reject.py").write_text(REJECT_POISON)
-    (plugins / "reject.py").chmod(0o644)
+    poison_refusing_plugins(tmp_path)
     toml = (process_bridge("topics-mq").set("spark", master="local[1]").set("bridge", plugin_dirs=["plugins"])
             .add("types.orders", 'table = "orders_{subscription}"')
             .set("sources.qm", **fake_mq_source(queue_manager)))

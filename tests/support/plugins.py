@@ -65,6 +65,15 @@ def write_plugin(folder: Path, name: str, code: str, mode: int = 0o644) -> Path:
     return path
 
 
+def poison_refusing_plugins(base: Path) -> Path:
+    """`<base>/plugins` (0755, as the bridge demands whatever the umask) holding `REJECT_POISON`."""
+    folder = base / "plugins"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    write_plugin(folder, "reject", REJECT_POISON)
+    return folder
+
+
 def listener(key: int = 0) -> str:
     """The name of the listener `request(..., key=key)` configures."""
     return f"amq:/queue/q{key}"

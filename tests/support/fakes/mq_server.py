@@ -37,13 +37,15 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from tests.support.fakes import mq_cmqc as CMQC
+from tests.support.fakes.mq_faults import Faults
+from tests.support.fakes.mq_gets import Gets
+from tests.support.fakes.mq_handles import MessageHandles
 from tests.support.fakes.mq_model import (
     BYTE_FIELDS,
     CHAR_FIELDS,
@@ -61,7 +63,7 @@ from tests.support.fakes.mq_model import (
     pad_char,
 )
 from tests.support.fakes.mq_persistence import STATE_ENVIRONMENT_VARIABLE, PersistentState
-from tests.support.fakes.mq_selection import Predicate, compile_selection
+from tests.support.fakes.mq_selection import compile_selection
 from tests.support.fakes.mq_topics import FakeSubscription, PubSub
 
 __all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServer", "Fault", "MQMIError",
@@ -73,15 +75,10 @@ __all__ = ["REGISTRY", "Connection", "Error", "FakeQueue", "FakeQueueManagerServ
 REGISTRY: dict[str, FakeQueueManagerServer] = {}
 _REGISTRY_LOCK = threading.Lock()
 
-# Reasons after which the connection is gone (the unit of work is backed out by the QM).
-BREAKING_REASONS = frozenset({CMQC.MQRC_CONNECTION_BROKEN, CMQC.MQRC_Q_MGR_STOPPING, CMQC.MQRC_CONNECTION_STOPPING,
-                              CMQC.MQRC_HOST_NOT_AVAILABLE, CMQC.MQRC_Q_MGR_NOT_AVAILABLE})
-
-_CCSID_CODECS = {1208: "utf-8", 819: "latin-1", 1252: "cp1252", 437: "cp437", 850: "cp850", 37: "cp037",
-                 500: "cp500", 1200: "utf-16-be", 367: "ascii"}
 
 
-class FakeQueueManagerServer(PersistentState, PubSub):
+
+class FakeQueueManagerServer(Faults, Gets, MessageHandles, PersistentState, PubSub):
     """A queue manager shared by every connection (and thread) that names it."""
 
     def __init__(self, name: str | None = None, *, dead_letter_queue: str = "", max_uncommitted: int = 10000,
@@ -206,14 +203,6 @@ class FakeQueueManagerServer(PersistentState, PubSub):
         with self.deferred_persistence():
             return [self.put(queue, body, **kw) for body in bodies]
 
-    def inject(self, op: str, reason: int, *, after: int = 0, times: int = 1, queue: str | None = None,
-               applied: bool = False, comp: int = CMQC.MQCC_FAILED) -> Fault:
-        """Make the next `times` calls of `op` (after skipping `after` of them) fail with `reason`."""
-        fault = Fault(op, reason, comp, queue, after, times, applied)
-        with self.cond:
-            self.faults.append(fault)
-        return fault
-
     def break_connections(self, reason: int = CMQC.MQRC_CONNECTION_BROKEN) -> int:
         """Every live connection breaks now (network loss): units of work are backed out."""
         with self.cond:
@@ -328,35 +317,6 @@ class FakeQueueManagerServer(PersistentState, PubSub):
                 raise fail(2067)  # MQRC_SELECTOR_ERROR
             return values[selector]
 
-    def mqget(self, conn: Connection, hobj: int, md: Any, gmo: Any, max_length: int | None) -> bytes:
-        with self.cond:
-            self._check(conn)
-            queue, options = self._object(conn, hobj)
-            if queue is None or not options & (CMQC.MQOO_INPUT_AS_Q_DEF | CMQC.MQOO_INPUT_SHARED
-                                               | CMQC.MQOO_INPUT_EXCLUSIVE):
-                raise fail(CMQC.MQRC_NOT_OPEN_FOR_INPUT)
-            self._maybe_fault(conn, "get", queue.name)
-            opts = gmo.Options
-            syncpoint = bool(opts & CMQC.MQGMO_SYNCPOINT)
-            if queue.get_inhibited:
-                raise fail(CMQC.MQRC_GET_INHIBITED)
-            if syncpoint and conn.uow_size >= self.max_uncommitted:
-                raise fail(CMQC.MQRC_SYNCPOINT_LIMIT_REACHED)
-            wait = opts & CMQC.MQGMO_WAIT
-            deadline = None if gmo.WaitInterval < 0 else time.monotonic() + gmo.WaitInterval / 1000
-            while True:
-                self._check(conn)
-                if opts & CMQC.MQGMO_FAIL_IF_QUIESCING and self.quiescing:
-                    raise fail(CMQC.MQRC_Q_MGR_QUIESCING)
-                message = self._match(queue, md, gmo, conn.selections.get(hobj))
-                if message is not None:
-                    break
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if not wait or (remaining is not None and remaining <= 0):
-                    raise fail(CMQC.MQRC_NO_MSG_AVAILABLE)
-                self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-            return self._take(conn, queue, message, md, gmo, max_length, syncpoint)
-
     def mqput(self, conn: Connection, hobj: int | None, name: str | None, md: Any, pmo: Any, data: bytes,
               qmgr_name: str = "") -> None:
         """MQPUT (`hobj`) or MQPUT1 (`name`, at `qmgr_name`: blank or this queue manager's name is
@@ -450,58 +410,6 @@ class FakeQueueManagerServer(PersistentState, PubSub):
             self._backout(conn)
 
     # -- message handles and properties ------------------------------------------------------
-    def mqcrtmh(self, conn: Connection) -> int:
-        with self.cond:
-            self._check(conn)
-            self._maybe_fault(conn, "crtmh", None)
-            hmsg = next(self._hmsgs)
-            conn.handles[hmsg] = {"props": {}, "cursor": -1}
-            return hmsg
-
-    def mqdltmh(self, conn: Connection, hmsg: int) -> None:
-        with self.cond:
-            self._check(conn)
-            if conn.handles.pop(hmsg, None) is None:
-                raise fail(2460)  # MQRC_HMSG_ERROR
-
-    def mqsetmp(self, conn: Connection, hmsg: int, name: str, value: Any, property_type: int) -> None:
-        with self.cond:
-            self._check(conn)
-            if not name or "%" in name or " " in name:
-                raise fail(2442)  # MQRC_PROPERTY_NAME_ERROR
-            self._handle(conn, hmsg)["props"][name] = (property_type, value)
-
-    def mqinqmp(self, conn: Connection, hmsg: int, name: str, options: int, max_length: int) -> Any:
-        with self.cond:
-            self._check(conn)
-            handle = self._handle(conn, hmsg)
-            props: dict[str, tuple[int, Any]] = handle["props"]
-            names = list(props)
-            wildcard = name == "%" or name.endswith(".%")
-            if wildcard:
-                prefix = name[:-1]
-                candidates = [i for i, n in enumerate(names) if prefix == "" or n.startswith(prefix)]
-                if options & CMQC.MQIMPO_INQ_PROP_UNDER_CURSOR:
-                    index = handle["cursor"] if handle["cursor"] in candidates else None
-                elif options & CMQC.MQIMPO_INQ_NEXT:
-                    later = [i for i in candidates if i > handle["cursor"]]
-                    index = later[0] if later else None
-                else:
-                    index = candidates[0] if candidates else None
-            else:
-                index = names.index(name) if name in names else None
-            if index is None:
-                raise fail(CMQC.MQRC_PROPERTY_NOT_AVAILABLE)
-            handle["cursor"] = index
-            prop_name = names[index]
-            property_type, value = props[prop_name]
-            if isinstance(value, (bytes, str)):
-                length = len(value.encode() if isinstance(value, str) else value)
-                if length > max_length:
-                    raise fail(CMQC.MQRC_PROPERTY_VALUE_TOO_BIG, data_length=length)
-            if wildcard and self.wildcard_names:
-                return value, prop_name
-            return value
 
     # -- internals ---------------------------------------------------------------------------
     def _check(self, conn: Connection) -> None:
@@ -522,13 +430,6 @@ class FakeQueueManagerServer(PersistentState, PubSub):
         except KeyError:
             raise fail(CMQC.MQRC_HOBJ_ERROR) from None
 
-    @staticmethod
-    def _handle(conn: Connection, hmsg: int) -> dict[str, Any]:
-        try:
-            return conn.handles[hmsg]
-        except KeyError:
-            raise fail(2460) from None  # MQRC_HMSG_ERROR
-
     def _queue_for(self, name: str) -> FakeQueue:
         queue = self.queues.get(name)
         if queue is None:
@@ -537,29 +438,6 @@ class FakeQueueManagerServer(PersistentState, PubSub):
 
     def _new_msg_id(self) -> bytes:
         return pad_bytes(b"AMQ " + self.name.encode()[:12] + next(self._msg_ids).to_bytes(8, "big"), 24)
-
-    def _match_fault(self, conn: Connection | None, op: str, queue: str | None) -> Fault | None:
-        for fault in self.faults:
-            if fault.op != op or fault.fired >= fault.times or (fault.queue and fault.queue != queue):
-                continue
-            if fault.after > 0:
-                fault.after -= 1
-                continue
-            fault.fired += 1
-            return fault
-        return None
-
-    def _maybe_fault(self, conn: Connection | None, op: str, queue: str | None) -> None:
-        fault = self._match_fault(conn, op, queue)
-        if fault is not None:
-            self._raise_fault(conn, fault)
-
-    def _raise_fault(self, conn: Connection | None, fault: Fault) -> None:
-        if conn is not None and fault.reason in BREAKING_REASONS:
-            self._break(conn, fault.reason)
-        if fault.reason == CMQC.MQRC_BACKED_OUT and conn is not None:
-            self._backout(conn)
-        raise MQMIError(fault.comp, fault.reason)
 
     def _break(self, conn: Connection, reason: int) -> None:
         """The connection is gone: the queue manager backs its unit of work out."""
@@ -592,64 +470,4 @@ class FakeQueueManagerServer(PersistentState, PubSub):
             self._persist()
         self.cond.notify_all()
 
-    @staticmethod
-    def _match(queue: FakeQueue, md: Any, gmo: Any, selects: Predicate | None = None) -> StoredMessage | None:
-        want_msg = gmo.MatchOptions & CMQC.MQMO_MATCH_MSG_ID and md.MsgId.strip(b"\0")
-        want_correl = gmo.MatchOptions & CMQC.MQMO_MATCH_CORREL_ID and md.CorrelId.strip(b"\0")
-        for message in queue.messages:
-            if not message.visible:
-                continue
-            if want_msg and message.md["MsgId"] != pad_bytes(md.MsgId, 24):
-                continue
-            if want_correl and message.md["CorrelId"] != pad_bytes(md.CorrelId, 24):
-                continue
-            # A selection string sees the properties; unknown (a missing property) does not select.
-            if selects is not None and not selects({n: v for n, (_, v) in message.properties.items()}):
-                continue
-            return message
-        return None
 
-    def _take(self, conn: Connection, queue: FakeQueue, message: StoredMessage, md: Any, gmo: Any,
-              max_length: int | None, syncpoint: bool) -> bytes:
-        opts = gmo.Options
-        data, ccsid, warning = message.data, message.md["CodedCharSetId"], 0
-        if opts & CMQC.MQGMO_CONVERT and message.md["Format"] == CMQC.MQFMT_STRING:
-            target = md.CodedCharSetId or self.ccsid
-            if target != ccsid:
-                source_codec, target_codec = _CCSID_CODECS.get(ccsid), _CCSID_CODECS.get(target)
-                try:
-                    if source_codec is None or target_codec is None:
-                        raise LookupError(ccsid)
-                    data, ccsid = data.decode(source_codec).encode(target_codec), target
-                except (LookupError, UnicodeError):
-                    warning = CMQC.MQRC_NOT_CONVERTED
-        handle_id = gmo.MsgHandle if opts & CMQC.MQGMO_PROPERTIES_IN_HANDLE else 0
-        if handle_id:
-            handle = self._handle(conn, handle_id)
-        elif message.properties and not opts & CMQC.MQGMO_NO_PROPERTIES:
-            raise NotImplementedError("the fake does not build MQRFH2 headers: get with "
-                                      "MQGMO_PROPERTIES_IN_HANDLE and a message handle")
-        if max_length is not None and len(data) > max_length and not opts & CMQC.MQGMO_ACCEPT_TRUNCATED_MSG:
-            # The message stays on the queue; the caller learns its length and may get it again.
-            raise fail(CMQC.MQRC_TRUNCATED_MSG_FAILED, message=data[:max_length], original_length=len(message.data))
-        if max_length is not None and len(data) > max_length:
-            data, warning = data[:max_length], CMQC.MQRC_TRUNCATED_MSG_ACCEPTED
-        browse = opts & (CMQC.MQGMO_BROWSE_FIRST | CMQC.MQGMO_BROWSE_NEXT)  # a copy: stays on the queue, unlocked
-        if syncpoint and not browse:
-            message.locked_by = conn.hconn
-            conn.gets.append((queue, message))
-            self._journal_get(message)
-        elif not browse:
-            queue.messages.remove(message)
-            self._persist()
-        for key, value in message.md.items():
-            setattr(md, key, value)
-        md.CodedCharSetId = ccsid
-        gmo.ResolvedQName = pad_char(queue.name, 48)
-        gmo.ReturnedLength = len(data)
-        if handle_id:
-            handle["props"] = dict(message.properties)
-            handle["cursor"] = -1
-        if warning:
-            raise MQMIError(CMQC.MQCC_WARNING, warning, message=data, original_length=len(message.data))
-        return data

@@ -35,6 +35,18 @@ __all__ = ["CD", "CMHO", "CMQC", "CMQXC", "CSP", "GMO", "IMPO", "MD", "OD", "PD"
            "FakeQueueManagerServer", "MQMIError", "MessageHandle", "PYIFError", "Queue", "QueueManager",
            "Subscription", "Topic"]
 
+def _put_args(msg: bytes, opts: tuple[Any, ...]) -> tuple[MD, PMO]:
+    """The MD and PMO of a put (`put`, `put1`, `pub`: pymqi's optional positional arguments), checked
+    as pymqi checks them before any MQI call."""
+    md = opts[0] if opts and opts[0] is not None else MD()
+    pmo = opts[1] if len(opts) > 1 and opts[1] is not None else PMO()
+    if not isinstance(msg, bytes):
+        raise TypeError(f"Message type is {type(msg)}. Convert to bytes.")
+    md.check()
+    pmo.check()
+    return md, pmo
+
+
 def _text(value: str | bytes) -> str:
     return (value.decode() if isinstance(value, bytes) else value).strip(" \0")
 
@@ -125,12 +137,7 @@ class QueueManager:
         server.mqback(conn)
 
     def put1(self, q_desc: str | bytes | OD, msg: bytes, *opts: Any) -> None:
-        md = opts[0] if opts and opts[0] is not None else MD()
-        pmo = opts[1] if len(opts) > 1 and opts[1] is not None else PMO()
-        if not isinstance(msg, bytes):
-            raise TypeError(f"Message type is {type(msg)}. Convert to bytes.")
-        md.check()
-        pmo.check()
+        md, pmo = _put_args(msg, opts)
         name = _text(q_desc.ObjectName if isinstance(q_desc, OD) else q_desc)
         qmgr_name = _text(q_desc.ObjectQMgrName) if isinstance(q_desc, OD) else ""
         server, conn = self._live()
@@ -186,12 +193,7 @@ class Queue:
             self._open()
 
     def put(self, msg: bytes, *opts: Any) -> None:
-        md = opts[0] if opts and opts[0] is not None else MD()
-        pmo = opts[1] if len(opts) > 1 and opts[1] is not None else PMO()
-        if not isinstance(msg, bytes):
-            raise TypeError(f"Message type is {type(msg)}. Convert to bytes.")
-        md.check()
-        pmo.check()
+        md, pmo = _put_args(msg, opts)
         if not self._hobj:
             self._options = CMQC.MQOO_OUTPUT
             self._open()
@@ -332,12 +334,7 @@ class Topic:
             self._open(open_opts)
 
     def pub(self, msg: bytes, *opts: Any) -> None:
-        md = opts[0] if opts and opts[0] is not None else MD()
-        pmo = opts[1] if len(opts) > 1 and opts[1] is not None else PMO()
-        if not isinstance(msg, bytes):
-            raise TypeError(f"Message type is {type(msg)}. Convert to bytes.")
-        md.check()
-        pmo.check()
+        md, pmo = _put_args(msg, opts)
         if not self._hobj:
             self._open(CMQC.MQOO_OUTPUT)
         server, conn = self._qmgr._live()
