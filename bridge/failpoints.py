@@ -111,6 +111,12 @@ def active(point: str) -> bool:
     return True
 
 
+def armed(*points: str) -> bool:
+    """True if the environment names one of `points` (whether or not it has fired): a caller that
+    builds the same work two ways takes the way that reaches its failpoints."""
+    return os.environ.get(ENVIRONMENT_VARIABLE, "").partition(":")[0] in points
+
+
 def value(point: str) -> str | None:
     """The text after `point:` if the environment names `point` (every time), else None."""
     wanted = os.environ.get(ENVIRONMENT_VARIABLE)

@@ -74,8 +74,8 @@ write_conf() {
         <!-- No producer flow control: tests and the benchmark fill queues faster than they drain.
              maxPageSize: a queue dispatches no more unacknowledged messages than it has paged in
              (default 200, which caps a bridge's units of work at a few hundred messages in all);
-             it must cover the listeners' threads x in_flight x batch (the benchmark's 6 x 2 x 1000). -->
-        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="20000"/>
+             it must cover the listeners' threads x in_flight x batch (the benchmark's 6 x 8 x 1000). -->
+        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="50000"/>
       </policyEntries></policyMap>
     </destinationPolicy>
     <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>

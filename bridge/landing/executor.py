@@ -30,7 +30,7 @@ from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
 from mqbridge.landing.deadlines import abandoned_after, spark_guarded
 from mqbridge.landing.formats import BodyFormat, body_format
-from mqbridge.landing.handoff import bulk_frame
+from mqbridge.landing.handoff import bulk_frame, raw_write
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
@@ -68,6 +68,8 @@ WRITE_OPTIONS: dict[str, str] = {
 }
 #: Bytes of message bodies per written Parquet file (and Spark task) of one bulk, at most.
 FILE_BYTES = 128 << 20
+#: Failpoints of a Spark write (tests only), reached through the DataFrame API's plan (`_stage_spark`).
+SPARK_WRITE_FAILPOINTS = ("spark_poison_body", "spark_write_hang")
 #: `[spark] write_timeout` when an executor is built without one (tests, benchmarks).
 DEFAULT_WRITE_TIMEOUT = 600.0
 
@@ -412,9 +414,20 @@ class SparkExecutor:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
         rows of a typed type."""
         spark = self.sessions.get()
-        df = bulk_frame(spark, arrow_table(bulk, keep), handoff)
-        observation: Observation | None = None
+        rows = arrow_table(bulk, keep)
+        # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
+        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py). The handoff
+        # file is read as one partition: a bulk of more than FILE_BYTES is spread by a (local) shuffle.
+        tasks = math.ceil(sum(len(bulk.messages[i].body) for i in keep) / FILE_BYTES)
+        what = f"write of bulk {bulk.bulk_id}"
         parser = self.body_format
+        if parser is None and not is_connect(spark) and not failpoints.armed(*SPARK_WRITE_FAILPOINTS):
+            job = raw_write(spark, rows, handoff, str(target), mode=mode, tasks=tasks, sort=SORT_COLUMNS,
+                            options=WRITE_OPTIONS)
+            spark_guarded(spark, self.message_type, what, job, self.write_timeout)
+            return None
+        df = bulk_frame(spark, rows, handoff)
+        observation: Observation | None = None
         if parser is None:
             # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
             # where a select of 13 columns costs 57. Each call waits for the GIL, which the
@@ -423,10 +436,6 @@ class SparkExecutor:
         else:
             df, observation = parser.parse(df)
             df = df.select(*LANDED_COLUMNS[:-1], *parser.columns(), "put_date")
-        # One task, and so one file per put_date, for every FILE_BYTES of the bulk: fewer small files,
-        # and about 15% less JVM CPU per write than a task per core (bench/throughput.py). The handoff
-        # file is read as one partition: a bulk of more than FILE_BYTES is spread by a (local) shuffle.
-        tasks = math.ceil(sum(len(bulk.messages[i].body) for i in keep) / FILE_BYTES)
         df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
         # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
         df = df.sortWithinPartitions(*SORT_COLUMNS)
@@ -437,8 +446,7 @@ class SparkExecutor:
         if failpoints.active("spark_write_hang"):
             df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
         writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
-        spark_guarded(spark, self.message_type, f"write of bulk {bulk.bulk_id}", lambda: writer.parquet(str(target)),
-                      self.write_timeout)
+        spark_guarded(spark, self.message_type, what, lambda: writer.parquet(str(target)), self.write_timeout)
         return observation
 
     def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:

@@ -1,0 +1,95 @@
+"""A raw bulk's Spark job built from the driver's Java objects (`handoff.raw_write`, the executor's
+path for raw types on an in-process driver) writes what the DataFrame API's plan writes
+(`handoff.bulk_frame`, kept for typed types, Spark Connect and the write failpoints): the same rows,
+one file per put_date and task, each ordered by put_timestamp. A real local Spark writes both."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from mqbridge import failpoints
+from mqbridge.landing import handoff
+from mqbridge.landing.containers import SORT_COLUMNS
+from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS
+from mqbridge.landing.rows import arrow_table
+from mqbridge.message import Bulk, Message
+
+UTC = dt.timezone.utc
+
+
+def shuffled_bulk() -> Bulk:
+    """Twelve messages over two UTC dates (even i on the 25th), the larger i the earlier its put time."""
+    bulk = Bulk("orders")
+    for i in (7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 4):
+        day = dt.datetime(2026, 11, 25 + i % 2, 23, 0, tzinfo=UTC)
+        bulk.add(Message(msg_id=f"ID:{i}", body=b"body-%d" % i, source="amq", destination="/queue/orders",
+                         headers={"n": str(i)}, put_timestamp=day + dt.timedelta(seconds=60 - i)))
+    return bulk
+
+
+def files_by_date(target: Path) -> dict[str, list[list[str]]]:
+    """put_date directory -> the msg_ids of each Parquet file in it, in file order."""
+    found: dict[str, list[list[str]]] = {}
+    for part in sorted(target.glob("put_date=*/*.parquet")):
+        found.setdefault(part.parent.name, []).append(pq.read_table(part).column("msg_id").to_pylist())
+    return found
+
+
+def dataframe_api_write(spark: Any, bulk: Bulk, target: Path, scratch: Path, tasks: int) -> None:
+    df = handoff.bulk_frame(spark, arrow_table(bulk, list(range(len(bulk.messages)))), scratch).drop("_row")
+    df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
+    (df.sortWithinPartitions(*SORT_COLUMNS).write.options(**WRITE_OPTIONS).partitionBy("put_date")
+     .mode("overwrite").parquet(str(target)))
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_raw_write_writes_what_the_dataframe_api_writes(spark: Any, tmp_path: Path, tasks: int) -> None:
+    # Given a bulk over two dates whose put times are out of order
+    bulk = shuffled_bulk()
+    rows = arrow_table(bulk, list(range(len(bulk.messages))))
+    # When it is written both ways
+    job = handoff.raw_write(spark, rows, tmp_path / "h1", str(tmp_path / "raw"), mode="overwrite", tasks=tasks,
+                            sort=SORT_COLUMNS, options=WRITE_OPTIONS)
+    assert not (tmp_path / "raw").exists()  # built, not run
+    job()
+    dataframe_api_write(spark, bulk, tmp_path / "api", tmp_path / "h2", tasks)
+    # Then each date holds the same rows
+    raw, api = files_by_date(tmp_path / "raw"), files_by_date(tmp_path / "api")
+    assert set(raw) == {"put_date=2026-11-25", "put_date=2026-11-26"} == set(api)
+    for date in raw:
+        assert sorted(sum(raw[date], [])) == sorted(sum(api[date], []))
+    # and with one task, one file per date, ordered by put time (the later i, the earlier put)
+    if tasks == 1:
+        assert raw == api
+        assert raw["put_date=2026-11-25"] == [["ID:10", "ID:8", "ID:6", "ID:4", "ID:2", "ID:0"]]
+    # and the file has the landed schema: no `_row`, dictionary-free bodies
+    part = next((tmp_path / "raw").glob("put_date=*/*.parquet"))
+    assert "_row" not in pq.read_schema(part).names
+
+
+def test_the_java_parts_are_made_once_per_session(spark: Any, tmp_path: Path) -> None:
+    bulk = shuffled_bulk()
+    rows = arrow_table(bulk, list(range(len(bulk.messages))))
+    for n in range(2):
+        handoff.raw_write(spark, rows, tmp_path / f"h{n}", str(tmp_path / f"t{n}"), mode="overwrite", tasks=1,
+                          sort=SORT_COLUMNS, options=WRITE_OPTIONS)()
+        if n == 0:
+            first = handoff._parts[id(spark)]
+    assert handoff._parts[id(spark)] is first
+
+
+def test_armed_names_a_failpoint_without_firing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(failpoints.ENVIRONMENT_VARIABLE, "spark_write_hang")
+    assert failpoints.armed(*SPARK_WRITE_FAILPOINTS)
+    assert failpoints.armed(*SPARK_WRITE_FAILPOINTS)
+    monkeypatch.setenv(failpoints.ENVIRONMENT_VARIABLE, "spark_poison_body:bad")
+    assert failpoints.armed(*SPARK_WRITE_FAILPOINTS)
+    monkeypatch.setenv(failpoints.ENVIRONMENT_VARIABLE, "before_source_commit")
+    assert not failpoints.armed(*SPARK_WRITE_FAILPOINTS)
+    monkeypatch.delenv(failpoints.ENVIRONMENT_VARIABLE)
+    assert not failpoints.armed(*SPARK_WRITE_FAILPOINTS)
