@@ -13,7 +13,8 @@ CLI), its progress read from its own /metrics.
    W messages (from the first commit).
 3. While the same process keeps running, messages are put at half its steady rate for
    `--latency-seconds`; put-to-commit p50/p99 come from the /metrics histogram as Prometheus's
-   `histogram_quantile` computes them (linear within a bucket).
+   `histogram_quantile` computes them (linear within a bucket), and receipt-to-commit the same way
+   (from the listener taking the message: without its time in the broker and the client's prefetch).
 
 Also printed: CPU seconds of the broker, the bridge's Python and its Spark JVM over the timed N,
 Spark writes and their mean rows, and the peak resident memory of the bridge (Python and JVM apart).
@@ -169,6 +170,7 @@ class Sample:
     writes: float
     rows: float
     latency_buckets: dict[float, float] = field(default_factory=dict)
+    receipt_buckets: dict[float, float] = field(default_factory=dict)
 
 
 def read_metrics(url: str) -> Sample:
@@ -176,15 +178,18 @@ def read_metrics(url: str) -> Sample:
         text = response.read().decode()
     totals: dict[str, float] = {}
     buckets: dict[float, float] = {}
+    receipt: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "mqbridge_put_to_commit_seconds_bucket":
+            if sample.name in ("mqbridge_put_to_commit_seconds_bucket", "mqbridge_receipt_to_commit_seconds_bucket"):
+                into = buckets if sample.name.startswith("mqbridge_put") else receipt
                 bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+                into[bound] = into.get(bound, 0.0) + sample.value
             else:
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return Sample(time.perf_counter(), totals.get("mqbridge_messages_committed_total", 0.0),
-                  totals.get("mqbridge_bulks_written_total", 0.0), totals.get("mqbridge_bulk_rows_total", 0.0), buckets)
+                  totals.get("mqbridge_bulks_written_total", 0.0), totals.get("mqbridge_bulk_rows_total", 0.0),
+                  buckets, receipt)
 
 
 def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -419,6 +424,10 @@ def run(args: argparse.Namespace) -> None:
         print(f"(d) put-to-commit at {rate:,.0f} msg/s (half of steady): "
               f"p50 {p50 * 1000:,.0f} ms, p99 {p99 * 1000:,.0f} ms (histogram_quantile over {n:,} messages)"
               if p50 is not None and p99 is not None else "(d) no latency samples")
+        r50 = histogram_quantile(0.5, before.receipt_buckets, after.receipt_buckets)
+        r99 = histogram_quantile(0.99, before.receipt_buckets, after.receipt_buckets)
+        if r50 is not None and r99 is not None:  # without the time in the broker and the prefetch
+            print(f"    receipt-to-commit: p50 {r50 * 1000:,.0f} ms, p99 {r99 * 1000:,.0f} ms")
         print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, "
               f"Spark JVM {usage.peak_jvm / 2**20:,.0f} MB (collector memory {args.collector_memory})")
     finally:

@@ -1,5 +1,5 @@
 """What a committed unit of work reports: its counters (messages committed, deduplicated, moved
-aside, put-to-commit latency) and its log lines."""
+aside, put-to-commit and receipt-to-commit latency) and its log lines."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ def report_committed(counters: Counters, labels: Mapping[str, str], name: str, u
     `backout_log` too (`default_queue`: where a move without a queue of its own went)."""
     returned_ids = {m.msg_id for m in plan.returns}
     now = time.monotonic()
-    counters.observe_many("put_to_commit_seconds", [
-        put_to_commit(m, now) for m in unit.submitted if m.msg_id not in returned_ids], **labels)
+    committed_now = [m for m in unit.submitted if m.msg_id not in returned_ids]
+    counters.observe_many("put_to_commit_seconds", [put_to_commit(m, now) for m in committed_now], **labels)
+    # From the listener's receipt: without the time in the broker and in the connection's prefetch.
+    counters.observe_many("receipt_to_commit_seconds", [now - m.received_monotonic for m in committed_now], **labels)
     committed = len(unit.batch) - len(plan.returns) - len(plan.moves)
     counters.inc("messages_committed", committed, **labels)
     if unit.consumed:

@@ -55,6 +55,8 @@ HELP = {
                                 "(exactly_once = false: they land again)",
     "preprocessor_errors": "Preprocessor failures",
     "put_to_commit_seconds": "Latency from the message's put time to its commit",
+    "receipt_to_commit_seconds": ("Latency from the message's receipt (its listener took it from the source) to its "
+                                  "commit: put_to_commit without the time in the broker and the client's prefetch"),
     "bulk_write_seconds": "Duration of one bulk's executor call (Spark write), by message type",
     "plugin_reloads": "Plugin generations swapped in by hot reload",
     "plugin_reload_failures": "Plugin reloads rejected (the previous generation keeps running)",

@@ -86,6 +86,10 @@ def test_run_bridge_serves_metrics_that_follow_the_work(tmp_path: Path, spark: A
         assert samples[("mqbridge_spark_write_seconds_total", ())] > 0
         assert samples[("mqbridge_put_to_commit_seconds_count", labels)] == 300
         assert samples[("mqbridge_put_to_commit_seconds_bucket", tuple(sorted((*labels, ("le", "+Inf")))))] == 300
+        # from the listener's receipt: every committed message, never longer than from its put
+        assert samples[("mqbridge_receipt_to_commit_seconds_count", labels)] == 300
+        assert (samples[("mqbridge_receipt_to_commit_seconds_sum", labels)]
+                <= samples[("mqbridge_put_to_commit_seconds_sum", labels)])
         assert samples[("mqbridge_process_resident_memory_bytes", ())] > 10e6
         assert samples[("mqbridge_spark_reachable", ())] == 1
         wait_until(lambda: get(url + "/healthz")[0] == 200, 30, "healthy")
