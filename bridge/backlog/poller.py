@@ -6,8 +6,9 @@ It is an observer: its readings go into `/status` ("backlog", by listener label)
 have not seen yet: it then reads again at once and vetoes idleness while a fresh reading is above
 zero, reading again every `RECHECK` seconds meanwhile (a reading taken between the listeners' last
 receive and their commit shows messages that are gone a moment later: waiting for the next
-interval kept a run that had committed everything for up to `backlog_interval`, 30 s by default). A source that cannot tell (a broker plugin not enabled) shows "unknown", never 0, and says
-once in the log how to enable it; a failed read shows unknown until the next one succeeds.
+interval kept a run that had committed everything for up to `backlog_interval`, 30 s by default).
+A source that cannot tell (a broker plugin not enabled) shows "unknown", never 0, and says once in
+the log how to enable it; a failed read shows unknown until the next one succeeds.
 """
 
 from __future__ import annotations
