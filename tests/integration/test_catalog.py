@@ -52,7 +52,7 @@ def read_by_name(tmp_path: Path) -> dict[str, Any]:
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.timeout(600)  # three Spark JVMs with a Hive metastore and two bridge runs: ~65 s on a loaded 2-core machine
+@pytest.mark.timeout(600)  # three Spark JVMs with a Hive metastore and two bridge runs: ~65 s, loaded 2 cores
 def test_landed_tables_are_read_by_name_from_a_hive_metastore(tmp_path: Path, amq: AmqClient) -> None:
     # Given a bridge whose [spark.conf] makes its catalog a Hive metastore, and 300 messages put now
     # (every "now" carries one producer `timestamp`, which ActiveMQ keeps: a run across midnight UTC
