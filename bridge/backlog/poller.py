@@ -4,8 +4,11 @@ on connections of its own (never a listener's), each read bounded by a timeout.
 It is an observer: its readings go into `/status` ("backlog", by listener label), and `run
 --until-idle` asks it (`holds_back_idle`) whether a queue still has messages its idle listeners
 have not seen yet: it then reads again at once and vetoes idleness while a fresh reading is above
-zero. A source that cannot tell (a broker plugin not enabled) shows "unknown", never 0, and says
-once in the log how to enable it; a failed read shows unknown until the next one succeeds.
+zero, reading again every `RECHECK` seconds meanwhile (a reading taken between the listeners' last
+receive and their commit shows messages that are gone a moment later: waiting for the next
+interval kept a run that had committed everything for up to `backlog_interval`, 30 s by default).
+A source that cannot tell (a broker plugin not enabled) shows "unknown", never 0, and says once in
+the log how to enable it; a failed read shows unknown until the next one succeeds.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT = 5.0
 #: The longest `run --until-idle` waits for queues that show messages its idle listeners never get.
 VETO_LIMIT = 30.0
+#: While a fresh reading vetoes idleness: how soon `run --until-idle` asks for the next one.
+RECHECK = 1.0
 
 
 class _SourceProbe:
@@ -161,7 +166,8 @@ class BacklogPoller(Observer):
         messages for others) never hold back; nor, after `VETO_LIMIT` seconds, messages the idle
         listeners are never given (another consumer's, scheduled ones): the run then ends, logged."""
         waiting: list[str] = []
-        stale = False
+        stale = recheck = False
+        now = time.monotonic()
         for label, reading in self.readings().items():
             if label in self._selectors or reading.depth is None or (listeners is not None and label not in listeners):
                 continue
@@ -169,10 +175,10 @@ class BacklogPoller(Observer):
                 stale = True
             elif reading.depth > 0:
                 waiting.append(f"{label}: {reading.depth}")
+                recheck = recheck or now - reading.at >= RECHECK
         if not waiting and not stale:
             self._veto = None
             return False
-        now = time.monotonic()
         if self._veto is None or self._veto[0] != since:
             self._veto = (since, now)
         if now - self._veto[1] > VETO_LIMIT:
@@ -180,7 +186,7 @@ class BacklogPoller(Observer):
                         "ending the run anyway (messages held by another consumer, or not yet deliverable)",
                         VETO_LIMIT, ", ".join(waiting) or "no fresh reading")
             return False
-        if stale:
+        if stale or recheck:
             self._wake.set()  # read again now rather than at the next interval
         return True
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader
 from tests.support.processes import mqbridge, run_until_idle, stomp_config
@@ -25,7 +26,10 @@ pytestmark = pytest.mark.integration
 READER = """
 import json, sys
 from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+builder = SparkSession.builder.master("local[1]")
+if sys.argv[2]:
+    builder = builder.config("spark.driver.extraJavaOptions", sys.argv[2])
+spark = (builder.config("spark.ui.enabled", "false")
          .config("spark.sql.catalogImplementation", "hive")
          .config("spark.sql.warehouse.dir", sys.argv[1] + "/hive-warehouse")
          .config("spark.hadoop.javax.jdo.option.ConnectionURL",
@@ -40,14 +44,15 @@ print(json.dumps({"rows": rows.count(), "distinct": rows.select("msg_id").distin
 
 def read_by_name(tmp_path: Path) -> dict[str, Any]:
     """What a fresh Spark process on the same metastore reads as table `orders`. (The metastore is an
-    embedded Derby database: one process at a time, so the bridge has stopped.)"""
-    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path)], capture_output=True, text=True,
-                            timeout=300)
+    embedded Derby database: one process at a time, so the bridge has stopped.) Its driver maps the
+    tests' class-data archive once it is made, as the bridges do (`tests.support.class_archive`)."""
+    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path), shared_archive.java_options()],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.timeout(600)  # three Spark JVMs with a Hive metastore and two bridge runs: 140 s on a quiet machine
+@pytest.mark.timeout(600)  # three Spark JVMs with a Hive metastore and two bridge runs: ~65 s, loaded 2 cores
 def test_landed_tables_are_read_by_name_from_a_hive_metastore(tmp_path: Path, amq: AmqClient) -> None:
     # Given a bridge whose [spark.conf] makes its catalog a Hive metastore, and 300 messages put now
     # (every "now" carries one producer `timestamp`, which ActiveMQ keeps: a run across midnight UTC

@@ -14,9 +14,10 @@ import psutil
 import pytest
 
 from mqbridge.landing.class_archive import PREFIX, SUFFIX
+from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import read_table
-from tests.support.processes import mqbridge, stomp_config
+from tests.support.processes import ROOT, mqbridge, stomp_config
 
 pytestmark = pytest.mark.integration
 
@@ -34,26 +35,45 @@ def jvm_maps(proc: Any, archive: Path, seen: threading.Event) -> None:
         seen.wait(0.2)
 
 
+def make_archive(tmp_path: Path) -> tuple[Path, Path, int, str]:
+    """`mqbridge spark-archive` over a stale archive of another pyspark or Java in state_dir: the
+    state_dir, the stale archive, the exit code and the output. The run the tests' shared archive
+    came from when this pytest process made it (`tests.support.class_archive`: one 40-90 s dump
+    per session, not two), else a run of its own in `tmp_path`."""
+    shared_archive.start(ROOT)
+    made = shared_archive.made_in_this_process()
+    if made is not None:
+        return made.state, made.stale, made.returncode, made.output
+    config = stomp_config(tmp_path / "maker", "q", spark='master = "local[2]"\nwriter = "spark"')
+    state = tmp_path / "maker" / "state"
+    state.mkdir(mode=0o700)
+    stale = state / f"{PREFIX}000000000000{SUFFIX}"
+    stale.write_bytes(b"old")
+    proc = mqbridge("spark-archive", "--config", str(config))
+    out, _ = proc.communicate(timeout=600)
+    return state, stale, proc.returncode, out
+
+
 def test_the_archive_is_written_private_and_the_next_run_maps_it(tmp_path: Path, spark: Any,
                                                                   amq: AmqClient) -> None:
-    # Given a bridge whose bulks Spark writes, and an archive of another pyspark or Java in its state_dir
+    # Given a bridge's state_dir holding an archive of another pyspark or Java
+    # When the operator makes the archive
+    made_in, stale, returncode, out = make_archive(tmp_path)
+    # Then it is in state_dir, 0600, the stale one and the scratch files are gone
+    assert returncode == 0, out[-4000:]
+    archives = sorted(made_in.glob(f"{PREFIX}*{SUFFIX}"))
+    assert len(archives) == 1 and archives[0] != stale, (archives, out[-2000:])
+    made = archives[0]
+    assert oct(made.stat().st_mode & 0o777) == "0o600" and made.stat().st_size > 10_000_000
+    assert sorted(p.name for p in made_in.iterdir() if p != made) == [], list(made_in.iterdir())
+    assert f"class-data archive written: {made}" in out
+    # (the bridge below, whose bulks Spark writes, gets that archive in its own state_dir)
     q = unique_queue("archive")
     config = stomp_config(tmp_path, q, spark='master = "local[2]"\nwriter = "spark"')
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    stale = state / f"{PREFIX}000000000000{SUFFIX}"
-    stale.write_bytes(b"old")
-    # When the operator makes the archive
-    made = mqbridge("spark-archive", "--config", str(config))
-    out, _ = made.communicate(timeout=600)
-    # Then it is in state_dir, 0600, the stale one and the scratch files are gone
-    assert made.returncode == 0, out[-4000:]
-    archives = sorted(state.glob(f"{PREFIX}*{SUFFIX}"))
-    assert len(archives) == 1 and archives[0] != stale, (archives, out[-2000:])
-    archive = archives[0]
-    assert oct(archive.stat().st_mode & 0o777) == "0o600" and archive.stat().st_size > 10_000_000
-    assert sorted(p.name for p in state.iterdir() if p != archive) == [], list(state.iterdir())
-    assert f"class-data archive written: {archive}" in out
+    archive = state / made.name
+    os.link(made, archive)
     # And when the bridge then runs on 300 messages
     bodies = [f"ca-{i:04d}".encode() * 10 for i in range(300)]
     amq.put_many(q, bodies)

@@ -4,12 +4,15 @@ operator makes it after an install), shared by the bridges the tests start.
 It is kept in `.test-cache/class-archive/` of the checkout (private, ignored by git) under its key
 (pyspark's version and the Java runtime): made once per checkout, and again after an upgrade. When
 it is missing, the first `mqbridge run` of a pytest process starts making it, niced, on a thread of
-its own (about 40 s beside the tests); every `mqbridge run` started after it is ready gets it hard-linked into its
-`state_dir` (`link_into`), so a driver JVM it starts maps it and starts in about half the time
+its own (about 40 s beside the tests); every `mqbridge run`, `purge`, `compact` and `replay` started after it is
+ready gets it hard-linked into its `state_dir` (`link_into`), and a test's own Spark process can map it
+(`java_options`), so a driver JVM it starts maps it and starts in about half the time
 (docs/performance.md). A run started before it is ready, or whose JVM refuses it (another class
 path: a JDBC driver, Hive), starts as without one: the archive changes how fast a JVM starts, never
-what it does. tests/integration/test_class_archive.py makes its own and opts out (`mqbridge(...,
-class_archive=False)`); MQBRIDGE_TEST_CLASS_ARCHIVE=off turns it off for a whole run.
+what it does. tests/integration/test_class_archive.py checks the `mqbridge spark-archive` this
+process ran (`made_in_this_process`), or makes its own when the checkout had one already, and opts
+out of `link_into` (`mqbridge(..., class_archive=False)`); MQBRIDGE_TEST_CLASS_ARCHIVE=off turns
+it off for a whole run.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import tomllib
 
-from mqbridge.landing.class_archive import archive_path
+from mqbridge.landing.class_archive import PREFIX, QUIET, SUFFIX, archive_path
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +35,35 @@ _maker: threading.Thread | None = None
 _ready: list[Path] = []  # the archive, once made
 
 
+class Made:
+    """What this process's `mqbridge spark-archive` did (tests/integration/test_class_archive.py
+    checks it rather than making a second archive): its exit code and output, the state_dir it wrote
+    into, and the archive of another key put there before it ran."""
+
+    def __init__(self, state: Path, stale: Path, returncode: int, output: str) -> None:
+        self.state, self.stale, self.returncode, self.output = state, stale, returncode, output
+
+
+_made: list[Made] = []
+
+
 def _make(root: Path, base: Path) -> None:
-    """Make the archive in `base`/state (the body of the maker thread)."""
+    """Make the archive in `base`/state (the body of the maker thread), over a stale archive of
+    another key, which the command must remove."""
     from tests.support.processes import memory_bridge
 
     config = memory_bridge("archive", writer="spark").set("spark", master="local[2]").write(base / "bridge.toml")
+    state = base / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    stale = state / f"{PREFIX}000000000000{SUFFIX}"
+    stale.write_bytes(b"old")
     with open(base / "spark-archive.log", "wb") as out:
         done = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "mqbridge", "spark-archive",
                                "--config", str(config)],
                               cwd=root, stdout=out, stderr=subprocess.STDOUT, timeout=900, check=False)
-    made = archive_path(base / "state")
+    _made.append(Made(state, stale, done.returncode,
+                      (base / "spark-archive.log").read_text(errors="replace")))
+    made = archive_path(state)
     if done.returncode == 0 and made.is_file():
         _ready.append(made)
     else:  # the tests run as without it; say where to look
@@ -69,6 +91,18 @@ def start(root: Path) -> None:
         _maker.start()
 
 
+def made_in_this_process(timeout: float = 900) -> Made | None:
+    """What the `mqbridge spark-archive` this process started did, once it is done; None when none
+    was started (the checkout had the archive already, or MQBRIDGE_TEST_CLASS_ARCHIVE=off)."""
+    maker = _maker
+    if maker is None or maker.name != "test-class-archive":
+        return None
+    maker.join(timeout)
+    assert not maker.is_alive(), f"the tests' `mqbridge spark-archive` did not finish within {timeout:.0f}s"
+    assert _made, "the tests' `mqbridge spark-archive` thread ended without a result (see the log above)"
+    return _made[0]
+
+
 def link_into(config: Path) -> None:
     """Hard-link the archive, if it is ready, into the `state_dir` of the configuration `config`
     (created 0700 as the bridge would); a configuration that does not parse is left alone (tests
@@ -89,3 +123,9 @@ def link_into(config: Path) -> None:
             os.link(_ready[0], target)
     except OSError as exc:  # another filesystem, a read-only state_dir under test...
         log.debug("no class-data archive for %s: %s", config, exc)
+
+
+def java_options() -> str:
+    """The driver option that maps the archive, once it is ready, for a Spark process a test starts
+    itself (`spark.driver.extraJavaOptions`); "" before."""
+    return f"-XX:SharedArchiveFile={_ready[0]} {QUIET}" if _ready else ""

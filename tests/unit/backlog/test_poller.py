@@ -4,6 +4,7 @@ known number of waiting messages, unknown (never 0) when a read fails, logged on
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mqbridge.backlog import BacklogPoller
-from mqbridge.backlog.poller import _SourceProbe
+from mqbridge.backlog.poller import RECHECK, _SourceProbe
 from mqbridge.listeners.mq.backlog import QueueDepths
 from mqbridge.monitoring.backlog_metrics import BacklogMetrics
 from tests.support.fakes import pymqi_fake
@@ -98,8 +99,16 @@ def test_until_idle_is_held_back_while_a_fresh_reading_shows_messages_and_reads_
     try:
         qm.put_many("ORDERS", [b"late-1", b"late-2"])
         backlog.poll()
-        # A reading after the listeners' last activity that shows messages: not idle
+        # A reading after the listeners' last activity that shows messages: not idle; read again
+        # once it is RECHECK old, not only at the next interval
         assert backlog.holds_back_idle(since=time.monotonic() - 60)
+        assert not backlog._wake.is_set()
+        with backlog._lock:
+            old = backlog._readings[LABEL]
+            backlog._readings[LABEL] = dataclasses.replace(old, at=old.at - RECHECK)
+        assert backlog.holds_back_idle(since=time.monotonic() - 60)
+        assert backlog._wake.is_set()
+        backlog._wake.clear()
         # A reading from before the last activity: not trusted; it asks for a read at once
         assert backlog.holds_back_idle(since=time.monotonic() + 1)
         assert backlog._wake.is_set()
