@@ -13,7 +13,6 @@ own typed configuration section. Source adapters are found by their `kind` strin
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,13 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The GIL switch interval of a running bridge (Python's default is 5 ms). A thread coming back from
-#: a socket (a py4j call's answer, a STOMP frame) waits for the GIL until the thread holding it is
-#: asked to let go after this long: a Spark write makes its py4j calls one after another, and with
-#: two Python threads busy a write of 10,000 rows took 1.97 s at 5 ms and 1.35 s at 1 ms
-#: (docs/performance.md).
-GIL_SWITCH_INTERVAL = 0.001
-
 
 @dataclass
 class App:
@@ -92,7 +84,6 @@ class App:
         """Start, supervise until stopped (or idle for `until_idle` seconds), shut down; the exit
         code: 0 drained, 1 not drained or a listener halted, 2 fatal (configuration)."""
         cfg = self.config
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         log.info("mqbridge %s starting: %s (%d listener threads)", __version__, cfg.path,
                  sum(listener.threads for listener in cfg.listeners))
         for note in plaintext_notes(cfg):  # accepted, but an operator should know
