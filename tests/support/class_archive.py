@@ -12,11 +12,13 @@ path: a JDBC driver, Hive), starts as without one: the archive changes how fast 
 what it does. tests/integration/test_class_archive.py checks the `mqbridge spark-archive` this
 process ran (`made_in_this_process`), or makes its own when the checkout had one already, and opts
 out of `link_into` (`mqbridge(..., class_archive=False)`); MQBRIDGE_TEST_CLASS_ARCHIVE=off turns
-it off for a whole run.
+it off for a whole run. Two pytest processes of one checkout make it one after the other (a lock
+file beside it): the second waits for the first and uses what it made.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import subprocess
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _maker: threading.Thread | None = None
 _ready: list[Path] = []  # the archive, once made
+_made_elsewhere: list[Path] = []  # the archive another pytest process of the checkout made meanwhile
 
 
 class Made:
@@ -48,8 +51,21 @@ _made: list[Made] = []
 
 
 def _make(root: Path, base: Path) -> None:
-    """Make the archive in `base`/state (the body of the maker thread), over a stale archive of
-    another key, which the command must remove."""
+    """Make the archive in `base`/state (the body of the maker thread), once no other pytest
+    process of the checkout is making it (`base`/lock) and unless it made it meanwhile."""
+    with open(base / "lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        made = archive_path(base / "state")
+        if made.is_file():
+            _made_elsewhere.append(made)
+            _ready.append(made)
+            return
+        _make_locked(root, base)
+
+
+def _make_locked(root: Path, base: Path) -> None:
+    """Make the archive in `base`/state over a stale archive of another key, which the command
+    must remove."""
     from tests.support.processes import memory_bridge
 
     config = memory_bridge("archive", writer="spark").set("spark", master="local[2]").write(base / "bridge.toml")
@@ -93,12 +109,15 @@ def start(root: Path) -> None:
 
 def made_in_this_process(timeout: float = 900) -> Made | None:
     """What the `mqbridge spark-archive` this process started did, once it is done; None when none
-    was started (the checkout had the archive already, or MQBRIDGE_TEST_CLASS_ARCHIVE=off)."""
+    was run (the checkout had the archive already, another pytest process made it meanwhile, or
+    MQBRIDGE_TEST_CLASS_ARCHIVE=off)."""
     maker = _maker
     if maker is None or maker.name != "test-class-archive":
         return None
     maker.join(timeout)
     assert not maker.is_alive(), f"the tests' `mqbridge spark-archive` did not finish within {timeout:.0f}s"
+    if _made_elsewhere:  # another pytest process of the checkout made it while this one waited
+        return None
     assert _made, "the tests' `mqbridge spark-archive` thread ended without a result (see the log above)"
     return _made[0]
 
