@@ -27,6 +27,7 @@ import os
 import queue
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -317,13 +318,36 @@ def run(args: argparse.Namespace) -> None:
           f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
           f"bulk {args.bulk_size}, {args.writes_per_type} writes at a time, exactly-once, "
           f"writer {args.writer}, `mqbridge run`")
-    raw_before = acking_reference(broker, args, "before")
+    raw = [acking_reference(broker, args, "before")]
     q0 = f"/queue/bench-auto-{uuid.uuid4().hex[:8]}"
     put(broker, q0, total, args.size)
     limit = auto_ack_consumer(broker, q0, warm, measure, prefetch=min(args.batch, 1000))
     print(f"(a0) auto-ack consumer (limit): {limit:>9,.0f} msg/s  (ack=auto, drops what it gets: the broker's "
           f"dispatch limit here)")
+    # The acking consumer's rate varies from run to run on one machine (6,600-11,600 msg/s in the runs
+    # of docs/performance.md), so it is measured again after each bridge run, and each run is compared
+    # with the measurements before and after it and with their mean. `--repeat` alternates K runs.
+    ratios = []
+    for n in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            print(f"-- round {n} of {args.repeat}")
+        steady = bridge_run(broker, args, raw[-1], limit)
+        raw.append(acking_reference(broker, args, "after"))
+        mean = (raw[-2] + raw[-1]) / 2
+        print(f"ratio (b)/(a) after:            {steady / raw[-1]:>9.2f}")
+        print(f"ratio (b)/mean of (a):          {steady / mean:>9.2f}  (mean of (a) {mean:,.0f} msg/s)")
+        ratios.append(steady / mean)
+    if len(ratios) > 1:
+        print(f"ratio (b)/mean of (a) over {len(ratios)} rounds: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f}; each: {', '.join(f'{r:.2f}' for r in ratios)})")
 
+
+def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limit: float) -> float:
+    """One `mqbridge run` on a fresh queue of W + N messages: (b) its steady rate (returned), (c) its
+    cold start, (d) its latency at half that rate, compared with the acking consumer measured just
+    before (`raw_before`) and the auto-ack limit."""
+    warm, measure = args.warm, args.measure
+    total = warm + measure
     workdir = Path(tempfile.mkdtemp(prefix="mqbridge-steady-"))
     server = None
     cluster = None
@@ -444,13 +468,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"    kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    # The acking consumer's rate varies from run to run on one machine (6,600-11,600 msg/s in the runs
-    # of docs/performance.md), so it is measured again once the bridge has stopped, and the bridge is
-    # compared with both and with their mean.
-    raw_after = acking_reference(broker, args, "after")
-    mean = (raw_before + raw_after) / 2
-    print(f"ratio (b)/(a) after:            {steady / raw_after:>9.2f}")
-    print(f"ratio (b)/mean of (a):          {steady / mean:>9.2f}  (mean of (a) {mean:,.0f} msg/s)")
+    return steady
 
 
 def acking_reference(broker: Broker, args: argparse.Namespace, when: str) -> float:
@@ -466,6 +484,8 @@ def acking_reference(broker: Broker, args: argparse.Namespace, when: str) -> flo
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--mode steady")
+    group.add_argument("--repeat", type=int, default=1, metavar="K",
+                       help="K bridge runs, each followed by the acking consumer again; prints the median ratio")
     group.add_argument("--warm", type=int, default=30_000, help="W: messages committed before timing starts")
     group.add_argument("--measure", type=int, default=60_000, help="N: messages timed after the first W")
     group.add_argument("--broker", default="activemq", choices=("activemq", "rabbitmq"))
