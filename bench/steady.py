@@ -56,6 +56,7 @@ class Sample:
     committed: float
     writes: float
     rows: float
+    write_seconds: float  # the collector's write lane busy: the bulks' executor calls, summed
     latency_buckets: dict[float, float] = field(default_factory=dict)
     receipt_buckets: dict[float, float] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ def read_metrics(url: str) -> Sample:
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return Sample(time.perf_counter(), totals.get("mqbridge_messages_committed_total", 0.0),
                   totals.get("mqbridge_bulks_written_total", 0.0), totals.get("mqbridge_bulk_rows_total", 0.0),
-                  buckets, receipt)
+                  totals.get("mqbridge_bulk_write_seconds_sum", 0.0), buckets, receipt)
 
 
 def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -302,7 +303,9 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
         print(f"    CPU seconds over N ({t_end - t_w:.1f}s wall, {psutil.cpu_count()} cores): "
               + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
         writes = at_end.writes - at_w.writes
-        print(f"    bulk writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows")
+        busy = at_end.write_seconds - at_w.write_seconds
+        print(f"    bulk writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows, "
+              f"{busy / max(writes, 1):.2f} s each; writing {busy / max(at_end.at - at_w.at, 1e-9):.0%} of the time")
         # cold start, from the same fresh process
         half = next((t for (t0, c0), (t, c) in zip(windows, windows[2:], strict=False)
                      if (c - c0) / (t - t0) >= steady / 2), None)

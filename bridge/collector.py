@@ -457,9 +457,24 @@ class BulkCollector:
         Returns how many were delivered."""
         with self._lock:
             calls = [(message, result, self._routes.take(message)) for message, result in pairs]
-        errors = 0
+        # Each handler's results in one call where it takes them so (`UnitResults.many`: a unit's
+        # results in one lock round and one wake-up), in the bulk's order.
+        grouped: dict[int, tuple[ResultHandler, list[tuple[Message, MessageResult]]]] = {}
         for message, result, handlers in calls:
             for handler in handlers:
+                grouped.setdefault(id(handler), (handler, []))[1].append((message, result))
+        errors = 0
+        for handler, results in grouped.values():
+            many = getattr(handler, "many", None)
+            try:
+                if many is not None:
+                    many(results)
+                    continue
+            except Exception:
+                errors += 1
+                log.exception("result handler %r failed for %d messages", handler, len(results))
+                continue
+            for message, result in results:
                 try:
                     handler(message, result)
                 except Exception:

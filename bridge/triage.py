@@ -166,6 +166,9 @@ def match_results(bulk: Bulk, messages: list[Message], results: list[MessageResu
     """Pair each message with its result by msg_id; a message without one gets a retryable
     result (the executor raised, or returned too few / unknown results). Messages sharing a msg_id
     take that id's results in order: executors report in the bulk's order."""
+    if error is None and len(results) == len(messages) and all(
+            r.msg_id == m.msg_id and r.bulk_id for r, m in zip(results, messages, strict=True)):
+        return list(zip(messages, results, strict=True))  # the usual answer: one result per message, in order
     by_id: dict[str, list[MessageResult]] = defaultdict(list)
     for result in results:
         by_id[result.msg_id].append(result)

@@ -64,6 +64,15 @@ class UnitResults:
             if len(self._results) >= self._expected:
                 self._done.set()
 
+    def many(self, results: Sequence[tuple[Message, MessageResult]]) -> None:
+        """Several results at once (one lock round): as many calls would."""
+        with self._lock:
+            for message, result in results:
+                if id(message) in self._mine:
+                    self._results[id(message)] = result
+            if len(self._results) >= self._expected:
+                self._done.set()
+
     def wait(self, timeout: float) -> bool:
         return self._done.wait(timeout)
 

@@ -16,18 +16,49 @@ from pyspark.sql import DataFrame, SparkSession
 
 from mqbridge.landing.rows import SPARK_SCHEMA
 
+#: Spark splits a file scan no finer than this (`spark.sql.files.openCostInBytes`, 4 MB by default):
+#: a handoff file is cut into more than one row group only where each gets at least this much.
+SPLIT_BYTES = 4 << 20
 
-def handoff_file(rows: pa.Table, handoff: Path) -> Path:
+
+def row_groups(nbytes: int, cores: int) -> int:
+    """How many row groups a handoff file of about `nbytes` is written in, so that a driver running
+    `cores` tasks at once reads (and sorts and writes) it in that many tasks: one per core, each of
+    at least SPLIT_BYTES. Measured on the 2-core machine (bulks of 10,000 rows of 1 KB, a warm
+    `local[2]` driver): the Spark job took 0.33-0.36 s in two tasks against 0.58-0.60 s in one,
+    for the same JVM CPU (docs/performance.md)."""
+    return max(1, min(cores, nbytes // SPLIT_BYTES))
+
+
+def scan_cores(spark: SparkSession) -> int:
+    """The tasks the in-process driver runs at once (`local[N]`: N; a cluster: its cores); 1 through
+    Spark Connect, whose server's cores the bridge does not know. Asked once per session."""
+    with _parts_lock:
+        known = _cores.get(id(spark))
+        if known is not None and known[0] is spark:
+            return known[1]
+    try:
+        cores = max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        cores = 1
+    with _parts_lock:
+        _cores[id(spark)] = (spark, cores)
+    return cores
+
+
+def handoff_file(rows: pa.Table, handoff: Path, groups: int = 1) -> Path:
     """`rows` as an uncompressed Parquet file under `handoff` (a directory under the table's
-    `_staging`, which the caller removes after the write); its path."""
+    `_staging`, which the caller removes after the write), in `groups` row groups of equal rows
+    (a scan gives each its own task where the file is large enough to split: `row_groups`); its path."""
     handoff.mkdir(parents=True, exist_ok=True)
     path = handoff / "rows.parquet"
-    pq.write_table(rows, path, compression="none", use_dictionary=False, store_schema=False)
+    size = max(1, -(-rows.num_rows // max(1, groups)))
+    pq.write_table(rows, path, compression="none", use_dictionary=False, store_schema=False, row_group_size=size)
     return path
 
 
-def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path) -> DataFrame:
-    """The bulk's rows as a DataFrame, read from the handoff file (`handoff_file`).
+def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path, groups: int = 1) -> DataFrame:
+    """The bulk's rows as a DataFrame, read from the handoff file (`handoff_file`, in `groups` row groups).
 
     In-process Spark: `createDataFrame` would ship the rows inside the task instead ("task of very
     large size"): the JVM then deserialises and copies every row, ~3x its CPU per write on 16,000
@@ -37,7 +68,7 @@ def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path) -> DataFrame:
     1 KB against 0.45-0.58 s reading the same rows from the file (docs/performance.md). The server
     sees the file: `handoff` is in the warehouse, which the server writes the bulk's staged files
     to and the bridge publishes them from, so both must see it at the same path already."""
-    path = handoff_file(rows, handoff)
+    path = handoff_file(rows, handoff, groups)
     # With the schema given, Spark plans the read without opening the file's footer first.
     return spark.read.schema(SPARK_SCHEMA).parquet(str(path))
 
@@ -55,6 +86,7 @@ class _JavaParts:
 
 
 _parts: dict[int, _JavaParts] = {}
+_cores: dict[int, tuple[SparkSession, int]] = {}
 _parts_lock = threading.Lock()
 
 
@@ -83,19 +115,30 @@ def _java_parts(spark: SparkSession, sort: Sequence[str], options: Mapping[str, 
 
 
 def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *, mode: str, tasks: int,
-              sort: Sequence[str], options: Mapping[str, str]) -> Callable[[], object]:
+              sort: Sequence[str], options: Mapping[str, str], groups: int = 1) -> Callable[[], object]:
     """The Spark job that writes a raw bulk's `rows` (with their `_row` column) to `target`,
-    partitioned by put_date and sorted by `sort` within each of `tasks` tasks, built from the
-    in-process driver's Java objects; calling it runs the job.
+    partitioned by put_date and sorted by `sort` within each task, built from the in-process
+    driver's Java objects; calling it runs the job. `tasks` > 1: spread over that many tasks by a
+    shuffle (a bulk of more than FILE_BYTES); else one task per row group of the handoff file
+    (`groups`, see `row_groups`).
 
     The same plan as `bulk_frame` and the DataFrame API would build, in 9 py4j calls instead of
     about 80. Each call's answer must wait for the GIL, which the listener threads keep busy: with
     two Python threads busy, a write of 10,000 rows of 1 KB took 1.97 s through the DataFrame API
     and 1.10 s this way (docs/performance.md)."""
     parts = _java_parts(spark, sort, options)
-    path = handoff_file(rows, handoff)
+    path = handoff_file(rows, handoff, 1 if tasks > 1 else groups)
     jdf = parts.session.read().schema(parts.schema).format("parquet").load(str(path)).drop("_row")
-    jdf = jdf.repartition(tasks) if tasks > 1 else jdf.coalesce(1)
+    jdf = partitioned(jdf, tasks, groups)
     writer = jdf.sortWithinPartitions(sort[0], parts.sort_rest).write().options(parts.options)
     writer = writer.partitionBy(parts.partition).mode(mode)
     return lambda: writer.parquet(target)
+
+
+def partitioned(df: Any, tasks: int, groups: int) -> Any:
+    """`df` (a DataFrame, or its Java object) read from a handoff file in `groups` row groups, in
+    the partitions its write runs as: `tasks` (> 1) by a shuffle, else one per row group (the
+    scan's own splits), or one for a file of one row group (a scan may split even that)."""
+    if tasks > 1:
+        return df.repartition(tasks)
+    return df if groups > 1 else df.coalesce(1)

@@ -50,6 +50,8 @@ class PostgresLedger(Ledger):
 
     HOLDING = ("FROM unnest(?::text[]) AS j(value) JOIN identities AS i ON i.identity = j.value "
                "JOIN bulks AS b ON b.bulk_id = i.bulk_id WHERE b.state = ?")
+    INSERT_IDENTITIES = ("INSERT INTO identities (identity, bulk_id) "
+                         "SELECT j.value, ? FROM unnest(?::text[]) AS j(value)")
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
                    "ON CONFLICT (key) DO UPDATE SET value = (CAST(meta.value AS INTEGER) + 1)::text")
 

@@ -70,6 +70,7 @@ class SqliteLedger(Ledger):
     """The ledger in one SQLite file; see the module docstring."""
 
     HOLDING = _HOLDING
+    INSERT_IDENTITIES = "INSERT INTO identities (identity, bulk_id) SELECT j.value, ? FROM json_each(?) AS j"
     ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,)
     TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "

@@ -6,6 +6,7 @@ one file per put_date and task, each ordered by put_timestamp. A real local Spar
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,50 @@ def test_raw_write_writes_what_the_dataframe_api_writes(spark: Any, tmp_path: Pa
     # and the file has the landed schema: no `_row`, dictionary-free bodies
     part = next((tmp_path / "raw").glob("put_date=*/*.parquet"))
     assert "_row" not in pq.read_schema(part).names
+
+
+def big_bulk(n: int) -> Bulk:
+    """`n` messages of 1 KB (distinct bodies) on one date, the later the message the earlier its put time."""
+    bulk = Bulk("orders")
+    start = dt.datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    for i in range(n):
+        bulk.add(Message(msg_id=f"ID:{i}", body=os.urandom(512).hex().encode(), source="amq",
+                         destination="/queue/orders", put_timestamp=start - dt.timedelta(milliseconds=i)))
+    return bulk
+
+
+def test_row_groups_give_each_core_a_task_of_at_least_split_bytes() -> None:
+    assert handoff.row_groups(0, 2) == 1
+    assert handoff.row_groups(handoff.SPLIT_BYTES * 2 - 1, 2) == 1  # two halves would be under SPLIT_BYTES
+    assert handoff.row_groups(handoff.SPLIT_BYTES * 2, 2) == 2
+    assert handoff.row_groups(handoff.SPLIT_BYTES * 100, 2) == 2  # never more than the cores
+    assert handoff.row_groups(handoff.SPLIT_BYTES * 3, 8) == 3
+    assert handoff.row_groups(handoff.SPLIT_BYTES * 100, 1) == 1
+
+
+@pytest.mark.parametrize("plan", ["raw_write", "dataframe"])
+def test_a_bulk_of_two_splits_is_written_by_two_tasks_each_file_sorted(spark: Any, tmp_path: Path,
+                                                                       plan: str) -> None:
+    # Given a bulk of 9,000 rows of 1 KB on local[2]: its handoff file in two row groups
+    bulk = big_bulk(9_000)
+    groups = handoff.row_groups(sum(len(m.body) for m in bulk.messages), handoff.scan_cores(spark))
+    assert (handoff.scan_cores(spark), groups) == (2, 2)
+    rows = arrow_table(bulk, list(range(len(bulk.messages))))
+    target = tmp_path / "t"
+    # When it is written (the raw plan from Java objects, or the DataFrame API's, as typed types do)
+    if plan == "raw_write":
+        handoff.raw_write(spark, rows, tmp_path / "h", str(target), mode="overwrite", tasks=1, sort=SORT_COLUMNS,
+                          options=WRITE_OPTIONS, groups=groups)()
+    else:
+        df = handoff.partitioned(handoff.bulk_frame(spark, rows, tmp_path / "h", groups).drop("_row"), 1, groups)
+        assert df.rdd.getNumPartitions() == 2
+        df.sortWithinPartitions(*SORT_COLUMNS).write.partitionBy("put_date").mode("overwrite").parquet(str(target))
+    # Then two tasks wrote a file each, together every row once, each file ordered by put time
+    files = files_by_date(target)["put_date=2026-11-25"]
+    assert len(files) == 2 and all(files)
+    assert sorted(sum(files, [])) == sorted(m.msg_id for m in bulk.messages)
+    for ids in files:
+        assert ids == sorted(ids, key=lambda msg_id: -int(msg_id[3:]))  # later message, earlier put
 
 
 def test_the_java_parts_are_made_once_per_session(spark: Any, tmp_path: Path) -> None:
