@@ -13,6 +13,7 @@ import pytest
 from mqbridge.collector import BulkCollector
 from mqbridge.errors import CollectorClosedError
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
+from mqbridge.unit_plan import UnitResults
 from tests.support.collector import (
     DEADLINE,
     Concurrency,
@@ -251,6 +252,40 @@ def test_a_raising_handler_does_not_break_the_others(make: Factory, caplog: pyte
         wait_until(lambda: collector.stats().messages == 0, DEADLINE, "an empty collector")
     assert collector.stats().handler_errors == 2 and collector.stats().bytes == 0
     assert "observer bug" in caplog.text
+
+
+def test_unit_results_take_a_bulk_of_results_in_one_call_and_a_raising_one_releases_its_messages(
+        make: Factory, caplog: pytest.LogCaptureFixture) -> None:
+    collector, _ = make(("a",))
+    # Given a unit's waiter, which takes its results in one call per bulk
+    first, second = msg("m1"), msg("m2")
+    unit = UnitResults([first, second])
+    unit.many([(msg("m1"), MessageResult.success("m1"))])  # another delivery with the same msg_id: not ours
+    assert not unit.wait(0) and unit.get(first) is None
+    collector.submit(first, unit)
+    collector.submit(second, unit)
+    collector.flush()
+    # Then both results arrive together
+    assert unit.wait(DEADLINE) and unit.get(first) is not None and unit.get(second) is not None
+
+    # And a handler whose `many` raises is counted, its messages released, the next bulk unaffected
+    class Broken:
+        def many(self, results: list[tuple[Message, MessageResult]]) -> None:
+            raise ValueError("many bug")
+
+        def __call__(self, message: Message, result: MessageResult) -> None:
+            raise AssertionError("not called: `many` takes them")
+
+    with caplog.at_level(logging.ERROR, logger="mqbridge.collector"):
+        collector.submit(msg("m3"), Broken())
+        collector.flush()
+        wait_until(lambda: collector.stats().messages == 0, DEADLINE, "an empty collector")
+    assert collector.stats().handler_errors == 1 and "many bug" in caplog.text
+    fourth = msg("m4")
+    after = UnitResults([fourth])
+    collector.submit(fourth, after)
+    collector.flush()
+    assert after.wait(DEADLINE) and after.get(fourth) is not None
 
 
 def test_two_deliveries_with_one_msg_id_each_get_their_own_result(make: Factory) -> None:

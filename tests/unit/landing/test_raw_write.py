@@ -14,9 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from mqbridge import failpoints
+from mqbridge.config import TypeConfig
+from mqbridge.counters import Counters
 from mqbridge.landing import handoff
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger import owner_id
+from mqbridge.landing.ledger.sqlite import SqliteLedger
 from mqbridge.landing.containers import SORT_COLUMNS
-from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS
+from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, SparkExecutor
 from mqbridge.landing.rows import arrow_table
 from mqbridge.message import Bulk, Message
 
@@ -115,6 +120,31 @@ def test_a_bulk_of_two_splits_is_written_by_two_tasks_each_file_sorted(spark: An
     assert sorted(sum(files, [])) == sorted(m.msg_id for m in bulk.messages)
     for ids in files:
         assert ids == sorted(ids, key=lambda msg_id: -int(msg_id[3:]))  # later message, earlier put
+
+
+def test_a_bulk_written_by_two_tasks_lands_exactly_once_through_the_ledger(spark: Any, tmp_path: Path) -> None:
+    # Given an exactly-once executor and a bulk of 9,000 rows of 1 KB (two tasks on local[2])
+    ledger = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
+                      warehouse=tmp_path)
+    executor = SparkExecutor(spark, tmp_path, "orders", TypeConfig(table="orders"), landing=landing)
+    bulk = big_bulk(9_000)
+    try:
+        # When it is executed
+        results = executor.execute(bulk)
+    finally:
+        landing.close()
+    # Then every message landed once, in two files the ledger published, and nothing is left staged
+    assert [r.msg_id for r in results if r.ok] == [m.msg_id for m in bulk.messages]
+    assert len(list(executor.path.glob("put_date=*/*.parquet"))) == 2
+    rows = spark.read.parquet(str(executor.path)).select("msg_id").collect()
+    assert sorted(r.msg_id for r in rows) == sorted(m.msg_id for m in bulk.messages)
+    assert not list((executor.path / "_staging").rglob("*.parquet"))
+    reopened = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner=owner_id())
+    try:
+        assert reopened.published([m.msg_id for m in bulk.messages]) == {m.msg_id for m in bulk.messages}
+    finally:
+        reopened.close()
 
 
 def test_the_java_parts_are_made_once_per_session(spark: Any, tmp_path: Path) -> None:
