@@ -17,11 +17,11 @@ from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing import handoff
+from mqbridge.landing.containers import SORT_COLUMNS
+from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.ledger.sqlite import SqliteLedger
-from mqbridge.landing.containers import SORT_COLUMNS
-from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, SparkExecutor
 from mqbridge.landing.rows import arrow_table
 from mqbridge.message import Bulk, Message
 
