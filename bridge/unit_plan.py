@@ -57,18 +57,13 @@ class UnitResults:
             self._done.set()
 
     def __call__(self, message: Message, result: MessageResult) -> None:
-        with self._lock:
-            if id(message) not in self._mine:
-                return  # the same msg_id, delivered to another unit
-            self._results[id(message)] = result
-            if len(self._results) >= self._expected:
-                self._done.set()
+        self.many(((message, result),))
 
     def many(self, results: Sequence[tuple[Message, MessageResult]]) -> None:
-        """Several results at once (one lock round): as many calls would."""
+        """Several results at once (one lock round: the collector hands a unit its results of a bulk so)."""
         with self._lock:
             for message, result in results:
-                if id(message) in self._mine:
+                if id(message) in self._mine:  # else the same msg_id, delivered to another unit
                     self._results[id(message)] = result
             if len(self._results) >= self._expected:
                 self._done.set()
