@@ -59,6 +59,7 @@ class Sample:
     write_seconds: float  # the collector's write lane busy: the bulks' executor calls, summed
     latency_buckets: dict[float, float] = field(default_factory=dict)
     receipt_buckets: dict[float, float] = field(default_factory=dict)
+    flushed: dict[str, float] = field(default_factory=dict)  # bulks closed, by the collector's reason
 
 
 def read_metrics(url: str) -> Sample:
@@ -67,17 +68,20 @@ def read_metrics(url: str) -> Sample:
     totals: dict[str, float] = {}
     buckets: dict[float, float] = {}
     receipt: dict[float, float] = {}
+    flushed: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in ("mqbridge_put_to_commit_seconds_bucket", "mqbridge_receipt_to_commit_seconds_bucket"):
                 into = buckets if sample.name.startswith("mqbridge_put") else receipt
                 bound = float(sample.labels["le"])
                 into[bound] = into.get(bound, 0.0) + sample.value
+            elif sample.name == "mqbridge_bulks_flushed_total":
+                flushed[sample.labels["reason"]] = sample.value
             else:
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return Sample(time.perf_counter(), totals.get("mqbridge_messages_committed_total", 0.0),
                   totals.get("mqbridge_bulks_written_total", 0.0), totals.get("mqbridge_bulk_rows_total", 0.0),
-                  totals.get("mqbridge_bulk_write_seconds_sum", 0.0), buckets, receipt)
+                  totals.get("mqbridge_bulk_write_seconds_sum", 0.0), buckets, receipt, flushed)
 
 
 def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -164,6 +168,7 @@ queue = "{destination}"
 threads = {args.threads}
 batch = {args.batch}
 in_flight = {args.in_flight}
+{f"prefetch = {args.prefetch}" if args.prefetch else ""}
 wait = "200ms"
 message_type = "bench"
 backout_queue = "{destination}.backout"
@@ -306,6 +311,13 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
         busy = at_end.write_seconds - at_w.write_seconds
         print(f"    bulk writes over N: {writes:.0f}, mean {(at_end.rows - at_w.rows) / max(writes, 1):,.0f} rows, "
               f"{busy / max(writes, 1):.2f} s each; writing {busy / max(at_end.at - at_w.at, 1e-9):.0%} of the time")
+        closed = {k: v - at_w.flushed.get(k, 0.0) for k, v in at_end.flushed.items()}
+        print("    bulks closed over N, by reason: "
+              + (", ".join(f"{k} {v:.0f}" for k, v in sorted(closed.items()) if v) or "none"))
+        s50 = histogram_quantile(0.5, at_w.receipt_buckets, at_end.receipt_buckets)
+        s99 = histogram_quantile(0.99, at_w.receipt_buckets, at_end.receipt_buckets)
+        if s50 is not None and s99 is not None:  # Little's law: the messages in flight over this time
+            print(f"    receipt-to-commit over N: p50 {s50 * 1000:,.0f} ms, p99 {s99 * 1000:,.0f} ms")
         # cold start, from the same fresh process
         half = next((t for (t0, c0), (t, c) in zip(windows, windows[2:], strict=False)
                      if (c - c0) / (t - t0) >= steady / 2), None)
@@ -375,6 +387,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
+    group.add_argument("--prefetch", type=int, default=None,
+                       help="[[listeners]] prefetch: messages the broker sends each connection ahead (default: batch)")
     group.add_argument("--type-latency", default=None, metavar="DURATION",
                        help="[types.bench] latency (the product's default when not given)")
     group.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",

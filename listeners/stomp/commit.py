@@ -227,12 +227,8 @@ class Transaction:
     def _ack(self, messages: Sequence[Message]) -> None:
         """ACK `messages`. Outside a transaction (receipted) the last ACK asks for a receipt: a
         broker answers one connection's frames in order, so it confirms every ACK before it."""
-        connection, tx = self.connection, self.tx
-        receipt = None if tx is not None else f"ack-{uuid.uuid4().hex}"
-        for i, message in enumerate(messages, 1):
-            rid = receipt if i == len(messages) else None
-            connection.guard(lambda m=message, r=rid: connection.conn.ack(m.token, transaction=tx, receipt=r),
-                             "ack")
+        receipt = None if self.tx is not None or not messages else f"ack-{uuid.uuid4().hex}"
+        self.connection.ack([m.token for m in messages], self.tx, receipt)
         if receipt is not None:
             self._confirm({receipt: None})
 

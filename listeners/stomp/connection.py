@@ -25,7 +25,7 @@ from mqbridge.errors import (
     SourceTLSError,
     SubscriptionInUseError,
 )
-from mqbridge.listeners.stomp.frames import Frames, drop
+from mqbridge.listeners.stomp.frames import Frames, ack_frames, drop
 from mqbridge.listeners.stomp.tls import diagnose as tls_diagnose
 from mqbridge.message import Message
 
@@ -209,6 +209,13 @@ class Connection:
             return call()
         except self._driver_errors as exc:
             raise SourceConnectionError(f"STOMP {what} on {self.destination} failed: {exc}") from exc
+
+    def ack(self, tokens: Sequence[str], tx: str | None, receipt: str | None) -> None:
+        """ACK `tokens` (in transaction `tx`, if any; the last asking for `receipt`) in one socket
+        write (`frames.ack_frames`); heartbeats and other frames on the connection keep their order."""
+        if tokens:
+            data = ack_frames(tokens, tx, receipt)
+            self.guard(lambda: self.conn.transport.send(data), "ack")
 
     def send(self, destination: str, body: bytes, headers: dict[str, str], tx: str | None, what: str) -> str:
         """SEND, in transaction `tx` if any, asking for a receipt; the receipt id."""

@@ -252,14 +252,14 @@ class StompHarness(Harness):
         # The adapter SENDs (moves, copies given back) and waits for their receipts before it ACKs
         # (RabbitMQ, which answers a transaction's frames only at COMMIT, holds them until then):
         # a cut at the first ACK lands inside the transaction.
-        conn = source._connection.conn  # type: ignore[attr-defined]
-        ack = conn.ack
+        connection = source._connection  # type: ignore[attr-defined]
+        ack = connection.ack  # the unit's ACK frames, in one write
 
         def cut_then_ack(*args: Any, **kwargs: Any) -> Any:
             self.cut(source)
             return ack(*args, **kwargs)
 
-        conn.ack = cut_then_ack
+        connection.ack = cut_then_ack
 
     def close(self) -> None:
         for src in self.sources:
