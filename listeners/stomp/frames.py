@@ -41,9 +41,10 @@ def ack_frames(ids: Sequence[str], transaction: str | None, receipt: str | None 
     """The STOMP 1.2 ACK frames of `ids` (in `transaction`, if any; the last one asking for
     `receipt`, if any) as one buffer, for one socket write.
 
-    stomp.py sends each frame by its own `sendall`, and each lets go of the GIL: a unit's 1,000
-    ACKs cost the listener thread 11–18 ms of CPU and up to 1,000 waits for the GIL, which the
-    collector's writer and the other listeners hold meanwhile; one buffer costs about 1.4 ms."""
+    With `ack_mode = "individual"` a unit's every message is acknowledged (cumulative mode sends one
+    ACK). stomp.py sends each frame by its own `sendall`, and each lets go of the GIL: 1,000 ACKs
+    cost the listener thread 11–18 ms of CPU and up to 1,000 waits for the GIL, which the collector's
+    writer and the other listeners hold meanwhile; one buffer costs about 1.4 ms (ActiveMQ, measured)."""
     tail = b"" if transaction is None else b"transaction:" + _escape(transaction) + b"\n"
     frames = [b"ACK\nid:" + _escape(i) + b"\n" + tail + b"\n\x00" for i in ids]
     if receipt is not None and frames:
