@@ -212,10 +212,13 @@ class Connection:
 
     def ack(self, tokens: Sequence[str], tx: str | None, receipt: str | None) -> None:
         """ACK `tokens` (in transaction `tx`, if any; the last asking for `receipt`) in one socket
-        write (`frames.ack_frames`); heartbeats and other frames on the connection keep their order."""
+        write (`frames.ack_frames`), through stomp.py's own `transmit`: its lock, its heartbeat clock,
+        and on TLS its I/O thread, which alone may write to the (non-blocking) socket. A frame without
+        a command goes out as an EOL, which STOMP reads as a heartbeat, followed by its body: here the
+        ACK frames."""
         if tokens:
-            data = ack_frames(tokens, tx, receipt)
-            self.guard(lambda: self.conn.transport.send(data), "ack")
+            batch = self._stomp.utils.Frame("", {}, ack_frames(tokens, tx, receipt))
+            self.guard(lambda: self.conn.transport.transmit(batch), "ack")
 
     def send(self, destination: str, body: bytes, headers: dict[str, str], tx: str | None, what: str) -> str:
         """SEND, in transaction `tx` if any, asking for a receipt; the receipt id."""
