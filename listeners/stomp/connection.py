@@ -25,7 +25,7 @@ from mqbridge.errors import (
     SourceTLSError,
     SubscriptionInUseError,
 )
-from mqbridge.listeners.stomp.frames import Frames, ack_frames, drop
+from mqbridge.listeners.stomp.frames import MQBRIDGE_LISTENER, Frames, ack_frames, deliver_messages_directly, drop
 from mqbridge.listeners.stomp.tls import diagnose as tls_diagnose
 from mqbridge.message import Message
 
@@ -151,7 +151,8 @@ class Connection:
             conn.set_ssl(for_hosts=[(cfg.host, cfg.port)], key_file=_str(cfg.key_file),
                          cert_file=_str(cfg.cert_file), ca_certs=_str(cfg.ca_certs))
         self.frames = Frames()
-        conn.set_listener("mqbridge", self.frames)
+        conn.set_listener(MQBRIDGE_LISTENER, self.frames)
+        deliver_messages_directly(conn, self.frames)
         return conn
 
     def subscribe(self, deadline: float | None = None) -> None:

