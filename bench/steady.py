@@ -17,12 +17,15 @@ CLI), its progress read from its own /metrics.
    (from the listener taking the message: without its time in the broker and the client's prefetch).
 
 Also printed: CPU seconds of the broker, the bridge's Python and its Spark JVM over the timed N,
-Spark writes and their mean rows, and the peak resident memory of the bridge (Python and JVM apart).
+Spark writes, their mean rows and time and why their bulks closed, receipt-to-commit over N, and the
+peak resident memory of the bridge (Python and JVM apart). `--time-steps` also splits each write of
+the N into its steps (Arrow table, plan and handoff file, Spark job, landing) inside the bridge.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import statistics
@@ -177,6 +180,33 @@ identity = "{args.identity}"
     return path
 
 
+#: `--time-steps`: the directory whose sitecustomize times the child's write steps.
+STEPS_DIR = Path(__file__).resolve().parent / "steps"
+
+
+def write_steps(workdir: Path, start: float, end: float) -> str:
+    """The mean wall time of each step of the writes that started between `start` and `end`
+    (perf_counter, the same clock in the child), from the lines bench/steps/sitecustomize.py wrote."""
+    spent: dict[str, float] = {}
+    for path in workdir.glob("steps.*"):
+        for line in path.read_text().splitlines():
+            step, at, seconds = line.split()[:3]
+            if start <= float(at) <= end:
+                spent[step] = spent.get(step, 0.0) + float(seconds)
+    writes = sum(1 for path in workdir.glob("steps.*") for line in path.read_text().splitlines()
+                 if line.startswith("write ") and start <= float(line.split()[1]) <= end)
+    if not writes:
+        return "    a write's steps over N: no write started within N"
+    mean = {k: v / writes for k, v in spent.items()}
+    rest = mean.get("write", 0.0) - sum(mean.get(k, 0.0) for k in ("arrow", "plan", "job", "land"))
+    return (f"    a write's steps over N (mean of {writes}): {mean.get('write', 0.0):.2f} s = Arrow table "
+            f"{mean.get('arrow', 0.0):.2f} + plan {mean.get('plan', 0.0):.2f} (handoff file "
+            f"{mean.get('handoff', 0.0):.2f}) + Spark job {mean.get('job', 0.0):.2f} + landing "
+            f"{mean.get('land', 0.0):.2f} (footers {mean.get('footers', 0.0):.2f}, prepare "
+            f"{mean.get('prepare', 0.0):.2f}, publish {mean.get('publish', 0.0):.2f}, mark published "
+            f"{mean.get('mark', 0.0):.2f}) + the rest {rest:.2f}")
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, tick: Callable[[], None]) -> None:
     deadline = time.perf_counter() + timeout
     while not condition():
@@ -268,10 +298,14 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
         subprocess.run([sys.executable, "-m", "mqbridge", "spark-archive", "--config", str(config)], cwd=workdir,
                        check=True, stdout=subprocess.DEVNULL)
         print(f"mqbridge spark-archive: {time.perf_counter() - made:.0f}s (before the run; not counted)")
+    env = dict(os.environ)
+    if args.time_steps:  # bench/steps/sitecustomize.py times each write's steps in the child
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STEPS_DIR), env.get("PYTHONPATH", "")) if p)
+        env["MQBRIDGE_BENCH_STEPS"] = str(workdir / "steps")
     started = time.perf_counter()
     with open(workdir / "bridge.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=workdir,
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         usage = Usage(psutil.Process(proc.pid), broker.process(),
                       (lambda: [psutil.Process(server.pid())]) if server is not None
@@ -314,6 +348,8 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
         closed = {k: v - at_w.flushed.get(k, 0.0) for k, v in at_end.flushed.items()}
         print("    bulks closed over N, by reason: "
               + (", ".join(f"{k} {v:.0f}" for k, v in sorted(closed.items()) if v) or "none"))
+        if args.time_steps:
+            print(write_steps(workdir, at_w.at, at_end.at))
         s50 = histogram_quantile(0.5, at_w.receipt_buckets, at_end.receipt_buckets)
         s99 = histogram_quantile(0.99, at_w.receipt_buckets, at_end.receipt_buckets)
         if s50 is not None and s99 is not None:  # Little's law: the messages in flight over this time
@@ -387,6 +423,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[[listeners]] identity: auto (RabbitMQ: stamp, a second pass through the broker), "
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
+    group.add_argument("--time-steps", action="store_true",
+                       help="split each write of N into its steps, timed in the bridge (bench/steps)")
     group.add_argument("--prefetch", type=int, default=None,
                        help="[[listeners]] prefetch: messages the broker sends each connection ahead (default: batch)")
     group.add_argument("--type-latency", default=None, metavar="DURATION",
