@@ -207,6 +207,56 @@ def write_steps(workdir: Path, start: float, end: float) -> str:
             f"{mean.get('mark', 0.0):.2f}) + the rest {rest:.2f}")
 
 
+def unit_steps(workdir: Path, start: float, end: float) -> str:
+    """Where a unit of work's time goes, for the units read between `start` and `end`: its read, its
+    hand-over, the collector and the write until its last result (ready), the wait for the listener
+    to come to it, and its finish; then the share of the listener threads' time in each step, and
+    why bulks closed (mean rows and age of the oldest message). From bench/steps/sitecustomize.py."""
+    rows = [line.split() for path in workdir.glob("steps.*") for line in path.read_text().splitlines()]
+    by_id: dict[str, dict[str, tuple[float, float]]] = {}
+    receives: dict[str, list[tuple[float, float]]] = {}
+    busy: dict[str, dict[str, float]] = {}
+    closes: dict[str, list[tuple[int, float]]] = {}
+    for step, at, seconds, _cpu, thread, *detail in rows:
+        t0, dt = float(at), float(seconds)
+        if not start <= t0 <= end:
+            continue
+        if step in ("receive", "process", "finish", "await", "commit"):
+            spent = busy.setdefault(thread, {})
+            spent[step] = spent.get(step, 0.0) + dt
+        if step == "receive" and detail and int(detail[0]):
+            receives.setdefault(thread, []).append((t0, dt))
+        if step in ("submit", "ready", "finish") and detail:
+            by_id.setdefault(detail[0], {})[step] = (t0, dt)
+        if step == "close" and len(detail) == 3:
+            closes.setdefault(detail[0], []).append((int(detail[1]), float(detail[2])))
+    units = [u for u in by_id.values() if len(u) == 3]
+    if not units or not busy:
+        return "    a unit's steps over N: no unit finished within N"
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+    # ids are reused once a results object is freed: only triples in order count
+    units = [u for u in units if u["submit"][0] <= u["ready"][0] and u["submit"][0] <= u["finish"][0]]
+    to_ready = mean([u["ready"][0] - (u["submit"][0] + u["submit"][1]) for u in units])
+    lag = mean([max(0.0, u["finish"][0] - u["ready"][0]) for u in units])
+    early = mean([max(0.0, u["ready"][0] - u["finish"][0]) for u in units])
+    finish_after = mean([u["finish"][0] + u["finish"][1] - max(u["ready"][0], u["finish"][0]) for u in units])
+    wall = end - start
+    share = {step: mean([spent.get(step, 0.0) / wall for spent in busy.values()])
+             for step in ("receive", "process", "finish", "await", "commit")}
+    reads = [dt for values in receives.values() for _t, dt in values]
+    text = (f"    a unit over N (mean of {len(units)}): read {mean(reads):.3f} s, submitted to its last result "
+            f"{to_ready:.3f} s, result to the listener taking it {lag:.3f} s (listener waiting {early:.3f} s), "
+            f"from then to committed {finish_after:.3f} s\n"
+            f"    listener threads ({len(busy)}) over N: receive {share['receive']:.0%}, process "
+            f"{share['process']:.0%}, finish {share['finish']:.0%} (of it waiting for results "
+            f"{share['await']:.0%}, commit {share['commit']:.0%})\n"
+            "    bulks closed over N (rows, oldest message's age): "
+            + ", ".join(f"{reason} {len(v)} ({mean([r for r, _ in v]):,.0f}, {mean([a for _, a in v]):.2f} s)"
+                        for reason, v in sorted(closes.items())))
+    return text
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, tick: Callable[[], None]) -> None:
     deadline = time.perf_counter() + timeout
     while not condition():
@@ -350,6 +400,7 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
               + (", ".join(f"{k} {v:.0f}" for k, v in sorted(closed.items()) if v) or "none"))
         if args.time_steps:
             print(write_steps(workdir, at_w.at, at_end.at))
+            print(unit_steps(workdir, at_w.at, at_end.at))
         s50 = histogram_quantile(0.5, at_w.receipt_buckets, at_end.receipt_buckets)
         s99 = histogram_quantile(0.99, at_w.receipt_buckets, at_end.receipt_buckets)
         if s50 is not None and s99 is not None:  # Little's law: the messages in flight over this time

@@ -15,6 +15,10 @@ Flush conditions (each counted in `CollectorStats.flushed` under its reason):
   growing (group commit) and is taken as soon as the write ends;
 - ``shutdown`` (or any reason given to `flush`): explicit requests.
 
+A listener hands a unit of work over whole (`submit_unit`), under one hold of the lock: only a
+fixed limit (size, memory, count) closes a bulk within a unit, so a unit's results come from one
+write and its commit never waits for the next write as well.
+
 Forwarded bulks wait in a FIFO to-be-processed list. At most `writes_per_type` bulks of one message
 type execute at a time (default 1): their Spark jobs stage into private
 directories and overlap, so one bulk's Python work (its Arrow table, its handoff file) and its Spark
@@ -39,7 +43,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from mqbridge import triage
@@ -49,7 +53,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.identity import answers_to
 from mqbridge.message import Bulk, Message, MessageResult
-from mqbridge.result_routes import ResultHandler, ResultRoutes
+from mqbridge.result_routes import ResultHandler, ResultRoutes, call_handlers
 from mqbridge.sizing import TypeSizer
 
 log = logging.getLogger(__name__)
@@ -203,27 +207,48 @@ class BulkCollector:
         CollectorClosedError when closed or when `stop` is set while blocked, TimeoutError when
         `timeout` seconds pass while blocked.
         """
-        mtype = message.message_type
-        size = message.size
+        self.submit_unit((message,), handler, timeout=timeout, stop=stop)
+
+    def submit_unit(self, messages: Sequence[Message], handler: ResultHandler | None = None, *,
+                    timeout: float | None = None, stop: threading.Event | None = None) -> None:
+        """`submit` each of a unit of work's `messages`, in order, holding the lock except while
+        memory is full: a bulk closes within the unit only at a fixed limit (size, memory, count),
+        never because of its age, latency target or intake pause meanwhile, so a unit's results come
+        from one write (its commit does not wait for the next). Raises as `submit`: nothing kept on
+        an unknown type; the messages before a wait that raised stay submitted."""
         with self._changed:
             if self._closed:
                 raise CollectorClosedError("the collector is closed")
-            if mtype not in self._executors:
-                raise UnknownMessageTypeError(
-                    f"no executor for message type {mtype!r} (registered: {sorted(self._executors)})")
-            self._wait_for_memory_locked(size, timeout, stop)
-            if handler is not None:
-                self._routes.submitted(message, handler)
-            bulk = self._active.get(mtype)
-            if bulk is None:
-                bulk = self._active[mtype] = Bulk(mtype, created=self._clock())
-            bulk.add(message)
-            if (sizer := self._sizers.get(mtype)) is not None:
-                sizer.added(self._clock())
-            self._held[message.msg_id] += 1
-            self._stats.bytes += size
-            self._stats.messages += 1
-            self._apply_flush_conditions_locked(bulk)
+            if unknown := {m.message_type for m in messages} - self._executors.keys():
+                raise UnknownMessageTypeError(f"no executor for message type {sorted(unknown)[0]!r} "
+                                              f"(registered: {sorted(self._executors)})")
+            touched: dict[str, Bulk] = {}
+            for message in messages:
+                self._wait_for_memory_locked(message.size, timeout, stop)
+                touched[message.message_type] = self._add_locked(message, handler)
+            for mtype, bulk in touched.items():  # the sizing's target, once the unit is in
+                sizer = self._sizers.get(mtype)
+                if (sizer is not None and self._active.get(mtype) is bulk and sizer.reached(len(bulk))
+                        and self._sink_idle_locked(mtype)):
+                    self._forward_locked(bulk, "target")
+
+    def _add_locked(self, message: Message, handler: ResultHandler | None) -> Bulk:
+        """Add `message` to its type's active bulk and apply the fixed limits; returns that bulk."""
+        mtype = message.message_type
+        if handler is not None:
+            self._routes.submitted(message, handler)
+        now = self._clock()
+        bulk = self._active.get(mtype)
+        if bulk is None:
+            bulk = self._active[mtype] = Bulk(mtype, created=now)
+        bulk.add(message)
+        if (sizer := self._sizers.get(mtype)) is not None:
+            sizer.added(now)
+        self._held[message.msg_id] += 1
+        self._stats.bytes += message.size
+        self._stats.messages += 1
+        self._apply_flush_conditions_locked(bulk)
+        return bulk
 
     def _wait_for_memory_locked(self, size: int, timeout: float | None,
                                 stop: threading.Event | None) -> None:
@@ -258,11 +283,6 @@ class BulkCollector:
                 self._forward_locked(active, "memory")
         if len(self._active) >= self.limits.max_bulks:
             self._forward_locked(next(iter(self._active.values())), "count")
-        mtype = bulk.message_type
-        sizer = self._sizers.get(mtype)
-        if (sizer is not None and self._active.get(mtype) is bulk and sizer.reached(len(bulk))
-                and self._sink_idle_locked(mtype)):
-            self._forward_locked(bulk, "target")
 
     def _writing_locked(self, message_type: str) -> int:
         return sum(1 for b in self._executing if b.message_type == message_type)
@@ -457,29 +477,7 @@ class BulkCollector:
         Returns how many were delivered."""
         with self._lock:
             calls = [(message, result, self._routes.take(message)) for message, result in pairs]
-        # Each handler's results in one call where it takes them so (`UnitResults.many`: a unit's
-        # results in one lock round and one wake-up), in the bulk's order.
-        grouped: dict[int, tuple[ResultHandler, list[tuple[Message, MessageResult]]]] = {}
-        for message, result, handlers in calls:
-            for handler in handlers:
-                grouped.setdefault(id(handler), (handler, []))[1].append((message, result))
-        errors = 0
-        for handler, results in grouped.values():
-            many = getattr(handler, "many", None)
-            try:
-                if many is not None:
-                    many(results)
-                    continue
-            except Exception:
-                errors += 1
-                log.exception("result handler %r failed for %d messages", handler, len(results))
-                continue
-            for message, result in results:
-                try:
-                    handler(message, result)
-                except Exception:
-                    errors += 1
-                    log.exception("result handler %r failed for message %s", handler, message.msg_id)
+        errors = call_handlers(calls)
         with self._changed:
             self._stats.handler_errors += errors
             for message, _result in pairs:

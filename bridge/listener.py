@@ -313,8 +313,7 @@ class ListenerThread(threading.Thread):
         """Hand the unit's messages to the collector; their results come back through the waiter."""
         results = undo.results = UnitResults(submitted)
         try:
-            for message in submitted:
-                self.collector.submit(message, results)
+            self.collector.submit_unit(submitted, results)
         except UnknownMessageTypeError as exc:
             # A classify hook chose a type nobody configured: a configuration error, not a
             # message error. Give everything back and let the supervisor stop the bridge.

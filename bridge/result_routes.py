@@ -1,15 +1,19 @@
 """Who receives the result of a message in the collector (`mqbridge.collector`): its producer (the
 handler given with the delivery, or one registered for its msg_id) and the observers of its type.
 
-Not thread-safe on its own: the collector calls every method with its lock held.
+`ResultRoutes` is not thread-safe on its own: the collector calls every method with its lock held.
+`call_handlers` runs without it, on the collector's worker threads.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mqbridge.message import Message, MessageResult
+
+log = logging.getLogger("mqbridge.collector")
 
 #: Receives the result of one message. Called on a collector worker thread: it must be quick
 #: (record the result, set an event) and must not call back into the collector's `close`.
@@ -62,3 +66,31 @@ class ResultRoutes:
     def released(self, message: Message) -> None:
         """`message` left the collector without a result: its delivery handler goes."""
         self._by_delivery.pop(id(message), None)
+
+
+def call_handlers(calls: Sequence[tuple[Message, MessageResult, list[ResultHandler]]]) -> int:
+    """Hand each result to its handlers (`ResultRoutes.take`): each handler's results in one call
+    where it takes them so (`UnitResults.many`: a unit's results in one lock round and one wake-up),
+    in the bulk's order. A handler that raises is logged and skipped. Returns how many calls raised."""
+    grouped: dict[int, tuple[ResultHandler, list[tuple[Message, MessageResult]]]] = {}
+    for message, result, handlers in calls:
+        for handler in handlers:
+            grouped.setdefault(id(handler), (handler, []))[1].append((message, result))
+    errors = 0
+    for handler, results in grouped.values():
+        many = getattr(handler, "many", None)
+        try:
+            if many is not None:
+                many(results)
+                continue
+        except Exception:
+            errors += 1
+            log.exception("result handler %r failed for %d messages", handler, len(results))
+            continue
+        for message, result in results:
+            try:
+                handler(message, result)
+            except Exception:
+                errors += 1
+                log.exception("result handler %r failed for message %s", handler, message.msg_id)
+    return errors

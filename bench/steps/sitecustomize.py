@@ -1,10 +1,13 @@
-"""Times the steps of each bulk write inside a `mqbridge run` started by `bench/steady.py --time-steps`.
+"""Times the steps of each bulk write and each unit of work inside a `mqbridge run` started by
+`bench/steady.py --time-steps`.
 
 Python imports this module at start-up when `bench/steps` is on PYTHONPATH; it does nothing unless
-MQBRIDGE_BENCH_STEPS names a file prefix. Then it wraps the functions the write lane calls (looked
-up per call as module attributes) and appends one line per call to `<prefix>.<pid>`:
-`step start seconds thread-cpu-seconds thread`, start on `time.perf_counter` (the same clock in
-every process of this host). Benchmarks only: never installed with the bridge.
+MQBRIDGE_BENCH_STEPS names a file prefix. Then it wraps the functions the write lane and the listener
+loop call (looked up per call as class or module attributes) and appends one line per call to
+`<prefix>.<pid>`: `step start seconds thread-cpu-seconds thread [detail...]`, start on
+`time.perf_counter` (the same clock in every process of this host). A unit's lines carry the id of
+its results object (`submit`, `ready`, `finish`); a bulk's `close` line its reason, rows and the age
+of its oldest message. Benchmarks only: never installed with the bridge.
 """
 
 from __future__ import annotations
@@ -25,14 +28,22 @@ def _install(prefix: str) -> None:
 
     out = open(f"{prefix}.{os.getpid()}", "w", buffering=1)  # noqa: SIM115 (open for the process's life)
 
-    def timed(step: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def line(step: str, start: float, cpu: float, *detail: object) -> None:
+        out.write(f"{step} {start:.4f} {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f} "
+                  f"{threading.current_thread().name.replace(' ', '_')}"
+                  + "".join(f" {d}" for d in detail) + "\n")
+
+    Detail = Callable[[tuple[Any, ...], Any], tuple[object, ...]]
+
+    def timed(step: str, function: Callable[..., Any], detail: Detail = lambda args, result: ()) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             start, cpu = time.perf_counter(), time.thread_time()
+            result = None
             try:
-                return function(*args, **kwargs)
+                result = function(*args, **kwargs)
+                return result
             finally:
-                out.write(f"{step} {start:.4f} {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f} "
-                          f"{threading.current_thread().name.replace(' ', '_')}\n")
+                line(step, start, cpu, *detail(args, result))
         return wrapper
 
     for owner, name, step in (
@@ -42,6 +53,55 @@ def _install(prefix: str) -> None:
             (sqlite.SqliteLedger, "prepare", "prepare"), (landing, "publish", "publish"),
             (sqlite.SqliteLedger, "mark_published", "mark")):
         setattr(owner, name, timed(step, getattr(owner, name)))
+
+    # The listener loop: one unit of work is read (receive), handed over (process; submit names its
+    # results object), its last result arrives (ready), and the listener waits for it and commits or
+    # gives it back (finish = await + plan and commit).
+    import mqbridge.collector as collector
+    import mqbridge.in_flight as in_flight
+    import mqbridge.listener as listener
+    import mqbridge.unit_plan as unit_plan
+
+    def received(args: tuple[Any, ...], result: Any) -> tuple[object, ...]:
+        return (len(result or ()),)
+
+    def named(args: tuple[Any, ...], result: Any) -> tuple[object, ...]:
+        return (id(result),)
+
+    def finished(args: tuple[Any, ...], result: Any) -> tuple[object, ...]:
+        return (id(args[1].results),)
+
+    loop: list[tuple[object, str, str, Detail]] = [
+        (listener.ListenerThread, "_receive_batch", "receive", received),
+        (listener.ListenerThread, "_process", "process", lambda args, result: ()),
+        (listener.ListenerThread, "_submit", "submit", named),
+        (listener.ListenerThread, "_await", "await", lambda args, result: ()),
+        (in_flight.Connections, "finish", "finish", finished)]
+    try:
+        import mqbridge.listeners.stomp.source as stomp_source
+        loop.append((stomp_source.StompSource, "commit", "commit", lambda args, result: ()))
+    except ImportError:
+        pass
+    for target, name, step, detail in loop:
+        setattr(target, name, timed(step, getattr(target, name), detail))
+
+    many = unit_plan.UnitResults.many
+
+    def ready(self: Any, results: Any) -> None:
+        was = self._done.is_set()
+        many(self, results)
+        if not was and self._done.is_set():
+            line("ready", time.perf_counter(), time.thread_time(), id(self))
+
+    forward = collector.BulkCollector._forward_locked
+
+    def close(self: Any, bulk: Any, reason: str) -> None:
+        age = time.monotonic() - bulk.oldest
+        line("close", time.perf_counter(), time.thread_time(), reason, len(bulk), f"{age:.4f}")
+        forward(self, bulk, reason)
+    for patched, name, wrapped in ((unit_plan.UnitResults, "many", ready),
+                                   (collector.BulkCollector, "_forward_locked", close)):
+        setattr(patched, name, wrapped)
 
 
 if os.environ.get("MQBRIDGE_BENCH_STEPS"):

@@ -12,6 +12,7 @@ import pytest
 
 from mqbridge.errors import UnknownMessageTypeError
 from mqbridge.message import Bulk, MessageResult, Outcome
+from mqbridge.sizing import Target
 from tests.support.collector import (
     DEADLINE,
     Factory,
@@ -173,6 +174,29 @@ def test_a_bulk_goes_at_the_latency_target_even_while_the_sink_writes(make: Fact
     wait_until(lambda: results.count() == 2, DEADLINE, "both results")
     assert [reason for _, _, reason in executor.bulks][1:] == ["latency"]
     assert collector.stats().sizing["a"]["writes_measured"] == 2
+
+
+def test_a_unit_goes_into_one_bulk_although_the_size_target_falls_within_it(make: Factory) -> None:
+    clock = FakeClock()
+    collector, ex = make(("a",), clock=clock, latency=1.0)
+    # Given an idle sink whose measured intake and costs call for bulks of two rows
+    collector._sizers["a"].target = Target(2, "keep-up", 100.0, 0.2, 2e-5)
+    results = Results()
+    # When a unit of work of five messages is handed over
+    collector.submit_unit([msg(f"a{i}", received=clock.now) for i in range(5)], results)
+    # Then its messages share one bulk, closed at the target once the whole unit is in: the unit's
+    # commit waits for one write, not for the next one too
+    wait_until(lambda: results.count() == 5, DEADLINE, "five results")
+    (_, ids, reason), = ex["a"].bulks
+    assert ids == [f"a{i}" for i in range(5)] and reason == "target"
+
+
+def test_a_unit_with_a_type_nobody_writes_is_refused_whole(make: Factory) -> None:
+    collector, _ = make(("a", "b"), executors={"a": RecordingExecutor()})
+    with pytest.raises(UnknownMessageTypeError, match=r"'b'.*'a'"):
+        collector.submit_unit([msg("a1", "a"), msg("b1", "b")], Results())
+    stats = collector.stats()
+    assert (stats.messages, stats.bytes, stats.active_bulks) == (0, 0, 0)
 
 
 # -- registration ----------------------------------------------------------------------------
