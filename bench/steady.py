@@ -19,7 +19,9 @@ CLI), its progress read from its own /metrics.
 Also printed: CPU seconds of the broker, the bridge's Python and its Spark JVM over the timed N,
 Spark writes, their mean rows and time and why their bulks closed, receipt-to-commit over N, and the
 peak resident memory of the bridge (Python and JVM apart). `--time-steps` also splits each write of
-the N into its steps (Arrow table, plan and handoff file, Spark job, landing) inside the bridge.
+the N into its steps (Arrow table, plan and handoff file, Spark job, landing) inside the bridge, and
+each unit of work into its read, hand-over, wait for results and commit, with each bulk's rows and
+oldest message's age at closing (`--keep` keeps the step files: `steps.<pid>` in the work directory).
 """
 
 from __future__ import annotations
@@ -475,7 +477,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "msg_id, stamp, header:NAME")
     group.add_argument("--in-flight", type=int, default=2, help="[[listeners]] in_flight: units each thread holds")
     group.add_argument("--time-steps", action="store_true",
-                       help="split each write of N into its steps, timed in the bridge (bench/steps)")
+                       help="split each write and each unit of N into its steps, timed in the bridge (bench/steps)")
     group.add_argument("--prefetch", type=int, default=None,
                        help="[[listeners]] prefetch: messages the broker sends each connection ahead (default: batch)")
     group.add_argument("--type-latency", default=None, metavar="DURATION",
