@@ -1,6 +1,7 @@
 """The listener thread: units of work, from receive to commit or rollback.
 
-    receive a batch (up to `batch` messages, at most `wait`)
+    receive a batch (up to `batch` messages, at most `wait`; with units in flight, until the
+      oldest one's results are in)
       → classify each message on its original content
       → run the preprocessor chain (one snapshot of the chain for the whole unit of work)
       → hand the messages to the bulk collector (which closes a bulk by its size, age, latency
@@ -63,8 +64,8 @@ log = logging.getLogger(__name__)
 
 # Seconds to wait after backing out a whole unit of work before reading again.
 ROLLBACK_PAUSE = 0.5
-# Longest wait for a first message on one connection while units are in flight (their results are
-# looked at between) or while the thread has other connections to read.
+# Longest wait for a message on one connection while units are in flight (their results are looked
+# at between) or, for a unit's first message, while the thread has other connections to read.
 POLL_IN_FLIGHT = 0.05
 
 
@@ -223,12 +224,16 @@ class ListenerThread(threading.Thread):
         if limit == 1:
             self.book.read_alone(first)
         deadline = time.monotonic() + spec.wait
+        # With units in flight, look at their results between short waits: the oldest one's results
+        # in end the filling of this unit, which then goes as it is (its results must not wait up to
+        # `wait` for messages that trickle in).
+        step = POLL_IN_FLIGHT if self.connections.pending else 1.0
         while len(batch) < limit and not self._stop_event.is_set():
             remaining = deadline - time.monotonic()
-            message = self.source.receive(timeout=max(0.0, min(remaining, 1.0)))
+            message = self.source.receive(timeout=max(0.0, min(remaining, step)))
             if message is None:
                 # `unit_full` (STOMP with stamping): the prefetch is taken, nothing more comes before a commit.
-                if remaining <= 0 or getattr(self.source, "unit_full", False):
+                if remaining <= 0 or getattr(self.source, "unit_full", False) or self._results_waiting():
                     break
                 continue
             batch.append(message)
@@ -237,6 +242,11 @@ class ListenerThread(threading.Thread):
         self.state.heartbeat = now
         self.counters.inc("messages_received", len(batch), **self._labels)
         return batch
+
+    def _results_waiting(self) -> bool:
+        """Whether the oldest unit in flight has all its results: it can be finished now."""
+        oldest = self.connections.oldest()
+        return oldest is not None and oldest.ready
 
     # -- one unit of work --------------------------------------------------------------------
     def _process(self, batch: list[Message]) -> None:

@@ -51,7 +51,7 @@ class RecordingExecutor:
 
 
 def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 3, extra: str = "",
-                  backout_queue: str | None = "orders.backout",
+                  wait: str = "50ms", backout_queue: str | None = "orders.backout",
                   path: Path | None = None) -> tuple[BridgeConfig, MemoryBroker]:
     """One type `orders` read from queue `orders` of a fresh in-memory broker; backout queue
     `orders.backout` (None: no backout queue); fast control loop and flushes. With `path`, the
@@ -64,7 +64,7 @@ def memory_config(*, threads: int = 1, batch: int = 10, threshold: int | None = 
         "types.orders": {"bulk_timeout": "100ms"},
         "sources.mem": {"kind": "memory", "broker": name},
     }).listener(source="mem", queue="orders", message_type="orders", threads=threads, batch=batch,
-                wait="50ms", backout_queue=backout_queue, backout_threshold=threshold)
+                wait=wait, backout_queue=backout_queue, backout_threshold=threshold)
             .add(LISTENER, extra))
     cfg = toml.parse(toml.write(path)) if path is not None else toml.parse()
     return cfg, MemoryBroker.named(name)

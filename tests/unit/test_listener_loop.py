@@ -186,6 +186,31 @@ def test_a_listener_reads_its_next_units_while_the_sink_writes_the_earlier_one()
     assert broker.depth("orders") == 0
 
 
+def test_a_unit_being_filled_does_not_hold_back_the_results_of_an_earlier_one() -> None:
+    # Given a listener with 2 units in flight that waits up to 5 s to fill a unit of 2, and 3
+    # messages: the first unit fills at once, the second gets one message and waits for more
+    cfg, broker = memory_config(batch=2, wait="5s", extra="in_flight = 2")
+    broker.put_many("orders", bodies(3))
+    executor = RecordingExecutor()
+    app = memory_app(cfg, executor)
+    running = RunningBridge(app.bridge)
+    started = time.monotonic()
+    try:
+        # When the first unit's results come back (its bulk closes after 100 ms)
+        wait_until(lambda: app.bridge.counters.total("messages_committed") >= 2, 10,
+                   "the first unit to be committed")
+        first = time.monotonic() - started
+        wait_until(lambda: app.bridge.counters.total("messages_committed") == 3, 10,
+                   "the second unit (one message) to be committed")
+    finally:
+        assert running.stop() == 0
+    # Then the first unit was committed without waiting for the second to fill (5 s), and the
+    # second went as it was, with its one message
+    assert first < 2.5, f"the first unit was committed after {first:.1f} s: it waited for the second unit to fill"
+    assert Counter(executor.bodies()) == Counter(bodies(3))
+    assert broker.depth("orders") == 0
+
+
 def test_stopping_finishes_every_unit_in_flight_first() -> None:
     # Given a listener holding 3 units in flight, all waiting for a held write
     cfg, broker = memory_config(batch=5, extra="in_flight = 3")
