@@ -160,7 +160,7 @@ class ListenerThread(threading.Thread):
         self.state.last_activity = time.monotonic()
         connections = self.connections
         while not self._stop_event.is_set():
-            while (oldest := connections.oldest()) is not None and oldest.ready:
+            while self._results_waiting():
                 self._finish_oldest()
             free = connections.free()
             gate_closed = self.gate is not None and not self.gate.is_open
