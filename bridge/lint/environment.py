@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def _writable_dir(loc: Loc, path: Path) -> Iterator[Finding]:
     if path.exists():
         if not path.is_dir():
             yield Finding(loc, f"{path} is not a directory", "point it at a directory (the bridge creates it)")
-        elif not os.access(path, os.W_OK | os.X_OK):
+        elif not os.access(path, os.W_OK | os.X_OK) or _creation_refused(path):
             yield Finding(loc, f"{path} is not writable by this user", "chmod u+w it, or choose a directory "
                           "this user owns")
         return
@@ -65,6 +66,20 @@ def _writable_dir(loc: Loc, path: Path) -> Iterator[Finding]:
     elif not os.access(ancestor, os.W_OK | os.X_OK):
         yield Finding(loc, f"{path} cannot be created: {ancestor} is not writable by this user",
                       f"create {path} for this user, or choose a directory under one it owns")
+    elif problem := _creation_refused(ancestor):
+        yield Finding(loc, f"{path} cannot be created: {ancestor} refuses new directories ({problem})",
+                      "choose a directory on a writable file system")
+
+
+def _creation_refused(directory: Path) -> str | None:
+    """Why a directory cannot be made in `directory`, found by making (and removing) one: the
+    permission bits do not tell for root, a read-only mount or a pseudo file system such as /proc,
+    where `run` would otherwise meet the refusal as a sink outage and wait forever."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mqbridge-check-", dir=directory))
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def _writable_file(loc: Loc, path: Path) -> Iterator[Finding]:

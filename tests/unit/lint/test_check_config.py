@@ -77,6 +77,11 @@ def test_every_problem_is_one_line_at_its_key(tmp_path: Path, capsys: pytest.Cap
     (("plugin_dirs = []", 'plugin_dirs = []\nstate_dir = "bridge.toml/state"'),
      "bridge.toml:3: bridge.state_dir: bridge.toml/state cannot be created: bridge.toml is not a directory — "
      "choose another path"),  # (the test shows the file's own path as bridge.toml)
+    # A warehouse under a pseudo file system: the permission bits allow it (root), mkdir does not, and
+    # `run` would meet that as a sink outage and wait for ever.
+    (("[monitoring]", "[spark]\nwarehouse = '/proc/mqbridge-test/landing'\n[monitoring]"),
+     "bridge.toml:4: spark.warehouse: /proc/mqbridge-test/landing cannot be created: /proc refuses new "
+     "directories"),
     (("[monitoring]", "[logging]\nfile = '.'\n[monitoring]"),
      "bridge.toml:4: logging.file: {tmp} is a directory — name a file in it"),
     (("plugin_dirs = []", 'plugin_dirs = ["plugins"]'),
