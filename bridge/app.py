@@ -24,7 +24,7 @@ from mqbridge.backout_log import BackoutLog
 from mqbridge.breaker import SinkBreakers
 from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.compaction import CompactionScheduler
-from mqbridge.config import StompSourceConfig, key_path, plaintext_notes
+from mqbridge.config import key_path, plaintext_notes
 from mqbridge.counters import Counters
 from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
@@ -126,7 +126,8 @@ class App:
     def recover(self) -> None:
         """Before any listener connects: roll every bulk a dead process left prepared forward, and
         remove staging and `_temporary` leftovers, and finish or roll back purges killed mid-run
-        (exactly-once only)."""
+        (exactly-once only). A bulk that cannot be rolled forward (its files are gone) makes the
+        sinks of its table unavailable until an operator decides (`mqbridge.landing.stuck`)."""
         if self.landing is None:
             return
         warehouse = self.config.resolve_path(self.config.spark.warehouse)
@@ -134,6 +135,10 @@ class App:
         report = recover(self.landing.ledger, tables, warehouse=warehouse)
         for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge.purger)
             recover_purges(table)
+        # A bulk whose files are gone waits for an operator: only its tables' sinks wait meanwhile.
+        for name, reason in self.landing.hold(report.stuck, self.config.types).items():
+            if self.bridge.breakers is not None:
+                self.bridge.breakers.trip(name, reason)
         counters = self.bridge.counters
         counters.inc("recovery_rolled_forward", report.rolled_forward)
         counters.inc("recovery_rolled_back", report.rolled_back)
@@ -270,15 +275,9 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
     if ledger.created:
         log.warning("landing ledger %s created: messages landed before it existed cannot be recognised "
                     "if they are delivered again (at-least-once for them)", ledger.path)
-    for listener in config.listeners:
-        source = config.sources[listener.source]
-        if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":
-            log.warning("listeners %s:%s: RabbitMQ gives a message a new message-id on every delivery (classic "
-                        "and quorum queues), so identity = \"msg_id\" cannot recognise a redelivery: a message "
-                        "redelivered after a crash lands again; leave identity unset (stamp) or set "
-                        "identity = \"header:NAME\" to an id the producer sets", listener.source, listener.queue)
     return Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=config.bridge.dedupe_window,
-                   warehouse=config.resolve_path(config.spark.warehouse))
+                   warehouse=config.resolve_path(config.spark.warehouse),
+                   config_path=str(config.path.absolute()) if config.path else "")
 
 
 def run_bridge(config: BridgeConfig, *, until_idle: float | None = None,

@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                                            "(exit 1 if any is missing)", **parser_help("ledger"))
     ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
     ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
+    ledger.add_argument("--abandon", metavar="BULK", default=None,
+                        help="decide about a prepared bulk of a process that is gone whose files are gone (the "
+                             "start-up names it): forget it if none of its rows is in the table, record it "
+                             "published if all are; anything else is refused (exit 1)")
     ledger.set_defaults(handler=cmd_ledger)
     add_where(sub)
     add_redrive(sub)
@@ -204,6 +208,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
             return 1
     else:
         cfg.require_resolved("ledger")  # the PostgreSQL URL holds the password
+    if args.abandon is not None:
+        return _abandon(cfg, args.abandon)
     ledger = open_ledger_for_reading(cfg, owner=owner_id())
     print(f"ledger: {shown_path(ledger.path) if cfg.ledger.url is None else ledger.path}")
     try:
@@ -221,6 +227,23 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     finally:
         ledger.close()
     return _verify(bulks, sizes)
+
+
+def _abandon(cfg: Any, bulk_id: str) -> int:
+    """`--abandon BULK`: the verdict of `mqbridge.landing.stuck.abandon`, carried out (exit 0) or refused (1)."""
+    from mqbridge.landing.ledger import open_ledger
+    from mqbridge.landing.stuck import REFUSE, abandon
+
+    ledger = open_ledger(cfg, owner=owner_id())  # written to: the bulk is forgotten or recorded published
+    try:
+        verdict = abandon(ledger, bulk_id, cfg.resolve_path(cfg.spark.warehouse))
+    finally:
+        ledger.close()
+    if verdict.action == REFUSE:
+        print(f"abandon {bulk_id}: refused: {verdict.reason}")
+        return 1
+    print(f"abandon {bulk_id}: {verdict.reason}")
+    return 0
 
 
 def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:

@@ -79,12 +79,14 @@ class Counters:
         with self._lock:
             return list(self._events.get(kind, ()))
 
-    def inc(self, name: str, amount: float = 1, **labels: object) -> None:
-        """Add `amount` to a monotonically increasing counter."""
+    def inc(self, name: str, amount: float = 1, **labels: object) -> float:
+        """Add `amount` to a monotonically increasing counter; the series' new value (so that one of
+        several threads can tell it made the first count)."""
         key = _labels(labels)
         with self._lock:
             series = self._counters.setdefault(name, {})
-            series[key] = series.get(key, 0) + amount
+            series[key] = value = series.get(key, 0) + amount
+        return value
 
     def set(self, name: str, value: float, **labels: object) -> None:
         """Set a gauge."""

@@ -75,6 +75,17 @@ class InDoubtError(SourceError):
         self.msg_ids = msg_ids
 
 
+class PartlySentError(SourceError):
+    """A maintenance command (`mqbridge redrive`, `mqbridge replay`) stopped because the target did not
+    confirm one of its SENDs (refused, or the connection ended): the message says why and what was
+    left where. `arrived` names what the target did confirm (a re-drive: original message ids; a
+    replay: the rows' keys), so that nothing confirmed is sent again and nothing else is recorded."""
+
+    def __init__(self, message: str, arrived: frozenset[str]) -> None:
+        super().__init__(message)
+        self.arrived = arrived
+
+
 class SourceQuiescingError(SourceError, RetryLater):
     """The queue manager is quiescing (being stopped for maintenance): finish the unit of work,
     start no new one, stop, and try again a minute later."""
@@ -146,6 +157,19 @@ class PublicationError(FatalError):
     other than the bridge changed the table's directory. Publishing cannot go on safely."""
 
 
+class StuckBulkError(HaltListener):
+    """A prepared bulk of a process that is gone cannot be rolled forward: some of its staged files
+    are gone and were never published. Retrying cannot help and guessing could lose or duplicate its
+    messages: an operator decides (`mqbridge ledger --abandon BULK`, `mqbridge.landing.stuck`). Only
+    what needs that bulk waits (its table's sinks, a listener that meets its messages); the message
+    names the bulk, its table and the command."""
+
+    def __init__(self, message: str, bulk_id: str, table: str) -> None:
+        super().__init__(message)
+        self.bulk_id = bulk_id
+        self.table = table
+
+
 class IdentityError(BridgeError):
     """A message has no identity under its listener's rule (e.g. the identity header is missing):
     a per-message failure, handled like a body that does not parse."""
@@ -159,6 +183,12 @@ class DuplicateIdentityError(BridgeError):
     def __init__(self, message: str, identities: list[str]) -> None:
         super().__init__(message)
         self.identities = identities
+
+
+class ReplayRefusedError(BridgeError):
+    """A replay would send rows that the bridge reading its destination drops as already landed
+    (`mqbridge.replay.identities`): refused before anything is sent. The message names how many,
+    and the way out (`--new-identity`)."""
 
 
 class PurgeError(BridgeError):

@@ -37,6 +37,13 @@ One point changes behaviour instead of killing (`active`), the first time it is 
     purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
                           jobs are cancelled at shutdown)
 
+One point waits instead (`wait`), the first time it is reached, so that a test can order what
+another process does against it:
+
+    after_write_staged:FILE  a bulk write has staged its rows (nothing is published, and a write
+                             that landed no rows has not cleaned up yet): the process creates
+                             FILE.reached, then waits until FILE exists
+
 and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
 
     spark_poison_body:TEXT  a bulk write fails when a body contains TEXT: inside Spark (assert_true),
@@ -56,12 +63,14 @@ Killing points of a compaction (`mqbridge.compaction.compactor`), per container:
 Killing points of `mqbridge redrive`, per unit of work (STOMP transaction, MQ syncpoint):
 
     redrive_before_commit the copies are sent to the source queue and the backout messages
-                          acknowledged (got) in the unit; no COMMIT (MQCMIT) yet
+                          acknowledged (got) in the unit; no COMMIT (MQCMIT) yet. RabbitMQ: the
+                          copies are confirmed by their receipts, the originals not yet ACKed
     redrive_after_commit  the unit is committed
 
 Killing points of `mqbridge replay`, per batch:
 
-    replay_before_commit  the batch's rows and marker are sent in its STOMP transaction; no COMMIT yet
+    replay_before_commit  the batch's rows and marker are sent in its STOMP transaction; no COMMIT yet.
+                          RabbitMQ: the rows are confirmed by their receipts, the marker not sent yet
     replay_after_commit   the target committed the batch; the replay ledger does not say sent yet
 """
 
@@ -70,6 +79,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +120,20 @@ def active(point: str) -> bool:
     _fired.add(point)
     log.critical("failpoint %s reached", point)
     return True
+
+
+def wait(point: str, timeout: float = 600.0) -> None:
+    """The first time `point` is reached with the environment naming `point:FILE`: create
+    `FILE.reached`, then wait until FILE exists (polled; at most `timeout` seconds, then go on)."""
+    gate = value(point)
+    if gate is None or point in _fired:
+        return
+    _fired.add(point)
+    log.critical("failpoint %s reached: waiting for %s", point, gate)
+    Path(f"{gate}.reached").touch()
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def armed(*points: str) -> bool:

@@ -1,10 +1,10 @@
 """A message's identity for the landing ledger, by the listener's `identity` rule.
 
 Rules (`[[listeners]] identity`): "msg_id" (the source's message id), "header:NAME" (a header the
-producer sets, e.g. its own business id: RabbitMQ's STOMP message-id changes per delivery, so it
-cannot recognise a redelivery), "body-sha256" (hex digest of the body), "stamp" (the id the STOMP
-adapter stamps on a copy of each message before it is landed: a stable id where the broker has
-none; the adapter hands on stamped copies only, with the stamp as their msg_id).
+producer sets, e.g. its own business id), "body-sha256" (hex digest of the body). RabbitMQ's STOMP
+message-id changes on every delivery, so there "msg_id" recognises no redelivery of a message that
+landed: at-least-once where a crash falls between landing and the source commit (counted:
+`mqbridge_possible_duplicates_total`); a producer's id ("header:NAME") makes it exactly-once.
 
 Identities are kept in one ledger for every listener of a bridge, so those that two sources could
 give alike are scoped (`listener_scope`, `scoped`):
@@ -15,7 +15,8 @@ give alike are scoped (`listener_scope`, `scoped`):
   producers number their messages alike (order 1001 on ORDERS and invoice 1001 on INVOICES), or
   that carry an identical body, are different messages. Unscoped, the second would be taken for a
   redelivery of the first, committed at the source and never landed. Broker message ids ("msg_id")
-  and stamps are unique across queues and stay unscoped.
+  are unique across queues and stay unscoped (so do the stamps of earlier builds' `identity =
+  "stamp"`, ids of copies still on a queue, which the STOMP adapter hands on as their msg_id).
 
 Builds before 2026-11-26 kept queue identities unscoped, so a queue listener's lookup also asks for
 the unscoped form (`Scope.unscoped_too`): a message landed by such a build and redelivered after
@@ -80,7 +81,7 @@ def identity_of(message: Message, rule: str) -> str:
     """The identity of `message` under `rule`. Raises IdentityError when the rule's header is
     missing (a per-message failure) and ValueError for a rule that is not one of the three (the
     configuration has validated it)."""
-    if rule in ("msg_id", "stamp"):
+    if rule == "msg_id":
         return message.msg_id
     if rule == "body-sha256":
         return hashlib.sha256(message.body).hexdigest()
@@ -91,4 +92,4 @@ def identity_of(message: Message, rule: str) -> str:
         except KeyError:
             raise IdentityError(f"message {message.msg_id} has no header {name!r}, its identity "
                                 f"(identity = {rule!r})") from None
-    raise ValueError(f"{rule!r} is not an identity rule (msg_id, stamp, header:NAME, body-sha256)")
+    raise ValueError(f"{rule!r} is not an identity rule (msg_id, header:NAME, body-sha256)")

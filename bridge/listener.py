@@ -46,6 +46,7 @@ from mqbridge.listener_spec import ListenerSpec, ListenerState
 from mqbridge.message import Message
 from mqbridge.outbox import Derived, OutboxAllow, unit_outbox
 from mqbridge.preprocess import Chain, PlainChain, Preprocessed, preprocess_unit
+from mqbridge.put_time import settle_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
 from mqbridge.source import BackoutMove, Source, with_derived
 from mqbridge.undo import UnitUndo, abandon
@@ -232,8 +233,7 @@ class ListenerThread(threading.Thread):
             remaining = deadline - time.monotonic()
             message = self.source.receive(timeout=max(0.0, min(remaining, step)))
             if message is None:
-                # `unit_full` (STOMP with stamping): the prefetch is taken, nothing more comes before a commit.
-                if remaining <= 0 or getattr(self.source, "unit_full", False) or self._results_waiting():
+                if remaining <= 0 or self._results_waiting():
                     break
                 continue
             batch.append(message)
@@ -241,6 +241,7 @@ class ListenerThread(threading.Thread):
         self.state.last_activity = now
         self.state.heartbeat = now
         self.counters.inc("messages_received", len(batch), **self._labels)
+        settle_unit(batch, self.counters, self._labels)  # a put time no row may have: the received time
         return batch
 
     def _results_waiting(self) -> bool:

@@ -20,6 +20,12 @@ class DeliveryTracker:
     messages that never come back cannot grow it without limit. Counts live in memory: after a
     restart of the bridge a message starts counting again (the broker's `redelivered` flag
     still shows it was seen before).
+
+    Where the broker's message id is new on every delivery (RabbitMQ), an adapter also records the
+    deliveries it gave back *unlanded*, by a key of their content (`gave_back_unlanded`), so that a
+    redelivery with that content takes over the earlier delivery's id and count (`earlier_delivery`),
+    and how often a SEND about a message ended in a connection the broker closed without a reason
+    (`send_dropped`).
     """
 
     def __init__(self, max_entries: int = 1_000_000) -> None:
@@ -28,6 +34,8 @@ class DeliveryTracker:
         self._reasons: dict[str, str] = {}
         self._outages: dict[str, int] = {}
         self._max = max_entries
+        self._given_back: OrderedDict[str, list[str]] = OrderedDict()  # content key -> msg ids, oldest first
+        self._dropped: OrderedDict[str, int] = OrderedDict()  # content key -> SENDs ended by a dropped connection
 
     def delivered(self, msg_id: str) -> int:
         """Record one delivery and return how many the bridge has seen, this one included."""
@@ -72,6 +80,46 @@ class DeliveryTracker:
                 self._counts.pop(msg_id, None)
                 self._reasons.pop(msg_id, None)
                 self._outages.pop(msg_id, None)
+
+    # -- brokers whose message ids are per delivery (RabbitMQ) ---------------------------------
+    def gave_back_unlanded(self, deliveries: Iterable[tuple[str, str]]) -> None:
+        """These deliveries, (content key, msg_id), go back to the source and never landed (given
+        back, or a move whose commit failed). Their redelivery is recognised by its content key only
+        to carry their id and count on: a delivery that may have landed is never recorded here, so a
+        message with the same content that takes over one of these ids is never taken for landed."""
+        with self._lock:
+            for key, msg_id in deliveries:
+                self._given_back.setdefault(key, []).append(msg_id)
+                self._given_back.move_to_end(key)
+            while len(self._given_back) > self._max:  # given back, then taken by another consumer
+                self._given_back.popitem(last=False)
+
+    @property
+    def holds_given_back(self) -> bool:
+        """Whether any delivery given back unlanded waits for its redelivery (else no key is needed)."""
+        return bool(self._given_back)
+
+    def earlier_delivery(self, key: str) -> str | None:
+        """The id of the oldest delivery given back unlanded with content `key`, taken now (a
+        redelivery takes it over), or None."""
+        with self._lock:
+            ids = self._given_back.get(key)
+            if not ids:
+                return None
+            msg_id = ids.pop(0)
+            if not ids:
+                del self._given_back[key]
+            return msg_id
+
+    def send_dropped(self, key: str) -> int:
+        """A SEND about the message with content `key` ended with the connection closed by the broker
+        without a reason; how many of its SENDs did so, this one included."""
+        with self._lock:
+            count = self._dropped.pop(key, 0) + 1
+            self._dropped[key] = count
+            while len(self._dropped) > self._max:
+                self._dropped.popitem(last=False)
+            return count
 
 
 class InDoubtLog:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mqbridge.backout_log import BackoutLog
+from mqbridge.counters import Counters
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.outbox import Derived
@@ -142,6 +143,9 @@ class QueueShared:
     backout_log: BackoutLog | None = None
     #: Where the results of this queue's messages also go, by type (`mqbridge.stations`). None: nowhere.
     stations: Stations | None = None
+    #: The bridge's counters, for what only an adapter can count (STOMP on RabbitMQ: landed redeliveries
+    #: that may be duplicates, `mqbridge_possible_duplicates_total`). None: not counted (tests).
+    counters: Counters | None = None
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ class Bridge:
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared(
-                backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg)))
+                backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg), counters=self.counters))
         self.reconcile()
 
     # -- supervision -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from mqbridge.backout_log import BackoutLog
 from mqbridge.counters import Counters
 from mqbridge.message import Message
+from mqbridge.replay.rows import REPLAY_KEY_HEADERS
 from mqbridge.unit_plan import Unit, UnitPlan
 
 log = logging.getLogger("mqbridge.listener")
@@ -39,8 +40,14 @@ def report_committed(counters: Counters, labels: Mapping[str, str], name: str, u
         counters.inc("messages_consumed_by_preprocessors", unit.consumed, **labels)
     if unit.deduplicated:
         counters.inc("messages_deduplicated", len(unit.deduplicated), **labels)
-        log.info("%s: %d redelivered messages were already landed; committed without landing them again",
-                 name, len(unit.deduplicated))
+        replayed = sum(1 for m in unit.deduplicated if any(h in m.headers for h in REPLAY_KEY_HEADERS))
+        if replayed:  # a replay meant them to land: that they do not is news for the operator
+            log.warning("%s: %d replayed messages (header mqbridge-replay-key) were already landed; committed "
+                        "without landing them again (mqbridge replay --new-identity lands them as new messages)",
+                        name, replayed)
+        if len(unit.deduplicated) > replayed:
+            log.info("%s: %d redelivered messages were already landed; committed without landing them again",
+                     name, len(unit.deduplicated) - replayed)
     if plan.moves:
         counters.inc("messages_moved_to_backout", len(plan.moves), **labels)
         for move in plan.moves:

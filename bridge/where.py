@@ -14,8 +14,8 @@
 
 X is the source's message id or the identity the ledger knows the message by (the listener's
 `identity` rule): the running bridge and the backout log know both. The ledger stores identities
-only: for a listener whose rule is "msg_id" (ActiveMQ, IBM MQ by default) or "stamp" (RabbitMQ) the
-identity is the message id the bridge sees; for "header:NAME" or "body-sha256" a landing is found by
+only: for a listener whose rule is "msg_id" (the default) the identity is the message id the bridge
+sees (on RabbitMQ one delivery's: a redelivery has another); for "header:NAME" or "body-sha256" a landing is found by
 that identity only (the answer says which listeners this concerns). The ledger forgets a landing
 after `dedupe_window`; the backout log keeps the newest moves of the last 30 days.
 

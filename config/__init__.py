@@ -18,6 +18,7 @@ from mqbridge.config.listener import (
     ListenerConfig,
     PreprocessorRef,
 )
+from mqbridge.config.listener_rules import ids_per_delivery, per_delivery_note
 from mqbridge.config.loader import key_path, load_config, parse_config
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import is_loopback
@@ -56,11 +57,13 @@ __all__ = [
     "StompSourceConfig",
     "TypeConfig",
     "shown_remote",
+    "ids_per_delivery",
     "is_loopback",
     "key_path",
     "load_config",
     "parse_config",
     "parse_duration",
     "parse_size",
+    "per_delivery_note",
     "plaintext_notes",
 ]

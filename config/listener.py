@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from mqbridge.config.base import Duration, Model, parse_duration
-from mqbridge.config.listener_rules import IDENTITY_RULES, resolve_identity, selector_problems
+from mqbridge.config.listener_rules import IDENTITY_RULES, STAMP_REFUSED, resolve_identity, selector_problems
 from mqbridge.config.sources import SourceConfig
 from mqbridge.config.topics import topic_problems
 from mqbridge.errors import KeyedError, Loc
@@ -93,8 +93,8 @@ class ListenerConfig(Model):
         default=None, description="Glob patterns of the destinations its preprocessors may emit derived messages to "
         "(mqbridge.emit; STOMP destination or IBM MQ queue); None: emitting is refused")
     identity: str = Field(default="auto", description="What recognises a redelivered message: msg_id, "
-                          "stamp (STOMP: the bridge stamps a copy of each message with an id first), "
-                          "header:NAME (a producer's id), body-sha256; auto: stamp on RabbitMQ, else msg_id")
+                          "header:NAME (a producer's id), body-sha256; auto: msg_id (RabbitMQ's is per delivery: "
+                          "at-least-once there, counted; header:NAME makes it exactly-once)")
 
     @model_validator(mode="after")
     def _queue_or_topic(self) -> ListenerConfig:
@@ -125,7 +125,9 @@ class ListenerConfig(Model):
     def _check_identity(cls, value: str) -> str:
         if value in IDENTITY_RULES or (value.startswith("header:") and value[len("header:"):].strip()):
             return value
-        raise ValueError(f"{value!r} is not an identity rule (auto, msg_id, stamp, header:NAME or body-sha256)")
+        if value == "stamp":
+            raise ValueError(STAMP_REFUSED)
+        raise ValueError(f"{value!r} is not an identity rule (auto, msg_id, header:NAME or body-sha256)")
 
 
 
@@ -180,7 +182,9 @@ def _entry_problems(listener: ListenerConfig, source: SourceConfig | None, sourc
             problems.append(((*where, "confirm"), f"only for STOMP sources; a {source.kind} source "
                              + ("answers each message's MQMD Report options (MQRO_PAN, MQRO_NAN) itself"
                                 if source.kind == "mq" else "has no reply-to")))
-        elif getattr(source, "commit_mode", None) == "receipted":
+        elif getattr(source, "commit_mode", None) == "receipted" and getattr(source, "broker", None) != "rabbitmq":
+            # RabbitMQ has no transaction to send it in (config.sources.RABBITMQ_NOT_TRANSACTIONAL): there a
+            # result is confirmed before the ACK, and sent twice if the bridge dies in between.
             problems.append(((*where, "confirm"), "needs commit_mode = \"transactional\": a result sent "
                              "outside the ACKs' transaction could be sent twice for one message"))
     if listener.reply_to_allow is not None and source is not None and source.kind != "mq" \
@@ -194,6 +198,6 @@ def _entry_problems(listener: ListenerConfig, source: SourceConfig | None, sourc
     if listener.topic is None and "{subscription}" in str(getattr(types.get(listener.message_type), "table", "")):
         problems.append(((*where, "message_type"), f"the table of type {listener.message_type!r} has "
                          "{subscription}, which only a topic listener has"))
-    problems.extend(resolve_identity(listener, source, where))
+    resolve_identity(listener)
     problems.extend(selector_problems(listener.selector, source, where))
     return problems

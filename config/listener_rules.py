@@ -1,8 +1,9 @@
 """Rules of a `[[listeners]]` entry that depend on its source: `identity` and `selector`.
 
-`identity = "auto"` becomes the rule for the source (see `resolve_identity`). A selector is the
-broker's own SQL-92 subset (JMS message selectors): ActiveMQ and Artemis take it as the STOMP
-SUBSCRIBE header `selector`, IBM MQ as the MQOD `SelectionString` of MQOPEN. RabbitMQ has no
+`identity = "auto"` becomes the rule for the source (see `resolve_identity`); `"stamp"` is refused
+(`STAMP_REFUSED`). A selector is the broker's own SQL-92 subset (JMS message selectors): ActiveMQ
+and Artemis take it as the STOMP SUBSCRIBE header `selector`, IBM MQ as the MQOD `SelectionString`
+of MQOPEN. RabbitMQ has no
 selectors at all: its STOMP adapter ignores the header, so the listener would silently take every
 message; it is refused here instead, with what to do.
 """
@@ -27,33 +28,39 @@ class ListenerKeys(Protocol):
 MQ_MAX_SELECTION = 10240
 
 
-IDENTITY_RULES = ("auto", "msg_id", "stamp", "body-sha256")
-#: STOMP destinations that are not one queue (RabbitMQ's and ActiveMQ's prefixes).
-_NOT_STAMPABLE = ("/topic/", "/exchange/", "/temp-queue/", "/temp-topic/", "/reply-queue/")
+IDENTITY_RULES = ("auto", "msg_id", "body-sha256")
+
+#: Why `identity = "stamp"` (earlier builds' default on RabbitMQ: the bridge stamped a copy of each
+#: message) is refused, and what to write instead.
+STAMP_REFUSED = (
+    '"stamp" is no longer supported: stamping SENT a copy of each message and ACKed the original in one '
+    "STOMP transaction, and RabbitMQ does not apply a transaction atomically (measured on 3.10: a SEND the "
+    "queue or the broker refuses stops neither the ACK after it), so a message could be lost; write "
+    'identity = "header:NAME" (an id the producer sets, e.g. amqp-message-id) for exactly-once, or leave '
+    "identity unset (RabbitMQ: at-least-once where a crash falls between landing and the source commit, "
+    "counted in mqbridge_possible_duplicates_total)")
 
 
-def resolve_identity(listener: ListenerKeys, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:
-    """Turn `identity = "auto"` into the rule for the listener's source: "stamp" on RabbitMQ (its
-    STOMP message-id is new on every delivery, so nothing else recognises a redelivery without the
-    producer's help), "msg_id" elsewhere; and check that "stamp" has what it needs."""
-    # A stamped copy goes back to the destination: on a topic or exchange every subscriber would get it.
-    rabbitmq = isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"
-    # ... except a RabbitMQ topic listener's copies, which go to its subscription's own queue.
-    shared = listener.queue.startswith(_NOT_STAMPABLE) and not (rabbitmq and listener.topic is not None)
+def resolve_identity(listener: ListenerKeys) -> None:
+    """Turn `identity = "auto"` into the rule for the listener's source: "msg_id" everywhere. On
+    RabbitMQ the STOMP message-id is new on every delivery, so "msg_id" recognises no redelivery there:
+    at-least-once where a crash falls between landing and the source commit (`per_delivery_note`)."""
     if listener.identity == "auto":
-        listener.identity = "stamp" if rabbitmq and not shared else "msg_id"
-    if listener.identity != "stamp" or source is None:
-        return []
-    if shared:
-        return [((*where, "identity"), f"stamp sends a copy of each message back to {listener.queue!r}, which "
-                                       "every subscriber of a topic or exchange would get: only for queues")]
-    if not isinstance(source, StompSourceConfig):
-        return [((*where, "identity"), f"stamp is for STOMP sources; a {source.kind} source has stable message ids "
-                                       "(use msg_id)")]
-    if source.commit_mode != "transactional":
-        return [((*where, "identity"), 'stamp needs commit_mode = "transactional": a stamped copy and the ACK of '
-                                       "its original must be applied together")]
-    return []
+        listener.identity = "msg_id"
+
+
+def ids_per_delivery(source: SourceConfig | None, identity: str) -> bool:
+    """Whether a listener's identities are per delivery: RabbitMQ's STOMP message-id with `msg_id`,
+    so the landing ledger cannot recognise a redelivery of a message that landed."""
+    return isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and identity == "msg_id"
+
+
+def per_delivery_note(listener: str) -> tuple[str, str]:
+    """What `run` logs at start and `check-config` warns (one text) about a listener whose identities
+    are per delivery (`ids_per_delivery`), and what to write instead: (problem, fix)."""
+    return (f"{listener}: RabbitMQ gives no stable message id; without a producer id a crash between landing "
+            "and the source commit lands the unit again (at-least-once, counted in "
+            "mqbridge_possible_duplicates_total)", 'set identity = "header:NAME" for exactly-once')
 
 
 def selector_problems(selector: str | None, source: SourceConfig | None, where: Loc) -> list[tuple[Loc, str]]:

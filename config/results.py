@@ -53,7 +53,8 @@ def destination_problem(destination: str, source: SourceConfig) -> str | None:
         if destination.startswith(STOMP_NOT_ALLOWED):
             return (f"{destination!r} is not allowed: a temporary or reply destination lives only as long as one "
                     "connection, so no station could read the results there")
-        if getattr(source, "commit_mode", None) == "receipted":
+        if getattr(source, "commit_mode", None) == "receipted" and getattr(source, "broker", None) != "rabbitmq":
+            # RabbitMQ: confirmed before the ACK (no atomic transaction there), sent twice if the bridge dies between.
             return ('needs commit_mode = "transactional": a result sent outside the ACKs\' transaction could be '
                     "sent twice for one message")
         return None

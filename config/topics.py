@@ -8,8 +8,9 @@ What each broker needs:
   unit is given back in `ack_mode = "cumulative"` by sending copies to the destination, which on a
   topic would reach every subscription: topic listeners need `ack_mode = "individual"`, where the
   broker redelivers what was not acknowledged to this subscription only.
-* RabbitMQ keeps a durable queue per subscription, bound to the topic exchange (`amq.topic`);
-  copies (stamps, cumulative give-backs) go to that queue alone (`/amq/queue/<subscription>`).
+* RabbitMQ keeps a durable queue per subscription, bound to the topic exchange (`amq.topic`); the
+  adapter gives messages back there with NACK and never SENDs copies (the queue is
+  `/amq/queue/<subscription>`, where a copy would go: `requeue_destination`).
 * IBM MQ keeps a durable subscription (MQSUB, SubName) with a managed queue; `topic` is the topic
   string. One connection at a time may hold a subscription's handle (another one's MQSUB fails with
   MQRC_SUBSCRIPTION_IN_USE, 2429), and each listener thread and each unit in flight has a
@@ -87,8 +88,8 @@ def _mq_topic_problems(listener: TopicKeys, topic: str, where: Loc) -> list[tupl
 
 
 def requeue_destination(broker: str, subscription: str | None, destination: str) -> str:
-    """Where copies of a listener's messages go (stamps, parts of a unit given back): the queue
-    it reads, or the RabbitMQ queue of its durable subscription (a topic would reach them all)."""
+    """Where copies of a listener's messages go (parts of a unit given back with cumulative acks): the
+    queue it reads, or the RabbitMQ queue of its durable subscription (a topic would reach them all)."""
     if subscription is not None and broker == "rabbitmq":
         return f"/amq/queue/{subscription}"
     return destination

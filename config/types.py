@@ -42,8 +42,9 @@ class TypeConfig(Model):
                                 "against the schema's and skipped; None: false")
     widths: list[int] | None = Field(default=None, description="fixed (required): the width in characters of each "
                                      "field, paired with the schema's columns in order")
-    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp is older than "
-                                       "this are designated by `mqbridge purge`; None: kept until purged by hand")
+    retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp and "
+                                       "received_timestamp are both older than this are designated by `mqbridge "
+                                       "purge`; None: kept until purged by hand")
     results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
                                    "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
     _name: str = PrivateAttr("")

@@ -18,7 +18,10 @@ _HELP: dict[str, tuple[str, str]] = {
         "transaction each, with a marker message on /queue/mqbridge.replay.ID; IBM MQ: one unit of work each, "
         "with a marker on the source's replay_marker_queue, rows keeping MsgId, CorrelId and Format). The replay "
         "ledger in state_dir records each row sent per replay id, so running the same command again after a "
-        "kill resumes without sending any row twice.",
+        "kill resumes without sending any row twice. Before sending, the replay refuses a destination that does "
+        "not exist (RabbitMQ /amq/queue/NAME, an IBM MQ queue) and rows that a listener of the configuration "
+        "reading the destination would drop as already landed (their identities are in the landing ledger); "
+        "--new-identity gives the replayed messages new identities so that they land again.",
         """example:
   mqbridge replay --config /etc/mqbridge/bridge.toml --table orders --to /queue/orders.replay
   mqbridge replay -c bridge.toml --table orders --newer-than 2h --where "headers['x-app'] = 'shop'" \\
@@ -27,8 +30,10 @@ _HELP: dict[str, tuple[str, str]] = {
 
 exit codes:
   0  every selected row is sent (by this run or an earlier one of the same replay id)
-  1  the broker or Spark failed, or a commit is in doubt: run the same command again
-  2  configuration error: no such table or source, --source missing, a source kind replay cannot send to"""),
+  1  the broker or Spark failed, or a commit is in doubt: run the same command again; or refused: rows the
+     bridge would drop as already landed (nothing sent; --new-identity lands them again)
+  2  configuration error: no such table, source or destination, --source missing, a source kind replay
+     cannot send to"""),
     "redrive": (
         "Move messages from a listener's backout queue back to the queue it reads, in units of work of "
         "--batch messages, each a copy that keeps the identity the landing ledger knows it by: a message "
@@ -134,13 +139,18 @@ exit codes:
     "ledger": (
         "Show the landing ledger: bulks prepared and published, identities, size, oldest entry. The "
         "SQLite ledger is opened read-only (a running bridge is not disturbed); --verify checks that "
-        "every published bulk's files are in place and hold one row per identity.",
+        "every published bulk's files are in place and hold one row per identity. --abandon BULK decides "
+        "about a bulk that start-up could not roll forward because its files are gone (the start-up names "
+        "it, and its table's sinks wait meanwhile): none of its rows in the table, it is forgotten (its "
+        "messages were never committed and land again); all of them, it is recorded published; anything "
+        "else, nothing changes. A running bridge picks the decision up by itself.",
         """example:
   mqbridge ledger --config bridge.toml --verify
+  mqbridge ledger --config bridge.toml --abandon orders-3f2a9c1e-00000042
 
 exit codes:
-  0  shown (and verified)
-  1  no ledger file yet, or --verify found missing files or wrong row counts
+  0  shown (and verified), or the bulk abandoned
+  1  no ledger file yet, --verify found missing files or wrong row counts, or --abandon refused
   2  configuration error"""),
     "status": (
         "Show a running bridge's health, listener threads (state, rate, commits, restarts, last error), "

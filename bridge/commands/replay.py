@@ -6,15 +6,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.commands.endpoint import duration
 from mqbridge.commands.help import parser_help
-from mqbridge.errors import ConfigError
+from mqbridge.errors import ConfigError, ReplayRefusedError
+from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
+from mqbridge.replay.identities import AS_LANDED, Reader, Renewal, count_drops, readers_of, refusal, renewal_for
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
+    from mqbridge.replay import ReplayRow, ReplayTarget
 
 
 def add_parser(sub: Any) -> None:
@@ -36,6 +40,11 @@ def add_parser(sub: Any) -> None:
     replay.add_argument("--replay-id", default=None, metavar="ID",
                         help="name of this replay in the replay ledger (default: derived from the options, so the "
                              "same command resumes); a new id sends every row again")
+    replay.add_argument("--new-identity", action="store_true",
+                        help="give the replayed messages new identities under the identity rules of the listeners "
+                             "that read DEST (header:NAME: a new value, the old one in mqbridge-replayed-NAME; IBM "
+                             "MQ msg_id: a new MsgId), so that the bridge lands them again instead of dropping them "
+                             "as already landed")
     replay.add_argument("--in-doubt-wait", type=duration, default=10.0, metavar="DURATION",
                         help="after a kill: how long to wait for the marker of a batch left in doubt (default 10s)")
     replay.set_defaults(handler=cmd_replay)
@@ -49,6 +58,8 @@ def replay_id_of(args: argparse.Namespace, source: str) -> str:
             raise ConfigError(f"--replay-id {args.replay_id!r}: only letters, digits, '-' and '_'")
         return str(args.replay_id)
     what = [args.table, args.where, args.older_than, args.newer_than, source, args.to]
+    if getattr(args, "new_identity", False):  # another replay: its rows carry other identities
+        what.append("new-identity")
     return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
@@ -61,6 +72,33 @@ def _source_of(cfg: BridgeConfig, name: str | None) -> str:
         raise ConfigError(f"--source is needed: the configuration has {len(cfg.sources)} sources "
                           f"({', '.join(cfg.sources)})")
     return next(iter(cfg.sources))
+
+
+def landed_check(cfg: BridgeConfig, readers: Sequence[Reader], renewal: Renewal, target: ReplayTarget,
+                 rows: Callable[[], Iterable[ReplayRow]], destination: str,
+                 say: Callable[[str], None]) -> Callable[[set[str]], None] | None:
+    """The check `replay` runs before sending (None: nothing to check): the rows not sent yet by
+    this replay, read again, must not be ones a listener reading `destination` drops as already
+    landed (`mqbridge.replay.identities`). Rules `renewal` covers are left out: a renewed identity
+    the ledger knows was landed by this very replay."""
+    checked = [r for r in readers if not renewal.covers(r.rule)]
+    if not checked or not cfg.bridge.exactly_once:
+        return None
+    if cfg.ledger.url is None and not ledger_path(cfg.resolve_path(cfg.bridge.state_dir)).exists():
+        return None  # nothing ever landed under this state_dir
+
+    def check(sent_before: set[str]) -> None:
+        ledger = open_ledger_for_reading(cfg, owner=owner_id())
+        try:
+            drops = count_drops(rows(), checked, target.delivered, ledger.published, skip=sent_before)
+        finally:
+            ledger.close()
+        if drops.rows:
+            raise ReplayRefusedError(f"replay refused: {refusal(drops, checked, destination)}")
+        say(f"checked {drops.checked} rows against the landing ledger: none would be dropped as already landed "
+            f"by {', '.join(sorted({r.name for r in checked}))}")
+
+    return check
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -81,22 +119,51 @@ def cmd_replay(args: argparse.Namespace) -> int:
     replay_id = replay_id_of(args, source_name)
     selection = Selection.of(args.where, args.older_than, args.newer_than, datetime.now(timezone.utc))
     state_dir = cfg.resolve_path(cfg.bridge.state_dir)
-    ledger = ReplayLedger.in_state_dir(state_dir)
     source = cfg.sources[source_name]
-    target = replay_target(source.kind, source_name, source, args.to, replay_id, args.in_doubt_wait)
+    readers = readers_of(cfg, source_name, args.to)
+    renewal = renewal_for(readers) if args.new_identity else AS_LANDED
+    # The target first: a destination it refuses leaves nothing behind, not even the replay ledger.
+    target = replay_target(source.kind, source_name, source, args.to, replay_id, args.in_doubt_wait, renewal)
     print(f"replay {replay_id}: rows of {args.table} to {args.to} (source {source_name}); {target.guarantee}",
           flush=True)
-    print(f"starting Spark ({cfg.spark.shown}) to read the rows in put_timestamp order", flush=True)
-    spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-replay", conf=cfg.spark.conf,
-                                 secrets=DriverSecrets.of(cfg), state_dir=state_dir)
+    for note in target.notes:
+        print(f"note: {note}", flush=True)
+    if args.new_identity:
+        print(f"--new-identity: {_renewal_line(renewal, readers, args.to)}", flush=True)
     try:
-        report = replay(read_rows(spark, table, selection), target, ledger, replay_id, batch=args.batch,
-                        say=lambda line: print(line, flush=True))
+        ledger = ReplayLedger.in_state_dir(state_dir)
+        try:
+            print(f"starting Spark ({cfg.spark.shown}) to read the rows in put_timestamp order", flush=True)
+            spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
+                                         app_name=f"{cfg.spark.app_name}-replay", conf=cfg.spark.conf,
+                                         secrets=DriverSecrets.of(cfg), state_dir=state_dir)
+            check = landed_check(cfg, readers, renewal, target, lambda: read_rows(spark, table, selection), args.to,
+                                 _say)
+            report = replay(read_rows(spark, table, selection), target, ledger, replay_id, batch=args.batch,
+                            say=_say, before_sending=check)
+            batches, rows = ledger.sent(replay_id)
+        finally:
+            ledger.close()
     finally:
         target.close()
-        ledger.close()
-    batches, rows = ReplayLedger.in_state_dir(state_dir).sent(replay_id)
     print(f"replay {replay_id}: {report.sent} rows sent now in {report.batches} batches, {report.skipped} sent by "
           f"earlier runs; {rows} rows in {batches} batches in all (replay ledger {ledger.path})")
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _renewal_line(renewal: Renewal, readers: Sequence[Reader], destination: str) -> str:
+    """What `--new-identity` changes, for the command's output."""
+    if not readers:
+        return f"no listener of this configuration reads {destination}: nothing to renew"
+    changes = [f"header {name} gets a new value (the old one in mqbridge-replayed-{name})"
+               for name in sorted(renewal.headers)]
+    if renewal.msg_id:
+        changes.append("an IBM MQ row gets a new MsgId (a STOMP broker gives every message a new id anyway)")
+    if any(r.rule == "body-sha256" for r in readers):
+        changes.append("body-sha256 cannot be renewed (the body is sent byte-exact)")
+    return "; ".join(changes) if changes else "the listeners reading it give replayed messages new identities anyway"
+

@@ -1,7 +1,14 @@
-"""Compaction of one container: every row read through Spark, sorted by `put_timestamp` across the
-whole container (a range partitioning, so each written file holds one slice of time and a
-time-range read skips the others) and written into files of about `[compaction] target_file_size`;
-then swapped in exactly as a purge swaps its new container (`mqbridge.purge.swap`).
+"""Compaction of one container: the rows of each message type read through Spark, sorted by
+`put_timestamp` across the container (a range partitioning, so each written file holds one slice of
+time and a time-range read skips the others) and written into files of about `[compaction]
+target_file_size`; then swapped in exactly as a purge swaps its new container (`mqbridge.purge.swap`).
+
+Each type's rows are rewritten apart, with the schema of that type's files (`_rewritable`): a table
+several typed types share keeps, per file, one type's columns, the schema that type's start-up check
+(`check_schemas`) accepts. Some files are carried as they are, under their names: those of a bulk
+that may not be recorded as published yet (its owner, or the recovery that finishes a dead owner's
+bulk, publishes and checks them by name: `mqbridge.landing.publication.unpublished_bulks`), and a file
+holding several types' rows (from a compaction before this rule).
 
 The swap is the purge's: the new container is built under `<table>/_purge/<work>/new` with a journal
 and a marker, and exchanged with the live directory in one `renameat2(RENAME_EXCHANGE)` under the
@@ -38,6 +45,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.catalog import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
+from mqbridge.landing.publication import published_bulk_of, unpublished_bulks
 from mqbridge.landing.schema_check import read_container
 from mqbridge.purge.costs import CostModel
 from mqbridge.purge.swap import (
@@ -52,6 +60,7 @@ from mqbridge.purge.swap import (
     record_purge,
     write_json,
 )
+from mqbridge.purge.type_groups import type_groups
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +110,16 @@ class Compactor:
         container = table / f"put_date={put_date}"
         files = data_files(container)
         rows = sum(pq.read_metadata(p).num_rows for p in files)
+        groups, kept = _rewritable(table, files)
+        if not groups:  # every file is carried as it is: nothing to swap
+            return Compacted(table, put_date, len(files), len(files), rows, len(files), time.perf_counter() - start)
         new = work / "new"
         new.mkdir(parents=True)
         write_json(work / JOURNAL, {"container": container.name, "strategy": "compact",
                                     "started": datetime.now(timezone.utc).isoformat()})
-        written = self._write(table, container, files, work)
-        found = sum(pq.read_metadata(p).num_rows for p in written)
+        written = [path for n, group in enumerate(groups) for path in self._write(table, container, group,
+                                                                                  work / f"spark-{n}")]
+        found = sum(pq.read_metadata(p).num_rows for p in (*written, *kept))
         if found != rows:  # never swap in a container that lost or gained a row
             raise PurgeError(f"{container}: compaction wrote {found} rows for {rows}: the container is left as it was")
         for path in written:
@@ -117,7 +130,7 @@ class Compactor:
         failpoints.hit("compact_before_swap")
         with table_lock(table):
             landed = sorted({p.name for p in data_files(container)} - {p.name for p in files})
-            for name in landed:  # published after the listing: carried, not lost
+            for name in [*landed, *(p.name for p in kept)]:  # carried as they are, under their names
                 os.link(container / name, new / name)
             exchange(new, container)
             failpoints.hit("compact_mid_swap")
@@ -126,13 +139,14 @@ class Compactor:
         refresh_swapped(self.spark, table)  # this session's cached listing of a catalog table is stale
         seconds = time.perf_counter() - start
         self.model.learn("compact", seconds, rows_copied=rows)
-        if landed:
-            log.info("compaction of %s: %d files landed during it were carried into the new container",
-                     container, len(landed))
-        return Compacted(table, put_date, len(files), len(written) + len(landed), rows, len(landed), seconds)
+        if landed or kept:
+            log.info("compaction of %s: %d files landed during it and %d files left as they were (%s) were carried "
+                     "into the new container", container, len(landed), len(kept), _KEPT)
+        carried = len(landed) + len(kept)
+        return Compacted(table, put_date, len(files), len(written) + carried, rows, carried, seconds)
 
-    def _write(self, table: Path, container: Path, files: list[Path], work: Path) -> list[Path]:
-        """Write the rows of `files` sorted by put_timestamp across them into `work/spark`; the files
+    def _write(self, table: Path, container: Path, files: list[Path], out: Path) -> list[Path]:
+        """Write the rows of `files` sorted by put_timestamp across them into `out`; the files
         written, fsynced. Range partitioning: file i holds only timestamps below those of file i+1."""
         from mqbridge.landing.executor import WRITE_OPTIONS
 
@@ -140,7 +154,6 @@ class Compactor:
         count = max(1, math.ceil(size / self.target_bytes))
         df = read_container(self.spark, table, files)
         df = df.repartitionByRange(count, "put_timestamp") if count > 1 else df.coalesce(1)
-        out = work / "spark"
         # put_date first, as the writer needs it (or it sorts again by put_date alone, losing the order).
         (df.sortWithinPartitions(*SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
            .partitionBy("put_date").parquet(str(out)))
@@ -157,6 +170,27 @@ class Compactor:
         c.inc("compaction_rows", result.rows)
         c.inc("compaction_files_carried", result.carried)
         c.observe("compaction_seconds", result.seconds)
+
+
+#: Why a file is carried as it is, for the log.
+_KEPT = "bulks not yet recorded as published, files holding several message types"
+
+
+def _rewritable(table: Path, files: list[Path]) -> tuple[list[list[Path]], list[Path]]:
+    """`files` of a container of `table` as (the groups to rewrite, one per message type, by type name;
+    the files to carry as they are, under their names).
+
+    Carried: the files of a bulk that may not be recorded as published yet (`unpublished_bulks`):
+    its owner, or the recovery that finishes a dead owner's bulk, publishes or checks them by their
+    names. And a file holding rows of several types (a compaction before this rule). Every other file
+    holds one type's rows (a bulk is one type's) and is rewritten with the files of its type only,
+    read with their schema (`read_schema`): rows of types sharing a table never get each other's
+    columns, which the schema check at start (`check_schemas`) would refuse as columns one type
+    dropped (`mqbridge.purge.type_groups`, the purge's rule too)."""
+    held = set(unpublished_bulks(table, (p.name for p in files)))
+    carried = [p for p in files if (bulk := published_bulk_of(p.name)) is not None and bulk in held]
+    groups = type_groups(p for p in files if p not in carried)
+    return groups.typed, [*carried, *groups.mixed]
 
 
 def free_bytes(path: Path) -> int:

@@ -11,6 +11,10 @@ compact, from what the container holds, the triggers of `[compaction]` and the l
     * more than `[purge] threshold` of its rows designated, or the disk is low (`min_free_disk`):
       then the retention purge runs on every container with designated rows, oldest first.
 
+A container holding files of a bulk not yet recorded as published is never purged (its owner, or the
+recovery that finishes a dead owner's bulk, still needs them where they are): nothing, with the
+reason. A compaction rewrites the other files and carries those by name (`mqbridge.compaction.compactor`).
+
 Low disk never deletes a row younger than its type's retention: mqbridge only removes what the
 operator designated. It stops compaction, which needs room for a second copy of the container until
 its swap, and makes the retention purge run now, whatever its threshold.
@@ -30,7 +34,8 @@ ACTIONS = ("none", "drop", "delete", "copy", "compact")
 class Facts:
     """What a container holds: its files (how many of them are small), rows and bytes; of the
     retention designation (if any), the rows designated and the rows of the files that hold both
-    designated and surviving rows (what delete rewrites)."""
+    designated and surviving rows (what delete rewrites); the bulks with a file in it that may not be
+    recorded as published yet (`mqbridge.landing.publication.unpublished_bulks`)."""
 
     put_date: str
     files: int
@@ -39,6 +44,7 @@ class Facts:
     bytes: int
     designated: int = 0
     rows_rewritten: int = 0
+    unpublished: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,16 @@ def decide(facts: Facts, policy: Policy, model: CostModel) -> Plan:
     """The plan of one container (see the module docstring); reads the model, never changes it."""
     if facts.rows == 0 or facts.files == 0:
         return Plan(facts, "none", "empty")
+    plan = _decide(facts, policy, model)
+    if facts.unpublished and plan.action in ("drop", "delete", "copy"):
+        return Plan(facts, "none", f"{plan.reason}, but it holds files of bulk {', '.join(facts.unpublished)}, "
+                                   "prepared and not yet recorded as published: the purge waits until its bridge (or "
+                                   "that bridge's next start) has finished it")
+    return plan
+
+
+def _decide(facts: Facts, policy: Policy, model: CostModel) -> Plan:
+    """The plan of a container with rows, by its retention designation and its files."""
     if facts.designated >= facts.rows:
         return Plan(facts, "drop", "retention: every row designated")
     if facts.designated > 0 and (policy.low_disk or facts.designated > policy.purge_threshold * facts.rows):

@@ -22,6 +22,7 @@ from mqbridge.compaction.compactor import Compactor, free_bytes
 from mqbridge.compaction.planner import Facts, Plan, Policy, decide
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import PARTITION, data_files
+from mqbridge.landing.publication import unpublished_bulks
 from mqbridge.purge.costs import Estimate
 from mqbridge.purge.factory import PurgeFactory
 from mqbridge.purge.purger import ContainerPlan, Designation, Purger
@@ -138,7 +139,8 @@ class Compaction:
             designated = purge[0].designated if purge else 0
             rewritten = sum(purge[0].files[f][0] for f in purge[0].partial) if purge else 0
             facts[match[1]] = Facts(match[1], len(files), sum(s < self.settings.small_file_size for s in sizes),
-                                    rows, sum(sizes), designated, rewritten)
+                                    rows, sum(sizes), designated, rewritten,
+                                    tuple(unpublished_bulks(table, (p.name for p in files))))
         return facts
 
 

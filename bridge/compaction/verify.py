@@ -4,8 +4,11 @@ replaced are checked by their rows, not their files.
 A compaction keeps every row but moves it into new files shared with other bulks, so a bulk's files
 are gone and its files' footers say nothing about it. Its rows still carry its `bulk_id`: counted in
 the containers the bulk landed in (one column read per container), they must be exactly as many as
-the ledger's identities of the bulk. A bulk whose container a *purge* swapped since is not checked
-this way (the purge removed rows on purpose); `--verify` says so.
+the ledger's identities of the bulk. A bulk spread over several tables (a `table` template such as
+`"{destination}"`) is one ledger bulk per table, `<bulk_id>.<n>`, whose rows carry the bulk's own id
+(`row_bulk_id`): counted in that table's containers, they are that ledger bulk's. A bulk whose
+container a *purge* swapped since is not checked this way (the purge removed rows on purpose);
+`--verify` says so.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbridge.landing.containers import data_files
+from mqbridge.landing.stuck import row_bulk_id
 from mqbridge.purge.swap import swap_history
 
 
@@ -41,7 +45,7 @@ def compacted_bulks(bulks: Sequence[Any], sizes: dict[str, int], *,
         if not swaps or any(how != "compact" for how in swaps):
             continue
         checked.add(bulk.bulk_id)
-        rows = sum(_bulk_rows(container, counted)[bulk.bulk_id] for container in containers)
+        rows = sum(_bulk_rows(container, counted)[row_bulk_id(bulk.bulk_id)] for container in containers)
         if rows != sizes.get(bulk.bulk_id):
             wrong.append((bulk.bulk_id, f"{rows} rows in its compacted containers"))
     return checked, wrong

@@ -13,10 +13,9 @@ import contextlib
 import dataclasses
 import logging
 import math
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pyspark.sql import Observation, SparkSession
@@ -34,6 +33,7 @@ from mqbridge.landing.handoff import bulk_frame, partitioned, raw_write, row_gro
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.publication import (
+    STAGING,
     discard,
     private_staging,
     publish,
@@ -80,37 +80,44 @@ class _TablePath:
 
     `lock` makes them take turns where they must: a publication into the table, and the whole of
     an append straight into it (appends share its `_temporary`). Staging, each bulk in a private
-    directory of its own, overlaps. `writers` counts the writes under way (`_guard` held)."""
+    directory of its own, overlaps."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.writers = 0
 
 
 _tables: dict[Path, _TablePath] = {}
 _guard = threading.Lock()
 
 
-@contextlib.contextmanager
-def _table_path(path: Path) -> Iterator[_TablePath]:
-    """The `_TablePath` of `path`, counted as written to while the block runs."""
+def _table_path(path: Path) -> _TablePath:
+    """The `_TablePath` of `path`."""
     with _guard:
-        table = _tables.setdefault(path.absolute(), _TablePath())
-        table.writers += 1
-    try:
-        yield table
-    finally:
-        with _guard:
-            table.writers -= 1
+        return _tables.setdefault(path.absolute(), _TablePath())
 
 
-def _remove_if_alone(path: Path, table: _TablePath) -> None:
-    """Remove a table directory this write created and left without rows (Spark cannot read back an
-    append of no rows), unless another write of this process is staging under it meanwhile: checked
-    and removed under `_guard`, which a write takes to start."""
-    with _guard:
-        if table.writers == 1:
-            shutil.rmtree(path, ignore_errors=True)
+#: What Spark's committer leaves in a directory it appended no rows to (and its checksum).
+_EMPTY_APPEND = frozenset({"_SUCCESS", "._SUCCESS.crc"})
+
+
+def _leave_as_it_was(path: Path) -> None:
+    """After a write that landed no rows into a table that did not exist when the write started: take
+    away what the write left there, but only where nothing else is. Spark cannot read back a table
+    directory without a Parquet file, so an empty one must not stay; yet other writers may have
+    started on the table meanwhile (a thread of this process, another type, another bridge with its
+    own ledger): their rows and staging must stay. So only empty directories go (`rmdir` refuses
+    any other), and Spark's `_SUCCESS` of an append of no rows when it is all the table holds.
+    Nothing is ever removed recursively here. A writer creating its staging in the table at that
+    moment tries again (`private_staging`)."""
+    with contextlib.suppress(OSError):
+        (path / STAGING).rmdir()
+    with contextlib.suppress(OSError):
+        names = {p.name for p in path.iterdir()}
+        if names and names <= _EMPTY_APPEND:
+            for name in names:
+                (path / name).unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
@@ -214,12 +221,17 @@ class SparkExecutor:
         (where this process stages its bulks, so recovery removes it if the process dies meanwhile),
         then removed. Through Spark (started again first if the JVM is gone) where Spark writes this
         type's bulks, and its schema parsed; by pyarrow where pyarrow does, with no Spark at all.
-        Raises SinkOutageError if the sink cannot be written to."""
+        Raises SinkOutageError if the sink cannot be written to, and while a prepared bulk of its
+        table waits for an operator's decision (`Landing.stuck_in`, `mqbridge.landing.stuck`)."""
         owner = self.landing.owner if self.landing is not None else owner_id()
         target = staging_dir(self._path, owner, "probe")
         existed = self._path.exists()
         what = f"probe of {self.table}"
         try:
+            stuck = self.landing.stuck_in(self.table, self.message_type) if self.landing is not None else None
+            if stuck is not None:  # no write would make it available: an operator must decide first
+                raise SinkOutageError(f"table {stuck.table} waits for an operator's decision on prepared bulk "
+                                      f"{stuck.bulk_id} (`mqbridge ledger --abandon {stuck.bulk_id}`)")
             if self.arrow is not None:
                 private_staging(target)
                 self._abandoned_after(f"arrow-probe-{self.message_type}", what, target,
@@ -336,8 +348,10 @@ class SparkExecutor:
         staged = landing is not None or self.arrow is not None
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
-        with _table_path(path) as shared, (contextlib.nullcontext() if staged else shared.lock):
+        shared = _table_path(path)
+        with contextlib.nullcontext() if staged else shared.lock:
             observation = self._stage(bulk, keep, target, staged, staging_dir(path, owner, f"{ledger_bulk_id}.rows"))
+            failpoints.wait("after_write_staged")  # tests only: other writers land meanwhile
             # Without a ledger the rows are in the table from here on: nothing below may fail in a way
             # that would report them RETRYABLE (Observation.get only reads metrics the finished job delivered).
             if observation is not None and self._format is not None:
@@ -346,8 +360,8 @@ class SparkExecutor:
             landed = [i for i in keep if results[i] is None]
             with shared.lock:  # publications into one table one after another (see `_TablePath`)
                 self._publish(bulk, landed, table, path, target, ledger_bulk_id, staged=staged)
-            if not landed and not existed:
-                _remove_if_alone(path, shared)
+        if not landed and not existed:
+            _leave_as_it_was(path)
         for i in landed:
             results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
         if not landed:

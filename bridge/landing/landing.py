@@ -21,14 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mqbridge import failpoints
+from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
-from mqbridge.errors import LedgerUnavailableError
+from mqbridge.errors import LedgerUnavailableError, StuckBulkError
 from mqbridge.landing.ledger import Ledger, PreparedBulk
 from mqbridge.landing.publication import (
     discard,
@@ -38,6 +39,8 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
+from mqbridge.landing.stuck import advice
+from mqbridge.landing.tables import table_regex
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,8 @@ class Landing(Observer):
     counters: Counters
     dedupe_window: float
     warehouse: Path  # recovery touches only paths of its tables (publication.check_bulk_paths)
+    config_path: str = ""  # the configuration file, named in the command given for a stuck bulk
+    _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
@@ -118,13 +123,50 @@ class Landing(Observer):
         """Roll forward (or back) a prepared bulk whose owner is dead; False if it is alive."""
         if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
             return False
-        if roll_forward(self.ledger, bulk, self.warehouse):
+        try:
+            rolled = roll_forward(self.ledger, bulk, self.warehouse)
+        except StuckBulkError as exc:  # what is safe needs an operator: this listener halts, the others run
+            waiting = "this listener halts; start it again (`mqbridge listener start`) once that is done"
+            raise StuckBulkError(advice(exc, self.config_path, waiting), exc.bulk_id, exc.table) from exc
+        if rolled:
             log.warning("bulk %s of a process that is gone was rolled forward: its messages "
                         "came back to this bridge", bulk.bulk_id)
             self.counters.inc("recovery_rolled_forward")
         if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
             discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
         return True
+
+    def hold(self, stuck: Iterable[StuckBulkError], types: Mapping[str, TypeConfig]) -> dict[str, str]:
+        """Keep the bulks start-up recovery could not roll forward (`RecoveryReport.stuck`), so that
+        the sinks of their tables refuse their probes (`stuck_in`) until an operator has decided;
+        the reason to give, with the command, by each type whose table (a template: any rendering)
+        is one of theirs: the caller makes those sinks unavailable. The other types land on."""
+        waiting: dict[str, str] = {}
+        for error in stuck:
+            self._stuck[error.bulk_id] = error
+            names = sorted(n for n, t in types.items() if table_regex(t.table or n, n).fullmatch(error.table))
+            reason = advice(error, self.config_path, f"the sinks of table {error.table} ({', '.join(names) or 'none'}) "
+                                                     "wait, their listeners paused; every other table lands")
+            if not names:  # otherwise the sinks' breakers log it as they open
+                log.critical("%s", reason)
+            for name in names:
+                waiting.setdefault(name, reason)
+        return waiting
+
+    def stuck_in(self, table: str, message_type: str) -> StuckBulkError | None:
+        """A bulk held by `hold` that is still prepared, of a table that `table` (the type's table
+        or template) renders to for `message_type`; None when there is none (those an operator has
+        decided about meanwhile are let go here)."""
+        for bulk_id, error in list(self._stuck.items()):
+            state = self.ledger.state_of(bulk_id)
+            if state != "prepared":
+                self._stuck.pop(bulk_id, None)
+                log.warning("bulk %s is no longer stuck (%s): table %s lands again", bulk_id,
+                            state or "forgotten", error.table)
+                continue
+            if table_regex(table, message_type).fullmatch(error.table):
+                return error
+        return None
 
     def landed_in(self, identities: Sequence[str]) -> dict[str, tuple[str, str]]:
         """(bulk id, table) of each of these identities that is landed (for producers' results)."""

@@ -30,13 +30,13 @@ import re
 import shutil
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError
+from mqbridge.errors import LedgerError, PublicationError, StagingMismatchError, StuckBulkError
 from mqbridge.landing.containers import table_lock
 from mqbridge.landing.ledger import Ledger, PreparedBulk, owner_alive, this_host
 from mqbridge.landing.tables import record_landing
@@ -49,6 +49,8 @@ STAGING = "_staging"
 TEMPORARY = "_temporary"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _BULK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: A published file's name (`staged_moves`): the bulk it belongs to, and its number.
+_PUBLISHED_NAME = re.compile(r"part-(?P<bulk>[A-Za-z0-9][A-Za-z0-9._-]*)-\d{5}\.parquet")
 
 
 def owner_dirname(owner: str) -> str:
@@ -86,9 +88,19 @@ def staging_dir(table_path: Path, owner: str, bulk_id: str) -> Path:
 def private_staging(staging: Path) -> None:
     """Create `<table>/_staging/<owner>` above a bulk's `staging` directory 0700, whatever the umask
     (the table's own directory as the umask says: readers need it): no other local user can read a
-    staged file or swap it before it is published."""
-    private_dir(Path(staging).parents[1])
-    private_dir(Path(staging).parent)
+    staged file or swap it before it is published.
+
+    Tried again when a directory on the way vanished meanwhile: a write that landed no rows into a
+    table that did not exist removes the table's directories it left empty (`rmdir`, see
+    `SparkExecutor`), possibly between this call's two `mkdir`s."""
+    for attempt in range(3):
+        try:
+            private_dir(Path(staging).parents[1])
+            private_dir(Path(staging).parent)
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
 
 
 def staged_moves(table_path: Path, staging: Path, bulk_id: str) -> list[tuple[str, str]]:
@@ -155,6 +167,43 @@ def publish(moves: Sequence[tuple[str, str]]) -> None:
         _fsync(directory)
 
 
+def published_bulk_of(name: str) -> str | None:
+    """The bulk a published file belongs to, by its name (`part-<bulk_id>-<n>.parquet`, as
+    `staged_moves` names it); None for another name (a compaction's or purge's new file)."""
+    match = _PUBLISHED_NAME.fullmatch(os.path.basename(name))
+    return match["bulk"] if match else None
+
+
+def unpublished_bulks(table: Path, names: Iterable[str]) -> list[str]:
+    """Of the data files `names` of a container of `table`, the bulks that may not be recorded as
+    published yet: a purge or a compaction must leave such a file where it is, under its name, or the
+    bulk's owner (or the recovery that finishes it) can no longer publish it: it would find neither
+    its staged file nor its published one (`roll_forward`).
+
+    Told by the file system, whichever ledger (another `state_dir` on this warehouse) holds the bulk:
+    a bulk's staging directory `<table>/_staging/<owner>/<bulk_id>` exists from its write until
+    after the bulk is recorded published (or rolled back), by its process, by the recovery that
+    finishes a dead process's bulks, or by `mqbridge ledger --abandon`. A published file is named
+    after its bulk (`published_bulk_of`). An owner's staging this process may not list (another
+    user's) makes every bulk of the container count."""
+    wanted = {bulk for name in names if (bulk := published_bulk_of(name)) is not None}
+    staging = Path(table) / STAGING
+    if not wanted or not staging.is_dir():
+        return []
+    found: set[str] = set()
+    for owner in staging.iterdir():
+        try:
+            bulks = {p.name for p in owner.iterdir()} if owner.is_dir() else set()
+        except FileNotFoundError:
+            continue  # removed meanwhile: its bulks are finished
+        except OSError as exc:
+            log.warning("cannot list %s (%s): every bulk with files in the container counts as not published yet",
+                        owner, exc.strerror)
+            return sorted(wanted)
+        found |= bulks & wanted
+    return sorted(found)
+
+
 def discard(staging: Path) -> None:
     """Remove a staging directory and everything in it (Spark's `_temporary` included)."""
     shutil.rmtree(staging, ignore_errors=True)
@@ -178,12 +227,14 @@ def _fsync(path: str) -> None:
 
 @dataclass
 class RecoveryReport:
-    """What `recover` did."""
+    """What `recover` did; `stuck`: the dead owners' bulks it could not roll forward (their files
+    are gone), left prepared for an operator (`mqbridge.landing.stuck`)."""
 
     rolled_forward: int = 0
     rolled_back: int = 0
     stale_dirs_removed: int = 0
     skipped_live: int = 0
+    stuck: list[StuckBulkError] = field(default_factory=list)
 
 
 def recover(ledger: Ledger, table_paths: Iterable[Path], *, warehouse: Path) -> RecoveryReport:
@@ -192,43 +243,62 @@ def recover(ledger: Ledger, table_paths: Iterable[Path], *, warehouse: Path) -> 
     Every prepared bulk whose owner is dead is rolled forward (its remaining files published, the
     bulk marked published): it had all its files staged when it was prepared. It is rolled back
     instead (staged files removed, bulk forgotten) when another bulk published one of its
-    identities meanwhile and none of its own files was moved yet. Then the staging directories
-    of dead owners of this host and Spark's `_temporary` directories directly under each table are
-    removed. Bulks and directories of live owners (another bridge on this state_dir) are left.
+    identities meanwhile and none of its own files was moved yet. A bulk that can be neither (a
+    staged file is gone and was never published) is left prepared, its staging directory with it,
+    and reported in `stuck`: what is safe depends on whether its rows are in the table, which an
+    operator has `mqbridge ledger --abandon` find out. Then the staging directories of dead owners
+    of this host that this ledger knows (`Ledger.knows_owner`: a bridge with another ledger on the
+    same warehouse recovers its own) and Spark's `_temporary` directories directly under each table
+    are removed. Bulks and directories of live owners (another bridge on this state_dir) are left.
 
-    Raises LedgerError when a staged file of a dead bulk is gone and its target does not exist, or
-    when a dead bulk names a path outside its table under `warehouse` (`check_bulk_paths`).
+    Raises LedgerError when a dead bulk names a path outside its table under `warehouse`
+    (`check_bulk_paths`).
     """
     report = RecoveryReport()
+    kept: set[str] = set()  # the staging directories of stuck bulks
     for bulk in ledger.in_progress():
         if ledger.owner_alive(bulk.owner):
             report.skipped_live += 1
             continue
-        if roll_forward(ledger, bulk, warehouse):
-            report.rolled_forward += 1
-        else:
-            report.rolled_back += 1
+        try:
+            if roll_forward(ledger, bulk, warehouse):
+                report.rolled_forward += 1
+            else:
+                report.rolled_back += 1
+        except StuckBulkError as exc:
+            report.stuck.append(exc)
+            kept.add(os.path.abspath(staging_dir(Path(warehouse) / bulk.table, bulk.owner, bulk.bulk_id)))
     host = this_host()
     for table_path in table_paths:
         staging_root = Path(table_path) / STAGING
         if staging_root.is_dir():
             for owner_dir in sorted(staging_root.iterdir()):
                 owner = _local_owner(owner_dir.name, host)
-                if owner is None or owner_alive(owner):
+                if owner is None or owner_alive(owner) or not ledger.knows_owner(owner):
                     # Another host's or pid namespace's (its pids mean nothing here: its bulks are
                     # finished once its lease expires, see Landing.published), a live process's,
-                    # or not ours to judge.
+                    # another ledger's, or not ours to judge.
                     continue
-                shutil.rmtree(owner_dir, ignore_errors=True)
+                _remove_except(owner_dir, kept)
                 report.stale_dirs_removed += 1
         temporary = Path(table_path) / TEMPORARY
         if temporary.is_dir():
             shutil.rmtree(temporary, ignore_errors=True)
             report.stale_dirs_removed += 1
     log.info("ledger recovery: %d bulks rolled forward, %d rolled back, %d stale directories removed, "
-             "%d bulks of live processes left alone", report.rolled_forward, report.rolled_back,
-             report.stale_dirs_removed, report.skipped_live)
+             "%d bulks of live processes left alone, %d stuck (files gone)", report.rolled_forward,
+             report.rolled_back, report.stale_dirs_removed, report.skipped_live, len(report.stuck))
     return report
+
+
+def _remove_except(owner_dir: Path, kept: set[str]) -> None:
+    """Remove a dead owner's staging directory, but for the bulk directories in `kept` (absolute)."""
+    if not any(os.path.dirname(k) == os.path.abspath(owner_dir) for k in kept):
+        shutil.rmtree(owner_dir, ignore_errors=True)
+        return
+    for child in owner_dir.iterdir():
+        if os.path.abspath(child) not in kept:
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def roll_forward(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> bool:
@@ -236,8 +306,9 @@ def roll_forward(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> bool:
     (True); or, when another bulk published one of its identities meanwhile and none of its own
     files was moved yet, remove its staged files and forget it (False). Idempotent.
 
-    Raises LedgerError when a staged file is gone and its target does not exist, or when the bulk
-    names a path outside its table under `warehouse` (`check_bulk_paths`: nothing is touched)."""
+    Raises StuckBulkError (nothing is touched) when a staged file is gone and was never published
+    (`gone_files`), and LedgerError when the bulk names a path outside its table under `warehouse`
+    (`check_bulk_paths`: nothing is touched)."""
     check_bulk_paths(bulk, warehouse)
     untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
     if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):
@@ -248,12 +319,21 @@ def roll_forward(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> bool:
                     bulk.bulk_id, bulk.owner)
         return False
     try:
+        gone = gone_files(bulk)
+        if gone:
+            raise PublicationError(f"{len(gone)} of its {len(bulk.files)} staged files are gone and were never "
+                                   f"published: {', '.join(gone[:3])}")
         publish(bulk.files)
     except PublicationError as exc:
-        raise LedgerError(f"prepared bulk {bulk.bulk_id} of table {bulk.table} cannot be rolled forward: "
-                          f"{exc}") from exc
+        raise StuckBulkError(f"prepared bulk {bulk.bulk_id} of table {bulk.table} cannot be rolled forward: {exc} "
+                             f"(its process {bulk.owner} is gone)", bulk.bulk_id, bulk.table) from exc
     ledger.mark_published(bulk.bulk_id)
     return True
+
+
+def gone_files(bulk: PreparedBulk) -> list[str]:
+    """The staged files of `bulk` that are gone and whose published copy does not exist either."""
+    return [staged for staged, final in bulk.files if not os.path.exists(staged) and not os.path.exists(final)]
 
 
 def check_bulk_paths(bulk: PreparedBulk, warehouse: Path) -> None:

@@ -12,10 +12,11 @@ before that metadata existed counts its columns as nullable, which they are in t
 
 Which footers: in every `put_date` container of every table of the type (`tables_of_type`), the
 newest file holding the type's rows. The bridge refuses every incompatible change, so within a
-container the newest file carries every column of the older ones; a purge that rewrote a container
-writes the container's merged schema. The cost is one directory listing per container and about one
-footer read per container, whatever the number of files. Files an older bridge wrote after dropping
-a column (before this check existed) are not seen if a newer file of their container lacks it.
+container the newest file carries every column of the older ones; a purge or compaction that rewrote
+a container writes each type's files with that type's merged schema (`mqbridge.purge.type_groups`).
+The cost is one directory listing per container and about one footer read per container, whatever
+the number of files. Files an older bridge wrote after dropping a column (before this check existed)
+are not seen if a newer file of their container lacks it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mqbridge.config import BridgeConfig, StompSourceConfig, is_loopback, plaintext_notes
+from mqbridge.config import (
+    BridgeConfig,
+    StompSourceConfig,
+    ids_per_delivery,
+    is_loopback,
+    per_delivery_note,
+    plaintext_notes,
+)
 from mqbridge.errors import Loc
 from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path
@@ -24,7 +31,9 @@ def advice(config: BridgeConfig) -> list[Finding]:
 
 
 def broker_advice(config: BridgeConfig) -> list[Finding]:
-    """RabbitMQ settings that work in a demo and fail or lose messages in production."""
+    """RabbitMQ settings that work in a demo and fail or lose messages in production, and what a
+    RabbitMQ listener without a producer id promises (at-least-once where a crash falls between
+    landing and the source commit: `mqbridge.config.per_delivery_note`)."""
     found: list[Finding] = []
     for name, source in config.sources.items():
         if not (isinstance(source, StompSourceConfig) and source.broker == "rabbitmq"):
@@ -45,6 +54,9 @@ def broker_advice(config: BridgeConfig) -> list[Finding]:
                                  f"{queue!r}: RabbitMQ drops a message sent to an /amq/queue/ queue that does not "
                                  "exist, so a move to the backout queue can be lost",
                                  f"write /queue/{queue[len(_AMQ_QUEUE):]} (declared durable on first use)", "warning"))
+        if ids_per_delivery(on, listener.identity):
+            problem, fix = per_delivery_note(f"{listener.source}:{listener.queue}")
+            found.append(Finding(("listeners", index, "identity"), problem, fix, "warning"))
     return found
 
 
@@ -65,13 +77,6 @@ def _delivery(config: BridgeConfig) -> Iterator[Finding]:
             yield Finding(("purge", "interval"), "ignored with exactly_once = false (a purge's swap needs the "
                           "ledger's lock)", "remove it, and run `mqbridge purge` with the bridge stopped", "warning")
         return
-    for index, listener in enumerate(config.listeners):
-        source = config.sources.get(listener.source)
-        if isinstance(source, StompSourceConfig) and source.broker == "rabbitmq" and listener.identity == "msg_id":
-            yield Finding(("listeners", index, "identity"), "RabbitMQ gives a message a new message-id on every "
-                          "delivery, so msg_id cannot recognise a redelivery: it lands again after a crash",
-                          'leave identity unset (stamp), or identity = "header:NAME" for a producer\'s id',
-                          "warning")
     warehouse = config.resolve_path(config.spark.warehouse)
     if config.ledger.url is None and not ledger_path(config.resolve_path(config.bridge.state_dir)).exists() \
             and warehouse.is_dir() and any(warehouse.iterdir()):

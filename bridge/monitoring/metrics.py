@@ -68,6 +68,12 @@ HELP = {
     "memory_guard_pauses": "Times the memory guard paused intake",
     "memory_guard_max_rss_bytes": "The memory guard's limit ([bridge] max_rss)",
     "messages_deduplicated": "Redelivered messages the landing ledger knew as landed (committed, not landed again)",
+    "possible_duplicates": ("Landed messages that may have landed before: redeliveries RabbitMQ flagged on a listener "
+                            "whose identity is per delivery (identity msg_id), less those this process gave back "
+                            "unlanded itself; an upper bound (0 elsewhere: every redelivery is recognised)"),
+    "put_timestamps_refused": ("Messages received whose put time was before 2000-01-01 or more than a day after "
+                               "their receipt: their rows took the received time as put_timestamp (header "
+                               "mqbridge-put-timestamp-refused says why)"),
     "ledger_bytes": "Size of the landing ledger file and its write-ahead log",
     "ledger_identities": "Message identities the landing ledger remembers (within dedupe_window)",
     "ledger_prune_runs": "Times the landing ledger was pruned of identities older than dedupe_window",
@@ -109,7 +115,8 @@ HELP = {
 #: Per-listener counters that exist (at 0) from the start, so that `increase()` and `rate()` in alert
 #: rules and dashboards see their first event, and every panel has a series to show.
 LISTENER_SERIES = ("messages_received", "messages_committed", "messages_backed_out", "messages_moved_to_backout",
-                   "messages_consumed_by_preprocessors", "messages_deduplicated")
+                   "messages_consumed_by_preprocessors", "messages_deduplicated", "put_timestamps_refused",
+                   "possible_duplicates")
 
 
 def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], *, ledger: bool,

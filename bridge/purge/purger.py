@@ -2,12 +2,15 @@
 by delete, copy-and-drop or drop, whichever the cost model (`mqbridge.purge.costs`) says is cheaper.
 
 For each table one Spark job counts, per container and per file, the rows and the designated rows
-(`put_timestamp` older than a cutoff and/or a SQL condition). Then, per container with designated rows:
+(put *and* received before a cutoff, and/or a SQL condition). Then, per container with designated rows:
 
 * drop   every row designated: the container directory is renamed away in one step.
 * delete the files that hold designated *and* surviving rows are rewritten without the designated
          ones; files of designated rows only are left out; the other files are kept (hard links).
 * copy   every surviving row is written into new files (a compacted container).
+
+Delete and copy rewrite each message type's files in a Spark job of their own, with that type's
+columns (`mqbridge.purge.type_groups`): types sharing a table never get each other's columns.
 
 Delete and copy build the new container under `<table>/_purge/<run>-<date>/new` (readers skip `_`
 names), then swap it with the live directory in one `renameat2(RENAME_EXCHANGE)`: a reader lists
@@ -47,6 +50,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.catalog import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
+from mqbridge.landing.publication import unpublished_bulks
 from mqbridge.purge.costs import CostModel, Estimate
 from mqbridge.purge.swap import (
     JOURNAL,
@@ -63,6 +67,7 @@ from mqbridge.purge.swap import (
     recover_purges,
     write_json,
 )
+from mqbridge.purge.type_groups import type_groups
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +78,9 @@ STRATEGIES = ("auto", "delete", "copy")
 
 @dataclass(frozen=True)
 class Designation:
-    """What a purge designates: rows put before `cutoff`, and/or rows matching `where` (Spark SQL);
-    of a table shared with other types, only rows whose `message_type` is one of `message_types`
-    (empty: every row of the table)."""
+    """What a purge designates: rows put and received before `cutoff`, and/or rows matching `where`
+    (Spark SQL); of a table shared with other types, only rows whose `message_type` is one of
+    `message_types` (empty: every row of the table)."""
 
     cutoff: datetime | None = None
     where: str | None = None
@@ -90,9 +95,11 @@ class Designation:
         """The condition as one Spark SQL expression (a NULL result does not designate)."""
         parts = []
         if self.cutoff is not None:
-            # unix_micros: independent of the session time zone.
+            # A row is as old as the later of its put and its receipt: a producer's clock (or a put
+            # time read in the wrong unit) never makes a row received within the retention look old.
+            # `greatest` skips NULLs; unix_micros: independent of the session time zone.
             micros = int(self.cutoff.astimezone(timezone.utc).timestamp() * 1_000_000)
-            parts.append(f"unix_micros(put_timestamp) < {micros}")
+            parts.append(f"unix_micros(greatest(put_timestamp, received_timestamp)) < {micros}")
         if self.where:
             parts.append(f"({self.where})")
         if self.message_types:
@@ -102,7 +109,8 @@ class Designation:
 
     def describe(self) -> str:
         """The designation in words, for the command's output and the logs."""
-        parts = [f"put before {self.cutoff.isoformat(timespec='seconds')}"] if self.cutoff else []
+        cutoff = self.cutoff.isoformat(timespec="seconds") if self.cutoff else ""
+        parts = [f"put before {cutoff} (and received before it)"] if cutoff else []
         parts += [f"where {self.where}"] if self.where else []
         parts += [f"of type {', '.join(self.message_types)}"] if self.message_types else []
         return " and ".join(parts)
@@ -265,6 +273,12 @@ class Purger:
         fsync_dir(new)
         failpoints.hit("purge_before_swap")
         with table_lock(plan.table):
+            # A bulk not yet recorded as published needs its files where they are (roll-forward).
+            held = unpublished_bulks(plan.table, plan.files)
+            if held:
+                raise PurgeError(f"{plan.path}: holds files of bulk {', '.join(held)}, prepared and not yet recorded "
+                                 "as published: left as it is until its bridge (or that bridge's next start) has "
+                                 "finished it")
             current = {p.name for p in data_files(plan.path)}
             landed = sorted(current - set(plan.files))
             for name in landed:  # landed after the count: not designated
@@ -293,6 +307,11 @@ class Purger:
                  per_file: bool) -> int:
         """Write the surviving rows of `names` (files of the container) into `work/new`; their count.
 
+        One Spark job per message type, over that type's files only (`type_groups`): a table several
+        types share keeps, per file, one type's columns, the schema that type's start-up check
+        accepts (read together, every file written would hold every type's columns). A file holding
+        several types' rows (a compaction before that rule) is rewritten alone and keeps its age.
+
         Every new file gets a name never used before (`fresh_name`), never the name of an old
         file: Spark lists a container's files (with their sizes) when it plans a read and opens
         them later, task by task. Had a rewritten file kept its old name, a read planned before the
@@ -301,36 +320,47 @@ class Purger:
         With fresh names such a read meets a missing file and fails, to be read again; the files
         kept unchanged (delete's hard links) have the same content in both containers.
         """
+        groups = type_groups(plan.path / name for name in names)
+        rewrites = [(files, None) for files in groups.typed] + [([path], path) for path in groups.mixed]
+        for n, (files, mtime_of) in enumerate(rewrites):
+            self._rewrite_group(plan, files, designation, work / f"spark-{n}", work / "new", per_file=per_file,
+                                mtime_of=mtime_of)
+        return sum(plan.files[n][0] - plan.files[n][1] for n in names)
+
+    def _rewrite_group(self, plan: ContainerPlan, files: list[Path], designation: Designation, out: Path,
+                       new: Path, *, per_file: bool, mtime_of: Path | None) -> None:
+        """Write the surviving rows of `files` (one type's, or one file of several types) through
+        Spark into `out`, then move the files written into `new` under fresh names, fsynced; with
+        the modification time of `mtime_of` when given (a file of several types: `type_groups`)."""
         from pyspark.sql import functions as F
 
         from mqbridge.landing.executor import FILE_BYTES, WRITE_OPTIONS
         from mqbridge.landing.schema_check import read_container
 
-        size = sum((plan.path / name).stat().st_size for name in names)
-        survivors = sum(plan.files[n][0] - plan.files[n][1] for n in names)
-        df = read_container(self.spark, plan.table, [plan.path / n for n in names]).where(~F.expr(designation.sql))
+        df = read_container(self.spark, plan.table, files).where(~F.expr(designation.sql))
         if failpoints.active("purge_write_hang"):  # test only: never ends until cancelled
             df = df.where(failpoints.HANG_FILTER)
-        out = work / "spark"
         if per_file:  # one task and one output file per input file, in a directory named after it
             df = df.withColumn(SOURCE, F.col("_metadata.file_name")).repartition(SOURCE)
             (df.sortWithinPartitions(SOURCE, *SORT_COLUMNS).write.options(**WRITE_OPTIONS).mode("overwrite")
                .partitionBy("put_date", SOURCE).parquet(str(out)))
+            written = []
             for directory in (out / plan.path.name).glob(f"{SOURCE}=*"):
                 [path] = directory.glob("part-*.parquet")
-                fsync(path)
-                os.replace(path, work / "new" / fresh_name(path))
-            return survivors
-        writer = (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
-                  .write.options(**WRITE_OPTIONS).mode("overwrite"))
-        writer.partitionBy("put_date").parquet(str(out))
-        written = sorted((out / plan.path.name).glob("part-*.parquet"))
-        if len(written) > len(names):
-            raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(names)} old ones")
+                written.append(path)
+        else:
+            size = sum(path.stat().st_size for path in files)
+            (df.coalesce(max(1, math.ceil(size / FILE_BYTES))).sortWithinPartitions(*SORT_COLUMNS)
+               .write.options(**WRITE_OPTIONS).mode("overwrite").partitionBy("put_date").parquet(str(out)))
+            written = sorted((out / plan.path.name).glob("part-*.parquet"))
+            if len(written) > len(files):
+                raise PurgeError(f"{plan.path}: copy wrote {len(written)} files for {len(files)} old ones")
         for path in written:
+            if mtime_of is not None:
+                old = mtime_of.stat()
+                os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
             fsync(path)
-            os.replace(path, work / "new" / fresh_name(path))
-        return survivors
+            os.replace(path, new / fresh_name(path))
 
     def _account(self, result: ContainerResult) -> None:
         c, strategy = self.counters, result.strategy

@@ -1,10 +1,12 @@
 """The scheduled purge: `[purge] interval` runs each type's retention on its own thread while the
 listeners keep landing (off by default).
 
-Every `interval` the thread purges, table by table, the rows whose `put_timestamp` is older than
-their type's `retention` (types without one are skipped), exactly as `mqbridge purge` would with no
-`--where`: the same cost model and learned costs, the same swap under the table lock (landing waits
-at most one swap), the same recovery. A failed round is logged and the next one runs as planned.
+Every `interval` the thread purges, table by table, the rows whose `put_timestamp` and
+`received_timestamp` are both older than their type's `retention` (a row that arrived within the
+retention stays, whatever time its producer stamped; types without one are skipped), exactly as
+`mqbridge purge` would with no `--where`: the same cost model and learned costs, the same swap under
+the table lock (landing waits at most one swap), the same recovery. A failed round is logged and
+the next one runs as planned.
 """
 
 from __future__ import annotations

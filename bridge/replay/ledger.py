@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from mqbridge.strict_modes import check_trusted, private_dir, private_file
@@ -78,6 +78,21 @@ class ReplayLedger:
         with self._transaction():
             self._db.execute("UPDATE batches SET state = 'sent', at = ? WHERE replay_id = ? AND batch_id = ?",
                              (time.time(), replay_id, batch_id))
+
+    def keep_sent(self, replay_id: str, batch_id: str, arrived: Collection[str]) -> None:
+        """The target confirmed only the rows of the batch whose keys are `arrived` (it stopped
+        part-way): those are sent, the batch with them; the other rows are to be sent again."""
+        if not arrived:
+            self.forget(replay_id, batch_id)
+            return
+        keys = set(arrived)
+        with self._transaction():
+            rows = [key for (key,) in self._db.execute(
+                "SELECT row_key FROM sent_rows WHERE replay_id = ? AND batch_id = ?", (replay_id, batch_id))]
+            self._db.executemany("DELETE FROM sent_rows WHERE replay_id = ? AND row_key = ?",
+                                 [(replay_id, key) for key in rows if key not in keys])
+            self._db.execute("UPDATE batches SET state = 'sent', rows = ?, at = ? WHERE replay_id = ? AND batch_id = ?",
+                             (sum(1 for key in rows if key in keys), time.time(), replay_id, batch_id))
 
     def forget(self, replay_id: str, batch_id: str) -> None:
         """The batch's unit of work never committed: its rows are to be sent again."""

@@ -38,6 +38,10 @@ class ReplayRow:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+#: The header (STOMP) and message property (IBM MQ) by which every replayed message names its row.
+REPLAY_KEY_HEADERS = ("mqbridge-replay-key", "mqbridge_replay_key")
+
+
 def provenance(row: ReplayRow, replay_id: str, separator: str) -> dict[str, str]:
     """Where a replayed message comes from, as headers (`separator` "-") or IBM MQ property names
     ("_"): the replay, the row's key, its original message id and put time."""

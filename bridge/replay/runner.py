@@ -10,6 +10,16 @@ Per batch, in this order (why a kill anywhere sends no row twice and loses none)
 Killed before 2 commits, nothing of the batch is at the target, and its marker is not either: a
 resumed replay forgets the batch and sends its rows again. Killed between 2 and 3, the marker is
 there: the batch is marked sent. The target answers that question (`committed`) from the markers.
+
+A target whose unit of work is not atomic (RabbitMQ: each row confirmed by its receipt, the marker
+last) makes step 2 the rows, then the marker. A kill between them leaves rows without a marker: the
+resumed replay sends the batch again (those rows twice, said in the target's `guarantee`). A row the
+target refuses stops the replay (PartlySentError): the rows it confirmed are recorded sent, the
+others forgotten (`ReplayLedger.keep_sent`), so the next run sends exactly those.
+
+Before the first batch, `before_sending` may refuse the replay (the command checks there that the
+bridge reading the destination would not drop the rows as already landed: `identities`); a target
+refuses, when it is built, a destination that would drop every message (`replay_target`).
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mqbridge import failpoints
-from mqbridge.errors import ConfigError
+from mqbridge.errors import ConfigError, PartlySentError
+from mqbridge.replay.identities import AS_LANDED, Delivered, Renewal
 from mqbridge.replay.ledger import ReplayLedger
 from mqbridge.replay.rows import ReplayRow
 
@@ -39,12 +50,18 @@ class ReplayTarget(Protocol):
     """Where a replay sends: one destination of one source, with a marker queue of its own."""
 
     guarantee: str  # one line for the command's output: what a kill can do
+    notes: list[str]  # what the destination check found worth saying (nothing wrong enough to refuse)
+
+    def delivered(self, row: ReplayRow) -> Delivered:
+        """What a consumer of the destination sees of `row` as sent: its headers, its message id."""
 
     def committed(self, batch_ids: Sequence[str]) -> set[str]:
         """Which of these batches' units of work committed (their markers are at the target)."""
 
     def send(self, batch_id: str, rows: Sequence[ReplayRow]) -> None:
-        """Send `rows` and the batch's marker in one unit of work, and commit it."""
+        """Send `rows` and the batch's marker in one unit of work, and commit it; or (a target that
+        cannot make them one unit: RabbitMQ) each confirmed, the marker last. A target that stopped
+        part-way raises PartlySentError with the keys of the rows it confirmed."""
 
     def release(self) -> None:
         """Remove the markers of batches the ledger has marked sent (they are no longer needed)."""
@@ -54,15 +71,17 @@ class ReplayTarget(Protocol):
 
 
 def replay_target(kind: str, source_name: str, config: SourceConfig, destination: str, replay_id: str,
-                  in_doubt_wait: float) -> ReplayTarget:
-    """The replay target of a source of kind `kind` (`REPLAY_KINDS`), connected."""
+                  in_doubt_wait: float, renewal: Renewal = AS_LANDED) -> ReplayTarget:
+    """The replay target of a source of kind `kind` (`REPLAY_KINDS`), connected, sending rows with
+    `renewal`. A destination that does not exist (a RabbitMQ /amq/queue/NAME, an IBM MQ queue)
+    raises ConfigError: nothing is sent, nothing recorded."""
     where = REPLAY_KINDS.get(kind)
     if where is None:
         raise ConfigError(f"source {source_name!r}: replay cannot send to a {kind} source "
                           f"(it sends to {', '.join(REPLAY_KINDS)} sources)")
     module, _, name = where.partition(":")
     cls = getattr(importlib.import_module(module), name)
-    target: ReplayTarget = cls(source_name, config, destination, replay_id, in_doubt_wait)
+    target: ReplayTarget = cls(source_name, config, destination, replay_id, in_doubt_wait, renewal=renewal)
     return target
 
 
@@ -79,8 +98,11 @@ class ReplayReport:
 
 
 def replay(rows: Iterable[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, replay_id: str, *,
-           batch: int, say: Callable[[str], None]) -> ReplayReport:
-    """Send `rows` to `target` once each across runs of `replay_id` (module docstring)."""
+           batch: int, say: Callable[[str], None],
+           before_sending: Callable[[set[str]], None] | None = None) -> ReplayReport:
+    """Send `rows` to `target` once each across runs of `replay_id` (module docstring).
+    `before_sending` is called with the keys of the rows sent already (by earlier runs), after the
+    batches in doubt are resolved and before anything is sent; it refuses by raising."""
     report = ReplayReport()
     doubtful = ledger.in_doubt(replay_id)
     if doubtful:
@@ -95,6 +117,8 @@ def replay(rows: Iterable[ReplayRow], target: ReplayTarget, ledger: ReplayLedger
         say(f"{len(doubtful)} batches a killed run left in doubt: {report.resolved_sent} had been sent, "
             f"{report.resolved_again} had not (their rows are sent now)")
     done = ledger.keys(replay_id)
+    if before_sending is not None:
+        before_sending(done)
     pending: list[ReplayRow] = []
     for row in rows:
         if row.key in done:
@@ -116,7 +140,13 @@ def _send(rows: list[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, rep
           report: ReplayReport, say: Callable[[str], None]) -> None:
     batch_id = uuid.uuid4().hex
     ledger.intend(replay_id, batch_id, [row.key for row in rows])
-    target.send(batch_id, rows)
+    try:
+        target.send(batch_id, rows)
+    except PartlySentError as stopped:
+        # The target confirmed these rows alone (RabbitMQ, a row refused): recorded sent, the rest not.
+        ledger.keep_sent(replay_id, batch_id, stopped.arrived)
+        report.sent += len(stopped.arrived)
+        raise
     failpoints.hit("replay_after_commit")
     ledger.mark_sent(replay_id, batch_id)
     report.sent += len(rows)

@@ -16,6 +16,12 @@ message properties (characters MQ does not allow in a property name, such as `-`
 `mqbridge_replay_id`, `mqbridge_replay_key`, `mqbridge_replayed_message_id` and
 `mqbridge_replayed_put_timestamp`. A row that keeps its MsgId is one the ledger of a bridge reading
 that queue with `identity = "msg_id"` recognises as landed.
+
+The destination is opened for output once when the target is built: a queue the queue manager does
+not know (2085) is refused there, before anything is sent or recorded. With `--new-identity`
+(`renewal`) a row does not keep its MsgId (the queue manager gives a new one; the old one is in
+`mqbridge_replayed_message_id`) and the properties that are a reading bridge's identity get new
+values, the old ones kept in `mqbridge_replayed_NAME` (`mqbridge.replay.identities`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from mqbridge.listeners.mq.connect import connect_options, connect_qmgr
 from mqbridge.listeners.mq.driver import MQRC_NO_MSG_AVAILABLE, driver_errors, load_driver, reason_of
 from mqbridge.listeners.mq.mapping import MQMD_PREFIX
 from mqbridge.listeners.mq.poison import SyncpointPutter
+from mqbridge.replay.identities import AS_LANDED, REPLAYED_PREFIX, Delivered, Renewal, renew_headers
 from mqbridge.replay.rows import ReplayRow, provenance
 
 log = logging.getLogger(__name__)
@@ -55,10 +62,13 @@ def property_name(header: str) -> str:
     return name if name[:1].isalpha() else f"x_{name}"
 
 
-def replay_properties(row: ReplayRow, replay_id: str) -> dict[str, str]:
-    """The properties a row is put with: its headers that are not MQMD fields, and where it comes from."""
+def replay_properties(row: ReplayRow, replay_id: str, renewal: Renewal = AS_LANDED) -> dict[str, str]:
+    """The properties a row is put with: its headers that are not MQMD fields, where it comes from,
+    and the properties of `renewal` with new values."""
     found = {property_name(k): v for k, v in row.headers.items() if not k.startswith(MQMD_PREFIX)}
     found.update(provenance(row, replay_id, "_"))
+    renew_headers(found, [(name, property_name(REPLAYED_PREFIX + name)) for name in sorted(renewal.headers)],
+                  replay_id, row.key)
     return found
 
 
@@ -69,10 +79,12 @@ class MqReplayTarget:
                  "which says after a kill whether the batch committed")
 
     def __init__(self, source_name: str, config: MqSourceConfig, destination: str, replay_id: str,
-                 in_doubt_wait: float, *, driver: Any = None) -> None:
+                 in_doubt_wait: float, *, renewal: Renewal = AS_LANDED, driver: Any = None) -> None:
         del in_doubt_wait  # a committed put is visible at once (module docstring)
         self.destination = destination
         self.replay_id = replay_id
+        self.renewal = renewal
+        self.notes: list[str] = []  # nothing to say about an IBM MQ queue that exists
         self._driver = driver = driver or load_driver()
         self._c = driver.CMQC
         self._errors = driver_errors(driver)
@@ -80,8 +92,18 @@ class MqReplayTarget:
         self._qmgr = connect_qmgr(driver, self._errors, config, connect_options(self._c, config.reconnect))
         self._putter = SyncpointPutter(driver, self._errors, queue=destination, qmgr_name=config.queue_manager,
                                        appl_name="mqbridge-replay")
+        self._check_destination(source_name)
         self._markers_queue = self._open_markers(source_name)
         self._sent: set[str] = set()  # batches whose markers this run may remove (marked sent, or to be)
+
+    def delivered(self, row: ReplayRow) -> Delivered:
+        """The row's properties as put, and its MsgId when it keeps it (`_keeps_msg_id`)."""
+        return Delivered(replay_properties(row, self.replay_id, self.renewal),
+                         row.msg_id if self._keeps_msg_id(row) else None)
+
+    def _keeps_msg_id(self, row: ReplayRow) -> bool:
+        """A row that came from IBM MQ keeps its MsgId, unless `--new-identity` renews it."""
+        return bool(_HEX_ID.fullmatch(row.msg_id)) and not self.renewal.msg_id
 
     def committed(self, batch_ids: Sequence[str]) -> set[str]:
         """Which of these batches have a marker on the marker queue (browsed by CorrelId)."""
@@ -122,6 +144,20 @@ class MqReplayTarget:
         finally:
             self._qmgr.disconnect()
 
+    def _check_destination(self, source_name: str) -> None:
+        """Open the destination for output and close it: a queue the queue manager does not know is
+        refused here (ConfigError), before anything is sent or recorded."""
+        c, name = self._c, self.destination
+        try:
+            self._driver.Queue(self._qmgr, name.encode(), c.MQOO_OUTPUT | c.MQOO_FAIL_IF_QUIESCING).close()
+        except self._errors as exc:
+            self._qmgr.disconnect()
+            if reason_of(exc) == _MQRC_UNKNOWN_OBJECT_NAME:
+                raise ConfigError(f"--to {name}: no such queue on {self._config.queue_manager} (source "
+                                  f"{source_name!r}; MQRC 2085 UNKNOWN_OBJECT_NAME): define it or name another. "
+                                  "Nothing was sent.") from exc
+            raise SourceError(f"replay: MQOPEN of {name} for output failed: {exc}. Nothing was sent.") from exc
+
     def _open_markers(self, source_name: str) -> Any:
         c, name = self._c, self._config.replay_marker_queue
         try:
@@ -154,7 +190,7 @@ class MqReplayTarget:
     def _put_row(self, row: ReplayRow) -> None:
         c = self._c
         md = self._driver.MD(Persistence=c.MQPER_PERSISTENT, MsgType=c.MQMT_DATAGRAM)
-        keep_id = bool(_HEX_ID.fullmatch(row.msg_id))
+        keep_id = self._keeps_msg_id(row)
         if keep_id:
             md.MsgId = bytes.fromhex(row.msg_id)
         if row.correlation_id and _HEX_ID.fullmatch(row.correlation_id):
@@ -166,7 +202,7 @@ class MqReplayTarget:
                 setattr(md, name, int(value))
         handle = self._driver.MessageHandle(self._qmgr)
         try:
-            for name, value in replay_properties(row, self.replay_id).items():
+            for name, value in replay_properties(row, self.replay_id, self.renewal).items():
                 handle.properties.set(name.encode(), value)
             problem = self._putter._put1(self._qmgr, self.destination, row.body, md, handle,
                                          f"row {row.key}", new_msg_id=not keep_id)

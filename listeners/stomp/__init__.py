@@ -7,11 +7,12 @@ surface; the rest is its implementation:
   SEND with a receipt, give messages back (NACK or a new subscription), close; stomp.py's errors
   wrapped once
 * `commit` -- the commit of a unit: what it removes, moves and gives back, then the frames that do
-  it, in a STOMP transaction or confirmed by receipts (`commit_mode`)
+  it, in a STOMP transaction or confirmed by receipts (`commit_mode`; RabbitMQ: receipts only, in
+  two steps or in runs, never a copy to the source queue)
 * `unit` -- bookkeeping of the messages received in one unit of work
 * `mapping` -- a MESSAGE frame's headers to a message (refused at the edge if they do not parse);
-  the headers of what the adapter SENDs: a copy given back or stamped (`mqbridge-requeue-*`), a
-  move to a backout queue, a result to the reply-to
+  the headers of what the adapter SENDs: a copy given back (`mqbridge-requeue-*`), a move to a
+  backout queue, a result to the reply-to; a message's content key (RabbitMQ redeliveries)
 * `frames` -- stomp.py's listener: MESSAGE frames to the listener thread, bounded waits for
   CONNECTED, receipts and ERROR frames; closing a connection for sure; the faster header parser
 
@@ -28,7 +29,7 @@ from mqbridge.listeners.stomp.mapping import (
     REQUEUE_REDELIVERED,
     REQUEUE_TIMESTAMP,
 )
-from mqbridge.listeners.stomp.source import STAMP_GRACE, StompSource
+from mqbridge.listeners.stomp.source import POSSIBLE_DUPLICATES, StompSource
 
-__all__ = ["REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED", "REQUEUE_TIMESTAMP",
-           "STAMP_GRACE", "StompSource"]
+__all__ = ["POSSIBLE_DUPLICATES", "REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED",
+           "REQUEUE_TIMESTAMP", "StompSource"]

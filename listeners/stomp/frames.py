@@ -13,10 +13,13 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import stomp.utils
+
+from mqbridge.message import utcnow
+from mqbridge.put_time import Unit, from_epoch
 
 log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
 
@@ -246,16 +249,19 @@ def header_int(headers: dict[str, str], name: str, problems: list[str]) -> int |
         return None
 
 
-def put_time(headers: dict[str, str], name: str, problems: list[str]) -> datetime | None:
-    """The put time in header `name` (ms since the epoch); None if absent or 0."""
-    millis = header_int(headers, name, problems)
-    if not millis or millis < 0:
+def put_time(headers: dict[str, str], name: str, problems: list[str], *, unit: Unit = "ms") -> datetime | None:
+    """The put time in header `name`, a number of the epoch in `unit` (a broker's `timestamp`:
+    `mqbridge.put_time.timestamp_unit`; the bridge's own headers: ms), or in the other unit where only
+    that reading is a plausible put time (`mqbridge.put_time.from_epoch`); None if absent or not
+    positive. An implausible time is returned as read: the listener loop refuses it for the row
+    (`mqbridge.put_time.settle`). A value that no unit makes a time adds to `problems`."""
+    value = header_int(headers, name, problems)
+    if not value or value < 0:
         return None
-    try:
-        return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-    except (ValueError, OverflowError, OSError):
-        problems.append(f"header {name}: {millis} ms is not a time this bridge can store (past year 9999)")
-        return None
+    put = from_epoch(value, unit, utcnow())
+    if put is None:
+        problems.append(f"header {name}: {value} {unit} is not a time this bridge can store (past year 9999)")
+    return put
 
 
 def one_line(text: str, limit: int = 1000) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 
 from mqbridge.backlog import BacklogUnavailable, Reading
 from mqbridge.config import StompSourceConfig
+from mqbridge.message import utcnow
+from mqbridge.put_time import from_epoch, refusal, timestamp_unit
 
 #: STOMP destinations that name one queue, and where its name starts.
 _QUEUE_PREFIXES = ("/queue/", "/amq/queue/")
@@ -74,9 +76,22 @@ class RabbitManagement:
 
 def reading_of(doc: dict[str, Any]) -> Reading:
     """A queue document of the management API as a reading; `messages` is missing until the broker
-    has collected the queue's first statistics (then: unknown)."""
+    has collected the queue's first statistics (then: unknown). `head_message_timestamp` is the
+    oldest message's timestamp property in seconds (RabbitMQ's unit), read as the STOMP adapter
+    reads the `timestamp` header (`mqbridge.put_time`): a producer's milliseconds are read as such,
+    and a time no message can have been put at gives no age (unknown)."""
     now = time.monotonic()
     messages = doc.get("messages")
-    head = doc.get("head_message_timestamp")
-    age = max(0.0, time.time() - float(head)) if isinstance(head, (int, float)) else None
-    return Reading(int(messages) if isinstance(messages, int) else None, age, now)
+    return Reading(int(messages) if isinstance(messages, int) else None, head_age(doc.get("head_message_timestamp")),
+                   now)
+
+
+def head_age(head: object) -> float | None:
+    """Seconds since the oldest message was put, from `head_message_timestamp`; None if unknown."""
+    if not isinstance(head, (int, float)) or isinstance(head, bool) or head <= 0:
+        return None
+    received = utcnow()
+    put = from_epoch(head, timestamp_unit("rabbitmq"), received)
+    if put is None or refusal(put, received):
+        return None
+    return max(0.0, (received - put).total_seconds())

@@ -1,40 +1,42 @@
 """STOMP source adapter (ActiveMQ, RabbitMQ, Artemis) on stomp.py.
 
-Unit of work: messages are received and left unacknowledged. Commit opens a STOMP transaction,
-puts the backout moves (SEND, persistent) in it, acknowledges the removed messages and commits
-with a receipt. How a unit (or part of it) is given back depends on the broker: on ActiveMQ NACK is
-a poison ack that sends the message to the DLQ, so NACK is never sent there; the subscription is
-replaced instead, which makes the broker redeliver every unacknowledged message of it. RabbitMQ keeps
-a removed subscription's unacknowledged messages until the connection closes, so there messages are
-given back with NACK, which requeues them at once (`broker = "rabbitmq"`).
+Unit of work: messages are received and left unacknowledged. The commit removes them, moving some to
+a backout queue and giving others back, as `commit_mode` says (`mqbridge.listeners.stomp.commit`):
+in one STOMP transaction (ActiveMQ's default), or with every SEND confirmed by its receipt before any
+ACK (RabbitMQ's and Artemis' default). How a unit (or part of it) is given back depends on the
+broker: on ActiveMQ NACK is a poison ack that sends the message to the DLQ, so NACK is never sent
+there; the subscription is replaced instead, which makes the broker redeliver every unacknowledged
+message of it. RabbitMQ keeps a removed subscription's unacknowledged messages until the connection
+closes, so there messages are given back with NACK, which requeues them at once.
 
 Two acknowledgement modes (`ack_mode`):
 
-* ``cumulative`` (default, STOMP ``ack: client``): one ACK of the unit's last message
-  acknowledges the whole unit, since a unit is always the oldest unacknowledged messages of its
-  subscription. One ACK instead of one per message is what makes the broker fast. To give back
-  only *some* messages of a unit, the transaction sends each of them to the source queue again as
-  a copy that carries its identity (`mqbridge-requeue-*` headers: original message id, deliveries
-  so far, put time, last failure), and acknowledges the whole unit: atomically, so nothing is lost
-  and nothing that landed comes back. `receive` turns such a copy back into the original message.
-  A returned message thus goes to the back of the queue.
-* ``individual`` (``ack: client-individual``): one ACK per removed message; messages to give back
-  are simply not acknowledged and the subscription is replaced.
+* ``cumulative`` (default on ActiveMQ and Artemis, STOMP ``ack: client``): one ACK of the unit's last
+  message acknowledges the whole unit, since a unit is always the oldest unacknowledged messages of
+  its subscription. One ACK instead of one per message is what makes the broker fast. To give back
+  only *some* messages of a unit, the commit sends each of them to the source queue again as a copy
+  that carries its identity (`mqbridge-requeue-*` headers: original message id, deliveries so far,
+  put time, last failure), and acknowledges the whole unit. `receive` turns such a copy back into
+  the original message; a returned message thus goes to the back of the queue. On RabbitMQ, where a
+  SEND to the source queue could be refused (a full queue, a producer's `user-id`), no copy is sent:
+  ACK and NACK are cumulative there too, and the unit is settled in runs (`commit`).
+* ``individual`` (default on RabbitMQ, ``ack: client-individual``): one ACK per removed message;
+  messages to give back are NACKed (RabbitMQ) or not acknowledged and the subscription replaced.
 
-Two commit modes (`commit_mode`): ``transactional`` (default on ActiveMQ and RabbitMQ) and
-``receipted`` (default for Artemis), described in `mqbridge.listeners.stomp.commit`.
+RabbitMQ gives a message a new `message-id` on every delivery, so with `identity = "msg_id"` (the
+default) the landing ledger cannot recognise a redelivery of a message that landed: a crash, a cut
+connection or a commit in doubt between landing and the source commit lands it again (at-least-once
+there, nowhere else). Each such landing of a message RabbitMQ flagged `redelivered` is counted in
+`mqbridge_possible_duplicates_total` (the bridge's own give-backs excepted, below: an upper bound,
+since a message the broker had dispatched to a connection that was cut before the bridge read it is
+flagged too). A producer's id (`identity = "header:NAME"`) makes it exactly-once.
 
-Stamping (`identity = "stamp"`, the default on RabbitMQ, whose `message-id` is new on every
-delivery): a message without the bridge's stamp is never handed to the listener loop. The commit of
-its unit sends, in the unit's transaction, a copy of it to the same queue carrying a fresh stamp (a
-random id in `mqbridge-requeue-id`, its put time, its count), and acknowledges it. Only stamped
-copies are landed, with the stamp as their identity. Why this neither loses nor duplicates: the
-transaction applies the SEND and the ACK together or not at all (RabbitMQ holds a transaction's
-frames until COMMIT and drops them with the connection), so after any crash either the unstamped
-original is on the queue (and is stamped again, no copy having been made) or exactly one stamped
-copy is; a stamped copy keeps its stamp on every redelivery, so the ledger recognises it after a
-crash between publication and commit, as it recognises any stable message id. The cost is one
-more pass through the broker for every message (docs/guarantees.md: "Exactly-once on RabbitMQ").
+What this process gave back unlanded (NACKed, or moved by a commit that failed) it knows again on
+its redelivery by the message's content (`mapping.content_key`, `DeliveryTracker.gave_back_unlanded`):
+the redelivery takes over the earlier delivery's msg_id, so its delivery count goes on (the backout
+threshold counts only the bridge's own count: RabbitMQ's `x-delivery-count` counts every disconnect
+too) and it is no possible duplicate. A delivery that may have landed is never recognised so: two
+messages with one content would otherwise be taken for one. After a restart the count starts again.
 
 Messages refused at the edge (a numeric header that does not parse, a `timestamp` past year 9999,
 a body over `max_message_size`) are not handed to the listener loop: they go to the listener's
@@ -51,18 +53,20 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mqbridge.backout_log import BackoutLog
-from mqbridge.config import StompSourceConfig
-from mqbridge.errors import BackoutFailedError, SourceConnectionError
+from mqbridge.config import StompSourceConfig, ids_per_delivery
+from mqbridge.counters import Counters
+from mqbridge.errors import BackoutFailedError, SourceConnectionError, SourceError
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
 from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.frames import install_fast_header_parsing
-from mqbridge.listeners.stomp.mapping import REQUEUE_ID, to_message
+from mqbridge.listeners.stomp.mapping import REQUEUE_ID, content_key, to_message
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
+from mqbridge.put_time import timestamp_unit
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
@@ -72,15 +76,15 @@ install_fast_header_parsing()  # every frame this process reads: same result, le
 
 log = logging.getLogger("mqbridge.listeners.stomp")  # the adapter's logger: one name for its lines
 
-#: With stamping, how long a unit of unstamped messages waits for more before they are stamped.
-STAMP_GRACE = 0.05
+#: The counter of landed redeliveries that may be duplicates (per-delivery ids: module docstring).
+POSSIBLE_DUPLICATES = "possible_duplicates"
 
 
 class StompSource:
     """One STOMP connection and subscription to one queue (see the module docstring)."""
 
     supports_partial_commit = True
-    applies_backout_threshold = False  # the broker counts nothing over STOMP: the listener loop does
+    applies_backout_threshold = False  # the broker counts nothing the bridge means to count: the listener loop does
 
     @classmethod
     def from_context(cls, context: SourceContext) -> StompSource:
@@ -90,17 +94,20 @@ class StompSource:
         return cls(context.source_name, source, listener.source_destination,
                    prefetch=listener.prefetch or listener.batch, subscription=listener.subscription,
                    tracker=context.shared.tracker, client_name=context.client_name,
-                   backout_queue=listener.backout_queue, stamp=listener.identity == "stamp",
+                   backout_queue=listener.backout_queue,
                    confirm=listener.confirm == "reply-to", unconfirmable=context.shared.unconfirmable,
                    reply_allow=context.reply_allow(), backout_log=context.shared.backout_log,
-                   stations=context.shared.stations, selector=listener.selector)
+                   stations=context.shared.stations, selector=listener.selector,
+                   counters=context.shared.counters if ids_per_delivery(source, listener.identity) else None,
+                   labels={"listener": f"{context.source_name}:{listener.queue}", "queue": listener.queue})
 
     def __init__(self, name: str, config: StompSourceConfig, destination: str, *, prefetch: int,
                  tracker: DeliveryTracker, client_name: str = "mqbridge", backout_queue: str | None = None,
-                 confirm: bool = False, unconfirmable: InDoubtLog | None = None, stamp: bool = False,
+                 confirm: bool = False, unconfirmable: InDoubtLog | None = None,
                  reply_allow: ReplyAllowList | None = None, backout_log: BackoutLog | None = None,
                  stations: Stations | None = None, selector: str | None = None,
-                 subscription: str | None = None) -> None:
+                 subscription: str | None = None, counters: Counters | None = None,
+                 labels: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.destination = destination
         # A topic listener's durable subscription (docs/topics.md); its copies go to `requeue_to`.
@@ -111,20 +118,23 @@ class StompSource:
         self.client_name = client_name
         self.backout_queue = backout_queue  # where messages refused at the edge go (bad header, too big)
         self.backout_log = backout_log  # where those moves are recorded once committed
-        # `confirm = "reply-to"`: a result for each message with a reply-to, in the commit's transaction.
+        # `confirm = "reply-to"`: a result for each message with a reply-to, with the commit.
         self.confirm = confirm
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
         # Where those results may go (`reply_to_allow`; default: any destination of this broker).
         self.reply_allow = reply_allow if reply_allow is not None else ReplyAllowList(None, listener=name)
         self.stations = stations  # `[types.X] results_to`: each final result is also sent there (mqbridge.stations)
-        # `identity = "stamp"` (see "Stamping" in the module docstring): only stamped copies are handed on.
-        self.stamp = stamp
+        # Where landed redeliveries that may be duplicates are counted (identity msg_id on RabbitMQ), or None.
+        self.counters = counters
+        self.labels = dict(labels or {"listener": f"{name}:{destination}", "queue": destination})
         self.recoverable_errors: tuple[type[BaseException], ...] = (SourceConnectionError,)
         self._connection = Connection(name, config, destination, prefetch=self.prefetch,
                                       client_name=client_name, selector=selector, durable=subscription)
         self._unit = Unit()
         self.cumulative = config.ack_mode == "cumulative"
         self.receipted = config.commit_mode == "receipted"
+        # RabbitMQ: message ids per delivery; its own give-backs recognised by content (module docstring).
+        self.ids_per_delivery = config.broker == "rabbitmq"
 
     # -- connection ----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -141,12 +151,6 @@ class StompSource:
         unit, self._unit = self._unit, Unit()
         return unit
 
-    @property
-    def unit_full(self) -> bool:
-        """The broker sends no more messages until this unit ends: as many are unacknowledged as
-        the prefetch allows (with stamping, some of them are never handed to the listener)."""
-        return len(self._unit.messages) >= self.prefetch
-
     # -- unit of work ------------------------------------------------------------------------
     def receive(self, timeout: float) -> Message | None:
         deadline = time.monotonic() + timeout
@@ -154,17 +158,9 @@ class StompSource:
         while True:
             if self._connection.lost:
                 raise SourceConnectionError(f"STOMP connection for {self.destination} is lost")
-            if self._unit.handed and self.unit_full:
-                return None  # nothing more comes before this unit ends
-            wait = max(0.0, deadline - time.monotonic())
-            stamping_only = bool(self._unit.stamping) and self._unit.handed == 0
             try:
-                frame = frames.frames.get(timeout=min(wait, STAMP_GRACE) if stamping_only else wait)
+                frame = frames.frames.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                if stamping_only:
-                    self.commit()  # a unit of unstamped messages only: stamp what came; the copies follow
-                    if time.monotonic() < deadline:
-                        continue
                 return None
             if frame is None:
                 continue
@@ -176,10 +172,6 @@ class StompSource:
             self._unit.messages.append(message)
             if problem is not None:
                 self._refuse(message, problem)
-            elif self.stamp and REQUEUE_ID not in frame.headers:
-                self._unit.stamping.append(message)
-                if self._unit.handed == 0 and self.unit_full:
-                    self.commit()  # else when no frame came for STAMP_GRACE, or with the unit's commit
             else:
                 self._unit.handed += 1
                 return message
@@ -196,11 +188,23 @@ class StompSource:
             self.commit()
 
     def _to_message(self, frame: Any) -> tuple[Message, str | None]:
-        """The message of a MESSAGE frame, and why it must be refused (None: it is fine)."""
+        """The message of a MESSAGE frame, and why it must be refused (None: it is fine). On
+        RabbitMQ a redelivery of what this process gave back unlanded takes over its msg_id; any other
+        redelivery may have landed before (`Unit.doubtful`)."""
+        headers, earlier, doubtful = frame.headers, None, False
+        if self.ids_per_delivery and headers.get("redelivered") == "true" and REQUEUE_ID not in headers:
+            if self.tracker.holds_given_back:
+                earlier = self.tracker.earlier_delivery(content_key(headers, _body(frame)))
+            doubtful = earlier is None
         message, problem = to_message(frame, source=self.name, destination=self.destination, tracker=self.tracker,
-                                      max_message_size=self.config.max_message_size)
+                                      max_message_size=self.config.max_message_size, earlier_id=earlier,
+                                      timestamp_unit=timestamp_unit(self.config.broker))
+        if self.ids_per_delivery:
+            self._unit.received[message.msg_id] = headers
+            if doubtful:
+                self._unit.doubtful.add(message.msg_id)
         if self.subscription is not None:
-            # A copy (stamped, given back) came through the subscription's own queue: the topic is where it was read.
+            # A copy (given back) came through the subscription's own queue: the topic is where it was read.
             message.destination = self.destination
             message.subscription = self.subscription
         return message, problem
@@ -209,42 +213,102 @@ class StompSource:
                landed: Sequence[Landed] = ()) -> Confirmations | None:
         """Remove the unit's messages, moving `moves` (and those refused at the edge) to their
         backout queues and giving `returns` back, as `commit_mode` says (the `commit` module);
-        with `confirm`, a result to the reply-to of each message landed or moved, in the same
-        transaction.
+        with `confirm`, a result to the reply-to of each message landed or moved, with the commit.
 
-        Raises SourceConnectionError (nothing removed: the unit comes back), BackoutFailedError
-        (the broker refused a move: the listener halts), InDoubtError (COMMIT sent, no receipt)."""
+        Raises SourceConnectionError (nothing removed, or on RabbitMQ the landed messages removed
+        and the rest given back), BackoutFailedError (the broker refused a move: the listener
+        halts), InDoubtError (COMMIT sent, no receipt)."""
         unit = self._end_unit()
         if not unit.messages:
             return None
         plan = CommitPlan.of(unit, moves, returns)
-        # Everything goes back: nothing to remove. With stamping the ids are stable but the broker
-        # keeps no count (RabbitMQ classic queues): the copies carry the count, across restarts.
-        if not plan.acked and not (self.stamp and self.cumulative):
+        if not plan.acked:  # everything goes back: nothing to remove
+            self._gave_back_unlanded(unit, unit.messages)
             self._connection.give_back(unit.messages, cumulative=self.cumulative)
             return None
         self._check(plan)
-        tx = Transaction.begin(self._connection, transactional=not self.receipted,
-                               unconfirmable=self.unconfirmable)
-        tx.send_copies(plan, self.tracker, cumulative=self.cumulative)
         confirmed = Confirmations() if self.confirm or self.stations is not None else None
-        if confirmed is not None and self.confirm:
-            tx.send_results(plan, landed, confirmed, self.reply_allow)
-        if confirmed is not None and self.stations is not None:
-            tx.send_station_results(plan, landed, confirmed, self.stations)
-        tx.send_derived(landed)  # the preprocessors' outbox: only for landed messages (`mqbridge.outbox`)
-        # Cumulative: an ACK of the unit's last message acknowledges all of it.
-        tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
+        self._gave_back_unlanded(unit, [m for m in unit.messages if m.msg_id in plan.returned])
+        try:
+            if self.ids_per_delivery and not self.cumulative:
+                self._settle_in_two_steps(plan, landed, confirmed)
+            else:
+                self._settle_at_once(plan, landed, confirmed)
+        except SourceError:
+            # Moves that did not happen never landed: their redeliveries keep their ids and counts.
+            self._gave_back_unlanded(unit, [m for m in unit.messages if m.msg_id in plan.moving])
+            raise
         if unit.refused and self.backout_log is not None:  # the listener records the moves it asked for
             self.backout_log.record_moves(unit.refused, listener=f"{self.name}:{self.destination}",
                                           queue=self.destination, default_queue=self.backout_queue)
-        if plan.returned and not self.cumulative:
-            returned = [m for m in unit.messages if m.msg_id in plan.returned]
-            self._connection.give_back(returned, cumulative=False)
-        if unit.stamping:
-            self.tracker.forget([m.msg_id for m in unit.stamping])  # per-delivery ids: never seen again
-            log.debug("%s: stamped %d messages", self.destination, len(unit.stamping))
+        if self.counters is not None and unit.doubtful:
+            self._count_possible_duplicates(self.counters, unit, landed)
         return confirmed
+
+    def _count_possible_duplicates(self, counters: Counters, unit: Unit, landed: Sequence[Landed]) -> None:
+        """Count the landed messages that may have landed before, unrecognisable (`Unit.doubtful`)."""
+        count = sum(1 for item in landed if item.message.msg_id in unit.doubtful)
+        if count:
+            counters.inc(POSSIBLE_DUPLICATES, count, **self.labels)
+
+    def _settle_at_once(self, plan: CommitPlan, landed: Sequence[Landed], confirmed: Confirmations | None) -> None:
+        """Every SEND, then the ACKs (and the COMMIT, transactional): see the `commit` module."""
+        unit = plan.unit
+        tx = self._begin(unit, transactional=not self.receipted)
+        if self.cumulative and not self.ids_per_delivery:
+            tx.send_copies(plan, self.tracker)  # the unit's last ACK removes all of it
+        tx.send_moves(plan, unit.messages)
+        self._send_results(tx, plan, landed, confirmed, unit.messages)
+        tx.send_derived(landed)  # the preprocessors' outbox: only for landed messages (`mqbridge.outbox`)
+        if self.cumulative and self.ids_per_delivery:
+            tx.finish_in_runs(plan)  # RabbitMQ: ACK and NACK each run, no copy
+            return
+        # Cumulative: an ACK of the unit's last message acknowledges all of it.
+        tx.finish(plan.acked if not self.cumulative else unit.messages[-1:], plan.acked)
+        if plan.returned and not self.cumulative:
+            self._connection.give_back([m for m in unit.messages if m.msg_id in plan.returned], cumulative=False)
+
+    def _settle_in_two_steps(self, plan: CommitPlan, landed: Sequence[Landed],
+                             confirmed: Confirmations | None) -> None:
+        """RabbitMQ, individual acks: the landed messages, then the moves, then the give-backs (see
+        the `commit` module): a refused move brings back no landed message."""
+        staying, moved = plan.staying, plan.moved
+        first = self._begin(plan.unit, transactional=False)
+        self._send_results(first, plan, landed, confirmed, staying)
+        first.send_derived(landed)
+        first.finish(staying, staying)
+        if moved:
+            second = self._begin(plan.unit, transactional=False)
+            second.send_moves(plan, moved)
+            self._send_results(second, plan, landed, confirmed, moved)
+            second.finish(moved, moved)
+        if plan.returned:
+            self._connection.give_back([m for m in plan.unit.messages if m.msg_id in plan.returned],
+                                       cumulative=False)
+
+    def _begin(self, unit: Unit, *, transactional: bool) -> Transaction:
+        key = (lambda message: self._content_key(unit, message)) if self.ids_per_delivery else None
+        return Transaction.begin(self._connection, transactional=transactional, unconfirmable=self.unconfirmable,
+                                 tracker=self.tracker, content_key=key)
+
+    def _send_results(self, tx: Transaction, plan: CommitPlan, landed: Sequence[Landed],
+                      confirmed: Confirmations | None, messages: Sequence[Message]) -> None:
+        """The results of `messages` to their reply-to (`confirm`) and to their types' `results_to`."""
+        if confirmed is not None and self.confirm:
+            tx.send_results(plan, landed, confirmed, self.reply_allow, messages)
+        if confirmed is not None and self.stations is not None:
+            tx.send_station_results(plan, landed, confirmed, self.stations, messages)
+
+    @staticmethod
+    def _content_key(unit: Unit, message: Message) -> str:
+        """The content key of a message of `unit` (RabbitMQ), from its frame's headers as received."""
+        return content_key(unit.received.get(message.msg_id, {}), message.body)
+
+    def _gave_back_unlanded(self, unit: Unit, messages: Sequence[Message]) -> None:
+        """RabbitMQ: `messages` go back to the queue and never landed: their redeliveries take over
+        their ids (module docstring). Recorded before the NACK, which the broker answers at once."""
+        if self.ids_per_delivery and messages:
+            self.tracker.gave_back_unlanded((self._content_key(unit, m), m.msg_id) for m in messages)
 
     def _check(self, plan: CommitPlan) -> None:
         """Fail a unit the broker sent ERROR during (SourceConnectionError: it comes back); halt on
@@ -256,11 +320,18 @@ class StompSource:
         unmovable = plan.unmovable()
         if unmovable is not None:
             # The messages stay unacknowledged: given back when the listener closes the connection.
-            self._unit = Unit(plan.unit.messages, errors_at_start=plan.unit.errors_at_start)
+            self._unit = Unit(plan.unit.messages, errors_at_start=plan.unit.errors_at_start,
+                              received=plan.unit.received, doubtful=plan.unit.doubtful)
             raise BackoutFailedError(f"no backout queue configured for {self.destination}; cannot move "
                                      f"message {unmovable.message.msg_id} ({unmovable.reason})")
 
     def rollback(self) -> None:
+        """Give the whole unit back. Its messages may have landed (a unit in flight the listener could
+        not finish): on RabbitMQ their redeliveries are not recognised as theirs."""
         unit = self._end_unit()
         if unit.messages:
             self._connection.give_back(unit.messages, cumulative=self.cumulative)
+
+
+def _body(frame: Any) -> bytes:
+    return frame.body if isinstance(frame.body, bytes) else str(frame.body or "").encode()

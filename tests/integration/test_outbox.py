@@ -7,7 +7,9 @@ SHA-256) for every message it processes, then a preprocessor that refuses poison
 their notice was emitted): they go back, and at the second delivery (`backout_threshold = 2`) to
 the backout queue. A bridge
 killed at a failpoint around the source commit of its first unit, then run again until idle, must
-leave exactly one notice per landed message and none for a moved one. The kills before the COMMIT
+leave exactly one notice per landed message and none for a moved one; on RabbitMQ, whose commits
+confirm the notices before the ACK (no atomic transaction there), a kill between the two sends the
+killed unit's notices twice: at least one each, the duplicates counted and only that unit's. The kills before the COMMIT
 exercise the re-derivation: the first unit's messages are published in the ledger but still on the
 queue, so the restarted bridge recognises them and derives their notices again for the commit that
 finally removes them. The bulks are raw (pyarrow writes them: no Spark JVM per bridge run); Spark
@@ -95,7 +97,7 @@ def sha(body: bytes) -> str:
     ("activemq", "before_source_commit"),  # published in the ledger, nothing sent: re-derived on restart
     ("activemq", "after_backout_send"),  # notices and moves SENT in the transaction, no COMMIT
     ("activemq", "after_source_commit"),  # committed: notices out, the restart must not send them again
-    ("rabbitmq", "after_source_ack"),  # RabbitMQ holds the transaction's SENDs until COMMIT
+    ("rabbitmq", "after_backout_send"),  # notices confirmed, no ACK yet: that unit's notices go twice
 ])
 def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
         tmp_path: Path, spark: Any, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
@@ -135,8 +137,12 @@ def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
     assert {body for body in poison if sha(body) in got} == set(), "a moved message was noticed"
     lost = [body for body in good if sha(body) not in got]
     duplicated = {digest: n for digest, n in got.items() if n > 1}
-    assert (len(lost), len(duplicated)) == (0, 0), f"notices lost {len(lost)}, duplicated {len(duplicated)}"
-    assert len(frames) == len(good)
+    if broker == "rabbitmq":  # the killed unit's notices, sent again when it came back; no other
+        assert lost == [] and 0 < len(duplicated) <= 100 and set(duplicated.values()) == {2}, \
+            f"notices lost {len(lost)}, duplicated {len(duplicated)}"
+    else:
+        assert (len(lost), len(duplicated)) == (0, 0), f"notices lost {len(lost)}, duplicated {len(duplicated)}"
+    assert len(frames) == len(good) + len(duplicated)
     assert sorted(bytes(f.body) for f in moved) == sorted(poison)
 
 

@@ -154,7 +154,7 @@ def test_an_ibm_mq_station_queue_gets_each_result_exactly_once_across_kills(tmp_
 def test_a_station_the_broker_refuses_halts_the_listener_and_keeps_the_message(
         tmp_path: Path, spark: Any, rabbitmq: tuple[str, int], monitored: Any) -> None:
     # Given, on RabbitMQ, a type whose results_to is an exchange that does not exist (the broker
-    # answers the SEND with ERROR at COMMIT)
+    # answers the SEND with ERROR, before the message's ACK: RabbitMQ's commits are receipted)
     rabbit = Rabbit(rabbitmq)
     q = f"/queue/test.station-refused.{uuid.uuid4().hex[:8]}"
     rabbit.put(q, [(b"order-1", {"x-eo-id": "order-1"})])

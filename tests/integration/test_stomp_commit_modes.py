@@ -2,10 +2,11 @@
 commit), on the real ActiveMQ and RabbitMQ, with the landing ledger on.
 
 `commit_mode = "receipted"` is what Artemis needs (its ACK frames are never part of a transaction;
-Artemis cannot run here, so the mode is tested on these two brokers): moves confirmed by their
-receipts, then the ACK. A kill between them may leave a moved message on the backout queue *and*
-give it back (a duplicate on the backout queue), never lose one. Every good message lands exactly
-once; every poison message reaches the backout queue; the source queue ends empty."""
+Artemis cannot run here, so the mode is tested on these two brokers) and RabbitMQ's only mode (it
+does not apply a transaction atomically): moves confirmed by their receipts, then the ACK. A kill
+between them may leave a moved message on the backout queue *and* give it back (a duplicate on the
+backout queue), never lose one. Every good message lands exactly once; every poison message reaches
+the backout queue; the source queue ends empty."""
 
 from __future__ import annotations
 

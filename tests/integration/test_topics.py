@@ -7,9 +7,9 @@ the broker keeps them for each subscription. The bridge is killed with SIGKILL a
 `before_source_commit` (the ledger says published, the broker has no acknowledgement), then run
 again until idle: every message must be in EACH subscription's table exactly once. On ActiveMQ both
 subscriptions get the same message id, so this also shows that the ledger tells the
-subscriptions apart (`mqbridge.identity.scoped`); RabbitMQ runs with its default identity, stamps
-sent to the subscription's own queue, and cumulative acks (a part of a unit given back is sent
-there too). Two poison messages, refused by a preprocessor, are given back
+subscriptions apart (`mqbridge.identity.scoped`); on RabbitMQ, whose message-id is per delivery,
+the identity is the producer's id header (scoped by subscription too), and a part of a unit is given
+back by NACK (its default individual acks). Two poison messages, refused by a preprocessor, are given back
 on the durable subscription once and then moved to each subscription's backout queue. Two bridge
 runs per broker."""
 
@@ -24,7 +24,7 @@ import pytest
 from tests.support.exactly_once import RABBIT_SOURCE, account, bodies
 from tests.support.plugins import poison_refusing_plugins
 from tests.support.processes import landed, process_bridge, run_until_idle, run_until_killed
-from tests.support.topics import Broker
+from tests.support.topics import EO_ID, Broker
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +37,10 @@ BEFORE, WHILE_KILLED = 150, 60
 def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptions: dict[str, str]) -> Path:
     """A bridge with one listener per subscription on `topic`, type orders landing in
     `landing/orders_<subscription>`."""
-    # ActiveMQ needs individual acks on a topic; RabbitMQ runs the default (cumulative), whose copies
-    # given back go to the subscription's own queue (`mqbridge.config.topics.requeue_destination`).
-    ack_mode = "individual" if broker == "activemq" else "cumulative"
-    source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "ack_mode": ack_mode,
-                              "heartbeat": "10s"}
+    # ActiveMQ needs individual acks on a topic; RabbitMQ's default is individual acks (NACK, no copies).
+    source: dict[str, Any] = {"kind": "stomp", "port": port, "broker": broker, "heartbeat": "10s"}
+    if broker == "activemq":
+        source["ack_mode"] = "individual"
     poison_refusing_plugins(tmp_path)
     toml = (process_bridge("topics").set("spark", master="local[1]").set("bridge", plugin_dirs=["plugins"])
             .add("types.orders", 'table = "orders_{subscription}"')
@@ -51,7 +50,8 @@ def topic_config(tmp_path: Path, broker: str, port: int, topic: str, subscriptio
     for name in subscriptions.values():
         toml = toml.listener(source="amq", topic=topic, subscription=name, batch=50, wait="200ms",
                              message_type="orders", backout_queue=f"/queue/{name}.backout",
-                             preprocessors=["reject_poison"], backout_threshold=2)
+                             preprocessors=["reject_poison"], backout_threshold=2,
+                             identity=f"header:{EO_ID}" if broker == "rabbitmq" else None)
     return toml.write(tmp_path / "bridge.toml")
 
 

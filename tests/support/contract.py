@@ -230,7 +230,8 @@ class SourceContract:
 def check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(broker: Harness) -> None:
     """commit_mode = "receipted" (no transaction): a connection lost after the moves and copies
     were confirmed and before the ACK leaves them in place *and* gives the unit back: the moved
-    message is on both queues, a copy given back comes twice; nothing is lost."""
+    message is on both queues, a copy given back comes twice (no copy on RabbitMQ, which gives back
+    by NACK); nothing is lost."""
     queue = broker.new_queue()
     broker.put(queue, [b"poison", b"back", b"landed"])
     source = broker.source(queue, cuttable=True)
@@ -244,8 +245,8 @@ def check_a_receipted_commit_cut_after_its_sends_duplicates_and_loses_nothing(br
     assert broker.moved(queue) == [(b"poison", "bad")]
     fresh = broker.source(queue)
     fresh.connect()
-    again = receive(fresh, 4 if source.cumulative else 3)  # type: ignore[attr-defined]
-    copies = [b"back"] if source.cumulative else []  # type: ignore[attr-defined]
+    copies = [b"back"] if source.cumulative and not source.ids_per_delivery else []  # type: ignore[attr-defined]
+    again = receive(fresh, 3 + len(copies))
     assert sorted(m.body for m in again) == sorted([b"back", b"landed", b"poison", *copies])
     assert fresh.receive(0.5) is None
     fresh.commit()

@@ -33,13 +33,14 @@ def process_bridge(name: str, *, state_dir: str = "state") -> BridgeToml:
     })
 
 
-def stomp_bridge(queue: str, *, port: int = 61613, ack_mode: str = "cumulative", broker: str = "activemq",
+def stomp_bridge(queue: str, *, port: int = 61613, ack_mode: str | None = None, broker: str = "activemq",
                  threads: int = 2, batch: int = 200, extra_bridge: str = "", extra_listener: str = "",
                  extra_source: str = "", spark: str = 'master = "local[2]"',
                  state_dir: str = "state") -> BridgeToml:
     """A `mqbridge run` on one STOMP queue (`process_bridge`); `spark` is where Spark runs
     (`master = …` or `remote = …`), and may end with sub-tables of `[spark]` (`[spark.conf]`);
-    the `extra_*` texts are added to `[bridge]`, `[[listeners]]` and `[sources.amq]`."""
+    the `extra_*` texts are added to `[bridge]`, `[[listeners]]` and `[sources.amq]`; `ack_mode` None:
+    the broker's default (cumulative; RabbitMQ: individual)."""
     return (process_bridge("eo", state_dir=state_dir).add("bridge", extra_bridge).add("spark", spark)
             .set("sources.amq", kind="stomp", port=port, broker=broker, ack_mode=ack_mode, heartbeat="10s")
             .add("sources.amq", extra_source)

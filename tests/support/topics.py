@@ -5,6 +5,7 @@ the shared brokers keep no subscription a test made."""
 
 from __future__ import annotations
 
+import hashlib
 import queue as queues
 import threading
 import uuid
@@ -15,6 +16,9 @@ from typing import Any
 import stomp
 
 from mqbridge.listeners.stomp.connection import durable_headers
+
+#: The producer's id each published message carries (RabbitMQ's message-id is per delivery).
+EO_ID = "x-eo-id"
 
 
 class _Receipts(stomp.ConnectionListener):  # type: ignore[misc]  # stomp.py is untyped
@@ -93,11 +97,12 @@ class Broker:
                     return out
 
     def publish(self, topic: str, bodies: list[bytes]) -> None:
-        """Publish persistent messages; return once the broker has them all."""
+        """Publish persistent messages, each with a producer's id (`x-eo-id`: its body's SHA-1); return
+        once the broker has them all."""
         with self._connection() as (conn, frames):
             for body in bodies[:-1]:
-                conn.send(topic, body, headers={"persistent": "true"})
+                conn.send(topic, body, headers={"persistent": "true", EO_ID: hashlib.sha1(body).hexdigest()})
             if bodies:
-                self._await(conn, frames, lambda r: conn.send(topic, bodies[-1], headers={"persistent": "true",
-                                                                                         "receipt": r}),
+                last = {"persistent": "true", EO_ID: hashlib.sha1(bodies[-1]).hexdigest()}
+                self._await(conn, frames, lambda r: conn.send(topic, bodies[-1], headers={**last, "receipt": r}),
                             f"publishing to {topic}")

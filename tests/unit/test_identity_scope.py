@@ -44,9 +44,8 @@ def land(ledger: SqliteLedger, bulk_id: str, identities: list[str]) -> None:
 def test_which_rules_are_scoped_by_what() -> None:
     assert Scope("amq:/queue/orders", unscoped_too=True) == ORDERS
     assert listener_scope("amq", "/queue/orders", None, "body-sha256").prefix == "amq:/queue/orders"
-    # broker message ids and stamps are unique across queues
+    # broker message ids are unique across queues
     assert listener_scope("amq", "/queue/orders", None, "msg_id") is UNSCOPED
-    assert listener_scope("rmq", "/queue/orders", None, "stamp") is UNSCOPED
     # a topic's subscription, whatever the rule; topics were scoped from the start
     assert listener_scope("amq", "/topic/t@audit", "audit", "msg_id") == Scope("amq:audit")
 

@@ -313,6 +313,20 @@ class Ledger(ABC):
         return [PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
                 for bulk_id, table, moves, owner, prepared_at, count in rows]
 
+    def state_of(self, bulk_id: str) -> str | None:
+        """"prepared" or "published" for a bulk this ledger holds, None for one it does not (never
+        prepared, rolled back, abandoned, or pruned)."""
+        with self._read() as db:
+            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+        return str(row[0]) if row is not None else None
+
+    def knows_owner(self, owner: str) -> bool:
+        """Whether process `owner` ever wrote to this ledger (every bridge writes its heartbeat when it
+        opens the ledger): the staging directories of an owner this ledger does not know belong to a
+        bridge with another ledger (another `state_dir` on the same warehouse), whose recovery they are."""
+        with self._read() as db:
+            return self._execute(db, "SELECT 1 FROM owners WHERE owner = ?", (owner,)).fetchone() is not None
+
     def published_bulks(self) -> list[PublishedBulk]:
         """Every published bulk, oldest first (for `mqbridge ledger --verify`)."""
         with self._read() as db:

@@ -69,6 +69,18 @@ def test_retention_under_the_purge_threshold_waits_unless_the_disk_is_low(tmp_pa
     assert decide(facts(designated=1_000, rewritten=1_000), POLICY, m).action == "compact"
 
 
+def test_a_container_holding_a_bulk_not_yet_published_is_not_purged_but_may_be_compacted(tmp_path: Path) -> None:
+    # Its bulk's owner (or the recovery that finishes it) needs its files where they are: a purge would
+    # drop or rewrite them; a compaction carries them by name (mqbridge.compaction.compactor)
+    m = model(tmp_path)
+    held = ("orders-ab12cd34-00000007",)
+    for designated in (200_000, 120_000):  # drop; delete or copy
+        plan = decide(Facts("2024-06-01", 2000, 2000, 200_000, 1, designated, 1_000, held), POLICY, m)
+        assert plan.action == "none" and "holds files of bulk orders-ab12cd34-00000007" in plan.reason
+        assert plan.reason.startswith("retention")  # what it would have done, and why it waits
+    assert decide(Facts("2024-06-01", 2000, 2000, 200_000, 1, unpublished=held), POLICY, m).action == "compact"
+
+
 def test_compaction_learns_its_own_row_cost_and_reads_older_cost_files(tmp_path: Path) -> None:
     path = tmp_path / "purge_costs.json"
     # a cost file written before compaction existed

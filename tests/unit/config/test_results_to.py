@@ -78,3 +78,12 @@ backout_queue = "/queue/audit.backout"
     assert parse(text).types["orders"].results_to == "/queue/audit"
     looped = text.replace("[types.audit]", '[types.audit]\nresults_to = "/queue/orders.audit"')
     assert "listeners[1] consumes '/queue/audit' as type 'audit', which has results_to too" in error(looped)
+
+
+def test_results_are_accepted_on_rabbitmq_whose_commits_are_receipted() -> None:
+    # Given RabbitMQ, where commit_mode is "receipted" (a transaction is not applied atomically there)
+    rabbit = stomp("/queue/audit", 'kind = "stomp"\nbroker = "rabbitmq"', "confirm = 'reply-to'\n")
+    # Then results to results_to and to the reply-to are accepted: confirmed before the ACK (at-least-once)
+    cfg = parse(rabbit)
+    assert cfg.sources["amq"].commit_mode == "receipted"  # type: ignore[union-attr]
+    assert (cfg.types["orders"].results_to, cfg.listeners[0].confirm) == ("/queue/audit", "reply-to")

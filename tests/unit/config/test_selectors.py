@@ -31,13 +31,13 @@ def test_the_same_selector_twice_on_one_queue_is_refused(tmp_path: Path, capsys:
 
 def test_rabbitmq_refuses_a_selector_at_check_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Given a RabbitMQ source and a listener with a selector
-    text = BASE.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"\ncommit_mode = "transactional"') + EU
+    text = BASE.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"') + EU
     # When check-config reads it
     code, lines = check(tmp_path, capsys, text)
     # Then it fails on the selector's line, saying why and what to do instead
     assert code == 1
     [line] = [line for line in lines if "selector" in line]
-    assert line.startswith("bridge.toml:15: listeners[0].selector: RabbitMQ has no message selectors"), line
+    assert line.startswith("bridge.toml:14: listeners[0].selector: RabbitMQ has no message selectors"), line
     assert "headers or topic exchange" in line
 
 

@@ -82,12 +82,26 @@ def test_stomp_password_without_tls_is_refused_unless_allowed() -> None:
         assert isinstance(cfg.sources["amq"], StompSourceConfig)
 
 
-@pytest.mark.parametrize(("broker", "vhost", "commit_mode"), [
-    ("activemq", None, "transactional"), ("rabbitmq", "/", "transactional"), ("artemis", None, "receipted")])
-def test_stomp_defaults_follow_the_broker(broker: str, vhost: str | None, commit_mode: str) -> None:
+@pytest.mark.parametrize(("broker", "vhost", "commit_mode", "ack_mode"), [
+    ("activemq", None, "transactional", "cumulative"), ("rabbitmq", "/", "receipted", "individual"),
+    ("artemis", None, "receipted", "cumulative")])
+def test_stomp_defaults_follow_the_broker(broker: str, vhost: str | None, commit_mode: str, ack_mode: str) -> None:
     amq = parse(MINIMAL.replace('kind = "stomp"', f'kind = "stomp"\nbroker = "{broker}"')).sources["amq"]
     assert isinstance(amq, StompSourceConfig)
     assert (amq.vhost, amq.commit_mode, amq.receipt_timeout, amq.max_message_size) == (vhost, commit_mode, 15.0, None)
+    assert amq.ack_mode == ack_mode
+
+
+def test_a_transactional_commit_is_refused_on_rabbitmq_with_why() -> None:
+    # Given RabbitMQ with commit_mode = "transactional" (it answers COMMIT, then applies frame by frame)
+    problem = error(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"\n'
+                                                      'commit_mode = "transactional"'))
+    # Then it is refused, saying why and what to write instead; cumulative acks stay allowed (no copies there)
+    assert problem.startswith("demo.toml: sources.amq.commit_mode: RabbitMQ does not apply a STOMP transaction "
+                              "atomically")
+    assert "remove the key" in problem
+    rabbit = parse(MINIMAL.replace('kind = "stomp"', 'kind = "stomp"\nbroker = "rabbitmq"\nack_mode = "cumulative"'))
+    assert rabbit.sources["amq"].ack_mode == "cumulative"  # type: ignore[union-attr]
 
 
 def test_stomp_commit_mode_timeouts_and_message_size_are_configurable() -> None:

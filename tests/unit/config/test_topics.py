@@ -33,11 +33,13 @@ def test_a_topic_listener_is_named_topic_at_subscription_and_holds_one_unit() ->
     assert first.in_flight == 1 and first.identity == "msg_id"
 
 
-def test_a_rabbitmq_topic_listener_stamps_into_its_subscription_queue() -> None:
+def test_a_rabbitmq_topic_listener_reads_its_subscription_queue_and_gives_back_by_nack() -> None:
     from mqbridge.config.topics import requeue_destination
 
-    [listener] = parse(TYPES + RABBIT + topic_listener('in_flight = 2\nthreads = 2\n')).listeners
-    assert listener.identity == "stamp"  # RabbitMQ's message-id is per delivery
+    cfg = parse(TYPES + RABBIT + topic_listener('in_flight = 2\nthreads = 2\n'))
+    [listener] = cfg.listeners
+    assert listener.identity == "msg_id"  # RabbitMQ's message-id is per delivery: at-least-once, said at start
+    assert cfg.sources["amq"].ack_mode == "individual"  # type: ignore[union-attr]  # NACK: no copy is ever sent
     assert requeue_destination("rabbitmq", listener.subscription, listener.queue) == \
         "/amq/queue/audit"
     assert requeue_destination("activemq", listener.subscription, "/topic/t") == "/topic/t"
@@ -65,7 +67,7 @@ def test_a_rabbitmq_topic_listener_stamps_into_its_subscription_queue() -> None:
      "broker activemq or rabbitmq; not for a memory source"),
     (TYPES + ACTIVEMQ + topic_listener() + topic_listener().replace("/topic/orders", "/topic/other"),
      "listeners[1].subscription: 'audit' is already the subscription of listeners[0] on this source"),
-    (TYPES + ACTIVEMQ + topic_listener('identity = "stamp"\n'), "listeners[0].identity: stamp sends a copy"),
+    (TYPES + ACTIVEMQ + topic_listener('identity = "stamp"\n'), 'listeners[0].identity: "stamp" is no longer'),
     (TYPES.replace('bulk_size = "5MB"', 'table = "t_{subscription}"') + ACTIVEMQ
      + '[[listeners]]\nsource = "amq"\nqueue = "/queue/q"\nmessage_type = "orders"\nbackout_queue = "/queue/b"\n',
      "listeners[0].message_type: the table of type 'orders' has {subscription}, which only a topic listener has"),

@@ -11,7 +11,6 @@ import pytest
 
 from mqbridge.counters import Counters
 from mqbridge.errors import (
-    LedgerError,
     LedgerUnavailableError,
     PublicationError,
     SinkOutageError,
@@ -165,8 +164,12 @@ def test_a_bulk_on_another_host_is_left_alone(tmp_path: Path, table: Path, ledge
 
 
 def test_stale_staging_and_spark_temporary_are_removed(tmp_path: Path, table: Path, ledger: Ledger) -> None:
-    # Given a dead process's staging that never got prepared, and Spark's leftovers in the table
-    stale = staging_dir(table, dead_owner(), "never-prepared")
+    # Given a dead process of this ledger whose staging never got prepared, and Spark's leftovers in the table
+    owner = dead_owner()
+    dead = open_ledger(tmp_path, owner)
+    dead.heartbeat()  # as every bridge does when it opens its ledger
+    dead.close()
+    stale = staging_dir(table, owner, "never-prepared")
     stage_like_spark(stale, {"2024-01-01": 1})
     (table / "_temporary" / "0" / "_temporary").mkdir(parents=True)
     live = staging_dir(table, owner_id(), "writing")
@@ -175,6 +178,28 @@ def test_stale_staging_and_spark_temporary_are_removed(tmp_path: Path, table: Pa
     assert report.stale_dirs_removed == 2
     assert not stale.parent.exists() and not (table / "_temporary").exists()
     assert live.is_dir()  # our own (live) staging stays
+
+
+def test_a_dead_owners_staging_of_another_ledger_is_left_to_that_ledgers_recovery(
+        tmp_path: Path, table: Path, ledger: Ledger) -> None:
+    # Given a bulk a dead bridge with another ledger (another state_dir on this warehouse) prepared
+    elsewhere = tmp_path / "other-bridge"
+    owner = dead_owner()
+    staging = staging_dir(table, owner, "theirs")
+    stage_like_spark(staging, {"2024-01-01": 1})
+    theirs = SqliteLedger.open(elsewhere / "state" / "ledger.sqlite3", owner=owner)
+    theirs.prepare("theirs", "orders", staged_moves(table, staging, "theirs"), ["m1"])
+    theirs.close()
+    # When this bridge starts: its ledger never knew that owner, so its staged files stay
+    report = recover(ledger, [table], warehouse=table.parent)
+    assert report.stale_dirs_removed == 0 and any(staging.rglob("*.parquet"))
+    # and that bridge's own start rolls its bulk forward
+    mine = SqliteLedger.open(elsewhere / "state" / "ledger.sqlite3", owner=owner_id())
+    try:
+        assert recover(mine, [table], warehouse=table.parent).rolled_forward == 1
+    finally:
+        mine.close()
+    assert landed(table) == ["put_date=2024-01-01/part-theirs-00000.parquet"]
 
 
 def test_a_dead_bulk_whose_messages_another_bulk_published_is_rolled_back(
@@ -189,13 +214,21 @@ def test_a_dead_bulk_whose_messages_another_bulk_published_is_rolled_back(
     assert ledger.in_progress() == []
 
 
-def test_missing_staged_file_and_target_is_an_error_naming_the_bulk(
+def test_a_bulk_whose_staged_file_is_gone_is_reported_stuck_and_the_others_recover(
         tmp_path: Path, table: Path, ledger: Ledger) -> None:
-    moves = prepare_dead_bulk(tmp_path, table, "broken", ["m1"])
+    # Given two dead bulks: one whose staged file is gone (never published), one intact
+    moves = prepare_dead_bulk(tmp_path, table, "broken", ["m1"], files={"2024-01-01": 1})
     Path(moves[0][0]).unlink()
-    with pytest.raises(LedgerError, match="prepared bulk broken of table orders cannot be rolled forward"):
-        recover(ledger, [table], warehouse=table.parent)
+    prepare_dead_bulk(tmp_path, table, "intact", ["m2"], files={"2024-01-02": 1})
+    # When this process starts
+    report = recover(ledger, [table], warehouse=table.parent)
+    # Then the intact one is rolled forward, the broken one reported with its bulk, table and what is gone
+    assert report.rolled_forward == 1 and [(e.bulk_id, e.table) for e in report.stuck] == [("broken", "orders")]
+    assert "prepared bulk broken of table orders cannot be rolled forward: 1 of its 1 staged files are gone" \
+        in str(report.stuck[0])
     assert [b.bulk_id for b in ledger.in_progress()] == ["broken"]  # still prepared: an operator decides
+    # and its staging directory stays (the bulk's claim on its files, see unpublished_bulks)
+    assert staging_dir(table, ledger.in_progress()[0].owner, "broken").is_dir()
 
 
 def test_a_live_bridge_rolls_forward_a_dead_owners_bulk_when_its_messages_come_back(

@@ -118,20 +118,24 @@ def test_warnings_run_gives_pass_unless_strict(tmp_path: Path, capsys: pytest.Ca
     text += '[types.audit]\ntable = "orders"\n'
     code, lines = check(tmp_path, capsys, text)
     assert code == 0
-    assert lines[:3] == [
+    assert lines[:4] == [
         "bridge.toml:6: warning: sources.amq.user: RabbitMQ's default guest identity (by default RabbitMQ accepts "
         "guest over loopback only; rabbit.example is not loopback) — create a user for the bridge and set "
         'user = "mqbridge", password = "${ENV:MQBRIDGE_PASSWORD}"',
+        # the line of the listener: it has no identity key (the default, msg_id: per delivery on RabbitMQ)
+        "bridge.toml:10: warning: listeners[0].identity: amq:/queue/orders: RabbitMQ gives no stable message id; "
+        "without a producer id a crash between landing and the source commit lands the unit again (at-least-once, "
+        'counted in mqbridge_possible_duplicates_total) — set identity = "header:NAME" for exactly-once',
         "bridge.toml:14: warning: listeners[0].backout_queue: '/amq/queue/orders.backout': RabbitMQ drops a "
         "message sent to an /amq/queue/ queue that does not exist, so a move to the backout queue can be lost "
         "— write /queue/orders.backout (declared durable on first use)",
         "bridge.toml:16: warning: types.audit.table: types audit and orders can land in the same table 'orders' "
         "— give each type its own table unless they are meant to share it",
     ]
-    assert lines[3].startswith("bridge.toml: OK with 3 warnings (")
+    assert lines[4].startswith("bridge.toml: OK with 4 warnings (")
     # --strict: the same warnings fail the check.
     code, lines = check(tmp_path, capsys, text, "--strict")
-    assert code == 1 and lines[-1] == "bridge.toml: 3 warnings (--strict: warnings count)"
+    assert code == 1 and lines[-1] == "bridge.toml: 4 warnings (--strict: warnings count)"
 
 
 @pytest.mark.parametrize("text, expected", [

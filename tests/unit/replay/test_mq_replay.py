@@ -14,6 +14,7 @@ import pytest
 from mqbridge.errors import ConfigError
 from mqbridge.listeners.mq.replay import MqReplayTarget, property_name
 from mqbridge.replay import ReplayLedger, ReplayRow, replay
+from mqbridge.replay.identities import Renewal
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import source_config
@@ -105,6 +106,7 @@ def test_another_replays_markers_are_not_taken_for_its_own(qm: FakeQueueManagerS
 
 def test_a_missing_marker_queue_is_named_with_how_to_define_it() -> None:
     server = FakeQueueManagerServer()
+    server.define_queue("REPLAYED")
     try:
         with pytest.raises(ConfigError, match=r"MQBRIDGE.REPLAY.MARKERS does not exist.*DEFINE QLOCAL"):
             MqReplayTarget("qm", source_config(server), "REPLAYED", "r1", 5.0, driver=pymqi_fake)
@@ -116,3 +118,42 @@ def test_a_missing_marker_queue_is_named_with_how_to_define_it() -> None:
 def test_header_names_become_mq_property_names() -> None:
     assert property_name("x-app") == "x_app" and property_name("region") == "region"
     assert property_name("1st") == "x_1st" and property_name("a.b") == "a.b"
+
+
+def test_a_missing_destination_is_refused_before_anything_is_sent_or_recorded(tmp_path: Path) -> None:
+    server = FakeQueueManagerServer()
+    server.define_queue(MARKERS)
+    ledger = ReplayLedger.in_state_dir(tmp_path)
+    try:
+        # When a replay goes to a queue the queue manager does not know
+        with pytest.raises(ConfigError, match=r"--to NOSUCH: no such queue .*2085.*Nothing was sent"):
+            target = MqReplayTarget("qm", source_config(server), "NOSUCH", "r1", 5.0, driver=pymqi_fake)
+            replay(iter(_rows(3)), target, ledger, "r1", batch=2, say=lambda _: None)
+        # Then nothing is recorded (no batch in doubt for a later run to resolve) and nothing is left open
+        assert ledger.keys("r1") == set() and ledger.in_doubt("r1") == []
+        assert server.queue(MARKERS).depth == 0 and server.live_connections() == []
+    finally:
+        ledger.close()
+        server.close()
+
+
+def test_new_identity_gives_a_new_msgid_and_new_header_values_keeping_the_old(qm: FakeQueueManagerServer,
+                                                                               tmp_path: Path) -> None:
+    rows = _rows(2)
+    target = MqReplayTarget("qm", source_config(qm), "REPLAYED", "r1", 5.0, driver=pymqi_fake,
+                            renewal=Renewal(headers=frozenset({"region"}), msg_id=True))
+    try:
+        seen = target.delivered(rows[0])
+        replay(iter(rows), target, ReplayLedger.in_state_dir(tmp_path), "r1", batch=2, say=lambda _: None)
+    finally:
+        target.close()
+    got = qm.queue("REPLAYED").messages
+    assert [m.data for m in got] == [r.body for r in rows]
+    for message, row in zip(got, rows, strict=True):
+        props = {name: value for name, (_, value) in message.properties.items()}
+        assert message.md["MsgId"] != bytes.fromhex(row.msg_id) and props["mqbridge_replayed_message_id"] == row.msg_id
+        assert props["region"] != "eu" and props["region"].startswith("eu.replay-r1.")
+        assert props["mqbridge_replayed_region"] == "eu"
+    # ... and what the identity check computes is what was put
+    assert seen.msg_id is None and seen.headers["region"] == {n: v for n, (_, v) in got[0].properties.items()}["region"]
+

@@ -37,6 +37,18 @@ def test_a_batch_in_doubt_is_marked_sent_or_forgotten(tmp_path: Path) -> None:
     assert (tmp_path / "state" / "replay.sqlite3").stat().st_mode & 0o777 == 0o600
 
 
+def test_a_batch_the_target_confirmed_in_part_keeps_only_the_rows_that_arrived(tmp_path: Path) -> None:
+    # Given a batch whose target stopped part-way (RabbitMQ: a row refused), and one that stopped at its first row
+    ledger = ReplayLedger.in_state_dir(tmp_path / "state")
+    ledger.intend("r1", "b1", ["k1", "k2", "k3"])
+    ledger.keep_sent("r1", "b1", frozenset({"k1"}))
+    ledger.intend("r1", "b2", ["k2", "k3"])
+    ledger.keep_sent("r1", "b2", frozenset())
+    # Then the arrived row is sent, its batch with it; the other rows are to be sent again; none in doubt
+    assert ledger.keys("r1") == {"k1"} and ledger.sent("r1") == (1, 1) and ledger.in_doubt("r1") == []
+    ledger.close()
+
+
 def test_a_row_is_sent_with_its_headers_and_where_it_comes_from() -> None:
     put = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     row = ReplayRow(key="bulk/ID:1/ab/1", msg_id="ID:1", body=b"\x00\xff", correlation_id="c-1", put_timestamp=put,

@@ -9,7 +9,7 @@ from typing import Any
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
-from mqbridge.records import InDoubtLog
+from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import Confirmations, Landed
 
@@ -35,10 +35,10 @@ def message(n: int, reply_to: str | None) -> Message:
 
 def send_results(allow: ReplyAllowList, messages: list[Message]) -> tuple[Confirmations, list[str]]:
     connection: Any = StubConnection()
-    transaction = Transaction(connection, None, InDoubtLog())
+    transaction = Transaction(connection, None, InDoubtLog(), DeliveryTracker())
     confirmed = Confirmations()
     plan = CommitPlan.of(Unit(messages=messages), moves=[], returns=[])
-    transaction.send_results(plan, [Landed(m, "orders", "b1") for m in messages], confirmed, allow)
+    transaction.send_results(plan, [Landed(m, "orders", "b1") for m in messages], confirmed, allow, messages)
     return confirmed, connection.sent
 
 

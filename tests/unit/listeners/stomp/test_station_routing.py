@@ -1,6 +1,7 @@
 """Which results a STOMP commit sends to stations (`[types.X] results_to`): each landed or moved
 message of a type with a station, in the commit's transaction; none outside a transaction (receipted:
-counted as failed), none for a message given back. The broker's side is tested on ActiveMQ
+counted as failed) but on RabbitMQ (no transaction there: confirmed before the ACK), none for a
+message given back. The broker's side is tested on ActiveMQ
 (tests/integration/test_results_to.py)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
-from mqbridge.records import InDoubtLog
+from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.source import BackoutMove, Confirmations, Landed
 from mqbridge.stations import Stations
 from tests.unit.listeners.stomp.test_reply_allow import StubConnection
@@ -37,13 +38,15 @@ def message(n: int, message_type: str = "") -> Message:
 
 
 def commit(tx: str | None, landed: list[Landed], moves: list[BackoutMove], returns: list[Message],
-           messages: list[Message]) -> tuple[Confirmations, RecordingConnection]:
+           messages: list[Message], broker: str = "activemq") -> tuple[Confirmations, RecordingConnection]:
     connection = RecordingConnection()
+    connection.config.broker = broker
     connection_any: Any = connection
     stations = Stations({"orders": "/queue/audit", "bad": "AUDIT.Q"}, default_type="orders", listener="amq:/queue/in")
     confirmed = Confirmations()
     plan = CommitPlan.of(Unit(messages=messages), moves=moves, returns=returns)
-    Transaction(connection_any, tx, InDoubtLog()).send_station_results(plan, landed, confirmed, stations)
+    Transaction(connection_any, tx, InDoubtLog(), DeliveryTracker()).send_station_results(
+        plan, landed, confirmed, stations, messages)
     return confirmed, connection
 
 
@@ -72,3 +75,12 @@ def test_outside_a_transaction_or_to_a_queue_name_nothing_is_sent_and_it_is_coun
     assert connection.frames_sent == [] and (confirmed.to_stations, confirmed.failed) == (0, 2)
     confirmed, connection = commit("tx-2", landed, [], [], [m1, m2])
     assert [d for d, *_ in connection.frames_sent] == ["/queue/audit"] and confirmed.failed == 1
+
+
+def test_on_rabbitmq_results_are_sent_without_a_transaction() -> None:
+    # RabbitMQ applies no transaction atomically: its commits are receipted, results confirmed before the ACK
+    m1, m2 = message(1, "orders"), message(2, "bad")
+    landed = [Landed(m1, "orders", "orders-1a2b3c4d-00000001"), Landed(m2, "bad", "bad-1a2b3c4d-00000002")]
+    confirmed, connection = commit(None, landed, [], [], [m1, m2], broker="rabbitmq")
+    assert [(d, tx) for d, _, _, tx in connection.frames_sent] == [("/queue/audit", None)]
+    assert (confirmed.to_stations, confirmed.failed) == (1, 1)  # AUDIT.Q is no STOMP destination
