@@ -52,6 +52,24 @@ def landed_before(dedupe: Deduplicator | None, batch: list[Message], rule: str, 
             if m.identity in landed or (scope.unscoped_too and plain[id(m)] in landed)}
 
 
+def repeated_in_unit(batch: Sequence[Message], recognised: set[int]) -> set[int]:
+    """The deliveries of `batch` whose identity (given by `landed_before`) an earlier message of the
+    same unit has: a producer's re-send of a message whose receipt it missed, or the same MsgId put
+    twice. Only the first copy lands; the others leave the queue with the unit's commit, as one
+    message. Safe whatever becomes of the first: it lands, moves or goes back to the queue (and lands
+    later) in the same commit that removes its copies. Copies in two units of work are found by the
+    ledger once the first has landed (not while both are in flight)."""
+    seen: set[str] = set()
+    repeated: set[int] = set()
+    for message in batch:
+        if message.identity is None or id(message) in recognised:
+            continue
+        if message.identity in seen:
+            repeated.add(id(message))
+        seen.add(message.identity)
+    return repeated
+
+
 def landed_where(dedupe: Deduplicator | None, recognised: Sequence[Message]) -> list[Landed]:
     """Where the ledger says each of these (already landed) messages is, for their producers: by
     its identity, or by the unscoped form an earlier version landed it under."""

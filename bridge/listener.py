@@ -32,7 +32,7 @@ from mqbridge.backout_log import BackoutLog
 from mqbridge.bookkeeping import DeliveryBook
 from mqbridge.collector import BulkCollector
 from mqbridge.counters import Counters
-from mqbridge.dedupe import Deduplicator, landed_before, landed_where
+from mqbridge.dedupe import Deduplicator, landed_before, landed_where, repeated_in_unit
 from mqbridge.errors import (
     BridgeError,
     LedgerUnavailableError,
@@ -263,9 +263,10 @@ class ListenerThread(threading.Thread):
             self._back_out(batch, f"cannot look the unit up in the landing ledger: {unavailable}",
                            suspects=[])
             return
+        repeated = repeated_in_unit(batch, recognised) if self.dedupe is not None else set()
         todo: list[Message] = []
         for message in batch:
-            if id(message) in recognised or any(m.message is message for m in moves):
+            if id(message) in recognised or id(message) in repeated or any(m.message is message for m in moves):
                 continue
             if spec.backout_threshold and self.book.counted(message) > spec.backout_threshold:
                 moves.append(BackoutMove(message, self._exhausted_reason(message), spec.backout_queue))
@@ -301,7 +302,8 @@ class ListenerThread(threading.Thread):
                 self._await(results, submitted)
                 unit = Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
                             tuple((m, str(e)) for m, e in pre.failed),
-                            deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed)
+                            deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed,
+                            repeated=tuple(m for m in batch if id(m) in repeated))
                 self._finish(unit, undo, unit_outbox(chain, pre.derived, unit.deduplicated, allow))
             except BaseException as exc:  # not committed (a commit that failed, or never reached)
                 undo.not_committed(exc)

@@ -90,6 +90,8 @@ class Unit:
     #: Landed before (the ledger knows them): committed without landing again.
     deduplicated: tuple[Message, ...] = ()
     consumed: int = 0  # messages a preprocessor consumed
+    #: Copies of a message this unit holds already (one identity): committed without landing, no result.
+    repeated: tuple[Message, ...] = ()
 
     @property
     def submitted(self) -> list[Message]:

@@ -48,6 +48,10 @@ def report_committed(counters: Counters, labels: Mapping[str, str], name: str, u
         if len(unit.deduplicated) > replayed:
             log.info("%s: %d redelivered messages were already landed; committed without landing them again",
                      name, len(unit.deduplicated) - replayed)
+    if unit.repeated:
+        counters.inc("messages_deduplicated", len(unit.repeated), **labels)
+        log.info("%s: %d messages repeated an identity another message of their unit has (a producer's "
+                 "re-send); committed once, landed once", name, len(unit.repeated))
     if plan.moves:
         counters.inc("messages_moved_to_backout", len(plan.moves), **labels)
         for move in plan.moves:

@@ -120,7 +120,8 @@ class Listening(RunningListener):
 
     def __init__(self, sources: Sequence[Source], executor: StubExecutor, chain: PlainChain, *,
                  batch: int = 10, threshold: int = 0, backout_queue: str | None = None,
-                 ledger: StubLedger | None = None, outbox_allow: tuple[str, ...] | None = None) -> None:
+                 ledger: StubLedger | None = None, outbox_allow: tuple[str, ...] | None = None,
+                 identity: str = "msg_id") -> None:
         self.executor = executor
         self.collector = BulkCollector(CollectorLimits(memory=64 << 20, max_bulks=10, workers=2),
                                        {"orders": TypeLimits(bulk_size=1 << 20, bulk_timeout=0.05)})
@@ -129,7 +130,8 @@ class Listening(RunningListener):
         first = sources[0]
         spec = ListenerSpec(name=f"{first.name}:{first.destination}#1", source_name=first.name,
                             queue=first.destination, batch=batch, wait=0.05, message_type="orders",
-                            backout_threshold=threshold, backout_queue=backout_queue, outbox_allow=outbox_allow)
+                            backout_threshold=threshold, backout_queue=backout_queue, outbox_allow=outbox_allow,
+                            identity=identity)
         self.counters = Counters()
         self.thread = ListenerThread(spec, list(sources), self.collector, lambda: chain, self.counters,
                                      DeliveryTracker(), dedupe=ledger)

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.dedupe import landed_before, landed_where
+from mqbridge.dedupe import landed_before, landed_where, repeated_in_unit
 from mqbridge.identity import UNSCOPED, Scope, answers_to, listener_scope, scoped
 from mqbridge.landing.ledger import SqliteLedger, owner_id
+from mqbridge.listeners.memory import MemoryBroker, MemorySource
 from mqbridge.message import Message
+from mqbridge.preprocess import PlainChain
 from mqbridge.source import BackoutMove
 from mqbridge.where import Locator
 from tests.support.memory import memory_config
+from tests.support.undo import Listening, StubExecutor, StubLedger
 
 RULE = "header:order-id"
 ORDERS = listener_scope("amq", "/queue/orders", None, RULE)
@@ -93,3 +96,30 @@ def test_where_finds_a_scoped_landing_by_the_producers_id(ledger: SqliteLedger) 
     assert doc["state"] == "landed" and doc["landed"]["bulk"] == "b1"
     assert answers_to("mem:orders|o-42", "o-42") and answers_to("o-42", "o-42")
     assert not answers_to("mem:orders|o-421", "o-42") and not answers_to(None, "o-42")
+
+
+def test_copies_of_one_identity_in_a_unit_are_one_message(ledger: SqliteLedger) -> None:
+    # Given a unit holding order 7 three times (a producer re-sent it) and order 8, order 9 landed already
+    land(ledger, "b1", [scoped("9", ORDERS.prefix)])
+    batch = [order("7", "ID:a-1"), order("8", "ID:a-2"), order("7", "ID:a-3"), order("9", "ID:a-4"),
+             order("7", "ID:a-5")]
+    recognised = landed_before(ledger, batch, RULE, None, [], ORDERS)
+    # Then only the first copy of 7 is new: the later ones are repeats, and 9 is recognised, not repeated
+    assert recognised == {id(batch[3])}
+    assert repeated_in_unit(batch, recognised) == {id(batch[2]), id(batch[4])}
+
+
+def test_a_producers_resend_in_one_unit_lands_once_and_leaves_the_queue() -> None:
+    # Given a queue where a producer sent order 7 three times (it missed two receipts) among others
+    broker = MemoryBroker()
+    for number, body in (("7", b"a"), ("8", b"b"), ("7", b"a"), ("9", b"c"), ("7", b"a")):
+        broker.put("orders", body, headers={"order-id": number})
+    ledger = StubLedger()
+    executor = StubExecutor(ledger=ledger)
+    source = MemorySource("mem", broker, "orders", backout_queue="orders.backout")
+    run = Listening([source], executor, PlainChain([]), batch=10, ledger=ledger, identity=RULE)
+    # When the listener takes them in one unit
+    assert run.finish(lambda: broker.depth("orders") == 0 and not source._unit) is None
+    # Then order 7 landed once, and every copy left the queue
+    assert sorted(executor.landed) == [b"a", b"b", b"c"]
+    assert run.counters.total("messages_deduplicated") == 2
