@@ -148,28 +148,29 @@ class MqReplayTarget:
         """Open the destination for output and close it: a queue the queue manager does not know is
         refused here (ConfigError), before anything is sent or recorded."""
         c, name = self._c, self.destination
-        try:
-            self._driver.Queue(self._qmgr, name.encode(), c.MQOO_OUTPUT | c.MQOO_FAIL_IF_QUIESCING).close()
-        except self._errors as exc:
-            self._qmgr.disconnect()
-            if reason_of(exc) == _MQRC_UNKNOWN_OBJECT_NAME:
-                raise ConfigError(f"--to {name}: no such queue on {self._config.queue_manager} (source "
-                                  f"{source_name!r}; MQRC 2085 UNKNOWN_OBJECT_NAME): define it or name another. "
-                                  "Nothing was sent.") from exc
-            raise SourceError(f"replay: MQOPEN of {name} for output failed: {exc}. Nothing was sent.") from exc
+        self._open(name, c.MQOO_OUTPUT | c.MQOO_FAIL_IF_QUIESCING,
+                   missing=f"--to {name}: no such queue on {self._config.queue_manager} (source {source_name!r}; "
+                           "MQRC 2085 UNKNOWN_OBJECT_NAME): define it or name another. Nothing was sent.",
+                   failed=f"replay: MQOPEN of {name} for output failed: {{}}. Nothing was sent.").close()
 
     def _open_markers(self, source_name: str) -> Any:
         c, name = self._c, self._config.replay_marker_queue
+        return self._open(name, c.MQOO_INPUT_AS_Q_DEF | c.MQOO_BROWSE | c.MQOO_FAIL_IF_QUIESCING,
+                          missing=f"source {source_name!r}: the replay marker queue {name} does not exist on "
+                                  f"{self._config.queue_manager}; define it once (DEFINE QLOCAL({name}) "
+                                  "DEFPSIST(YES)) or set the source's replay_marker_queue",
+                          failed=f"replay: MQOPEN of the marker queue {name} failed: {{}}")
+
+    def _open(self, name: str, options: int, *, missing: str, failed: str) -> Any:
+        """MQOPEN `name` with `options`; on failure disconnect first, then raise ConfigError(`missing`)
+        for a queue the queue manager does not know (2085), else SourceError(`failed` with the error)."""
         try:
-            return self._driver.Queue(self._qmgr, name.encode(), c.MQOO_INPUT_AS_Q_DEF | c.MQOO_BROWSE
-                                      | c.MQOO_FAIL_IF_QUIESCING)
+            return self._driver.Queue(self._qmgr, name.encode(), options)
         except self._errors as exc:
             self._qmgr.disconnect()
             if reason_of(exc) == _MQRC_UNKNOWN_OBJECT_NAME:
-                raise ConfigError(f"source {source_name!r}: the replay marker queue {name} does not exist on "
-                                  f"{self._config.queue_manager}; define it once (DEFINE QLOCAL({name}) "
-                                  "DEFPSIST(YES)) or set the source's replay_marker_queue") from exc
-            raise SourceError(f"replay: MQOPEN of the marker queue {name} failed: {exc}") from exc
+                raise ConfigError(missing) from exc
+            raise SourceError(failed.format(exc)) from exc
 
     def _marker(self, batch_id: str, *, browse: bool) -> bool:
         """Browse (or get) the marker of `batch_id`; whether it was there."""

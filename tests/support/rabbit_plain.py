@@ -15,18 +15,19 @@ import contextlib
 import json
 import queue as queues
 import re
-import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import stomp
 from stomp.exception import StompException
+
+from tests.support.tcpproxy import TcpProxy
 
 #: The shared node of scripts/rabbitmq.sh, for rabbitmqctl.
 RABBITMQCTL = ("rabbitmqctl", "-q", "-n", "mqbridge-test@localhost")
@@ -348,20 +349,14 @@ class ControlConsumer:
 
 
 # -- a tap on what a client sends ---------------------------------------------------------------
-class StompTap:
+class StompTap(TcpProxy):
     """A loopback TCP proxy in front of the broker that records the command and destination of
     every frame its clients send (the broker's answers pass untouched): a test asks it whether a
     bridge ever sent a message to a given queue."""
 
     def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._server.getsockname()[1])
-        self._lock = threading.Lock()
         self.sent: list[tuple[str, str]] = []  # (command, destination or "")
-        self._sockets: list[socket.socket] = []
-        self._closed = False
-        threading.Thread(target=self._accept, name="stomp-tap", daemon=True).start()
+        super().__init__(target)
 
     def sends_to(self, destination: str) -> int:
         """How many SEND frames went to `destination`."""
@@ -376,46 +371,14 @@ class StompTap:
                     counts[dest] = counts.get(dest, 0) + 1
             return counts
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                if self._closed:
-                    return
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+    def _watcher(self) -> Callable[[bytes], None]:
+        parser = _FrameParser()  # one per connection: a frame may span reads
 
-    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        parser = _FrameParser() if up else None
-        try:
-            while data := src.recv(65536):
-                if parser is not None:
-                    frames = parser.feed(data)
-                    if frames:
-                        with self._lock:
-                            self.sent.extend(frames)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed = True
-        self._server.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for s in sockets:
-            with contextlib.suppress(OSError):
-                s.close()
+        def record(data: bytes) -> None:
+            if frames := parser.feed(data):
+                with self._lock:
+                    self.sent.extend(frames)
+        return record
 
 
 class _FrameParser:

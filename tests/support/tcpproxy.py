@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 
 class TcpProxy:
@@ -60,10 +61,18 @@ class TcpProxy:
             self._trap = None
             return forward
 
+    def _watcher(self) -> Callable[[bytes], None] | None:
+        """What sees each connection's client-to-broker bytes before they are forwarded (None:
+        nothing): a subclass that records what a client sends returns one per connection."""
+        return None
+
     def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        """Copy src to dst; `up`: the client-to-broker direction, where the trap is."""
+        """Copy src to dst; `up`: the client-to-broker direction, where the trap (and the watcher) is."""
+        watch = self._watcher() if up else None
         try:
             while data := src.recv(65536):
+                if watch is not None:
+                    watch(data)
                 forward = self._sprung(data) if up else None
                 if forward is not None:
                     if forward:
