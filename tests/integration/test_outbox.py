@@ -27,10 +27,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_stomp_commit_modes import interleaved
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.configs import LISTENER, toml_value
-from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
+from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account, interleaved
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.plugins import REJECT_POISON
 from tests.support.processes import (
@@ -107,12 +106,12 @@ def test_derived_messages_are_sent_once_per_landed_message_across_a_kill(
     good, poison = messages(f"{broker}-{failpoint}")
     if broker == "activemq":
         queue = unique_queue(f"outbox-{failpoint}")
-        amq.put_many(queue, interleaved(good, poison))
+        amq.put_many(queue, interleaved(good, poison, EVERY))
         config = stomp_config(tmp_path, queue, threads=1, batch=100, extra_listener="backout_threshold = 2")
     else:
         rabbit = Rabbit(rabbitmq)
         queue = f"/queue/test.outbox-{failpoint}.{uuid.uuid4().hex[:8]}"
-        rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison))])
+        rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison, EVERY))])
         config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", threads=1, batch=100,
                               extra_source=RABBIT_SOURCE,
                               extra_listener='identity = "header:x-eo-id"\nbackout_threshold = 2')

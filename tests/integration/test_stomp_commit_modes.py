@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account
+from tests.support.exactly_once import RABBIT_SOURCE, Rabbit, account, interleaved
 from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = pytest.mark.integration
@@ -31,15 +31,6 @@ def messages(tag: str) -> tuple[list[bytes], list[bytes]]:
     good = [json.dumps({"id": i, "tag": tag, "pad": "x" * 200}).encode() for i in range(GOOD)]
     poison = [f"poison {tag} {i}: not JSON".encode() for i in range(GOOD // EVERY)]
     return good, poison
-
-
-def interleaved(good: list[bytes], poison: list[bytes]) -> list[bytes]:
-    out: list[bytes] = []
-    for i, body in enumerate(good, 1):
-        out.append(body)
-        if i % EVERY == 0:
-            out.append(poison[i // EVERY - 1])
-    return out
 
 
 def json_type(config: Path) -> Path:
@@ -67,12 +58,12 @@ def test_killed_inside_the_source_commit_then_restarted_loses_nothing(
     extra_source = f'commit_mode = "{commit_mode}"'
     if broker == "activemq":
         queue = unique_queue(f"cm-{failpoint}")
-        amq.put_many(queue, interleaved(good, poison))
+        amq.put_many(queue, interleaved(good, poison, EVERY))
         config = stomp_config(tmp_path, queue, threads=1, extra_source=extra_source)
     else:
         rabbit = Rabbit(rabbitmq)
         queue = f"/queue/test.cm-{failpoint}.{uuid.uuid4().hex[:8]}"
-        rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison))])
+        rabbit.put(queue, [(body, {"x-eo-id": f"id-{i}"}) for i, body in enumerate(interleaved(good, poison, EVERY))])
         config = stomp_config(tmp_path, queue, port=rabbitmq[1], broker="rabbitmq", threads=1,
                               extra_source=f"{RABBIT_SOURCE}\n{extra_source}",
                               extra_listener='identity = "header:x-eo-id"')

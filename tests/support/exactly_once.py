@@ -238,3 +238,13 @@ class Rabbit:
 
     def depth(self, destination: str) -> int:
         return len(self.deliveries(destination))
+
+
+def interleaved(good: list[bytes], poison: list[bytes], every: int) -> list[bytes]:
+    """`good` with one of `poison` after every `every`-th good message, in order."""
+    out: list[bytes] = []
+    for i, body in enumerate(good, 1):
+        out.append(body)
+        if i % every == 0:
+            out.append(poison[i // every - 1])
+    return out

@@ -31,7 +31,7 @@ def _module(folder: str, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path, *, annotations: bool = False) -> set[str]:
+def _runtime_imports(path: Path, *, annotations: bool = False, root: str = "mqbridge") -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     annotation_only = set() if annotations else {
         id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
@@ -45,7 +45,7 @@ def _runtime_imports(path: Path, *, annotations: bool = False) -> set[str]:
             found.update(f"{node.module}.{a.name}" for a in node.names)  # `from mqbridge import failpoints`
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-    return {name for name in found if name == "mqbridge" or name.startswith("mqbridge.")}
+    return {name for name in found if name == root or name.startswith(root + ".")}
 
 
 @functools.cache
@@ -115,3 +115,14 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "mqbridge.landing.executor" in graph and "mqbridge.landing.session" in graph["mqbridge.landing.executor"]
     assert "mqbridge.failpoints" in graph["mqbridge.landing.landing"]
     assert _violations("mqbridge.app", LOOP), "the composition root imports the loop"
+
+
+def test_no_test_module_imports_another() -> None:
+    # What tests share lives in tests/support/ (or a non-test module beside them): a test module imported
+    # by another runs its module-level set-up twice and ties two suites' fixtures together.
+    tests = ROOT / "tests"
+    offenders = [f"{path.relative_to(ROOT)} imports {name}"
+                 for path in sorted(tests.rglob("test_*.py"))
+                 for name in sorted(_runtime_imports(path, annotations=True, root="tests"))
+                 if name.rsplit(".", 1)[-1].startswith("test_")]
+    assert offenders == []

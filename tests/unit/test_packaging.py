@@ -28,3 +28,12 @@ def test_the_wheel_has_exactly_one_top_level_import_name(tmp_path: Path) -> None
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[mqbridge.commands]\nservice = mqbridge.service.cli:add_parser" in text
     assert "[mqbridge.observers]\nsystemd = mqbridge.service.notify:observer_from_environment" in text
+
+
+def test_the_layout_table_of_the_developer_docs_names_every_core_subpackage() -> None:
+    # docs/development.md "Layout" is where a newcomer learns what each folder is: a subpackage it
+    # does not name is one the reader never hears of.
+    table = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    folders = sorted(p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "bridge").rglob("__init__.py")
+                     if p.parent != ROOT / "bridge")
+    assert [f for f in folders if f"| `{f}/` |" not in table] == []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mqbridge.cli import main
-from tests.unit.lint.test_check_config import BASE, check
+from tests.unit.lint.texts import BASE, check
 
 EU = "selector = \"region = 'EU'\"\n"
 #: A second listener on the same queue taking the rest.

@@ -10,29 +10,7 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.lint import lint_text
 from mqbridge.lint.findings import KeyLines
-
-BASE = """\
-[bridge]
-plugin_dirs = []
-[monitoring]
-listen = ""
-[types.orders]
-[sources.amq]
-kind = "stomp"
-[[listeners]]
-source = "amq"
-queue = "/queue/orders"
-message_type = "orders"
-backout_queue = "/queue/orders.backout"
-"""
-
-
-def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *args: str) -> tuple[int, list[str]]:
-    path = tmp_path / "bridge.toml"
-    path.write_text(text)
-    code = main(["check-config", *args, "--config", str(path)])
-    out = capsys.readouterr().out.replace(str(path), "bridge.toml")
-    return code, out.splitlines()
+from tests.unit.lint.texts import BASE, check
 
 
 def test_a_good_file_is_ok_by_either_spelling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,6 @@ counted and left out, and the commit goes on as if those messages had asked for 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
@@ -12,20 +11,7 @@ from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import Confirmations, Landed
-
-
-class StubConnection:
-    """What a Transaction's SENDs need of a connection: they are recorded, none is refused."""
-
-    def __init__(self) -> None:
-        self.frames = SimpleNamespace(errors=[])
-        self.config = SimpleNamespace(broker="activemq")
-        self.destination = "/queue/in"
-        self.sent: list[str] = []
-
-    def send(self, destination: str, body: bytes, headers: dict[str, str], tx: str | None, what: str) -> str:
-        self.sent.append(destination)
-        return f"receipt-{len(self.sent)}"
+from tests.unit.listeners.stomp.stubs import StubConnection
 
 
 def message(n: int, reply_to: str | None) -> Message:

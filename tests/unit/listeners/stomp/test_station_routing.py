@@ -15,7 +15,7 @@ from mqbridge.message import Message
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.source import BackoutMove, Confirmations, Landed
 from mqbridge.stations import Stations
-from tests.unit.listeners.stomp.test_reply_allow import StubConnection
+from tests.unit.listeners.stomp.stubs import StubConnection
 
 
 class RecordingConnection(StubConnection):
