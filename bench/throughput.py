@@ -39,7 +39,7 @@ from bench.spark_write import make_bulk  # noqa: E402
 from mqbridge.app import build_app  # noqa: E402
 from mqbridge.config import TypeConfig, parse_config  # noqa: E402
 from mqbridge.landing.executor import SparkExecutor  # noqa: E402
-from mqbridge.supervisor import Bridge  # noqa: E402
+from mqbridge.supervision.supervisor import Bridge  # noqa: E402
 from tests.support.amq import AmqClient, unique_queue  # noqa: E402
 
 

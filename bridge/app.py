@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, TextIO
 from mqbridge import __version__
 from mqbridge.backlog import BacklogPoller, ProbeFactory, probe_for
 from mqbridge.backout_log import BackoutLog
-from mqbridge.breaker import SinkBreakers
-from mqbridge.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
+from mqbridge.bulks.breaker import SinkBreakers
+from mqbridge.bulks.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.compaction import CompactionScheduler
 from mqbridge.config import key_path, plaintext_notes
 from mqbridge.counters import Counters
-from mqbridge.guard import MemoryGuard
 from mqbridge.landing import (
     DriverSecrets,
     Landing,
@@ -48,10 +47,11 @@ from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_serie
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.purge import PurgeScheduler, recover_purges
-from mqbridge.reload import ConfigReloader
 from mqbridge.source import open_source
 from mqbridge.strict_modes import check_trusted
-from mqbridge.supervisor import Bridge, ChainFactory, SourceFactory
+from mqbridge.supervision.guard import MemoryGuard
+from mqbridge.supervision.reload import ConfigReloader
+from mqbridge.supervision.supervisor import Bridge, ChainFactory, SourceFactory
 from mqbridge.where import NO_LEDGER, Locator
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class App:
                 self.landing.close()
 
     def spark_outage(self, reason: str) -> None:
-        """Spark could not be started: the sinks it writes are unavailable (`mqbridge.breaker`)."""
+        """Spark could not be started: the sinks it writes are unavailable (`mqbridge.bulks.breaker`)."""
         breakers = self.bridge.breakers
         if breakers is not None:
             for name in self.spark_sinks:

@@ -3,7 +3,7 @@
 Driver exceptions (stomp.py, pymqi, py4j/pyspark) are wrapped once, at the adapter edge, into
 these types; nothing above that edge catches a driver's own exceptions.
 
-Three base classes are *decisions* for the supervisor (`mqbridge.supervisor`), which looks up what a
+Three base classes are *decisions* for the supervisor (`mqbridge.supervision.supervisor`), which looks up what a
 failed listener thread raised: `FatalError` stops the bridge, `HaltListener` stops that listener for
 good, `RetryLater` restarts it after `retry_after` seconds; anything else restarts it with capped
 exponential backoff.

@@ -1,6 +1,6 @@
 """The gates a listener thread waits at before it receives its next batch: an `IntakeGate` that
-its owner opens and closes (the memory guard, `mqbridge.guard`; a sink's circuit breaker,
-`mqbridge.breaker`), and the `AllOpenGate` of one listener, open while all of its gates are."""
+its owner opens and closes (the memory guard, `mqbridge.supervision.guard`; a sink's circuit breaker,
+`mqbridge.bulks.breaker`), and the `AllOpenGate` of one listener, open while all of its gates are."""
 
 from __future__ import annotations
 

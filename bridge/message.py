@@ -67,7 +67,7 @@ class MessageResult:
 
     `outage` (only with RETRYABLE) says the failure is the sink's, not the message's: Spark is
     down or unreachable, its JVM died, the table path is unwritable, a write timed out
-    (`mqbridge.triage` decides it with a probe write). The listener gives such a message back
+    (`mqbridge.bulks.triage` decides it with a probe write). The listener gives such a message back
     without counting the delivery towards its backout threshold. Code that does not know the flag
     sees an ordinary RETRYABLE result, which is the safe reading.
     """

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from mqbridge.collector_limits import CollectorStats
+    from mqbridge.bulks.collector_limits import CollectorStats
     from mqbridge.config import BridgeConfig
     from mqbridge.counters import Counters
 
@@ -49,7 +49,7 @@ class LimitView(Protocol):
 
 
 class BridgeView(Protocol):
-    """What an observer sees of the running bridge (`mqbridge.supervisor.Bridge` is one): the
+    """What an observer sees of the running bridge (`mqbridge.supervision.supervisor.Bridge` is one): the
     configuration in force, the counters, the collector's and breakers' summaries, the status page
     and the one-line summary, and whether it is stopping. Nothing here starts or stops threads."""
 

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class Chain(Protocol):
-    """What the outbox runs a message through (`mqbridge.preprocess.Chain`, which imports this module)."""
+    """What the outbox runs a message through (`mqbridge.loop.preprocess.Chain`, which imports this module)."""
 
     def process(self, message: Message) -> Message | None:
         """Every preprocessor of the chain on `message`; None if one consumed it."""

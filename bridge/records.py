@@ -2,7 +2,7 @@
 adapters and kept across restarts of those threads (`mqbridge.source.QueueShared` holds one of
 each): delivery counts where the broker keeps none (`DeliveryTracker`), the ids of deliveries in
 doubt (`InDoubtLog`), and the failures of poison suspects (`PoisonLog`). The listener loop updates
-them through one `mqbridge.bookkeeping.DeliveryBook`.
+them through one `mqbridge.loop.bookkeeping.DeliveryBook`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.errors import BridgeError
 from mqbridge.identity import listener_scope, scoped
-from mqbridge.in_flight import Held
+from mqbridge.loop.in_flight import Held
 from mqbridge.purge.swap import swap_history, swaps_since
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""`[collector]`: the bulk collector's memory and concurrency limits (`mqbridge.collector`)."""
+"""`[collector]`: the bulk collector's memory and concurrency limits (`mqbridge.bulks.collector`)."""
 
 from __future__ import annotations
 

@@ -285,7 +285,7 @@ class BridgeConfig(Model):
 
     def secrets(self) -> dict[str, str]:
         """The plain text of every secret, by key path ("sources.amq.password"): for redaction
-        (`mqbridge.logsetup`) and change detection (`mqbridge.reload`) only, never for output."""
+        (`mqbridge.logsetup`) and change detection (`mqbridge.supervision.reload`) only, never for output."""
         found: dict[str, str] = {}
         for name, source in self.sources.items():
             if isinstance(source, (StompSourceConfig, MqSourceConfig)) and source.password is not None:

@@ -57,10 +57,10 @@ def _install(prefix: str) -> None:
     # The listener loop: one unit of work is read (receive), handed over (process; submit names its
     # results object), its last result arrives (ready), and the listener waits for it and commits or
     # gives it back (finish = await + plan and commit).
-    import mqbridge.collector as collector
-    import mqbridge.in_flight as in_flight
-    import mqbridge.listener as listener
-    import mqbridge.unit_plan as unit_plan
+    import mqbridge.bulks.collector as collector
+    import mqbridge.loop.in_flight as in_flight
+    import mqbridge.loop.listener as listener
+    import mqbridge.loop.unit_plan as unit_plan
 
     def received(args: tuple[Any, ...], result: Any) -> tuple[object, ...]:
         return (len(result or ()),)

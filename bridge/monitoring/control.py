@@ -8,7 +8,7 @@
 
 `<name>` is the listener's queue as configured, or `source:queue` when two sources share the queue
 name, URL-encoded as one path segment (`%2Fqueue%2Forders`; left unencoded it is read too). The
-answer is 200 with a JSON document (`mqbridge.control.Outcome`) once the command is accepted; the
+answer is 200 with a JSON document (`mqbridge.supervision.control.Outcome`) once the command is accepted; the
 control thread applies it within 0.25 s and `/status` (`listener_controls`) says when it is in effect.
 Refusals are plain text, one line saying why: 403 when `[monitoring] token` is not set (the control
 plane is off: without a token anyone who reaches the port could stop the bridge's intake, even with
@@ -39,7 +39,7 @@ TEXT = "text/plain; charset=utf-8"
 
 
 class ListenerCommands(Protocol):
-    """What the control plane needs of the bridge: `mqbridge.control.ListenerControls` is one."""
+    """What the control plane needs of the bridge: `mqbridge.supervision.control.ListenerControls` is one."""
 
     def command(self, name: str, action: str, threads: int | None = None) -> Any:
         """Apply `action`; an object with `as_dict()`, or a ControlError."""

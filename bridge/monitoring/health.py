@@ -7,7 +7,7 @@ A listener paused by the memory guard is alive and connected, so it is healthy: 
 reported in the status and the `mqbridge_memory_guard_paused` gauge instead. So is a listener an
 operator paused, and the threads of one an operator stopped (or beyond a thread count an operator
 lowered) are no problem either: `mqbridge_listener_state` and `/status` show them. A sink whose circuit
-breaker is open (`mqbridge.breaker`) is a problem: its messages wait on their queues.
+breaker is open (`mqbridge.bulks.breaker`) is a problem: its messages wait on their queues.
 
 Nothing here may block the HTTP handler on Spark: the reachability ping runs on its own thread and
 is waited for at most `PING_WAIT` seconds; a ping that does not answer in time is reported as such.
@@ -38,7 +38,7 @@ def health_problems(status: Mapping[str, Any]) -> list[str]:
     if not listeners:
         problems.append("no listener threads started")
     for entry in listeners:
-        if entry.get("retiring"):  # asked to end by an operator's command (mqbridge.control)
+        if entry.get("retiring"):  # asked to end by an operator's command (mqbridge.supervision.control)
             continue
         error = f" (last error: {entry['last_error']})" if entry.get("last_error") else ""
         if not entry.get("alive"):

@@ -89,7 +89,7 @@ class Judge(Protocol):
 
 
 class PreprocessorChain:
-    """One unit of work's snapshot of a listener's chain (implements `mqbridge.preprocess.Chain`)."""
+    """One unit of work's snapshot of a listener's chain (implements `mqbridge.loop.preprocess.Chain`)."""
 
     __slots__ = ("judge", "spec", "unit")
 
@@ -191,7 +191,7 @@ class PreprocessorChain:
         never saw the message) that this delivery of `message` does not leave the queue as landed,
         and why: `Step.undo`. Each step gets its own copy of the message as received. One step
         failing does not keep the others from being told. When the listener calls this:
-        `mqbridge.undo`."""
+        `mqbridge.loop.undo`."""
         token = _current.set(self)
         try:
             for step in self.spec.steps:

@@ -11,7 +11,7 @@ import pytest
 
 from mqbridge.app import build_app
 from mqbridge.monitoring.server import MonitoringServer
-from mqbridge.supervisor import Bridge
+from mqbridge.supervision.supervisor import Bridge
 from tests.support.bridge import RunningBridge
 
 

@@ -20,7 +20,7 @@ from mqbridge.listeners.mq import MqSource
 from mqbridge.listeners.mq.backlog import QueueDepths
 from mqbridge.records import InDoubtLog
 from mqbridge.source import SourceContext
-from mqbridge.supervisor import Bridge
+from mqbridge.supervision.supervisor import Bridge
 from tests.support.bridge import (
     RunningBridge,
     listener_toml,

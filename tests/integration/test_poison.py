@@ -18,7 +18,7 @@ from mqbridge.listeners.mq import MqSource
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.plugins.fallback import FALLBACK_AFTER
 from mqbridge.source import SourceContext
-from mqbridge.supervisor import Bridge
+from mqbridge.supervision.supervisor import Bridge
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml, run_until_idle
 from tests.support.configs import fake_mq_source

@@ -96,9 +96,9 @@ def test_a_durable_subscription_held_by_another_connection_is_retried_not_refuse
         activemq: tuple[str, int]) -> None:
     # Given a connection holding a durable subscription (its client-id) on the real ActiveMQ
     from mqbridge.config import StompSourceConfig
-    from mqbridge.decision import Decision, decide
     from mqbridge.errors import SubscriptionInUseError
     from mqbridge.listeners.stomp.connection import Connection
+    from mqbridge.supervision.decision import Decision, decide
 
     tag = uuid.uuid4().hex[:8]
     topic, name = f"/topic/test.topics.{tag}", f"test.topics.{tag}.held"

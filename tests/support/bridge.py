@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbridge.config import BridgeConfig
-from mqbridge.supervisor import Bridge
+from mqbridge.supervision.supervisor import Bridge
 from tests.support.configs import TAIL, BridgeToml
 
 

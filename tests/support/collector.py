@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.bulks.collector import BulkCollector, CollectorLimits, TypeLimits
 from mqbridge.message import Bulk, Message, MessageResult
 from tests.support.waiting import wait_until
 

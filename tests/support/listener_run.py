@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mqbridge.collector import BulkCollector
-from mqbridge.listener import ListenerThread
+from mqbridge.bulks.collector import BulkCollector
+from mqbridge.loop.listener import ListenerThread
 from tests.support.waiting import wait_until
 
 

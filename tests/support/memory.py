@@ -15,7 +15,7 @@ from mqbridge.config import BridgeConfig
 from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.source import open_source
-from mqbridge.supervisor import ChainFactory, SourceFactory
+from mqbridge.supervision.supervisor import ChainFactory, SourceFactory
 from tests.support.configs import LISTENER, BridgeToml
 
 _brokers = itertools.count(1)

@@ -10,10 +10,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.bulks.collector import BulkCollector, CollectorLimits, TypeLimits
 from mqbridge.counters import Counters
 from mqbridge.errors import PreprocessorError
-from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
+from mqbridge.loop.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.message import Bulk, Message, MessageResult, Rollback, RollbackKind
 from mqbridge.records import DeliveryTracker
 from mqbridge.source import Source
@@ -77,7 +77,7 @@ class RecordingChain(PlainChain):
 
 
 class StubLedger:
-    """The landing ledger as the listener sees it (`mqbridge.dedupe.Deduplicator`), filled by
+    """The landing ledger as the listener sees it (`mqbridge.loop.dedupe.Deduplicator`), filled by
     `StubExecutor` with the identity of every message it lands."""
 
     def __init__(self) -> None:

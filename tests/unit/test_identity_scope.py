@@ -1,7 +1,7 @@
 """Which identities are scoped in the one ledger of a bridge, and what the lookups find, on a real
 SQLite ledger: producer-given ids of two queues are two messages; a message an earlier version
 landed unscoped is still recognised after the upgrade; `mqbridge where` finds scoped landings by
-the id the producer knows (`mqbridge.identity`, `mqbridge.dedupe`, `mqbridge.where`)."""
+the id the producer knows (`mqbridge.identity`, `mqbridge.loop.dedupe`, `mqbridge.where`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.dedupe import landed_before, landed_where, repeated_in_unit
 from mqbridge.identity import UNSCOPED, Scope, answers_to, listener_scope, scoped
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.listeners.memory import MemoryBroker, MemorySource
+from mqbridge.loop.dedupe import landed_before, landed_where, repeated_in_unit
+from mqbridge.loop.preprocess import PlainChain
 from mqbridge.message import Message
-from mqbridge.preprocess import PlainChain
 from mqbridge.source import BackoutMove
 from mqbridge.where import Locator
 from tests.support.memory import memory_config

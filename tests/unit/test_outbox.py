@@ -14,9 +14,9 @@ import pytest
 from mqbridge import OutboxRefused, emit, rederiving
 from mqbridge.errors import SourceConnectionError
 from mqbridge.listeners.memory import MemoryBroker, MemorySource
+from mqbridge.loop.preprocess import PlainChain, preprocess
 from mqbridge.message import Message, MessageResult
 from mqbridge.outbox import Derived, OutboxAllow
-from mqbridge.preprocess import PlainChain, preprocess
 from tests.support.undo import Listening, RecordingChain, StubExecutor, StubLedger
 
 ALLOW = OutboxAllow(["audit.*"], "mem:orders")

@@ -23,6 +23,14 @@ def test_the_wheel_has_exactly_one_top_level_import_name(tmp_path: Path) -> None
                    "mqbridge/config/schema.py", "mqbridge/service/notify.py",
                    "mqbridge/preprocessors/envelope.py", "mqbridge/plugins/host.py", "mqbridge/config/example.toml"):
         assert module in names, module
+    # and every folder that holds an __init__.py is a package of the wheel (pyproject.toml lists them by
+    # hand: a folder it misses installs nothing, and works only from a checkout)
+    folders = {"bridge": "mqbridge", "listeners": "mqbridge/listeners", "preprocessors": "mqbridge/preprocessors",
+               "config": "mqbridge/config", "service": "mqbridge/service"}
+    packages = {folders[init.relative_to(ROOT).parts[0]] + "".join(f"/{part}" for part in init.relative_to(
+                ROOT).parts[1:-1]) for folder in folders for init in (ROOT / folder).rglob("__init__.py")}
+    in_wheel = {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")}
+    assert packages == in_wheel
     # and the extensions of core are declared as entry points, not imported by core
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -16,11 +16,11 @@ import pytest
 from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.commands.where import render
 from mqbridge.errors import LedgerUnavailableError
-from mqbridge.in_flight import Connections, Held, PendingUnit
 from mqbridge.landing.ledger import SqliteLedger, owner_id
+from mqbridge.loop.in_flight import Connections, Held, PendingUnit
+from mqbridge.loop.unit_plan import UnitResults
 from mqbridge.message import Message, MessageResult
 from mqbridge.purge.swap import HISTORY, record_purge
-from mqbridge.unit_plan import UnitResults
 from mqbridge.where import Locator, put_dates
 from tests.support.bridge import RunningBridge
 from tests.support.memory import RecordingExecutor, memory_app, memory_config

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from mqbridge.cli import main
-from mqbridge.control import PAUSED, RUNNING, STOPPED
 from mqbridge.message import Bulk, MessageResult
 from mqbridge.monitoring.access import PUBLIC_PATHS, Access
 from mqbridge.monitoring.control import parse
 from mqbridge.monitoring.control_client import command_path
 from mqbridge.monitoring.server import MonitoringServer
-from mqbridge.supervisor import Bridge
+from mqbridge.supervision.control import PAUSED, RUNNING, STOPPED
+from mqbridge.supervision.supervisor import Bridge
 from tests.support.bridge import RunningBridge
 from tests.support.exactly_once import free_port
 from tests.support.http import fetch

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import mqbridge
-from mqbridge.collector import CollectorStats
+from mqbridge.bulks.collector import CollectorStats
 from mqbridge.counters import Counters
 from mqbridge.monitoring.backlog_metrics import BacklogMetrics
 from mqbridge.monitoring.metrics import BridgeMetrics

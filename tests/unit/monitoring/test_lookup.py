@@ -17,8 +17,8 @@ from mqbridge.app import App, build_app
 from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.cli import main
 from mqbridge.config import parse_config
-from mqbridge.in_flight import Held
 from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
+from mqbridge.loop.in_flight import Held
 from mqbridge.message import Message
 from mqbridge.monitoring.lookup import NEEDS_TOKEN
 from mqbridge.where import Locator

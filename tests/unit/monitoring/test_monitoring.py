@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqbridge.app import build_app
-from mqbridge.collector import CollectorStats
+from mqbridge.bulks.collector import CollectorStats
 from mqbridge.config import parse_config
 from mqbridge.counters import Counters
 from mqbridge.monitoring.health import SparkProbe, health_problems

@@ -18,6 +18,8 @@ from mqbridge.counters import Counters
 from mqbridge.identity import listener_scope, scoped
 from mqbridge.landing.ledger import SqliteLedger, ledger_path
 from mqbridge.listeners.stomp.replay import replay_headers
+from mqbridge.loop.unit_plan import Unit, UnitPlan, UnitPolicy
+from mqbridge.loop.unit_report import report_committed
 from mqbridge.message import Message
 from mqbridge.replay import ReplayRow
 from mqbridge.replay.identities import (
@@ -31,8 +33,6 @@ from mqbridge.replay.identities import (
     renewal_for,
     renewed_value,
 )
-from mqbridge.unit_plan import Unit, UnitPlan, UnitPolicy
-from mqbridge.unit_report import report_committed
 from tests.support.processes import stomp_bridge
 
 PUT = datetime(2026, 11, 26, 9, 0, tzinfo=timezone.utc)

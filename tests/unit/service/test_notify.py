@@ -15,7 +15,7 @@ import pytest
 
 from mqbridge.counters import Counters
 from mqbridge.service.notify import BridgeNotifier, Notifier
-from mqbridge.supervisor import Slot
+from mqbridge.supervision.supervisor import Slot
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.bulks.collector import BulkCollector, CollectorLimits, TypeLimits
 from mqbridge.counters import Counters
 from mqbridge.errors import (
     BackoutFailedError,
@@ -24,8 +24,8 @@ from mqbridge.errors import (
     SourceQuiescingError,
     UnknownMessageTypeError,
 )
-from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.listeners.mq import MqSource
+from mqbridge.loop.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.message import Bulk, Message, MessageResult
 from mqbridge.records import DeliveryTracker
 from tests.support.fakes import pymqi_fake

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from mqbridge.collector import BulkCollector, CollectorLimits, TypeLimits
+from mqbridge.bulks.collector import BulkCollector, CollectorLimits, TypeLimits
 from mqbridge.counters import Counters
-from mqbridge.listener import ListenerSpec, ListenerThread, PlainChain
+from mqbridge.loop.listener import ListenerSpec, ListenerThread, PlainChain
 from mqbridge.message import Bulk, Message, MessageResult, put_date_of, utcnow
 from mqbridge.put_time import ORIGINAL_HEADER, REFUSED_COUNTER, REFUSED_HEADER
 from mqbridge.records import DeliveryTracker

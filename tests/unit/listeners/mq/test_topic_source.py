@@ -6,9 +6,9 @@ another connection retried."""
 
 from __future__ import annotations
 
-from mqbridge.decision import Decision, decide
 from mqbridge.errors import ConfigError, SubscriptionInUseError
 from mqbridge.listeners.mq.redrive import redrive
+from mqbridge.supervision.decision import Decision, decide
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import listener_config, make_topic_source, receive_n, source_config
 from tests.support.fakes.mq_topics import DURABLE_MODEL
