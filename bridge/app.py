@@ -6,7 +6,7 @@
 Every other module receives its parts ready made: the supervisor (`Bridge`) gets its collector,
 memory guard, executor factory, chain and source factories and observers; each component gets its
 own typed configuration section. Source adapters are found by their `kind` string
-(`mqbridge.source.SOURCE_KINDS`) and observers from other packages (systemd's sd_notify) through the
+(`mqbridge.drivers.DRIVER_KINDS`) and observers from other packages (systemd's sd_notify) through the
 `mqbridge.observers` entry points, so core imports none of them.
 """
 
@@ -24,8 +24,8 @@ from mqbridge.backout_log import BackoutLog
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
 from mqbridge.compaction import CompactionScheduler
-from mqbridge.config import key_path, plaintext_notes
 from mqbridge.counters import Counters
+from mqbridge.drivers import open_source
 from mqbridge.landing import (
     DriverSecrets,
     Landing,
@@ -42,12 +42,11 @@ from mqbridge.landing import (
 )
 from mqbridge.landing.ledger import open_ledger, owner_id
 from mqbridge.landing.schema_check import check_schemas
-from mqbridge.lint import broker_advice
+from mqbridge.lint import start_warnings
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
 from mqbridge.purge import PurgeScheduler, recover_purges
-from mqbridge.source import open_source
 from mqbridge.strict_modes import check_trusted
 from mqbridge.supervision.guard import MemoryGuard
 from mqbridge.supervision.reload import ConfigReloader
@@ -86,10 +85,8 @@ class App:
         cfg = self.config
         log.info("mqbridge %s starting: %s (%d listener threads)", __version__, cfg.path,
                  sum(listener.threads for listener in cfg.listeners))
-        for note in plaintext_notes(cfg):  # accepted, but an operator should know
-            log.warning("%s", note)
-        for finding in broker_advice(cfg):  # what `check-config` warns about too
-            log.warning("%s: %s — %s", key_path(finding.loc), finding.problem, finding.fix)
+        for finding in start_warnings(cfg):  # accepted, but an operator should know; `check-config` says the same
+            log.warning("%s", finding.text())
         monitor, warmup = self.monitor, self.warmup
         try:
             if monitor is not None:
@@ -194,18 +191,11 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                *observers],
                     dedupe=landing, stop_event=stop_event, reload_event=reload_event, breakers=breakers,
                     backout_log=backout_log)
-    if config.purge.interval is not None:
-        if landing is None:
-            log.warning("[purge] interval is ignored with exactly_once = false: Spark appends into the tables "
-                        "without the lock a purge's swap needs (run `mqbridge purge` with the bridge stopped)")
-        else:
-            bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
-    if config.compaction.interval is not None:
-        if landing is None:  # the same swap under the same lock as the purge's
-            log.warning("[compaction] interval is ignored with exactly_once = false (run `mqbridge compact` with "
-                        "the bridge stopped)")
-        else:
-            bridge.observers.append(CompactionScheduler(config, sessions.get, counters))
+    # Both swap under the ledger's lock: without a ledger they are ignored (`lint.start_warnings` says so).
+    if config.purge.interval is not None and landing is not None:
+        bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
+    if config.compaction.interval is not None and landing is not None:
+        bridge.observers.append(CompactionScheduler(config, sessions.get, counters))
     backlog = BacklogPoller.for_config(config, backlog_probe)
     if backlog is not None:
         bridge.observers.append(backlog)
@@ -267,9 +257,7 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
 def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
     """The landing ledger under `[bridge] state_dir` (created on first use), or None with
     `exactly_once = false`. LedgerError (a FatalError) if the file is unreadable."""
-    if not config.bridge.exactly_once:
-        log.warning("exactly_once = false: no landing ledger; a message redelivered after a crash or a "
-                    "lost commit lands again (at-least-once: readers must de-duplicate by msg_id)")
+    if not config.bridge.exactly_once:  # at-least-once: `lint.start_warnings` says so at start
         return None
     ledger = open_ledger(config, owner=owner_id())
     if ledger.created:

@@ -1,11 +1,10 @@
 """Re-drive: move messages from a listener's backout queue back to its source queue, keeping the
 identity the landing ledger knows them by (`mqbridge redrive`). What is common to every source
-kind: the request, the report, which listener a name means, and the registry that finds a kind's
-re-drive (imported only when used, like `mqbridge.source.SOURCE_KINDS`)."""
+kind: the request, the report, which listener a name means. A kind's re-drive is a part of its
+driver (`mqbridge.drivers.redrive_of`), imported only when used."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -14,13 +13,6 @@ from mqbridge.errors import ConfigError
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, ListenerConfig, SourceConfig
-
-#: Source kinds that can re-drive, and the function doing it, imported when used.
-REDRIVE_KINDS: dict[str, str] = {
-    "stomp": "mqbridge.listeners.stomp.redrive:redrive",
-    "mq": "mqbridge.listeners.mq.redrive:redrive",
-}
-
 
 @dataclass(frozen=True)
 class RedriveRequest:
@@ -45,7 +37,7 @@ class RedriveReport:
 
 
 class Redrive(Protocol):
-    """A source kind's re-drive (`REDRIVE_KINDS`)."""
+    """A source kind's re-drive (`mqbridge.drivers.Driver.redrive`)."""
 
     def __call__(self, source_name: str, config: SourceConfig, listener: ListenerConfig,
                  request: RedriveRequest, say: Callable[[str], None]) -> RedriveReport: ...
@@ -65,14 +57,3 @@ def find_listener(cfg: BridgeConfig, name: str) -> ListenerConfig:
         raise ConfigError(f"--listener {name}: two sources read this queue; name it SOURCE:QUEUE "
                           f"({', '.join(f'{item.source}:{item.queue}' for item in found)})")
     raise ConfigError(f"--listener {name}: no listener reads this queue (configured: {names})")
-
-
-def redrive_of(kind: str) -> Redrive:
-    """The re-drive of source kind `kind`."""
-    target = REDRIVE_KINDS.get(kind)
-    if target is None:
-        raise ConfigError(f"a {kind} source has no backout queue to re-drive from "
-                          f"(re-drive supports {', '.join(REDRIVE_KINDS)})")
-    module, _, attribute = target.partition(":")
-    function: Redrive = getattr(importlib.import_module(module), attribute)
-    return function

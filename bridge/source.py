@@ -1,22 +1,18 @@
-"""The source adapter protocol, the small types the listener loop shares with adapters, and the
-registry that finds an adapter by the configuration's `kind` string.
+"""The source adapter protocol and the small types the listener loop shares with adapters.
 
-Core never imports an adapter module: `SOURCE_KINDS` names each one as "module:Class" (kombu's
-transport aliases), and `open_source` imports it the first time a listener of that kind starts, so
-a missing optional driver (pymqi, stomp.py) only matters where it is configured.
+A listener thread's source is built by its kind's driver (`mqbridge.drivers.open_source`): core
+never imports an adapter module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mqbridge.backout_log import BackoutLog
 from mqbridge.counters import Counters
-from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.outbox import Derived
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
@@ -25,14 +21,6 @@ from mqbridge.stations import Stations
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig, SourceConfig
-
-#: Source kinds (`[sources.X] kind`) and the adapter class implementing each, imported when used.
-SOURCE_KINDS: dict[str, str] = {
-    "stomp": "mqbridge.listeners.stomp:StompSource",
-    "mq": "mqbridge.listeners.mq:MqSource",
-    "memory": "mqbridge.listeners.memory:MemorySource",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class BackoutMove:
@@ -100,11 +88,25 @@ class Source(Protocol):
     #: The poison policy. True if the adapter itself moves a message whose delivery count reached
     #: its threshold, at get time (IBM MQ: BOTHRESH/BOQNAME, like the IBM MQ JMS classes); the
     #: listener loop's own threshold is then off, so it cannot cut a larger BOTHRESH short.
-    #: False: the listener loop counts and moves (STOMP, memory). Such an adapter asks `landed`
-    #: (set by the listener loop when it has a landing ledger) before it moves a message: one that
-    #: landed while its unit was backed out for another message is handed over and committed as
-    #: landed, never also moved.
+    #: False: the listener loop counts and moves (STOMP, memory). An adapter that applies it asks
+    #: `landed` (set by the listener loop when it has a landing ledger) before it moves a message:
+    #: one that landed while its unit was backed out for another message is handed over and
+    #: committed as landed, never also moved.
     applies_backout_threshold: bool
+    #: Set by the listener loop (with a landing ledger) on an adapter that applies the backout
+    #: threshold: whether a message landed already. None: not known (an adapter that does not apply
+    #: the threshold never asks).
+    landed: Callable[[Message], bool] | None
+
+    @property
+    def backout_threshold(self) -> int:
+        """The delivery count at which the adapter itself moves a message (IBM MQ: BOTHRESH or the
+        listener's override, known once connected); 0 where it moves none by itself."""
+
+    @property
+    def backout_queue(self) -> str | None:
+        """Where the adapter's moves go that name no queue of their own (the listener's, or IBM MQ's
+        BOQNAME once connected); None or "": none."""
 
     def connect(self) -> None:
         """Open the connection and start consuming."""
@@ -171,27 +173,8 @@ class SourceContext:
 
 
 class SourceAdapter(Protocol):
-    """An adapter class: builds its Source from a context (the registry's contract)."""
+    """An adapter class: builds its Source from a context (`mqbridge.drivers.Driver.source`)."""
 
     @classmethod
     def from_context(cls, context: SourceContext) -> Source:
         """A new, unconnected source for one listener thread."""
-
-
-def adapter_for(kind: str) -> type[SourceAdapter]:
-    """The adapter class of a source kind, imported now (ConfigError naming a missing driver)."""
-    target = SOURCE_KINDS.get(kind)
-    if target is None:
-        raise ConfigError(f"unsupported source kind {kind!r} (known: {', '.join(sorted(SOURCE_KINDS))})")
-    module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"source kind {kind!r} cannot be used: {exc}") from exc
-    adapter: type[SourceAdapter] = getattr(module, attr)
-    return adapter
-
-
-def open_source(context: SourceContext) -> Source:
-    """A new, unconnected source for one listener thread, from its configured kind."""
-    return adapter_for(context.source.kind).from_context(context)

@@ -13,6 +13,9 @@ semantics the bridge relies on, so that failure paths can be shown and tested wi
   back, and every call but `close` and `connect` raises `SourceConnectionError` until reconnected.
 
 Configuration: `[sources.x] kind = "memory"`, `broker = "default"` (`MemoryBroker.named`).
+
+`DRIVER` (`mqbridge.drivers`): a memory source is consumed only; it has no backlog probe (no outside
+queue), no re-drive and no replay sender.
 """
 
 from __future__ import annotations
@@ -21,17 +24,18 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import ClassVar
 
 from mqbridge.config import MemorySourceConfig
+from mqbridge.drivers import Driver
 from mqbridge.errors import SourceConnectionError, SourceError
 from mqbridge.message import Message, utcnow
 from mqbridge.source import BackoutMove, Landed, SourceContext
 
-__all__ = ["REASON_HEADER", "MemoryBroker", "MemorySource", "StoredMessage"]
+__all__ = ["DRIVER", "REASON_HEADER", "MemoryBroker", "MemorySource", "StoredMessage"]
 
 #: Header carrying why a message was moved to a backout queue (the STOMP adapter's name too).
 REASON_HEADER = "mqbridge-reason"
@@ -118,10 +122,12 @@ class MemorySource:
 
     supports_partial_commit = True
     applies_backout_threshold = False  # nothing counts for us: the listener loop does
+    backout_threshold = 0  # it moves nothing by a count of its own
+    landed: Callable[[Message], bool] | None = None  # never asked (applies_backout_threshold is False)
 
     @classmethod
     def from_context(cls, context: SourceContext) -> MemorySource:
-        """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
+        """The constructor of the kind's driver (`mqbridge.drivers.Driver.source`)."""
         source = context.source
         assert isinstance(source, MemorySourceConfig)
         return cls(context.source_name, MemoryBroker.named(source.broker), context.listener.queue,
@@ -229,3 +235,6 @@ class MemorySource:
         if not self._connected:
             raise SourceConnectionError(f"memory broker {self.broker.name}: connection for "
                                         f"{self.destination} is lost or closed")
+
+
+DRIVER = Driver(kind="memory", source=MemorySource)

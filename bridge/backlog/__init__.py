@@ -1,11 +1,12 @@
 """The backlog of each listener: how many messages wait on its queue, and how old the oldest is
 where the broker says (`mqbridge.backlog.poller.BacklogPoller`, read by probes the source adapters
-provide through `BACKLOG_KINDS`)."""
+provide through their drivers, `mqbridge.drivers.Driver.backlog`)."""
 
 from __future__ import annotations
 
 from mqbridge.backlog.poller import BacklogPoller
-from mqbridge.backlog.probe import BACKLOG_KINDS, BacklogProbe, BacklogUnavailable, ProbeFactory, Reading, probe_for
+from mqbridge.backlog.probe import BacklogProbe, BacklogUnavailable, ProbeFactory, Reading
+from mqbridge.drivers import probe_for
 
-__all__ = ["BACKLOG_KINDS", "BacklogPoller", "BacklogProbe", "BacklogUnavailable", "ProbeFactory", "Reading",
+__all__ = ["BacklogPoller", "BacklogProbe", "BacklogUnavailable", "ProbeFactory", "Reading",
            "probe_for"]

@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.backlog.probe import BacklogProbe, BacklogUnavailable, ProbeFactory, Reading, probe_for
+from mqbridge.backlog.probe import BacklogProbe, BacklogUnavailable, ProbeFactory, Reading
+from mqbridge.drivers import probe_for
 from mqbridge.observer import BridgeView, Observer
 
 if TYPE_CHECKING:

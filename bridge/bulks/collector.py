@@ -33,7 +33,12 @@ failure (the bulk is bisected so that only the culprits come back). While a sink
 open its bulks are answered with outage results without a write.
 
 Threading: one lock and one condition guard all state; executors and result handlers are
-always called without the lock, on the worker threads.
+always called without the lock, on the worker threads. The code is split by the thread that runs
+it, over that one shared state: the intake and flush decisions run on the listener threads and the
+timer thread (`mqbridge.bulks.intake`), the writes on the worker threads
+(`mqbridge.bulks.workers`), which also deliver the results (`mqbridge.bulks.delivery`). This module
+keeps the one public object, `BulkCollector`: its state, registration, start and close, and the
+queries any thread may make.
 """
 
 from __future__ import annotations
@@ -43,39 +48,23 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
-from mqbridge.bulks import triage
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector_limits import CollectorLimits, CollectorStats, TypeLimits
-from mqbridge.bulks.result_routes import ResultHandler, ResultRoutes, call_handlers
+from mqbridge.bulks.intake import _WAIT_STEP
+from mqbridge.bulks.result_routes import ResultHandler, ResultRoutes
 from mqbridge.bulks.sizing import TypeSizer
+from mqbridge.bulks.workers import BulkWorkers, Executor
 from mqbridge.counters import Counters
 from mqbridge.errors import CollectorClosedError, UnknownMessageTypeError
 from mqbridge.identity import answers_to
-from mqbridge.message import Bulk, Message, MessageResult
+from mqbridge.message import Bulk, Message
 
 log = logging.getLogger("mqbridge.collector")  # the name operators configure
 
-# Longest single wait of a blocked submit; stop events and timeouts are checked this often.
-_WAIT_STEP = 0.1
-# Idle workers wake up this often even without a notification (belt and braces).
-_WORKER_WAIT = 1.0
 
-
-class Executor(Protocol):
-    """Writes a bulk (to Spark) and reports one result per message of the bulk.
-
-    An executor may also have `probe()`: one tiny write to its sink that raises if the sink cannot
-    be written to. With it, a failed bulk is triaged (`mqbridge.bulks.triage`: outage or culprits) and
-    an open circuit breaker can close again; without it, results are taken as they come.
-    """
-
-    def execute(self, bulk: Bulk) -> list[MessageResult]: ...
-
-
-class BulkCollector:
+class BulkCollector(BulkWorkers):
     """Collects messages into bulks per message type and executes them on a worker pool.
 
     Create it, `register_executor` for every type, `start` it, `submit` messages; `close`
@@ -197,148 +186,6 @@ class BulkCollector:
             log.error("collector closed with %d messages without a result", undelivered)
         return delivered
 
-    # -- intake ----------------------------------------------------------------------------
-    def submit(self, message: Message, handler: ResultHandler | None = None, *,
-               timeout: float | None = None, stop: threading.Event | None = None) -> None:
-        """Add `message` to its type's active bulk; `handler` (if given) receives its result.
-
-        Blocks while the collector's memory is full (backpressure), until results release
-        memory. Raises UnknownMessageTypeError (nothing kept) for a type without executor,
-        CollectorClosedError when closed or when `stop` is set while blocked, TimeoutError when
-        `timeout` seconds pass while blocked.
-        """
-        self.submit_unit((message,), handler, timeout=timeout, stop=stop)
-
-    def submit_unit(self, messages: Sequence[Message], handler: ResultHandler | None = None, *,
-                    timeout: float | None = None, stop: threading.Event | None = None) -> None:
-        """`submit` each of a unit of work's `messages`, in order, holding the lock except while
-        memory is full: a bulk closes within the unit only at a fixed limit (size, memory, count),
-        never because of its age, latency target or intake pause meanwhile, so a unit's results come
-        from one write (its commit does not wait for the next). Raises as `submit`: nothing kept on
-        an unknown type; the messages before a wait that raised stay submitted."""
-        with self._changed:
-            if self._closed:
-                raise CollectorClosedError("the collector is closed")
-            if unknown := {m.message_type for m in messages} - self._executors.keys():
-                raise UnknownMessageTypeError(f"no executor for message type {sorted(unknown)[0]!r} "
-                                              f"(registered: {sorted(self._executors)})")
-            touched: dict[str, Bulk] = {}
-            for message in messages:
-                self._wait_for_memory_locked(message.size, timeout, stop)
-                touched[message.message_type] = self._add_locked(message, handler)
-            for mtype, bulk in touched.items():  # the sizing's target, once the unit is in
-                sizer = self._sizers.get(mtype)
-                if (sizer is not None and self._active.get(mtype) is bulk and sizer.reached(len(bulk))
-                        and self._sink_idle_locked(mtype)):
-                    self._forward_locked(bulk, "target")
-
-    def _add_locked(self, message: Message, handler: ResultHandler | None) -> Bulk:
-        """Add `message` to its type's active bulk and apply the fixed limits; returns that bulk."""
-        mtype = message.message_type
-        if handler is not None:
-            self._routes.submitted(message, handler)
-        now = self._clock()
-        bulk = self._active.get(mtype)
-        if bulk is None:
-            bulk = self._active[mtype] = Bulk(mtype, created=now)
-        bulk.add(message)
-        if (sizer := self._sizers.get(mtype)) is not None:
-            sizer.added(now)
-        self._held[message.msg_id] += 1
-        self._stats.bytes += message.size
-        self._stats.messages += 1
-        self._apply_flush_conditions_locked(bulk)
-        return bulk
-
-    def _wait_for_memory_locked(self, size: int, timeout: float | None,
-                                stop: threading.Event | None) -> None:
-        # An empty collector takes any message, even one larger than memory: otherwise that
-        # message could never progress.
-        if not self._stats.messages or self._stats.bytes + size <= self.limits.memory:
-            return
-        self._stats.backpressure_waits += 1
-        # Only results release memory; messages sitting in active bulks would wait for their
-        # timeout, so send them on now.
-        for bulk in list(self._active.values()):
-            self._forward_locked(bulk, "memory")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._stats.messages and self._stats.bytes + size > self.limits.memory:
-            if self._closed:
-                raise CollectorClosedError("the collector is closed")
-            if stop is not None and stop.is_set():
-                raise CollectorClosedError("stopping")
-            step = _WAIT_STEP
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"collector memory full for {timeout}s")
-                step = min(step, remaining)
-            self._changed.wait(step)
-
-    def _apply_flush_conditions_locked(self, bulk: Bulk) -> None:
-        if bulk.nbytes >= self.types[bulk.message_type].bulk_size:
-            self._forward_locked(bulk, "size")
-        if self._stats.bytes >= self.limits.memory:
-            for active in list(self._active.values()):
-                self._forward_locked(active, "memory")
-        if len(self._active) >= self.limits.max_bulks:
-            self._forward_locked(next(iter(self._active.values())), "count")
-
-    def _writing_locked(self, message_type: str) -> int:
-        return sum(1 for b in self._executing if b.message_type == message_type)
-
-    def _sink_idle_locked(self, message_type: str) -> bool:
-        """Whether a bulk of the type closed now would be written at once: fewer of its bulks are
-        written or queued than `writes_per_type`."""
-        busy = self._writing_locked(message_type) + sum(1 for b in self._queue if b.message_type == message_type)
-        return busy < self.limits.writes_per_type
-
-    def _check_due_locked(self, now: float) -> None:
-        """Forward the active bulks that are due by age or by their type's sizing (`TypeSizer.due`)."""
-        for bulk in list(self._active.values()):
-            mtype = bulk.message_type
-            age = now - bulk.oldest
-            sizer = self._sizers.get(mtype)
-            if age >= self.types[mtype].bulk_timeout:
-                self._forward_locked(bulk, "timeout")
-            elif sizer is not None and (reason := sizer.due(len(bulk), age, now, self._sink_idle_locked(mtype))):
-                self._forward_locked(bulk, reason)
-
-    # -- flushing --------------------------------------------------------------------------
-    def flush(self, *, message_type: str | None = None, msg_ids: Iterable[str] | None = None,
-              reason: str = "requested") -> int:
-        """Forward the active bulks holding any of `msg_ids`, or the active bulk of
-        `message_type`, or (neither given) every active bulk. Returns how many were forwarded."""
-        if message_type is not None and msg_ids is not None:
-            raise ValueError("give message_type or msg_ids, not both")
-        wanted = None if msg_ids is None else set(msg_ids)
-        with self._changed:
-            bulks = list(self._active.values())
-            if message_type is not None:
-                bulks = [b for b in bulks if b.message_type == message_type]
-            elif wanted is not None:
-                bulks = [b for b in bulks if any(m.msg_id in wanted for m in b.messages)]
-            for bulk in bulks:
-                self._forward_locked(bulk, reason)
-            return len(bulks)
-
-    def _forward_locked(self, bulk: Bulk, reason: str) -> None:
-        """Move an active bulk to the to-be-processed list."""
-        del self._active[bulk.message_type]
-        bulk.flush_reason = reason
-        self._queue.append(bulk)
-        self._stats.flushed[reason] = self._stats.flushed.get(reason, 0) + 1
-        log.debug("bulk %s flushed (%s): %d messages, %d bytes", bulk.bulk_id, reason, len(bulk), bulk.nbytes)
-        self._changed.notify_all()
-
-    def _timer_loop(self) -> None:
-        while not self._timer_stop.wait(self._tick):
-            try:
-                with self._lock:
-                    self._check_due_locked(self._clock())
-            except Exception:  # the timer must survive anything (a broken fake clock...)
-                log.exception("collector timer failed; continuing")
-
     # -- queries ---------------------------------------------------------------------------
     def is_bulk_mode_on(self, msg_id: str) -> bool:
         """True while the collector holds the message: submitted, result not yet delivered."""
@@ -364,104 +211,6 @@ class BulkCollector:
             snapshot.sizing = {name: sizer.status() for name, sizer in self._sizers.items()}
             return snapshot
 
-    # -- execution -------------------------------------------------------------------------
-    def _worker_loop(self) -> None:
-        while True:
-            with self._changed:
-                bulk = self._take_locked()
-                while bulk is None and not self._stopping:
-                    self._changed.wait(_WORKER_WAIT)
-                    bulk = self._take_locked()
-                if bulk is None:
-                    return
-                executor = self._executors[bulk.message_type]
-            try:
-                self._run(bulk, executor)
-            except Exception:  # a worker must never die; _run already released what it could
-                log.exception("collector worker failed on bulk %s", bulk.bulk_id)
-
-    def _take_locked(self) -> Bulk | None:
-        """The first queued bulk of a type with fewer than `writes_per_type` bulks executing now,
-        with the later queued bulks of its type merged in (they would wait anyway)."""
-        if self._stopping:
-            return None
-        limit = self.limits.writes_per_type
-        index = next((i for i, b in enumerate(self._queue) if self._writing_locked(b.message_type) < limit), None)
-        if index is None:
-            return None
-        bulk = self._queue.pop(index)
-        same = [b for b in self._queue if b.message_type == bulk.message_type]
-        if same:
-            self._queue = [b for b in self._queue if b.message_type != bulk.message_type]
-            for other in same:
-                for message in other.messages:
-                    bulk.add(message)
-            self._stats.coalesced_bulks += len(same)
-            log.debug("bulk %s absorbed queued bulks %s: %d messages, %d bytes", bulk.bulk_id,
-                     ", ".join(b.bulk_id for b in same), len(bulk), bulk.nbytes)
-        self._executing.append(bulk)
-        return bulk
-
-    def _run(self, bulk: Bulk, executor: Executor) -> None:
-        messages = list(bulk.messages)  # the executor may touch the bulk; fan out what we took
-        delivered = 0
-        try:
-            started = time.perf_counter()
-            breakers = self.breakers
-            if breakers is not None and breakers.is_open(bulk.message_type):
-                # Writing would fail like the last write did: give the messages back at once.
-                reason = breakers[bulk.message_type].describe()
-                pairs = [(m, MessageResult.sink_outage(m.msg_id, reason, bulk.bulk_id)) for m in messages]
-                with self._lock:
-                    self._stats.outage_bulks += 1
-                delivered = self._deliver(pairs)
-                return
-            pairs = self._execute(bulk, messages, executor)
-            if all(result.ok for _message, result in pairs):  # the costs of a clean write only
-                with self._lock:
-                    if (sizer := self._sizers.get(bulk.message_type)) is not None:
-                        sizer.written(len(messages), time.perf_counter() - started)
-            verdict = triage.settle(bulk.message_type, pairs, probe=getattr(executor, "probe", None),
-                                    run=lambda part: self._execute(part, list(part.messages), executor))
-            elapsed = time.perf_counter() - started
-            with self._lock:
-                self._stats.executed_bulks += 1
-                self._stats.executed_messages += len(messages)
-                self._stats.executed_bytes += sum(m.size for m in messages)
-                self._stats.execute_seconds_total += elapsed
-                self._stats.last_execute_seconds = elapsed
-                self._stats.bisect_writes += verdict.bisect_writes
-                self._stats.isolated_culprits += verdict.culprits
-                if verdict.outage:
-                    self._stats.outage_bulks += 1
-            if verdict.outage and breakers is not None:
-                breakers.trip(bulk.message_type, verdict.outage)
-            if self._counters is not None:
-                self._counters.observe("bulk_write_seconds", elapsed, type=bulk.message_type)
-            delivered = self._deliver(verdict.pairs)
-        finally:
-            with self._changed:
-                # Anything not delivered (an internal error) is released without a result, so
-                # its listener stops waiting and backs it out instead of hanging.
-                for message in messages[delivered:]:
-                    self._release_locked(message)
-                self._executing = [b for b in self._executing if b is not bulk]  # by identity, not ==
-                if not self._stopping:  # the sink is free: the type's growing bulk may be due now
-                    self._check_due_locked(self._clock())
-                self._changed.notify_all()
-
-    @staticmethod
-    def _execute(bulk: Bulk, messages: list[Message], executor: Executor) -> list[tuple[Message, MessageResult]]:
-        """Run the executor on `bulk` and pair each message with its result (never raises)."""
-        try:
-            results = list(executor.execute(bulk))
-            error = None
-        except Exception as exc:
-            results, error = [], exc
-            log.error("executor for %r failed on bulk %s (%d messages); all retryable",
-                      bulk.message_type, bulk.bulk_id, len(messages), exc_info=exc)
-        return triage.match_results(bulk, messages, results, error)
-
     def probe(self, message_type: str) -> None:
         """One probe write to the sink of `message_type` (raises if it cannot be written to). An
         executor without `probe` is taken as available."""
@@ -470,28 +219,6 @@ class BulkCollector:
         probe = getattr(executor, "probe", None)
         if probe is not None:
             probe()
-
-    def _deliver(self, pairs: list[tuple[Message, MessageResult]]) -> int:
-        """Hand each result to its producer handlers and the type's observers, then release
-        the messages, all in one go (one lock round and one wake-up per bulk, not per message).
-        Returns how many were delivered."""
-        with self._lock:
-            calls = [(message, result, self._routes.take(message)) for message, result in pairs]
-        errors = call_handlers(calls)
-        with self._changed:
-            self._stats.handler_errors += errors
-            for message, _result in pairs:
-                self._release_locked(message)
-            self._changed.notify_all()
-        return len(pairs)
-
-    def _release_locked(self, message: Message) -> None:
-        self._routes.released(message)  # released without a result (a no-op after `take`)
-        self._stats.bytes -= message.size
-        self._stats.messages -= 1
-        self._held[message.msg_id] -= 1
-        if self._held[message.msg_id] <= 0:
-            del self._held[message.msg_id]
 
 
 __all__ = ["BulkCollector", "CollectorLimits", "CollectorStats", "Executor", "ResultHandler", "TypeLimits"]

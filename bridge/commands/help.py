@@ -1,7 +1,7 @@
 """Each subcommand's `--help`: what it is for, an example, and its exit codes.
 
-Kept apart from the parsers so `mqbridge.cli` reads as the list of commands and their options, and
-so the exit codes a script may rely on are written down in one place.
+Kept apart from the parsers so each command's module reads as its options and its handler, and so
+the exit codes a script may rely on are written down in one place.
 """
 
 from __future__ import annotations

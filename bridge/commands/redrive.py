@@ -40,8 +40,9 @@ def add_parser(sub: Any) -> None:
 
 def cmd_redrive(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
+    from mqbridge.drivers import redrive_of
     from mqbridge.logsetup import setup_logging
-    from mqbridge.redrive import RedriveRequest, find_listener, redrive_of
+    from mqbridge.redrive import RedriveRequest, find_listener
 
     cfg = load_config(args.config)  # the source's password: the command connects to the broker
     setup_logging("WARNING")

@@ -21,12 +21,12 @@ from mqbridge.config import BridgeConfig
 from mqbridge.config.ddl import EXAMPLE, DdlError, ddl_columns
 from mqbridge.config.formats import BODY_TEXT
 from mqbridge.config.loader import check_text, read_text
-from mqbridge.lint.advice import advice, broker_advice
+from mqbridge.lint.advice import advice, broker_advice, start_warnings
 from mqbridge.lint.environment import environment_findings
 from mqbridge.lint.evolution import evolution_findings
 from mqbridge.lint.findings import Finding, KeyLines
 
-__all__ = ["Finding", "LintReport", "broker_advice", "lint_file", "lint_text"]
+__all__ = ["Finding", "LintReport", "broker_advice", "lint_file", "lint_text", "start_warnings"]
 
 _LISTENER = re.compile(r"listeners\[(\d+)\]")
 _UNRESOLVED_FIX = "run check-config with the service's environment and files: `run` resolves it the same way"

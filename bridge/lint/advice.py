@@ -1,7 +1,7 @@
 """What the bridge accepts but says at start, as findings: each weakens a guarantee or is likely
-not what was meant. `check-config` reports them as warnings (`--strict`: errors); `run` logs
-`broker_advice` at start beside the notes it already logs where it decides (`config.exposure`,
-`app.open_landing`), so both say the same thing.
+not what was meant. `start_warnings` is the one list: `run` logs each at start (`Finding.text`),
+`check-config` reports each on its key's line as a warning (`--strict`: an error), so both say the
+same thing. `check-config` adds what only the file system shows before a start (`advice`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,18 @@ _AMQ_QUEUE = "/amq/queue/"
 
 
 def advice(config: BridgeConfig) -> list[Finding]:
-    """Every warning `run` would give at start for `config`."""
-    return [*_plaintext(config), *_delivery(config), *broker_advice(config), *_tables(config)]
+    """Every warning `run` would give at start for `config`: its start warnings, and a ledger it
+    would create beside tables landed without it (`run` says so when it creates the ledger)."""
+    return [*start_warnings(config), *_unrecognised_landings(config)]
+
+
+def start_warnings(config: BridgeConfig) -> Iterator[Finding]:
+    """The warnings `run` logs at start for `config`, each with its key path: passwords that travel
+    without TLS, at-least-once delivery and what it disables, RabbitMQ pitfalls, shared tables."""
+    yield from _plaintext(config)
+    yield from _delivery(config)
+    yield from broker_advice(config)
+    yield from _tables(config)
 
 
 def broker_advice(config: BridgeConfig) -> list[Finding]:
@@ -76,6 +86,14 @@ def _delivery(config: BridgeConfig) -> Iterator[Finding]:
         if config.purge.interval is not None:
             yield Finding(("purge", "interval"), "ignored with exactly_once = false (a purge's swap needs the "
                           "ledger's lock)", "remove it, and run `mqbridge purge` with the bridge stopped", "warning")
+        if config.compaction.interval is not None:  # the same swap under the same lock as the purge's
+            yield Finding(("compaction", "interval"), "ignored with exactly_once = false (a compaction's swap "
+                          "needs the ledger's lock)", "remove it, and run `mqbridge compact` with the bridge stopped",
+                          "warning")
+
+
+def _unrecognised_landings(config: BridgeConfig) -> Iterator[Finding]:
+    if not config.bridge.exactly_once:
         return
     warehouse = config.resolve_path(config.spark.warehouse)
     if config.ledger.url is None and not ledger_path(config.resolve_path(config.bridge.state_dir)).exists() \

@@ -36,9 +36,13 @@ class Finding:
         """`file:line: [warning: ]key: problem — fix`."""
         number = lines.find(self.loc)
         where = f"{file}:{number}" if number else file
-        key = f"{key_path(self.loc)}: " if self.loc else ""
         level = "warning: " if self.severity == "warning" else ""
-        return f"{where}: {level}{key}{self.problem}{f' — {self.fix}' if self.fix else ''}"
+        return f"{where}: {level}{self.text()}"
+
+    def text(self) -> str:
+        """`key: problem — fix`: the finding without its place in a file (what `run` logs)."""
+        key = f"{key_path(self.loc)}: " if self.loc else ""
+        return f"{key}{self.problem}{f' — {self.fix}' if self.fix else ''}"
 
 
 class KeyLines:

@@ -107,7 +107,7 @@ class ListenerThread(threading.Thread):
         self.source = self.connections.sources[0]
         if dedupe is not None:  # see Source.applies_backout_threshold
             for each in self.connections.sources:
-                if each.applies_backout_threshold and hasattr(each, "landed"):
+                if each.applies_backout_threshold:
                     each.landed = self._landed
         self.collector = collector
         self.chain_provider = chain_provider
@@ -416,7 +416,7 @@ class ListenerThread(threading.Thread):
                     self.counters.inc(f"results_{name}", count, **self._labels)
         self.book.left_queue(plan.left)
         report_committed(self.counters, self._labels, spec.name, unit, plan, self.backout_log,
-                         getattr(self.source, "backout_queue", None))
+                         self.source.backout_queue)
         if plan.returns:
             self.counters.inc("messages_backed_out", len(plan.returns), **self._labels)
             log.warning("%s: returned %d messages to %s: %s", spec.name, len(plan.returns), spec.queue,
@@ -458,7 +458,7 @@ class ListenerThread(threading.Thread):
         where the adapter applies it, the adapter's (IBM MQ: the queue's BOTHRESH, inquired at
         connect). 0: nothing will ever move it."""
         if self.source.applies_backout_threshold:
-            return int(getattr(self.source, "backout_threshold", 0) or 0)
+            return self.source.backout_threshold
         return self.spec.backout_threshold
 
     def _preprocessor_failed(self, message: Message, exc: PreprocessorError) -> None:

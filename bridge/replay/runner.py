@@ -19,32 +19,24 @@ others forgotten (`ReplayLedger.keep_sent`), so the next run sends exactly those
 
 Before the first batch, `before_sending` may refuse the replay (the command checks there that the
 bridge reading the destination would not drop the rows as already landed: `identities`); a target
-refuses, when it is built, a destination that would drop every message (`replay_target`).
+refuses, when it is built, a destination that would drop every message (`mqbridge.drivers.replay_target`).
 """
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mqbridge import failpoints
-from mqbridge.errors import ConfigError, PartlySentError
+from mqbridge.errors import PartlySentError
 from mqbridge.replay.identities import AS_LANDED, Delivered, Renewal
 from mqbridge.replay.ledger import ReplayLedger
 from mqbridge.replay.rows import ReplayRow
 
 if TYPE_CHECKING:
     from mqbridge.config import SourceConfig
-
-#: Source kinds a replay can send to, and the target class, imported when used.
-REPLAY_KINDS: dict[str, str] = {
-    "stomp": "mqbridge.listeners.stomp.replay:StompReplayTarget",
-    "mq": "mqbridge.listeners.mq.replay:MqReplayTarget",
-}
-
 
 class ReplayTarget(Protocol):
     """Where a replay sends: one destination of one source, with a marker queue of its own."""
@@ -70,19 +62,11 @@ class ReplayTarget(Protocol):
         """Close the connection."""
 
 
-def replay_target(kind: str, source_name: str, config: SourceConfig, destination: str, replay_id: str,
-                  in_doubt_wait: float, renewal: Renewal = AS_LANDED) -> ReplayTarget:
-    """The replay target of a source of kind `kind` (`REPLAY_KINDS`), connected, sending rows with
-    `renewal`. A destination that does not exist (a RabbitMQ /amq/queue/NAME, an IBM MQ queue)
-    raises ConfigError: nothing is sent, nothing recorded."""
-    where = REPLAY_KINDS.get(kind)
-    if where is None:
-        raise ConfigError(f"source {source_name!r}: replay cannot send to a {kind} source "
-                          f"(it sends to {', '.join(REPLAY_KINDS)} sources)")
-    module, _, name = where.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    target: ReplayTarget = cls(source_name, config, destination, replay_id, in_doubt_wait, renewal=renewal)
-    return target
+class ReplayTargetFactory(Protocol):
+    """A source kind's replay sender (`mqbridge.drivers.Driver.replay`): builds a connected target."""
+
+    def __call__(self, source_name: str, config: SourceConfig, destination: str, replay_id: str,
+                 in_doubt_wait: float, *, renewal: Renewal = AS_LANDED) -> ReplayTarget: ...
 
 
 @dataclass

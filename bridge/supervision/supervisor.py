@@ -23,6 +23,7 @@ from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
+from mqbridge.drivers import open_source
 from mqbridge.errors import BridgeError, FatalError, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.identity import listener_scope
@@ -30,7 +31,7 @@ from mqbridge.loop.dedupe import Deduplicator
 from mqbridge.loop.in_flight import Held, held
 from mqbridge.loop.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
-from mqbridge.source import QueueShared, Source, SourceContext, open_source
+from mqbridge.source import QueueShared, Source, SourceContext
 from mqbridge.stations import Stations
 from mqbridge.supervision.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.supervision.decision import Decision, decide

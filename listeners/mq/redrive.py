@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.config import ListenerConfig, MqSourceConfig
+from mqbridge.config import ListenerConfig, MqSourceConfig, SourceConfig
 from mqbridge.errors import ConfigError, SourceError
 from mqbridge.listeners.mq.connect import connect_options, connect_qmgr, inquire_settings, open_input
 from mqbridge.listeners.mq.driver import driver_errors, load_driver
@@ -38,10 +38,11 @@ REDRIVEN_REASON = "mqbridge_redriven_reason"
 REDRIVEN_AT = "mqbridge_redriven_at"
 
 
-def redrive(source_name: str, config: MqSourceConfig, listener: ListenerConfig, request: RedriveRequest,
+def redrive(source_name: str, config: SourceConfig, listener: ListenerConfig, request: RedriveRequest,
             say: Callable[[str], None]) -> RedriveReport:
     """Move up to `request.limit` messages from the listener's backout queue to its queue (module
     docstring); with `request.dry_run`, list the first `request.batch` and back them out."""
+    assert isinstance(config, MqSourceConfig), "the mq driver's re-drive"
     if listener.topic is not None:
         # A put to the topic would reach every subscription; a managed queue is not opened by name.
         raise ConfigError(f"listener {source_name}:{listener.queue} reads an IBM MQ topic: re-drive puts to the "

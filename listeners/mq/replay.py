@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.config import MqSourceConfig
+from mqbridge.config import MqSourceConfig, SourceConfig
 from mqbridge.errors import ConfigError, SourceError
 from mqbridge.listeners.mq.connect import connect_options, connect_qmgr
 from mqbridge.listeners.mq.driver import MQRC_NO_MSG_AVAILABLE, driver_errors, load_driver, reason_of
@@ -78,8 +78,9 @@ class MqReplayTarget:
     guarantee = ("each row is sent once across kills: one unit of work per batch with a marker on the marker queue, "
                  "which says after a kill whether the batch committed")
 
-    def __init__(self, source_name: str, config: MqSourceConfig, destination: str, replay_id: str,
+    def __init__(self, source_name: str, config: SourceConfig, destination: str, replay_id: str,
                  in_doubt_wait: float, *, renewal: Renewal = AS_LANDED, driver: Any = None) -> None:
+        assert isinstance(config, MqSourceConfig), "the mq driver's replay"
         del in_doubt_wait  # a committed put is visible at once (module docstring)
         self.destination = destination
         self.replay_id = replay_id

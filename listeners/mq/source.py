@@ -92,7 +92,7 @@ class MqSource(UnitEnding):
 
     @classmethod
     def from_context(cls, context: SourceContext) -> MqSource:
-        """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
+        """The constructor of the kind's driver (`mqbridge.drivers.Driver.source`)."""
         source = context.source
         assert isinstance(source, MqSourceConfig)
         return cls(context.source_name, source, context.listener.queue, listener=context.listener,

@@ -1,7 +1,9 @@
 """STOMP source adapter (ActiveMQ, RabbitMQ, Artemis), on stomp.py.
 
-`StompSource` (in `source`: receiving a unit of work, committing it, giving it back) is the public
-surface; the rest is its implementation:
+`DRIVER` declares what the bridge can do with a STOMP source (`mqbridge.drivers`): consume
+(`StompSource`, in `source`: receiving a unit of work, committing it, giving it back), read the
+backlog (`backlog`), re-drive a backout queue (`redrive`) and replay rows onto a queue (`replay`),
+the last three imported when used. The rest is their implementation:
 
 * `connection` -- the stomp.py connection and its subscription: connect within `connect_timeout`,
   SEND with a receipt, give messages back (NACK or a new subscription), close; stomp.py's errors
@@ -22,6 +24,9 @@ headers with `frames.parse_headers`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from mqbridge.drivers import Driver
 from mqbridge.listeners.stomp.mapping import (
     REQUEUE_COUNT,
     REQUEUE_ID,
@@ -31,5 +36,28 @@ from mqbridge.listeners.stomp.mapping import (
 )
 from mqbridge.listeners.stomp.source import POSSIBLE_DUPLICATES, StompSource
 
-__all__ = ["POSSIBLE_DUPLICATES", "REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED",
+if TYPE_CHECKING:
+    from mqbridge.backlog import ProbeFactory
+    from mqbridge.redrive import Redrive
+    from mqbridge.replay import ReplayTargetFactory
+
+
+def _backlog() -> ProbeFactory:
+    from mqbridge.listeners.stomp.backlog import probe_for
+    return probe_for
+
+
+def _redrive() -> Redrive:
+    from mqbridge.listeners.stomp.redrive import redrive
+    return redrive
+
+
+def _replay() -> ReplayTargetFactory:
+    from mqbridge.listeners.stomp.replay import StompReplayTarget
+    return StompReplayTarget
+
+
+DRIVER = Driver(kind="stomp", source=StompSource, backlog=_backlog, redrive=_redrive, replay=_replay)
+
+__all__ = ["DRIVER", "POSSIBLE_DUPLICATES", "REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED",
            "REQUEUE_TIMESTAMP", "StompSource"]

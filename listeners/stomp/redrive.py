@@ -46,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.config import ListenerConfig, StompSourceConfig
+from mqbridge.config import ListenerConfig, SourceConfig, StompSourceConfig
 from mqbridge.errors import ConfigError, PartlySentError, SourceConnectionError
 from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.frames import one_line
@@ -84,10 +84,11 @@ def redrive_headers(headers: dict[str, str]) -> tuple[dict[str, str], bool]:
     return out, bool(original)
 
 
-def redrive(source_name: str, config: StompSourceConfig, listener: ListenerConfig, request: RedriveRequest,
+def redrive(source_name: str, config: SourceConfig, listener: ListenerConfig, request: RedriveRequest,
             say: Callable[[str], None]) -> RedriveReport:
     """Move up to `request.limit` messages from the listener's backout queue to its queue (module
     docstring); with `request.dry_run`, list them and give them back untouched."""
+    assert isinstance(config, StompSourceConfig), "the stomp driver's re-drive"
     if config.broker == "artemis":
         raise ConfigError(f"source {source_name!r}: Artemis does not make STOMP ACKs part of a transaction, so a "
                           "re-drive could lose or duplicate messages; move them with Artemis' own tools")

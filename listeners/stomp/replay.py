@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.config import StompSourceConfig
+from mqbridge.config import SourceConfig, StompSourceConfig
 from mqbridge.errors import ConfigError, PartlySentError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.publish import ConfirmedSender, Outgoing, Sent
@@ -142,8 +142,9 @@ CONFIRMED_GUARANTEE = ("RabbitMQ: each row confirmed by its receipt before its b
 class StompReplayTarget:
     """A STOMP destination a replay sends to (module docstring)."""
 
-    def __init__(self, source_name: str, config: StompSourceConfig, destination: str, replay_id: str,
+    def __init__(self, source_name: str, config: SourceConfig, destination: str, replay_id: str,
                  in_doubt_wait: float, *, renewal: Renewal = AS_LANDED) -> None:
+        assert isinstance(config, StompSourceConfig), "the stomp driver's replay"
         self.destination = destination
         self.replay_id = replay_id
         self.in_doubt_wait = in_doubt_wait

@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mqbridge.backout_log import BackoutLog
@@ -85,10 +85,12 @@ class StompSource:
 
     supports_partial_commit = True
     applies_backout_threshold = False  # the broker counts nothing the bridge means to count: the listener loop does
+    backout_threshold = 0  # it moves nothing by a count of its own
+    landed: Callable[[Message], bool] | None = None  # never asked (applies_backout_threshold is False)
 
     @classmethod
     def from_context(cls, context: SourceContext) -> StompSource:
-        """The adapter registry's constructor (`mqbridge.source.SOURCE_KINDS`)."""
+        """The constructor of the kind's driver (`mqbridge.drivers.Driver.source`)."""
         source, listener = context.source, context.listener
         assert isinstance(source, StompSourceConfig)
         return cls(context.source_name, source, listener.source_destination,

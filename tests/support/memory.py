@@ -12,9 +12,9 @@ from typing import Any
 
 from mqbridge.app import App, build_app
 from mqbridge.config import BridgeConfig
+from mqbridge.drivers import open_source
 from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, Message, MessageResult
-from mqbridge.source import open_source
 from mqbridge.supervision.supervisor import ChainFactory, SourceFactory
 from tests.support.configs import LISTENER, BridgeToml
 
@@ -82,6 +82,9 @@ class FailingSource:
 
     supports_partial_commit = True
     applies_backout_threshold = False
+    backout_threshold = 0
+    backout_queue: str | None = None
+    landed: Callable[[Message], bool] | None = None
     recoverable_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, error: BaseException, on: str = "connect", name: str = "mem",

@@ -25,7 +25,7 @@ STAGES = ("mqbridge.loop", "mqbridge.bulks", "mqbridge.supervision")
 SINKS = ("mqbridge.landing", "mqbridge.purge", "mqbridge.compaction", "mqbridge.monitoring")
 #: The modules at the top of `bridge/`: the vocabulary every stage speaks, the composition root and
 #: the command line. A module that is none of these belongs in a package.
-TOP = ("__init__", "__main__", "app", "backout_log", "cli", "counters", "errors", "failpoints", "gate",
+TOP = ("__init__", "__main__", "app", "backout_log", "cli", "counters", "drivers", "errors", "failpoints", "gate",
        "identity", "logsetup", "message", "observer", "outbox", "put_time", "records", "redrive",
        "reply_to", "source", "stations", "strict_modes", "where")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")

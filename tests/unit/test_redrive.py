@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mqbridge.config import parse_config
+from mqbridge.drivers import redrive_of
 from mqbridge.errors import ConfigError
-from mqbridge.redrive import find_listener, redrive_of
+from mqbridge.redrive import find_listener
 
 TOML = """
 [sources.a]

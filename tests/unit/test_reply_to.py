@@ -11,11 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mqbridge.config import parse_config
+from mqbridge.drivers import open_source
 from mqbridge.errors import ConfigError
 from mqbridge.message import Message
 from mqbridge.monitoring.metrics import BridgeMetrics
 from mqbridge.reply_to import FirstTimes, ReplyAllowList
-from mqbridge.source import Confirmations, Landed, QueueShared, SourceContext, open_source
+from mqbridge.source import Confirmations, Landed, QueueShared, SourceContext
 from tests.support.configs import orders
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
 

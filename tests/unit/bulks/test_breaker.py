@@ -13,11 +13,11 @@ from mqbridge.app import build_app
 from mqbridge.bulks.breaker import SinkBreaker, SinkBreakers
 from mqbridge.bulks.triage import settle
 from mqbridge.counters import Counters
+from mqbridge.drivers import open_source
 from mqbridge.gate import AllOpenGate, IntakeGate
 from mqbridge.loop.preprocess import PlainChain
 from mqbridge.message import Bulk, Message, MessageResult, Outcome
 from mqbridge.records import DeliveryTracker
-from mqbridge.source import open_source
 from tests.support.bridge import run_until_idle
 from tests.support.memory import RecordingExecutor, memory_app, memory_config
 

@@ -132,5 +132,5 @@ def test_the_note_is_logged_once_when_the_bridge_starts(caplog: pytest.LogCaptur
     with caplog.at_level(logging.WARNING, logger="mqbridge.app"):
         assert app.run(until_idle=0.2) == 0
     notes = [r.getMessage() for r in caplog.records if "travels without TLS" in r.getMessage()]
-    assert notes == ["sources.amq: the STOMP passcode travels without TLS to 127.0.0.1 (a loopback address: "
+    assert notes == ["sources.amq.password: the STOMP passcode travels without TLS to 127.0.0.1 (a loopback address: "
                      "it does not leave this machine)"]

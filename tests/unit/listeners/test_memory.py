@@ -8,9 +8,10 @@ import threading
 import pytest
 
 from mqbridge.config import MemorySourceConfig, parse_config
+from mqbridge.drivers import open_source
 from mqbridge.errors import ConfigError, SourceConnectionError, SourceError
 from mqbridge.listeners.memory import REASON_HEADER, MemoryBroker, MemorySource
-from mqbridge.source import BackoutMove, QueueShared, Source, SourceContext, open_source
+from mqbridge.source import BackoutMove, QueueShared, Source, SourceContext
 from tests.support.sources import receive
 
 CONFIG = """

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from mqbridge.drivers import open_source
 from mqbridge.errors import (
     AmbiguousListenerError,
     BackoutFailedError,
@@ -25,7 +26,7 @@ from mqbridge.listeners.memory import MemoryBroker
 from mqbridge.message import Bulk, MessageResult
 from mqbridge.monitoring.health import health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics
-from mqbridge.source import Source, SourceContext, open_source
+from mqbridge.source import Source, SourceContext
 from mqbridge.supervision.control import MAX_THREADS, PAUSED, RUNNING, STOPPED, ListenerControls, progress
 from mqbridge.supervision.supervisor import Bridge
 from tests.support.bridge import RunningBridge, run_until_idle

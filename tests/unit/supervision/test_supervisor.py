@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mqbridge.drivers import open_source
 from mqbridge.errors import (
     BackoutFailedError,
     ConfigError,
@@ -19,7 +20,7 @@ from mqbridge.errors import (
     UnknownMessageTypeError,
 )
 from mqbridge.observer import BridgeView, Observer
-from mqbridge.source import Source, SourceContext, open_source
+from mqbridge.source import Source, SourceContext
 from mqbridge.supervision.decision import Decision, decide
 from mqbridge.supervision.supervisor import BACKOFF_INITIAL, BACKOFF_MAX, Bridge
 from tests.support.bridge import RunningBridge, run_until_idle

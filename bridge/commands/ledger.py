@@ -1,0 +1,158 @@
+"""`mqbridge ledger`: show the landing ledger; `--verify` checks that every published bulk's files
+are in place and hold one row per identity; `--abandon BULK` decides about a prepared bulk of a
+process that is gone."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mqbridge.commands import shown_path
+from mqbridge.commands.help import parser_help
+from mqbridge.config import load_config
+from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
+
+
+def add_parser(sub: Any) -> None:
+    """Add `ledger` to the subparsers `sub`."""
+    ledger = sub.add_parser("ledger", help="show the landing ledger; --verify: check published files exist "
+                                           "(exit 1 if any is missing)", **parser_help("ledger"))
+    ledger.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    ledger.add_argument("--verify", action="store_true", help="check every published bulk's files are in place")
+    ledger.add_argument("--abandon", metavar="BULK", default=None,
+                        help="decide about a prepared bulk of a process that is gone whose files are gone (the "
+                             "start-up names it): forget it if none of its rows is in the table, record it "
+                             "published if all are; anything else is refused (exit 1)")
+    ledger.set_defaults(handler=cmd_ledger)
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, secrets=False)
+    if cfg.ledger.url is None:
+        path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
+        if not path.exists():
+            # An operator asking about it must hear that it is not there (read-only: nothing is created).
+            print(f"ledger: {shown_path(path)}")
+            print("  no ledger file (nothing landed with exactly_once yet, or state_dir is wrong)")
+            return 1
+    else:
+        cfg.require_resolved("ledger")  # the PostgreSQL URL holds the password
+    if args.abandon is not None:
+        return _abandon(cfg, args.abandon)
+    ledger = open_ledger_for_reading(cfg, owner=owner_id())
+    print(f"ledger: {shown_path(ledger.path) if cfg.ledger.url is None else ledger.path}")
+    try:
+        stats = ledger.stats()
+        oldest = datetime.fromtimestamp(stats.oldest, timezone.utc).isoformat(timespec="seconds") \
+            if stats.oldest is not None else "-"
+        print(f"  bulks        {stats.bulks['prepared']} prepared, {stats.bulks['published']} published")
+        print(f"  identities   {stats.identities}")
+        print(f"  {'file size' if cfg.ledger.url is None else 'table size':12} {stats.file_bytes} bytes")
+        print(f"  oldest entry {oldest}")
+        print(f"  prune runs   {stats.prune_runs}")
+        if not args.verify:
+            return 0
+        bulks, sizes = ledger.published_bulks(), ledger.bulk_sizes()
+    finally:
+        ledger.close()
+    return _verify(bulks, sizes)
+
+
+def _abandon(cfg: Any, bulk_id: str) -> int:
+    """`--abandon BULK`: the verdict of `mqbridge.landing.stuck.abandon`, carried out (exit 0) or refused (1)."""
+    from mqbridge.landing.ledger import open_ledger
+    from mqbridge.landing.stuck import REFUSE, abandon
+
+    ledger = open_ledger(cfg, owner=owner_id())  # written to: the bulk is forgotten or recorded published
+    try:
+        verdict = abandon(ledger, bulk_id, cfg.resolve_path(cfg.spark.warehouse))
+    finally:
+        ledger.close()
+    if verdict.action == REFUSE:
+        print(f"abandon {bulk_id}: refused: {verdict.reason}")
+        return 1
+    print(f"abandon {bulk_id}: {verdict.reason}")
+    return 0
+
+
+def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
+    """`--verify`: every file of each published bulk is in place (or a purge or compaction removed it
+    since), and each bulk no purge touched since holds one row per identity: its files' Parquet
+    footers, or, in containers compacted since, its rows by bulk_id (`mqbridge.compaction.verify`)."""
+    from mqbridge.compaction.verify import compacted_bulks
+    from mqbridge.purge.swap import PURGE_SLACK
+
+    missing, purged, touched = _missing_files(bulks)
+    lost = {bulk_id for bulk_id, _ in missing}
+    # A bulk whose container only compactions swapped since: its rows counted by bulk_id instead.
+    compacted, wrong = compacted_bulks([b for b in bulks if b.bulk_id in touched - lost], sizes, slack=PURGE_SLACK)
+    touched -= compacted
+    wrong += _wrong_row_counts([b for b in bulks if b.bulk_id not in lost | touched | compacted], sizes)
+    checked = sum(len(bulk.files) for bulk in bulks)
+    since = f"; {purged} removed since by purges of their containers" if purged else ""
+    skipped = f" ({len(touched)} in containers purged since: not compared)" if touched else ""
+    print(f"  row counts   {len(bulks) - len(lost | touched) - len(wrong)} bulks hold one row per identity{skipped}")
+    if not missing and not wrong:
+        print(f"verify: OK ({len(bulks)} published bulks, {checked} files{since})")
+        return 0
+    if missing:
+        print(f"verify: {len(missing)} of {checked} published files are missing{since}:")
+        for bulk_id, final in missing:
+            print(f"  {bulk_id}: {final}")
+    if wrong:
+        print(f"verify: {len(wrong)} published bulks do not hold one row per identity:")
+        for bulk_id, found in wrong:
+            print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found}")
+    return 1
+
+
+def _wrong_row_counts(bulks: Sequence[Any], sizes: dict[str, int]) -> list[tuple[str, str]]:
+    """The bulks whose files' footers hold another number of rows than the bulk has identities:
+    (bulk id, what was found)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wrong: list[tuple[str, str]] = []
+    for bulk in bulks:
+        try:
+            rows = sum(pq.ParquetFile(final).metadata.num_rows for _, final in bulk.files)
+        except (OSError, pa.ArrowException) as exc:
+            wrong.append((bulk.bulk_id, f"a file cannot be read: {' '.join(str(exc).split())}"))
+            continue
+        if rows != sizes.get(bulk.bulk_id):
+            wrong.append((bulk.bulk_id, f"{rows} rows in {len(bulk.files)} files"))
+    return wrong
+
+
+def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, set[str]]:
+    """The published files that are missing, (bulk id, path), except those in a container a purge
+    swapped or dropped after the bulk was published (the table's purge history); how many of
+    those there were; and the bulks with a file in such a container (whose rows a purge changed)."""
+    from mqbridge.purge import purge_history
+    from mqbridge.purge.swap import PURGE_SLACK
+
+    histories: dict[str, dict[str, float]] = {}
+    missing: list[tuple[str, str]] = []
+    purged = 0
+    touched: set[str] = set()
+    for bulk in bulks:
+        for _, final in bulk.files:
+            container = os.path.dirname(final)
+            table = os.path.dirname(container)
+            if table not in histories:
+                histories[table] = purge_history(Path(table))
+            swapped = histories[table].get(os.path.basename(container))
+            since = swapped is not None and swapped >= bulk.published_at - PURGE_SLACK
+            if since:
+                touched.add(bulk.bulk_id)
+            if os.path.exists(final):
+                continue
+            if since:
+                purged += 1
+            else:
+                missing.append((bulk.bulk_id, final))
+    return missing, purged, touched

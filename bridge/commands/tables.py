@@ -1,0 +1,38 @@
+"""`mqbridge tables`: list each configured table's containers (put_date partitions) from their
+Parquet footers: rows, size, files, oldest and newest put_timestamp."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mqbridge.commands import shown_path
+from mqbridge.commands.help import parser_help
+from mqbridge.config import load_config
+
+
+def add_parser(sub: Any) -> None:
+    """Add `tables` to the subparsers `sub`."""
+    tables = sub.add_parser("tables", help="list each table's containers (put_date partitions): rows, "
+                                           "size, oldest and newest put_timestamp", **parser_help("tables"))
+    tables.add_argument("--config", "-c", required=True, help="configuration file (TOML)")
+    tables.set_defaults(handler=cmd_tables)
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from mqbridge.landing.containers import containers
+    from mqbridge.landing.tables import type_tables
+
+    cfg = load_config(args.config, secrets=False)  # the footers need no password
+    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    print(f"warehouse: {shown_path(warehouse)}")
+    for path, names in type_tables(warehouse, cfg.types).items():
+        found = containers(path)
+        print(f"  {path.relative_to(warehouse)}  (types: {', '.join(names)})"
+              f"{'' if found else '  no rows yet'}")
+        for c in found:
+            oldest = c.oldest.isoformat(timespec="milliseconds") if c.oldest else "-"
+            newest = c.newest.isoformat(timespec="milliseconds") if c.newest else "-"
+            print(f"    put_date={c.put_date}  {c.rows:>9} rows  {c.bytes:>12} bytes  {len(c.files):>4} files  "
+                  f"oldest {oldest}  newest {newest}")
+    return 0
