@@ -28,10 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mqbridge.compaction import Compaction  # noqa: E402
 from mqbridge.config import load_config  # noqa: E402
 from mqbridge.landing.containers import data_files  # noqa: E402
 from mqbridge.landing.session import create_spark_session  # noqa: E402
+from mqbridge.maintenance.rounds import Compaction  # noqa: E402
 from tests.support.compaction import T0, bulk_of, compact_bridge, files_overlapping, lander  # noqa: E402
 
 

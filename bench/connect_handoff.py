@@ -54,7 +54,7 @@ def main() -> int:
         table = bulk_table(args.rows)
 
         def by_arrow(i: int) -> None:
-            (spark.createDataFrame(table).drop("_row").coalesce(1).write.mode("append")
+            (spark.createDataFrame(table).drop("_row", "_identity").coalesce(1).write.mode("append")
              .partitionBy("put_date").parquet(str(base / "by_arrow")))
 
         def by_file(i: int) -> None:
@@ -62,7 +62,8 @@ def main() -> int:
             handoff.mkdir()
             pq.write_table(table, handoff / "rows.parquet", compression="none", use_dictionary=False,
                            store_schema=False)
-            (spark.read.schema(SPARK_SCHEMA).parquet(str(handoff / "rows.parquet")).drop("_row").coalesce(1)
+            (spark.read.schema(SPARK_SCHEMA).parquet(str(handoff / "rows.parquet")).drop("_row", "_identity")
+             .coalesce(1)
              .write.mode("append").partitionBy("put_date").parquet(str(base / "by_file")))
             shutil.rmtree(handoff)
 

@@ -485,7 +485,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                        help="a [spark.conf] setting of the bridge (repeatable)")
     group.add_argument("--connect", action="store_true",
-                       help="start a Spark Connect server (pyspark's sbin/start-connect-server.sh, local[2]) and "
+                       help="start a Spark Connect server (tests.support.spark_servers, local[2]) and "
                             "have the bridge write through it; its JVM is counted as the Spark JVM")
     group.add_argument("--cluster", action="store_true",
                        help="start a standalone cluster (pyspark's bin/spark-class: a master and one worker) and "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from mqbridge.message import Message, MessageResult, Rollback, RollbackKind
-from mqbridge.outbox import Derived, OutboxRefused, emit, rederiving
+from mqbridge.outbound.outbox import Derived, OutboxRefused, emit, rederiving
 from mqbridge.plugins import (
     PreprocessorOptions,
     PreprocessorRegistry,

@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from mqbridge import __version__
 from mqbridge.backlog import BacklogPoller, ProbeFactory, probe_for
-from mqbridge.backout_log import BackoutLog
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
-from mqbridge.compaction import CompactionScheduler
 from mqbridge.counters import Counters
 from mqbridge.drivers import open_source
 from mqbridge.landing import (
@@ -40,23 +38,29 @@ from mqbridge.landing import (
     spark_written,
     type_tables,
 )
+from mqbridge.landing.delta import delta_types, settle
+from mqbridge.landing.delta import session_conf as delta_session_conf
+from mqbridge.landing.delta_ledger import rebuild as rebuild_ledger
 from mqbridge.landing.ledger import open_ledger, owner_id
 from mqbridge.landing.schema_check import check_schemas
 from mqbridge.lint import start_warnings
+from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
+from mqbridge.maintenance.engine.swap import recover_purges
+from mqbridge.maintenance.purge.scheduler import PurgeScheduler
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
 from mqbridge.plugins import PluginHost
-from mqbridge.purge import PurgeScheduler, recover_purges
 from mqbridge.strict_modes import check_trusted
 from mqbridge.supervision.guard import MemoryGuard
 from mqbridge.supervision.reload import ConfigReloader
 from mqbridge.supervision.supervisor import Bridge, ChainFactory, SourceFactory
-from mqbridge.where import NO_LEDGER, Locator
+from mqbridge.tracing.backout_log import BackoutLog
+from mqbridge.tracing.where import NO_LEDGER, Locator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from mqbridge.config import BridgeConfig
+    from mqbridge.config import BridgeConfig, CollectorSection, SparkSection, TypeConfig
     from mqbridge.landing.session import SessionFactory
 
 log = logging.getLogger(__name__)
@@ -174,10 +178,12 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     plugins = PluginHost.from_config(config, counters=counters)
     plugins.start()
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
-    collector = _build_collector(config, counters, breakers, plugins)
+    collector = _build_collector(config.collector, config.types, counters, breakers, plugins)
     landing = open_landing(config, counters)
-    sessions = SparkSessions(config.spark, spark, secrets=DriverSecrets.of(config), create=session_factory,
+    sessions = SparkSessions(_spark_section(config), spark, secrets=DriverSecrets.of(config), create=session_factory,
                              state_dir=config.resolve_path(config.bridge.state_dir))
+    if landing is not None and delta_types(config.types, config.spark.table_format):
+        _land_delta(config, sessions, landing)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
@@ -203,7 +209,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                           control=bridge.controls)
     if monitor is not None:
         bridge.observers.append(monitor)
-        monitor.locate = Locator(config, ledger=landing.ledger if landing is not None else None,
+        monitor.locate = Locator(config.listeners, config.bridge.dedupe_window,
+                                 ledger=landing.ledger if landing is not None else None,
                                  backout_log=backout_log, holding=bridge.holding,
                                  ledger_note="" if landing is not None else NO_LEDGER).locate
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
@@ -212,19 +219,19 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                backout_log=backout_log)
 
 
-def _build_collector(config: BridgeConfig, counters: Counters, breakers: SinkBreakers,
-                    plugins: PluginHost) -> BulkCollector:
+def _build_collector(section: CollectorSection, types: Mapping[str, TypeConfig], counters: Counters,
+                     breakers: SinkBreakers, plugins: PluginHost) -> BulkCollector:
     """The bulk collector of `[collector]` and each type's limits; the sink breakers probe through it,
     and the plugins observe every result."""
     collector = BulkCollector(
-        CollectorLimits(memory=config.collector.memory, max_bulks=config.collector.max_bulks,
-                        workers=config.collector.workers, writes_per_type=config.collector.writes_per_type),
+        CollectorLimits(memory=section.memory, max_bulks=section.max_bulks, workers=section.workers,
+                        writes_per_type=section.writes_per_type),
         {name: TypeLimits(bulk_size=t.bulk_size, bulk_timeout=t.bulk_timeout, latency=t.latency)
-         for name, t in config.types.items()},
+         for name, t in types.items()},
         counters=counters, breakers=breakers,
     )
     breakers.probe = collector.probe
-    for name in config.types:
+    for name in types:
         collector.register_result_handler(plugins.observe_result, message_type=name)
     return collector
 
@@ -236,7 +243,37 @@ def _spark_executors(config: BridgeConfig, sessions: SparkSessions,
     warehouse = config.resolve_path(config.spark.warehouse)
     return lambda: executors_for(sessions, warehouse, config.types, landing=landing,
                                  write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
-                                 writer=config.spark.writer, conf=config.spark.conf)
+                                 writer=config.spark.writer, conf=config.spark.conf,
+                                 table_format=config.spark.table_format)
+
+
+def _land_delta(config: BridgeConfig, sessions: SparkSessions, landing: Landing) -> None:
+    """What the landing of Delta tables needs with Spark: deciding dead processes' prepared bulks by
+    their tables, and, when the ledger was created at this start, its rebuild from the tables before
+    any message is answered for (`mqbridge.landing.delta_ledger`; both run by the Spark warm-up)."""
+    warehouse = config.resolve_path(config.spark.warehouse)
+    landing.settle = lambda bulk: settle(landing.ledger, bulk, sessions.get(), warehouse / bulk.table)
+    if landing.ledger.created:
+        names = set(delta_types(config.types, config.spark.table_format))
+        tables = [(str(path.relative_to(warehouse)), path)
+                  for path, types in type_tables(warehouse, config.types).items()
+                  if names & set(types) and (path / "_delta_log").is_dir()]
+        if not tables:  # a first start: nothing landed yet that the ledger could miss
+            return
+        landing.await_rebuild()
+        landing.pending_rebuild = lambda: rebuild_ledger(landing.ledger, sessions.get(), tables,
+                                                         config.bridge.dedupe_window)
+
+
+def _spark_section(config: BridgeConfig) -> SparkSection:
+    """`[spark]` as the session is started with it: for Delta tables in a driver of the bridge's own,
+    with the Delta jars and Delta's SQL extension and catalog (ConfigError naming the command that
+    fetches the jars when they are missing). A Spark Connect server is started with them by its operator."""
+    section = config.spark
+    if section.remote or not delta_types(config.types, section.table_format):
+        return section
+    conf = delta_session_conf(config.resolve_path(section.jars_dir), section.conf)
+    return section.model_copy(update={"conf": conf})
 
 
 def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landing | None) -> SparkWarmup | None:
@@ -251,6 +288,13 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
         owner = landing.owner if landing is not None else owner_id()
         warehouse = config.resolve_path(config.spark.warehouse)
         checks.append(lambda: check_warehouse(sessions, warehouse, owner))
+    if landing is not None and landing.settle is not None:
+        # Dead processes' prepared bulks of Delta tables: their tables decide them, with Spark; and a
+        # ledger created at this start is rebuilt from the tables first.
+        pending = landing.pending_rebuild
+        if pending is not None:
+            checks.append(lambda: landing.rebuild(pending))
+        checks.append(landing.settle_dead)
     return SparkWarmup(sessions, checks)
 
 

@@ -27,9 +27,9 @@ from mqbridge.errors import ConfigError
 if TYPE_CHECKING:
     from mqbridge.backlog.probe import BacklogProbe, ProbeFactory
     from mqbridge.config import SourceConfig
-    from mqbridge.redrive import Redrive
-    from mqbridge.replay.identities import Renewal
-    from mqbridge.replay.runner import ReplayTarget, ReplayTargetFactory
+    from mqbridge.resend.redrive import Redrive
+    from mqbridge.resend.replay.identities import Renewal
+    from mqbridge.resend.replay.runner import ReplayTarget, ReplayTargetFactory
     from mqbridge.source import Source, SourceAdapter, SourceContext
 
 #: Source kinds (`[sources.X] kind`) and the driver of each, imported when used. Adding a kind is
@@ -116,7 +116,7 @@ def redrive_of(kind: str) -> Redrive:
 def replay_target(kind: str, source_name: str, config: SourceConfig, destination: str, replay_id: str,
                   in_doubt_wait: float, renewal: Renewal | None = None) -> ReplayTarget:
     """The replay target of a source of kind `kind`, connected, sending rows with `renewal` (None: as
-    landed, `mqbridge.replay.identities.AS_LANDED`). A kind a replay cannot send to, or a destination
+    landed, `mqbridge.resend.replay.identities.AS_LANDED`). A kind a replay cannot send to, or a destination
     that does not exist (a RabbitMQ /amq/queue/NAME, an IBM MQ queue), raises ConfigError: nothing is
     sent, nothing recorded."""
     load = driver_for(kind).replay

@@ -187,7 +187,7 @@ class DuplicateIdentityError(BridgeError):
 
 class ReplayRefusedError(BridgeError):
     """A replay would send rows that the bridge reading its destination drops as already landed
-    (`mqbridge.replay.identities`): refused before anything is sent. The message names how many,
+    (`mqbridge.resend.replay.identities`): refused before anything is sent. The message names how many,
     and the way out (`--new-identity`)."""
 
 

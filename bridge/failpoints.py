@@ -49,12 +49,12 @@ and one (`value`) makes Spark itself fail every bulk write that holds a chosen m
     spark_poison_body:TEXT  a bulk write fails when a body contains TEXT: inside Spark (assert_true),
                             or before pyarrow writes; probe writes, which hold no message, succeed
 
-Killing points of a purge (`mqbridge.purge.purger`), per container:
+Killing points of a purge (`mqbridge.maintenance.purge.purger`), per container:
 
     purge_before_swap     the new container is built beside the live one
     purge_after_swap      the new container is live; the old one is not removed yet
 
-Killing points of a compaction (`mqbridge.compaction.compactor`), per container:
+Killing points of a compaction (`mqbridge.maintenance.compaction.compactor`), per container:
 
     compact_before_swap   the new, sorted container is built beside the live one
     compact_mid_swap      inside the swap: the directories are exchanged under the table's lock;

@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.counters import Counters
 from mqbridge.message import Message
-from mqbridge.outbox import Derived
+from mqbridge.outbound.outbox import Derived
+from mqbridge.outbound.reply_to import FirstTimes, ReplyAllowList
+from mqbridge.outbound.stations import Stations
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
-from mqbridge.reply_to import FirstTimes, ReplyAllowList
-from mqbridge.stations import Stations
+from mqbridge.tracing.backout_log import BackoutLog
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig, SourceConfig
@@ -39,12 +39,12 @@ class Landed:
     message: Message
     table: str = ""
     bulk_id: str = ""
-    #: What its preprocessors emitted (`mqbridge.outbox`): sent in the unit of work that removes it.
+    #: What its preprocessors emitted (`mqbridge.outbound.outbox`): sent in the unit of work that removes it.
     derived: tuple[Derived, ...] = ()
 
 
 def with_derived(landed: Sequence[Landed], derived: Mapping[int, tuple[Derived, ...]]) -> list[Landed]:
-    """`landed` with each entry's derived messages (`mqbridge.outbox`), looked up by `id()` of its message."""
+    """`landed` with each entry's derived messages (`mqbridge.outbound.outbox`), looked up by `id()` of its message."""
     if not derived:
         return list(landed)
     return [dataclasses.replace(item, derived=derived.get(id(item.message), ())) for item in landed]
@@ -57,8 +57,8 @@ class Confirmations:
     sent: int = 0  # in a committed unit of work
     failed: int = 0  # could not be sent (the message was committed without it)
     rerouted: int = 0  # went to the dead-letter queue: the reply-to queue did not take it
-    not_allowed: int = 0  # not sent: the reply-to is not in the listener's reply_to_allow (mqbridge.reply_to)
-    to_stations: int = 0  # sent to a type's results_to (mqbridge.stations), in a committed unit of work
+    not_allowed: int = 0  # not sent: the reply-to is not in the listener's reply_to_allow (mqbridge.outbound.reply_to)
+    to_stations: int = 0  # sent to a type's results_to (mqbridge.outbound.stations), in a committed unit of work
 
     def add(self, other: Confirmations) -> None:
         """Count `other`'s results in these."""
@@ -138,12 +138,12 @@ class QueueShared:
     poison: PoisonLog = field(default_factory=PoisonLog)
     #: Messages whose result the broker refused (a bad reply-to): their unit goes through without it.
     unconfirmable: InDoubtLog = field(default_factory=InDoubtLog)
-    #: Reply destinations a result was refused for, so that each is logged once (mqbridge.reply_to).
+    #: Reply destinations a result was refused for, so that each is logged once (mqbridge.outbound.reply_to).
     refused_replies: FirstTimes = field(default_factory=FirstTimes)
-    #: Where moves to a backout queue are recorded (`mqbridge.backout_log`), also those an adapter
+    #: Where moves to a backout queue are recorded (`mqbridge.tracing.backout_log`), also those an adapter
     #: makes by itself (STOMP: refused at the edge; IBM MQ: BOTHRESH reached at get time). None: nowhere.
     backout_log: BackoutLog | None = None
-    #: Where the results of this queue's messages also go, by type (`mqbridge.stations`). None: nowhere.
+    #: Where the results of this queue's messages also go, by type (`mqbridge.outbound.stations`). None: nowhere.
     stations: Stations | None = None
     #: The bridge's counters, for what only an adapter can count (STOMP on RabbitMQ: landed redeliveries
     #: that may be duplicates, `mqbridge_possible_duplicates_total`). None: not counted (tests).

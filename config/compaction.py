@@ -1,5 +1,5 @@
 """`[compaction]`: when the containers (`put_date` partitions) of landed tables are compacted, and how
-(`mqbridge.compaction`, `mqbridge compact`, docs/compaction.md).
+(`mqbridge.maintenance`, `mqbridge compact`, docs/compaction.md).
 
 Three triggers decide per container: retention (a type's `retention`, the purge's), the number of
 small files over `small_files`, and the free space of the warehouse's file system under

@@ -2,7 +2,7 @@
 intermediate station: a router, an auditor), and the checks that need the whole file.
 
 A result is sent by the listener connection that removes the message, in the same unit of work
-(`mqbridge.stations`), so the destination must be one that connection can reach: a STOMP destination
+(`mqbridge.outbound.stations`), so the destination must be one that connection can reach: a STOMP destination
 on the listener's broker, or a queue of the listener's IBM MQ queue manager. The checks below hold
 for the listeners whose `message_type` is the type; a message a classify hook routes to the type from
 another listener gets its result only if that listener's source can send it (else it is counted in

@@ -129,6 +129,10 @@ def shown_remote(remote: str) -> str:
         lambda m: f";{m[1]}=***" if m[1].strip().lower() in _REMOTE_SECRETS and m[2] else m[0], remote)
 
 
+#: The table formats a type can land in (`[spark] table_format`, `[types.X] table_format`).
+TableFormat = Literal["parquet", "delta"]
+
+
 class SparkSection(Model):
     """`[spark]`: where Spark runs and where tables land."""
 
@@ -150,6 +154,12 @@ class SparkSection(Model):
                                          "probe writes of an unavailable sink (the wait doubles from 1s up to this)")
     until_idle_outage_limit: Duration = Field(default=parse_duration("10m"), gt=0, description="`run --until-idle` "
                                               "ends with exit code 1 once a sink has been unavailable this long")
+    table_format: TableFormat = Field(default="parquet", description="How a table is kept: `parquet` (a directory of "
+                                      "Parquet files the bridge publishes by renames) or `delta` (a Delta Lake table, "
+                                      "each bulk one commit of its own transaction log); `[types.X] table_format` "
+                                      "overrides it per type")
+    jars_dir: Path = Field(default=Path("jars"), description="Where the Java libraries of the table formats are "
+                           "(`scripts/jars.sh` fetches them; the `delta` set under `<jars_dir>/delta`)")
 
     @property
     def shown(self) -> str:
@@ -250,9 +260,27 @@ class BridgeConfig(Model):
                     type_cfg.table = name
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
+        problems.extend(self._delta_problems())
         if problems:
             raise KeyedError(problems)
         return self
+
+    def _delta_problems(self) -> list[tuple[Loc, str]]:
+        """What a type landing into a Delta table cannot have yet: the retention purge, compaction and
+        the catalog still work on Parquet directories only (a Delta table would be rewritten as one)."""
+        problems: list[tuple[Loc, str]] = []
+        delta = [n for n, t in self.types.items() if (t.table_format or self.spark.table_format) == "delta"]
+        for name in delta:
+            if self.types[name].retention is not None:
+                problems.append((("types", name, "retention"), "the retention purge of a Delta table is not built "
+                                 "yet: remove retention or set table_format = \"parquet\""))
+        if delta and self.compaction.interval is not None:
+            problems.append((("compaction", "interval"), f"compaction of Delta tables ({', '.join(delta)}) is not "
+                             "built yet: remove [compaction] interval or land them with table_format = \"parquet\""))
+        if delta and self.spark.catalog:
+            problems.append((("spark", "catalog"), f"registering Delta tables ({', '.join(delta)}) in the catalog is "
+                             "not built yet: set catalog = false and read them by path (delta.`<warehouse>/<table>`)"))
+        return problems
 
     @property
     def path(self) -> Path | None:

@@ -5,6 +5,8 @@ Moved out of `config.schema` (which re-exports `TypeConfig`) so the body formats
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from mqbridge.config.base import Duration, Model, Size, check_table, parse_duration, parse_size
@@ -25,6 +27,8 @@ class TypeConfig(Model):
                                           "to keep up with the intake within it")
     table: str = Field(default="", description="Directory under the warehouse, or a template such as "
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
+    table_format: Literal["parquet", "delta"] | None = Field(
+        default=None, description="This type's table format (parquet or delta); None: `[spark] table_format`")
     format: Format = Field(default="raw", description="raw: bodies as they came; json, xml, csv or fixed: parsed "
                            "in Spark with `schema` into columns (docs/formats.md); a body that does not parse fails "
                            "alone, with the parser's reason")

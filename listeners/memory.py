@@ -200,7 +200,7 @@ class MemorySource:
                            "mqbridge-original-destination": self.destination,
                            "mqbridge-delivery-count": str(original.deliveries)}
                 self.broker._queue(queue).append(replace(original, headers=headers, deliveries=0))
-            for item in landed:  # the preprocessors' outbox (`mqbridge.outbox`): in the same atomic step
+            for item in landed:  # the preprocessors' outbox (`mqbridge.outbound.outbox`): in the same atomic step
                 for derived in item.derived:
                     self.broker._queue(derived.destination).append(StoredMessage(
                         f"ID:{self.broker.name}:{next(self.broker._ids)}", derived.body, dict(derived.headers)))

@@ -13,6 +13,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 # systemd-analyze verifies the rendered service unit in the tests (not started as init)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+# Maven fetches the Delta Lake jars (scripts/jars.sh) from Maven Central
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
@@ -26,5 +28,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
+scripts/jars.sh delta  # the Delta Lake jars Spark loads for `table_format = "delta"`, into jars/delta
 
 scripts/activemq.sh start

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up (see setup.sh), start RabbitMQ too, install PostgreSQL, Chromium and Prometheus
 # (test-tools.sh), run the static checks (lint.sh), and run the whole test suite against the real
-# ActiveMQ, the real RabbitMQ, local Spark, a Spark Connect server and a standalone cluster, PostgreSQL
-# and a headless Chromium (the tests start and stop those servers themselves). A broker this script
+# ActiveMQ, the real RabbitMQ, local Spark, a Spark Connect server and a standalone cluster, PostgreSQL,
+# a headless Chromium, an S3-compatible server (S3Proxy) and Hadoop's HDFS mini cluster (the tests start
+# and stop those servers themselves). A broker this script
 # started is stopped again at the end; one that was already running is left running.
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
@@ -17,5 +18,9 @@ trap stop_started_brokers EXIT
 scripts/setup.sh
 scripts/rabbitmq.sh start  # for tests/contract/test_rabbitmq.py (installs rabbitmq-server if missing)
 scripts/test-tools.sh  # PostgreSQL, Chromium, Prometheus (the tests start their own servers)
+# S3A's and the HDFS mini cluster's jars, and S3Proxy: the tests of Delta tables on s3a:// and hdfs://
+# start scripts/s3.sh and scripts/hdfs.sh themselves (tests/support/object_stores.py).
+scripts/jars.sh s3 hdfs-test
+scripts/s3.sh install
 scripts/lint.sh
 .venv/bin/python -m pytest "$@"

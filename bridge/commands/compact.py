@@ -1,5 +1,5 @@
 """`mqbridge compact`: plan each container of the configured tables (drop, delete, copy-and-drop or
-compact, `mqbridge.compaction.planner`) and carry the plans out, by hand; `--dry-run` prints the
+compact, `mqbridge.maintenance.compaction.planner`) and carry the plans out, by hand; `--dry-run` prints the
 plan per container and changes nothing."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from mqbridge.compaction.rounds import Compaction, plan_line, tables
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.logsetup import setup_logging
+    from mqbridge.maintenance.rounds import Compaction, plan_line, tables
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret

@@ -82,9 +82,9 @@ def _abandon(cfg: Any, bulk_id: str) -> int:
 def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
     """`--verify`: every file of each published bulk is in place (or a purge or compaction removed it
     since), and each bulk no purge touched since holds one row per identity: its files' Parquet
-    footers, or, in containers compacted since, its rows by bulk_id (`mqbridge.compaction.verify`)."""
-    from mqbridge.compaction.verify import compacted_bulks
-    from mqbridge.purge.swap import PURGE_SLACK
+    footers, or, in containers compacted since, its rows by bulk_id (`mqbridge.maintenance.compaction.verify`)."""
+    from mqbridge.maintenance.compaction.verify import compacted_bulks
+    from mqbridge.maintenance.engine.swap import PURGE_SLACK
 
     missing, purged, touched = _missing_files(bulks)
     lost = {bulk_id for bulk_id, _ in missing}
@@ -132,8 +132,7 @@ def _missing_files(bulks: Sequence[Any]) -> tuple[list[tuple[str, str]], int, se
     """The published files that are missing, (bulk id, path), except those in a container a purge
     swapped or dropped after the bulk was published (the table's purge history); how many of
     those there were; and the bulks with a file in such a container (whose rows a purge changed)."""
-    from mqbridge.purge import purge_history
-    from mqbridge.purge.swap import PURGE_SLACK
+    from mqbridge.maintenance.engine.swap import PURGE_SLACK, purge_history
 
     histories: dict[str, dict[str, float]] = {}
     missing: list[tuple[str, str]] = []

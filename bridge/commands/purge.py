@@ -15,7 +15,7 @@ from mqbridge.errors import ConfigError
 from mqbridge.logsetup import setup_logging
 
 if TYPE_CHECKING:
-    from mqbridge.purge import Designation, Purger
+    from mqbridge.maintenance.purge import Designation, Purger
 
 
 def add_parser(sub: Any) -> None:
@@ -39,7 +39,8 @@ def add_parser(sub: Any) -> None:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.landing import DriverSecrets, create_spark_session
-    from mqbridge.purge import PurgeFactory, recover_purges
+    from mqbridge.maintenance.engine.swap import recover_purges
+    from mqbridge.maintenance.purge import PurgeFactory
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret

@@ -1,6 +1,6 @@
 """`mqbridge redrive`: move messages from a listener's backout queue back to its source queue,
 keeping their identity, so that the landing ledger stops any that had landed from landing twice
-(`mqbridge.redrive`; each source kind's move in its adapter package)."""
+(`mqbridge.resend.redrive`; each source kind's move in its adapter package)."""
 
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
     from mqbridge.drivers import redrive_of
     from mqbridge.logsetup import setup_logging
-    from mqbridge.redrive import RedriveRequest, find_listener
+    from mqbridge.resend.redrive import RedriveRequest, find_listener
 
     cfg = load_config(args.config)  # the source's password: the command connects to the broker
     setup_logging("WARNING")
-    listener = find_listener(cfg, args.listener)
+    listener = find_listener(cfg.listeners, args.listener)
     source = cfg.sources[listener.source]
     if not listener.backout_queue and source.kind != "mq":  # MQ: the queue's BOQNAME
         raise ConfigError(f"--listener {args.listener}: the listener has no backout_queue to re-drive from")

@@ -1,5 +1,5 @@
 """`mqbridge replay`: turn landed rows back into messages on a destination of a configured source,
-read through Spark in `put_timestamp` order, each sent once across kills (`mqbridge.replay`)."""
+read through Spark in `put_timestamp` order, each sent once across kills (`mqbridge.resend.replay`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from mqbridge.commands.endpoint import duration
 from mqbridge.commands.help import parser_help
 from mqbridge.errors import ConfigError, ReplayRefusedError
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
-from mqbridge.replay.identities import AS_LANDED, Reader, Renewal, count_drops, readers_of, refusal, renewal_for
+from mqbridge.resend.replay.identities import AS_LANDED, Reader, Renewal, count_drops, readers_of, refusal, renewal_for
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
-    from mqbridge.replay import ReplayRow, ReplayTarget
+    from mqbridge.resend.replay import ReplayRow, ReplayTarget
 
 
 def add_parser(sub: Any) -> None:
@@ -79,7 +79,7 @@ def landed_check(cfg: BridgeConfig, readers: Sequence[Reader], renewal: Renewal,
                  say: Callable[[str], None]) -> Callable[[set[str]], None] | None:
     """The check `replay` runs before sending (None: nothing to check): the rows not sent yet by
     this replay, read again, must not be ones a listener reading `destination` drops as already
-    landed (`mqbridge.replay.identities`). Rules `renewal` covers are left out: a renewed identity
+    landed (`mqbridge.resend.replay.identities`). Rules `renewal` covers are left out: a renewed identity
     the ledger knows was landed by this very replay."""
     checked = [r for r in readers if not renewal.covers(r.rule)]
     if not checked or not cfg.bridge.exactly_once:
@@ -105,7 +105,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.logsetup import setup_logging
-    from mqbridge.replay import ReplayLedger, Selection, read_rows, replay, replay_target
+    from mqbridge.resend.replay import ReplayLedger, Selection, read_rows, replay, replay_target
 
     cfg = load_config(args.config)  # the source's password: the command connects to the broker
     setup_logging("WARNING")

@@ -1,5 +1,5 @@
 """`mqbridge where`: where is a message? In flight, landed, moved to a backout queue, or unknown
-(`mqbridge.where`).
+(`mqbridge.tracing.where`).
 
 It asks the running bridge first (`GET /messages/<id>` on its monitoring endpoint, which alone knows
 what is in flight), reached as `mqbridge status` reaches it: the endpoint, TLS and token of
@@ -17,14 +17,14 @@ import sys
 import urllib.error
 from typing import Any
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, check_options, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.config import BridgeConfig, load_config
 from mqbridge.errors import LedgerError, StatusUnreachableError
 from mqbridge.landing.ledger import Ledger, ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.monitoring.lookup import ask
-from mqbridge.where import NO_LEDGER, Locator, check_id
+from mqbridge.tracing.backout_log import BackoutLog
+from mqbridge.tracing.where import NO_LEDGER, Locator, check_id
 
 #: Exit codes (also in `mqbridge where --help`).
 EXIT_LANDED, EXIT_UNKNOWN, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IN_FLIGHT, EXIT_MOVED = 0, 1, 2, 3, 4, 5
@@ -97,7 +97,8 @@ def from_files(config: BridgeConfig, key: str, why: str) -> dict[str, Any]:
     ledger, note = _open_ledger(config)
     try:
         backout_log = BackoutLog.in_state_dir(state_dir)
-        doc = Locator(config, ledger=ledger, backout_log=backout_log, ledger_note=note).locate(key)
+        doc = Locator(config.listeners, config.bridge.dedupe_window, ledger=ledger, backout_log=backout_log,
+                      ledger_note=note).locate(key)
     finally:
         if ledger is not None:
             ledger.close()

@@ -24,14 +24,14 @@ from pyspark.sql import functions as F
 from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError
-from mqbridge.landing import arrow_writer
+from mqbridge.landing import arrow_writer, delta
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import SORT_COLUMNS, tables_of
 from mqbridge.landing.deadlines import abandoned_after, spark_guarded
 from mqbridge.landing.formats import BodyFormat, body_format
 from mqbridge.landing.handoff import bulk_frame, partitioned, raw_write, row_groups, scan_cores
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger import owner_id
+from mqbridge.landing.ledger import TableTransaction, owner_id
 from mqbridge.landing.publication import (
     STAGING,
     discard,
@@ -41,7 +41,7 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
-from mqbridge.landing.rows import LANDED_COLUMNS, arrow_table
+from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS, arrow_table
 from mqbridge.landing.session import (
     DEFAULT_CONF,
     SparkSessions,
@@ -123,15 +123,16 @@ def _leave_as_it_was(path: Path) -> None:
 def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
                   landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
                   catalog: bool = False, writer: str = "spark",
-                  conf: Mapping[str, str] | None = None) -> dict[str, SparkExecutor]:
+                  conf: Mapping[str, str] | None = None, table_format: str = "parquet") -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given);
     `catalog`: each landed table is registered in the session's catalog (`mqbridge.landing.catalog`);
-    `writer` and `conf` (the `[spark]` settings): who writes raw bulks (`arrow_codec`)."""
+    `writer` and `conf` (the `[spark]` settings): who writes raw bulks (`arrow_codec`); `table_format`:
+    `[spark] table_format`, which a type's own `table_format` overrides."""
     sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
     registrar = CatalogRegistrar(sessions.get) if catalog else None
     codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf or {})})
     return {name: SparkExecutor(sessions, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout,
-                                catalog=registrar, arrow=codec)
+                                catalog=registrar, arrow=codec, table_format=type_cfg.table_format or table_format)
             for name, type_cfg in types.items()}
 
 
@@ -156,7 +157,8 @@ class SparkExecutor:
 
     def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
                  *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
-                 catalog: CatalogRegistrar | None = None, arrow: str | None = None) -> None:
+                 catalog: CatalogRegistrar | None = None, arrow: str | None = None,
+                 table_format: str = "parquet") -> None:
         self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
         self.write_timeout = write_timeout
         self.message_type = message_type
@@ -169,8 +171,10 @@ class SparkExecutor:
         self.warehouse = Path(warehouse)
         self._path = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
+        # A Delta Lake table (`mqbridge.landing.delta`): staged as Parquet by Spark, then one Delta commit.
+        self.delta = table_format == "delta"
         # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.landing.arrow_writer`), else None.
-        self.arrow = arrow if not config.schema_ddl else None
+        self.arrow = arrow if not config.schema_ddl and not self.delta else None
         self.catalog = catalog  # registers each table by name once it holds published rows
         self.last_write_seconds = 0.0
         self.rows_written = 0
@@ -242,6 +246,14 @@ class SparkExecutor:
                     private_staging(target)
                 spark_guarded(spark, self.message_type, what, lambda: write_probe(spark, target),
                               self.write_timeout)
+                if self.delta:  # and a Delta commit of it, beside it: Spark has Delta Lake on its class path
+                    probe_table = staging_dir(self._path, owner, "probe-delta")
+                    try:
+                        spark_guarded(spark, self.message_type, what,
+                                      lambda: delta.commit_staged(spark, target, probe_table, "probe", None),
+                                      self.write_timeout)
+                    finally:
+                        discard(probe_table)
                 _ = self.body_format  # a DDL Spark refuses keeps the sink unavailable, and says why
             # Read back here: a Spark that writes where this process does not look is down for the
             # bridge, whatever it says.
@@ -275,6 +287,8 @@ class SparkExecutor:
             # A write timeout, the ledger unavailable, staged files not where written, Spark not
             # started, or a schema Spark refuses.
             return str(exc)
+        if self.delta and delta.missing_from_spark(exc):
+            return delta.MISSING_FROM_SPARK
         session = self.sessions.current
         if session is not None and is_connect(session):
             if connect_session_lost(exc):  # the server restarted: only a new session gets through
@@ -345,7 +359,7 @@ class SparkExecutor:
         # Exactly-once: the bulk goes to its own staging directory, which no reader lists, and is
         # published below; at-least-once: Spark appends straight into the table, pyarrow stages
         # too (its files are not written atomically) and the files are moved in right after.
-        staged = landing is not None or self.arrow is not None
+        staged = landing is not None or self.arrow is not None or self.delta
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
         shared = _table_path(path)
@@ -402,7 +416,9 @@ class SparkExecutor:
         Spark appended straight into the table, by recording the type in its marker."""
         messages = bulk.messages
         landing = self.landing
-        if landing is not None:
+        if self.delta:
+            self._commit_delta(bulk, landed, table, path, target, ledger_bulk_id)
+        elif landing is not None:
             if landed:
                 landing.land(ledger_bulk_id, table, path, target,
                              [messages[i].identity or messages[i].msg_id for i in landed])
@@ -424,6 +440,30 @@ class SparkExecutor:
                 with contextlib.suppress(OSError):
                     empty.rmdir()
 
+    def _commit_delta(self, bulk: Bulk, landed: list[int], table: str, path: Path, target: Path,
+                      ledger_bulk_id: str) -> None:
+        """Make the rows `landed`, staged at `target`, one commit of the Delta table at `path`: through
+        the ledger with the bulk's transaction id (exactly-once), or a plain commit (at-least-once)."""
+        if not landed:
+            discard(target)
+            return
+
+        def commit(transaction: TableTransaction | None) -> None:
+            spark = self.sessions.get()  # each attempt: a session whose JVM died is started again
+            spark_guarded(spark, self.message_type, f"Delta commit of bulk {ledger_bulk_id}",
+                          lambda: delta.commit_staged(spark, target, path, ledger_bulk_id, transaction),
+                          self.write_timeout)
+
+        if self.landing is not None:
+            messages = bulk.messages
+            self.landing.land_transaction(ledger_bulk_id, table, path, target,
+                                          [messages[i].identity or messages[i].msg_id for i in landed], commit)
+        else:
+            verify_staged(staged_moves(path, target, ledger_bulk_id), len(landed), target,
+                          what=f"bulk {ledger_bulk_id} of table {table}")
+            commit(None)
+            discard(target)
+
     def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
         rows of a typed type."""
@@ -440,7 +480,7 @@ class SparkExecutor:
         parser = self.body_format
         if parser is None and not is_connect(spark) and not failpoints.armed(*SPARK_WRITE_FAILPOINTS):
             job = raw_write(spark, rows, handoff, str(target), mode=mode, tasks=tasks, sort=SORT_COLUMNS,
-                            options=WRITE_OPTIONS, groups=groups)
+                            options=WRITE_OPTIONS, groups=groups, identity=IDENTITY_COLUMN if self.delta else None)
             spark_guarded(spark, self.message_type, what, job, self.write_timeout)
             return None
         df = bulk_frame(spark, rows, handoff, 1 if tasks > 1 else groups)
@@ -450,9 +490,11 @@ class SparkExecutor:
             # where a select of 13 columns costs 57. Each call waits for the GIL, which the
             # listener threads keep busy, and the write is the bridge's serial bottleneck.
             df = df.drop("_row")
+            df = df.withColumnRenamed("_identity", IDENTITY_COLUMN) if self.delta else df.drop("_identity")
         else:
             df, observation = parser.parse(df)
-            df = df.select(*LANDED_COLUMNS[:-1], *parser.columns(), "put_date")
+            identity = [F.col("_identity").alias(IDENTITY_COLUMN)] if self.delta else []
+            df = df.select(*LANDED_COLUMNS[:-1], *identity, *parser.columns(), "put_date")
         df = partitioned(df, tasks, groups)
         # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
         df = df.sortWithinPartitions(*SORT_COLUMNS)

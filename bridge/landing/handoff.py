@@ -115,12 +115,14 @@ def _java_parts(spark: SparkSession, sort: Sequence[str], options: Mapping[str, 
 
 
 def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *, mode: str, tasks: int,
-              sort: Sequence[str], options: Mapping[str, str], groups: int = 1) -> Callable[[], object]:
+              sort: Sequence[str], options: Mapping[str, str], groups: int = 1,
+              identity: str | None = None) -> Callable[[], object]:
     """The Spark job that writes a raw bulk's `rows` (with their `_row` column) to `target`,
     partitioned by put_date and sorted by `sort` within each task, built from the in-process
     driver's Java objects; calling it runs the job. `tasks` > 1: spread over that many tasks by a
     shuffle (a bulk of more than FILE_BYTES); else one task per row group of the handoff file
-    (`groups`, see `row_groups`).
+    (`groups`, see `row_groups`). `identity`: the column that keeps each row's identity (a Delta
+    table's), else it is left out.
 
     The same plan as `bulk_frame` and the DataFrame API would build, in 9 py4j calls instead of
     about 80. Each call's answer must wait for the GIL, which the listener threads keep busy: with
@@ -129,6 +131,7 @@ def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *
     parts = _java_parts(spark, sort, options)
     path = handoff_file(rows, handoff, 1 if tasks > 1 else groups)
     jdf = parts.session.read().schema(parts.schema).format("parquet").load(str(path)).drop("_row")
+    jdf = jdf.withColumnRenamed("_identity", identity) if identity else jdf.drop("_identity")
     jdf = partitioned(jdf, tasks, groups)
     writer = jdf.sortWithinPartitions(sort[0], parts.sort_rest).write().options(parts.options)
     writer = writer.partitionBy(parts.partition).mode(mode)

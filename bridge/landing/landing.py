@@ -14,6 +14,11 @@ Failures:
   redelivered, once when the next start rolls the prepared bulk forward). So `land` keeps trying
   to publish, with capped backoff, for as long as the process lives; a process that dies meanwhile
   is rolled forward by `recover` at its next start.
+
+A table that commits by its own transaction (Delta Lake, `mqbridge.landing.delta`) takes
+`land_transaction` instead: the same steps, the move of the files replaced by one commit that
+carries the bulk's transaction id, and a dead process's prepared bulk decided by asking the table
+(`settle`, given by the composition root, as it needs Spark) rather than by its files.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +35,8 @@ from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.errors import LedgerUnavailableError, StuckBulkError
-from mqbridge.landing.ledger import Ledger, PreparedBulk
+from mqbridge.landing.delta import Versions, app_id
+from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 from mqbridge.landing.publication import (
     discard,
     publish,
@@ -44,6 +50,11 @@ from mqbridge.landing.tables import table_regex
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 #: Longest pause between two attempts to publish a prepared bulk.
 PUBLISH_RETRY_MAX = 30.0
@@ -76,6 +87,15 @@ class Landing(Observer):
     dedupe_window: float
     warehouse: Path  # recovery touches only paths of its tables (publication.check_bulk_paths)
     config_path: str = ""  # the configuration file, named in the command given for a stuck bulk
+    #: Decides a dead process's prepared bulk of a table that commits by transaction (True: its rows
+    #: are in the table), `mqbridge.landing.delta.settle` with a Spark session; None: none such tables.
+    settle: Callable[[PreparedBulk], bool] | None = None
+    #: Rebuilds a ledger created at this start from the Delta tables (`rebuild`), the number of identities.
+    pending_rebuild: Callable[[], int] | None = None
+    _versions: Versions = field(default_factory=Versions)
+    #: Set unless the ledger is being rebuilt from the tables (`await_rebuild`): until then no message
+    #: is answered for.
+    _rebuilt: threading.Event = field(default_factory=lambda: _set(threading.Event()))
     _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
@@ -98,6 +118,9 @@ class Landing(Observer):
           CLAIM_WAIT, then raises LedgerUnavailableError, and the unit goes back uncounted to be
           asked again. Answering "not landed" instead would land them twice.
         """
+        if not self._rebuilt.is_set():
+            raise LedgerUnavailableError("the ledger is being rebuilt from the Delta tables (it was created at this "
+                                         "start while tables exist): messages wait until it knows what they hold")
         start = time.perf_counter()
         found = self.ledger.published(identities)
         self.counters.observe("ledger_lookup_seconds", time.perf_counter() - start)
@@ -123,6 +146,8 @@ class Landing(Observer):
         """Roll forward (or back) a prepared bulk whose owner is dead; False if it is alive."""
         if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
             return False
+        if bulk.transaction is not None:
+            return self._settle(bulk)
         try:
             rolled = roll_forward(self.ledger, bulk, self.warehouse)
         except StuckBulkError as exc:  # what is safe needs an operator: this listener halts, the others run
@@ -135,6 +160,57 @@ class Landing(Observer):
         if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
             discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
         return True
+
+    def _settle(self, bulk: PreparedBulk) -> bool:
+        """Decide a dead process's prepared bulk of a table that commits by transaction (`settle`);
+        True once decided. Raises LedgerUnavailableError (the unit goes back, to be asked again)
+        while the table cannot be asked."""
+        if self.settle is None:
+            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
+                                         f"{bulk.table}, which commits by transaction; this bridge has no table "
+                                         "of that format configured to ask whether it committed")
+        try:
+            landed = self.settle(bulk)
+        except Exception as exc:
+            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
+                                         f"{bulk.table}; its table cannot be asked whether it committed now: "
+                                         f"{exc}") from exc
+        if landed:
+            log.warning("bulk %s of a process that is gone had committed into table %s: recorded published",
+                        bulk.bulk_id, bulk.table)
+            self.counters.inc("recovery_rolled_forward")
+        else:
+            log.warning("bulk %s of a process that is gone never committed into table %s: fenced and rolled "
+                        "back, its messages land as they come again", bulk.bulk_id, bulk.table)
+            self.counters.inc("recovery_rolled_back")
+        return True
+
+    def await_rebuild(self) -> None:
+        """Answer for no message until `rebuild` has run: the ledger was created at this start, and
+        the tables may hold messages it does not know yet."""
+        self._rebuilt.clear()
+
+    def rebuild(self, learn: Callable[[], int]) -> None:
+        """Run `learn` (`mqbridge.landing.delta_ledger.rebuild`, with Spark), then answer again; an
+        error leaves the ledger waiting (the next warm-up or probe runs it again)."""
+        if self._rebuilt.is_set():
+            return
+        learnt = learn()
+        log.warning("ledger rebuilt from the Delta tables: %d identities of messages already landed", learnt)
+        self._rebuilt.set()
+
+    def settle_dead(self) -> int:
+        """Decide every prepared bulk of a dead process whose table commits by transaction (start-up
+        recovery leaves them, `RecoveryReport.transactional`: the table decides, with Spark); run once
+        Spark is up. The number decided; LedgerUnavailableError when a table cannot be asked now."""
+        decided = 0
+        for bulk in self.ledger.in_progress():
+            if bulk.transaction is None or bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
+                continue
+            with self._recovering:
+                if self.ledger.state_of(bulk.bulk_id) == "prepared":  # not decided by a listener meanwhile
+                    decided += self._settle(bulk)
+        return decided
 
     def hold(self, stuck: Iterable[StuckBulkError], types: Mapping[str, TypeConfig]) -> dict[str, str]:
         """Keep the bulks start-up recovery could not roll forward (`RecoveryReport.stuck`), so that
@@ -199,6 +275,42 @@ class Landing(Observer):
                 log.error("bulk %s of table %s is prepared but could not be published (retrying in %.0fs; "
                           "a restart rolls it forward): %s", bulk_id, table, delay, exc)
                 self._stop.wait(delay)
+                delay = min(delay * 2, PUBLISH_RETRY_MAX)
+        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
+        self._janitor.submit(discard, staging)
+
+    def land_transaction(self, bulk_id: str, table: str, table_path: Path, staging: Path,
+                         identities: Sequence[str], commit: Callable[[TableTransaction], None]) -> None:
+        """Land the files Spark staged for `bulk_id` into a table that commits by its own transaction
+        (Delta Lake), exactly once: the staged rows are counted as in `land`, the bulk is prepared
+        with its transaction (this process's app id, the table's next version), and `commit` makes
+        them one commit carrying it, tried again until it succeeds (a commit that did land is skipped
+        by the table the second time). The caller holds the table's lock: versions commit in order."""
+        failpoints.hit("after_stage")
+        start = time.perf_counter()
+        moves = staged_moves(table_path, staging, bulk_id)
+        try:
+            verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
+            transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
+            self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
+        except BaseException:
+            discard(staging)
+            raise
+        failpoints.hit("after_prepare")
+        delay = 0.5
+        while True:
+            try:
+                commit(transaction)
+                failpoints.hit("after_publish")
+                self.ledger.mark_published(bulk_id)
+                break
+            except Exception as exc:
+                # After `prepare`, as in `land`: never given back; a commit that did land is skipped next time.
+                self.counters.inc("ledger_publish_retries")
+                log.error("bulk %s of table %s is prepared but its commit did not finish (retrying in %.0fs; a "
+                          "restart asks the table whether it committed): %s", bulk_id, table, delay, exc)
+                if self._stop.wait(delay):
+                    raise
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
         self._janitor.submit(discard, staging)

@@ -234,6 +234,9 @@ class RecoveryReport:
     rolled_back: int = 0
     stale_dirs_removed: int = 0
     skipped_live: int = 0
+    #: Dead owners' bulks of tables that commit by transaction (Delta Lake), which only the table can
+    #: decide, with Spark (`Landing.settle_dead`, once Spark is up; `mqbridge.landing.delta.settle`).
+    transactional: list[PreparedBulk] = field(default_factory=list)
     stuck: list[StuckBulkError] = field(default_factory=list)
 
 
@@ -259,6 +262,9 @@ def recover(ledger: Ledger, table_paths: Iterable[Path], *, warehouse: Path) -> 
     for bulk in ledger.in_progress():
         if ledger.owner_alive(bulk.owner):
             report.skipped_live += 1
+            continue
+        if bulk.transaction is not None:
+            report.transactional.append(bulk)
             continue
         try:
             if roll_forward(ledger, bulk, warehouse):
@@ -309,6 +315,8 @@ def roll_forward(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> bool:
     Raises StuckBulkError (nothing is touched) when a staged file is gone and was never published
     (`gone_files`), and LedgerError when the bulk names a path outside its table under `warehouse`
     (`check_bulk_paths`: nothing is touched)."""
+    if bulk.transaction is not None:
+        raise ValueError(f"bulk {bulk.bulk_id} commits by its table's transaction: the table decides it, not files")
     check_bulk_paths(bulk, warehouse)
     untouched = all(os.path.exists(staged) for staged, _ in bulk.files)
     if untouched and ledger.published(ledger.identities_of(bulk.bulk_id)):

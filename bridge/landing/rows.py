@@ -31,8 +31,13 @@ ARROW_SCHEMA = pa.schema([
     pa.field("headers", pa.map_(pa.string(), pa.string())),
     pa.field("body", pa.binary(), nullable=False),
     pa.field("put_date", pa.date32(), nullable=False),
+    # What the ledger recognises the message by: landed as IDENTITY_COLUMN in a Delta table only.
+    pa.field("_identity", pa.string(), nullable=False),
     pa.field("_row", pa.int32(), nullable=False),  # position in the bulk; never written
 ])
+#: The column a Delta table lands each row's identity in (the one the ledger dedupes on), so that a
+#: lost ledger is rebuilt from the tables (`mqbridge.landing.delta_ledger`).
+IDENTITY_COLUMN = "identity"
 #: ARROW_SCHEMA as Spark reads it from a Parquet file pyarrow wrote (every column nullable).
 SPARK_SCHEMA: StructType = from_arrow_schema(ARROW_SCHEMA)
 #: The corrupt-record column of Spark's parsers (`mqbridge.landing.formats`): no schema column may be called so.
@@ -98,6 +103,7 @@ def arrow_table(bulk: Bulk, rows: list[int]) -> pa.Table:
         "headers": _headers(picked),
         "body": [bytes(m.body) for m in picked],
         "put_date": put.cast(pa.date32()),
+        "_identity": [m.identity or m.msg_id for m in picked],
         "_row": rows,
     }
     return pa.table(data, schema=ARROW_SCHEMA)

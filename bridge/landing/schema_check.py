@@ -34,7 +34,7 @@ from pyspark.sql.types import ArrayType, MapType, StructField, StructType, Times
 from mqbridge.config.ddl import DdlError, ddl_schema
 from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.landing.evolution import Change, Verdict, compare
-from mqbridge.landing.rows import LANDED_COLUMNS
+from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
 from mqbridge.landing.tables import file_types, tables_of_type
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ DECLARED = "mqbridge.declared"
 FIX = ("keep the old column and type in `schema` (a body without the column lands NULL in it), or land "
        "the new schema into a new table: set `table` to a new name (or move the table's directory "
        "away); see docs/spark-and-tables.md \"Changing a type's schema\"")
-_SKIPPED = frozenset(c.lower() for c in (*LANDED_COLUMNS, "_row"))
+_SKIPPED = frozenset(c.lower() for c in (*LANDED_COLUMNS, "_row", "_identity", IDENTITY_COLUMN))
 
 
 def declared_metadata(declared: StructField) -> dict[str, str]:

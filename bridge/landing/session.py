@@ -158,7 +158,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 #: Spark Connect errors after which the session is gone for good (the server restarted): a new
-#: session must be created (measured on pyspark 4.3: NO_ACTIVE_SESSION after a server restart).
+#: session must be created (measured on pyspark 4.2: NO_ACTIVE_SESSION after a server restart).
 _CONNECT_SESSION_LOST = ("NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION", "SESSION_CHANGED", "SESSION_CLOSED",
                          "SESSION_NOT_FOUND")
 #: Spark Connect (gRPC) errors of a server that does not answer.

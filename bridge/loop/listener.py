@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from mqbridge import failpoints
-from mqbridge.backout_log import BackoutLog
 from mqbridge.bulks.collector import BulkCollector
 from mqbridge.counters import Counters
 from mqbridge.errors import (
@@ -56,10 +55,11 @@ from mqbridge.loop.unit_plan import (
 )
 from mqbridge.loop.unit_report import report_committed
 from mqbridge.message import Message
-from mqbridge.outbox import Derived, OutboxAllow, unit_outbox
+from mqbridge.outbound.outbox import Derived, OutboxAllow, unit_outbox
 from mqbridge.put_time import settle_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
 from mqbridge.source import BackoutMove, Source, with_derived
+from mqbridge.tracing.backout_log import BackoutLog
 
 log = logging.getLogger("mqbridge.listener")  # the name operators configure
 
@@ -402,7 +402,7 @@ class ListenerThread(threading.Thread):
                 derived: dict[int, tuple[Derived, ...]]) -> None:
         """Carry out a plan that commits the unit: its messages leave the source, `plan.moves` go to
         the backout queue and `plan.returns` back to the source, and the landed messages' `derived`
-        messages are sent (`mqbridge.outbox`), in one unit of work."""
+        messages are sent (`mqbridge.outbound.outbox`), in one unit of work."""
         spec = self.spec
         failpoints.hit("before_source_commit")
         self.book.given_back_in_outage(plan.outages)

@@ -25,7 +25,7 @@ class ListenerSpec:
     backout_queue: str | None
     identity: str = "msg_id"  # the `identity` rule, for the landing ledger
     halt_after_failures: int = DEFAULT_HALT_AFTER_FAILURES  # the halt policy (no backout threshold)
-    outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbox`)
+    outbox_allow: tuple[str, ...] | None = None  # where preprocessors may emit to (`mqbridge.outbound.outbox`)
     #: Part of each identity in the ledger: a topic listener's "SOURCE:SUBSCRIPTION" (one topic
     #: message lands once per subscription), a queue's "SOURCE:QUEUE" for producer-given identities
     #: (`mqbridge.identity.listener_scope`).

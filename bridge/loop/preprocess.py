@@ -16,7 +16,7 @@ from typing import Protocol
 
 from mqbridge.errors import PreprocessorError
 from mqbridge.message import Message, Rollback
-from mqbridge.outbox import Derived, OutboxAllow, collecting, process_collecting
+from mqbridge.outbound.outbox import Derived, OutboxAllow, collecting, process_collecting
 
 log = logging.getLogger("mqbridge.listener")
 
@@ -83,7 +83,7 @@ class Preprocessed:
     consumed: int = 0
     #: id() of each submitted message -> the message as received it was made from.
     origins: dict[int, Message] = field(default_factory=dict)
-    #: id() of each submitted message -> what its pass emitted (`mqbridge.outbox`), if anything.
+    #: id() of each submitted message -> what its pass emitted (`mqbridge.outbound.outbox`), if anything.
     derived: dict[int, tuple[Derived, ...]] = field(default_factory=dict)
 
     @property

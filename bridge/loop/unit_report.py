@@ -7,11 +7,11 @@ import logging
 import time
 from collections.abc import Mapping
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.counters import Counters
 from mqbridge.loop.unit_plan import Unit, UnitPlan
 from mqbridge.message import Message
-from mqbridge.replay.rows import REPLAY_KEY_HEADERS
+from mqbridge.resend.replay.rows import REPLAY_KEY_HEADERS
+from mqbridge.tracing.backout_log import BackoutLog
 
 log = logging.getLogger("mqbridge.listener")
 

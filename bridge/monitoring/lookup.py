@@ -1,5 +1,5 @@
 """`GET /messages/<id>` on the monitoring endpoint: where a message is, asked of the running bridge
-(the answer is `mqbridge.where.Locator.locate`'s, which the composition root gives the server), and
+(the answer is `mqbridge.tracing.where.Locator.locate`'s, which the composition root gives the server), and
 the request `mqbridge where` makes of it.
 
     GET /messages/ID%3Aabc-1%3A1   200 {"id": ..., "state": "in_flight" | "landed" | "moved" | "unknown",

@@ -178,7 +178,7 @@ class MonitoringServer(Observer):
         self.registry.register(BacklogMetrics(lambda: self.bridge.status().get("backlog") or {}))
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        #: Where a message is (`mqbridge.where.Locator.locate`, set by the composition root): /messages/<id>.
+        #: Where a message is (`mqbridge.tracing.where.Locator.locate`, set by the composition root): /messages/<id>.
         self.locate: Callable[[str], dict[str, Any]] | None = None
 
     @classmethod

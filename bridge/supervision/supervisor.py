@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
@@ -31,11 +30,12 @@ from mqbridge.loop.dedupe import Deduplicator
 from mqbridge.loop.in_flight import Held, held
 from mqbridge.loop.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
+from mqbridge.outbound.stations import Stations
 from mqbridge.source import QueueShared, Source, SourceContext
-from mqbridge.stations import Stations
 from mqbridge.supervision.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.supervision.decision import Decision, decide
 from mqbridge.supervision.guard import MemoryGuard
+from mqbridge.tracing.backout_log import BackoutLog
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, ListenerConfig

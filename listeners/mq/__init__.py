@@ -26,8 +26,8 @@ from mqbridge.listeners.mq.source import MqSource
 
 if TYPE_CHECKING:
     from mqbridge.backlog import ProbeFactory
-    from mqbridge.redrive import Redrive
-    from mqbridge.replay import ReplayTargetFactory
+    from mqbridge.resend.redrive import Redrive
+    from mqbridge.resend.replay import ReplayTargetFactory
 
 
 def _backlog() -> ProbeFactory:

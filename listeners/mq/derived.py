@@ -1,4 +1,4 @@
-"""Derived messages (`mqbridge.outbox`) on IBM MQ: what a listener's preprocessors emitted for the
+"""Derived messages (`mqbridge.outbound.outbox`) on IBM MQ: what a listener's preprocessors emitted for the
 landed messages of a unit of work, put under syncpoint to queues of the connected queue manager,
 so that MQCMIT removes the messages and makes their derived messages visible at once.
 
@@ -17,7 +17,7 @@ from typing import Any
 from mqbridge.errors import SourceError
 from mqbridge.listeners.mq.driver import is_connection_loss, quietly, wrap
 from mqbridge.listeners.mq.poison import SyncpointPutter
-from mqbridge.outbox import Derived
+from mqbridge.outbound.outbox import Derived
 from mqbridge.source import Landed
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import logging
 import time
 from typing import Any
 
-from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError
 from mqbridge.listeners.mq.driver import MQRC_BACKED_OUT, is_connection_loss, is_warning, reason_of, wrap
@@ -20,6 +19,7 @@ from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message
 from mqbridge.records import InDoubtLog
 from mqbridge.source import Confirmations
+from mqbridge.tracing.backout_log import BackoutLog, MovedMessage
 
 log = logging.getLogger("mqbridge.listeners.mq.source")  # the adapter's logger: one name for its lines
 

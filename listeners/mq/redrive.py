@@ -30,7 +30,7 @@ from mqbridge.listeners.mq.mapping import moved_md, read_properties
 from mqbridge.listeners.mq.poison import REASON_PROPERTY, SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import utcnow
-from mqbridge.redrive import RedriveReport, RedriveRequest
+from mqbridge.resend.redrive import RedriveReport, RedriveRequest
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ The destination is opened for output once when the target is built: a queue the 
 not know (2085) is refused there, before anything is sent or recorded. With `--new-identity`
 (`renewal`) a row does not keep its MsgId (the queue manager gives a new one; the old one is in
 `mqbridge_replayed_message_id`) and the properties that are a reading bridge's identity get new
-values, the old ones kept in `mqbridge_replayed_NAME` (`mqbridge.replay.identities`).
+values, the old ones kept in `mqbridge_replayed_NAME` (`mqbridge.resend.replay.identities`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from mqbridge.listeners.mq.connect import connect_options, connect_qmgr
 from mqbridge.listeners.mq.driver import MQRC_NO_MSG_AVAILABLE, driver_errors, load_driver, reason_of
 from mqbridge.listeners.mq.mapping import MQMD_PREFIX
 from mqbridge.listeners.mq.poison import SyncpointPutter
-from mqbridge.replay.identities import AS_LANDED, REPLAYED_PREFIX, Delivered, Renewal, renew_headers
-from mqbridge.replay.rows import ReplayRow, provenance
+from mqbridge.resend.replay.identities import AS_LANDED, REPLAYED_PREFIX, Delivered, Renewal, renew_headers
+from mqbridge.resend.replay.rows import ReplayRow, provenance
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ queue that does not take the report (unknown, put-inhibited, full) makes it a de
 with an MQDLH naming the reply-to queue, as a queue manager does; if that fails too, the report is
 dropped with an error log: a report never blocks its unit of work. A reply-to the listener's
 `reply_to_allow` does not allow (default: any queue on the connected queue manager) gets no report:
-counted and logged once (`mqbridge.reply_to`), the message committed as if it had asked for none.
+counted and logged once (`mqbridge.outbound.reply_to`), the message committed as if it had asked for none.
 Confirm on arrival and on delivery (MQRO_COA, MQRO_COD) are the queue manager's own reports, not the
 bridge's.
 """
@@ -29,7 +29,7 @@ from mqbridge.listeners.mq.mapping import hex_id, pack_dlh, text
 from mqbridge.listeners.mq.poison import SyncpointPutter
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import utcnow
-from mqbridge.reply_to import ReplyAllowList
+from mqbridge.outbound.reply_to import ReplyAllowList
 from mqbridge.source import Confirmations
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ _MQMI_NONE = b"\0" * 24
 
 class ReportSender(SyncpointPutter):
     """Puts PAN and NAN report messages for the messages of one input queue under syncpoint, to
-    the reply-to queues `allow` allows (`mqbridge.reply_to`; None: the connected queue manager's)."""
+    the reply-to queues `allow` allows (`mqbridge.outbound.reply_to`; None: the connected queue manager's)."""
 
     def __init__(self, driver: Any, errors: tuple[type[BaseException], ...], *, queue: str, qmgr_name: str,
                  appl_name: str, allow: ReplyAllowList | None = None) -> None:

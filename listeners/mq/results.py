@@ -1,4 +1,4 @@
-"""Results for intermediate stations on IBM MQ (`[types.X] results_to`, `mqbridge.stations`): a
+"""Results for intermediate stations on IBM MQ (`[types.X] results_to`, `mqbridge.outbound.stations`): a
 message of one input queue that landed or was moved gets its result put to its type's `results_to`
 queue on the connected queue manager, under syncpoint, in the unit of work that removes it.
 
@@ -24,8 +24,8 @@ from mqbridge.listeners.mq.mapping import pack_dlh
 from mqbridge.listeners.mq.reports import ReportSender
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, utcnow
+from mqbridge.outbound.stations import Stations
 from mqbridge.source import Confirmations
-from mqbridge.stations import Stations
 
 log = logging.getLogger(__name__)
 

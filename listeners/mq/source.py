@@ -35,7 +35,6 @@ from types import ModuleType
 from typing import Any
 
 from mqbridge import failpoints
-from mqbridge.backout_log import BackoutLog
 from mqbridge.config import ListenerConfig, MqSourceConfig
 from mqbridge.errors import (
     ConfigError,
@@ -69,10 +68,11 @@ from mqbridge.listeners.mq.results import StationSender
 from mqbridge.listeners.mq.subscribe import close_subscription, open_subscription
 from mqbridge.listeners.mq.unit import UnitSlot
 from mqbridge.message import Message, put_date_of, utcnow
+from mqbridge.outbound.reply_to import ReplyAllowList
+from mqbridge.outbound.stations import Stations
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
-from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
-from mqbridge.stations import Stations
+from mqbridge.tracing.backout_log import BackoutLog
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class MqSource(UnitEnding):
             self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager, appl_name=appl_name,
             stations=stations, source=name)
         self._derived = DerivedPutter(self._driver, self._errors, queue=destination, qmgr_name=config.queue_manager,
-                                      appl_name=appl_name)  # the preprocessors' outbox (`mqbridge.outbox`)
+                                      appl_name=appl_name)  # the preprocessors' outbox (`mqbridge.outbound.outbox`)
         self._unit_reports = Confirmations()  # reports put in the open unit of work
         self._committed_reports = Confirmations()  # reports of committed units, not yet returned by commit
         self._nan_seen = False  # a message of this queue asked for MQRO_NAN: units keep room for its report
@@ -378,7 +378,7 @@ class MqSource(UnitEnding):
                 self._uncommitted += self._reports.send(self._qmgr, slot, MQRO_PAN, where, self.dead_letter_queue,
                                                         self._unit_reports)
             self._to_station(slot, item.message, where, item.bulk_id)
-        derived = self._derived.put(self._qmgr, landed)  # the preprocessors' outbox (`mqbridge.outbox`)
+        derived = self._derived.put(self._qmgr, landed)  # the preprocessors' outbox (`mqbridge.outbound.outbox`)
         self._uncommitted += derived
         if self._unit_reports.sent or self._unit_reports.rerouted or self._unit_reports.to_stations or derived:
             failpoints.hit("after_results_put")

@@ -52,10 +52,10 @@ from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.mapping import backout_headers, requeue_headers, result_of
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
+from mqbridge.outbound.reply_to import ReplyAllowList
+from mqbridge.outbound.stations import Stations
 from mqbridge.records import DeliveryTracker, InDoubtLog
-from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed
-from mqbridge.stations import Stations
 
 #: RabbitMQ: how many SENDs about one message may end with the connection closed without a reason
 #: before the broker is taken to refuse it (a full queue with `overflow = reject-publish`).
@@ -64,7 +64,7 @@ DROPS_BEFORE_REFUSED = 3
 
 @dataclass(frozen=True)
 class StationSend:
-    """A result SENT to a type's `results_to` (`mqbridge.stations`)."""
+    """A result SENT to a type's `results_to` (`mqbridge.outbound.stations`)."""
 
     message: Message
     destination: str
@@ -72,7 +72,7 @@ class StationSend:
 
 @dataclass(frozen=True)
 class DerivedSend:
-    """A message a preprocessor derived from `message` (`mqbridge.outbox`), SENT to `destination`."""
+    """A message a preprocessor derived from `message` (`mqbridge.outbound.outbox`), SENT to `destination`."""
 
     message: Message
     destination: str
@@ -204,7 +204,7 @@ class Transaction:
     def send_station_results(self, plan: CommitPlan, landed: Sequence[Landed], confirmed: Confirmations,
                              stations: Stations, messages: Sequence[Message]) -> None:
         """SEND a result of each of `messages` that is landed or moved and whose type has a
-        `results_to`, persistent (`mqbridge.stations`): in the commit's transaction, or on RabbitMQ
+        `results_to`, persistent (`mqbridge.outbound.stations`): in the commit's transaction, or on RabbitMQ
         confirmed before the ACK (sent twice if the bridge dies in between); with `receipted` on
         another broker (which could commit them atomically) it is counted as failed instead."""
         where = {item.message.msg_id: item for item in landed}
@@ -233,7 +233,7 @@ class Transaction:
             confirmed.to_stations += 1
 
     def send_derived(self, landed: Sequence[Landed]) -> int:
-        """SEND what the preprocessors emitted for each landed message (`mqbridge.outbox`), persistent
+        """SEND what the preprocessors emitted for each landed message (`mqbridge.outbound.outbox`), persistent
         unless its headers say otherwise; the number sent. A SEND the broker refuses halts the listener
         (BackoutFailedError; the unit comes back) rather than drop or loop."""
         sent = 0

@@ -53,7 +53,7 @@ from mqbridge.listeners.stomp.frames import one_line
 from mqbridge.listeners.stomp.mapping import REQUEUE_COUNT, REQUEUE_ID, REQUEUE_TIMESTAMP
 from mqbridge.listeners.stomp.publish import ConfirmedSender, Outgoing
 from mqbridge.message import utcnow
-from mqbridge.redrive import RedriveReport, RedriveRequest
+from mqbridge.resend.redrive import RedriveReport, RedriveRequest
 
 #: Headers of the backout message that are frame plumbing or set anew by the broker on SEND.
 _DROPPED = {"message-id", "destination", "timestamp", "ack", "subscription", "content-length", "redelivered",

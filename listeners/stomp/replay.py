@@ -43,7 +43,7 @@ tests/integration/test_replay_destinations.py.
 
 With `--new-identity` (`renewal`) the headers that are the identity of a bridge reading the
 destination get new values, the old ones kept in `mqbridge-replayed-NAME`
-(`mqbridge.replay.identities`).
+(`mqbridge.resend.replay.identities`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from mqbridge.config import SourceConfig, StompSourceConfig
 from mqbridge.errors import ConfigError, PartlySentError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp.connection import Connection
 from mqbridge.listeners.stomp.publish import ConfirmedSender, Outgoing, Sent
-from mqbridge.replay.identities import AS_LANDED, REPLAYED_PREFIX, Delivered, Renewal, renew_headers
-from mqbridge.replay.rows import ReplayRow, provenance
+from mqbridge.resend.replay.identities import AS_LANDED, REPLAYED_PREFIX, Delivered, Renewal, renew_headers
+from mqbridge.resend.replay.rows import ReplayRow, provenance
 
 MARKER_HEADER = "mqbridge-replay-batch"
 #: Headers of a landed row not sent again: frame plumbing, and `expires` (an absolute time that has

@@ -56,7 +56,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.config import StompSourceConfig, ids_per_delivery
 from mqbridge.counters import Counters
 from mqbridge.errors import BackoutFailedError, SourceConnectionError, SourceError
@@ -66,11 +65,12 @@ from mqbridge.listeners.stomp.frames import install_fast_header_parsing
 from mqbridge.listeners.stomp.mapping import REQUEUE_ID, content_key, to_message
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
+from mqbridge.outbound.reply_to import ReplyAllowList
+from mqbridge.outbound.stations import Stations
 from mqbridge.put_time import timestamp_unit
 from mqbridge.records import DeliveryTracker, InDoubtLog
-from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import BackoutMove, Confirmations, Landed, SourceContext
-from mqbridge.stations import Stations
+from mqbridge.tracing.backout_log import BackoutLog
 
 install_fast_header_parsing()  # every frame this process reads: same result, less CPU
 
@@ -125,7 +125,8 @@ class StompSource:
         self.unconfirmable = unconfirmable if unconfirmable is not None else InDoubtLog()
         # Where those results may go (`reply_to_allow`; default: any destination of this broker).
         self.reply_allow = reply_allow if reply_allow is not None else ReplyAllowList(None, listener=name)
-        self.stations = stations  # `[types.X] results_to`: each final result is also sent there (mqbridge.stations)
+        # `[types.X] results_to`: each final result is also sent there (mqbridge.outbound.stations)
+        self.stations = stations
         # Where landed redeliveries that may be duplicates are counted (identity msg_id on RabbitMQ), or None.
         self.counters = counters
         self.labels = dict(labels or {"listener": f"{name}:{destination}", "queue": destination})
@@ -261,7 +262,7 @@ class StompSource:
             tx.send_copies(plan, self.tracker)  # the unit's last ACK removes all of it
         tx.send_moves(plan, unit.messages)
         self._send_results(tx, plan, landed, confirmed, unit.messages)
-        tx.send_derived(landed)  # the preprocessors' outbox: only for landed messages (`mqbridge.outbox`)
+        tx.send_derived(landed)  # the preprocessors' outbox: only for landed messages (`mqbridge.outbound.outbox`)
         if self.cumulative and self.ids_per_delivery:
             tx.finish_in_runs(plan)  # RabbitMQ: ACK and NACK each run, no copy
             return

@@ -1,5 +1,6 @@
 """Fixtures of the integration tests: a bridge with its monitoring server (the real local Spark,
-`spark`, is tests/conftest.py's)."""
+`spark`, is tests/conftest.py's), and the S3-compatible server and the HDFS of the tests of warehouses
+on object stores (tests/support/object_stores.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from mqbridge.app import build_app
 from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.supervision.supervisor import Bridge
 from tests.support.bridge import RunningBridge
+from tests.support.object_stores import S3Server, running_hdfs_cluster, running_s3_server
 
 
 @pytest.fixture
@@ -35,3 +37,17 @@ def monitored(tmp_path: Path, spark: Any) -> Iterator[Any]:
         monitor.stop()
         if running.thread.is_alive():
             running.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """S3Proxy on http://127.0.0.1:9000 (scripts/s3.sh), started if not running (and then stopped at
+    the end): its endpoint, access key and secret; `s3_server.new_bucket()` gives a test a fresh bucket."""
+    yield from running_s3_server()
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster() -> Iterator[str]:
+    """`hdfs://127.0.0.1:9820` of Hadoop's mini cluster (scripts/hdfs.sh), started if not running
+    (and then stopped at the end)."""
+    yield from running_hdfs_cluster()

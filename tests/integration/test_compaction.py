@@ -14,10 +14,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mqbridge.compaction import Compaction, CompactionScheduler, Compactor
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import data_files
-from mqbridge.purge.swap import WORK
+from mqbridge.maintenance import Compaction, CompactionScheduler, Compactor
+from mqbridge.maintenance.engine.swap import WORK
 from tests.support.compaction import (
     T0,
     bulk_of,

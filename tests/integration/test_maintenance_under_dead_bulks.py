@@ -30,9 +30,9 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.landing.publication import recover
 from mqbridge.landing.tables import file_types
+from mqbridge.maintenance.engine.costs import CostModel
+from mqbridge.maintenance.purge import Designation, Purger
 from mqbridge.message import Bulk, Message
-from mqbridge.purge.costs import CostModel
-from mqbridge.purge.purger import Designation, Purger
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, free_port
 from tests.support.http import get

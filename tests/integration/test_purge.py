@@ -15,9 +15,9 @@ import pytest
 from mqbridge.counters import Counters
 from mqbridge.landing.containers import containers
 from mqbridge.landing.rows import LANDED_COLUMNS
-from mqbridge.purge.costs import CostModel
-from mqbridge.purge.purger import WORK, Designation, Purger
-from mqbridge.purge.schedule import PurgeScheduler, due
+from mqbridge.maintenance.engine.costs import CostModel
+from mqbridge.maintenance.engine.swap import WORK
+from mqbridge.maintenance.purge import Designation, Purger, PurgeScheduler, due
 from tests.support.processes import mqbridge
 from tests.support.purge import BULKS, ROWS, T0, land_container, purge_bridge
 

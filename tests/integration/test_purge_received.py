@@ -16,9 +16,9 @@ from mqbridge.counters import Counters
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
+from mqbridge.maintenance.engine.costs import CostModel
+from mqbridge.maintenance.purge import Designation, Purger
 from mqbridge.message import Bulk, Message
-from mqbridge.purge.costs import CostModel
-from mqbridge.purge.purger import Designation, Purger
 
 pytestmark = pytest.mark.integration
 

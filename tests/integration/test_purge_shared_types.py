@@ -28,8 +28,8 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
 from mqbridge.landing.schema_check import check_schemas, read_container
 from mqbridge.landing.tables import file_types
+from mqbridge.maintenance.engine.swap import fresh_name, record_purge
 from mqbridge.message import Bulk, Message
-from mqbridge.purge.swap import fresh_name, record_purge
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.processes import mqbridge
 from tests.support.purge import purge_bridge

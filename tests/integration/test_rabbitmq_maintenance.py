@@ -26,7 +26,7 @@ import pytest
 
 from mqbridge.config import StompSourceConfig, load_config
 from mqbridge.errors import PartlySentError
-from mqbridge.replay import ReplayLedger, ReplayRow, replay, replay_target
+from mqbridge.resend.replay import ReplayLedger, ReplayRow, replay, replay_target
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit
 from tests.support.processes import mqbridge, stomp_config
 from tests.support.rabbit_plain import (

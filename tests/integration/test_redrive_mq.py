@@ -16,7 +16,7 @@ import pytest
 
 from mqbridge.config import load_config
 from mqbridge.listeners.mq.replay import MqReplayTarget
-from mqbridge.replay import ReplayLedger, Selection, read_rows, replay
+from mqbridge.resend.replay import ReplayLedger, Selection, read_rows, replay
 from tests.support.bridge import read_table
 from tests.support.exactly_once import account, bodies
 from tests.support.fakes import pymqi_fake

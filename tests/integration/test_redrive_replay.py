@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mqbridge.config import load_config
-from mqbridge.replay import ReplayLedger, ReplayReport, Selection, read_rows, replay, replay_target
+from mqbridge.resend.replay import ReplayLedger, ReplayReport, Selection, read_rows, replay, replay_target
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import read_table
 from tests.support.exactly_once import account, bodies

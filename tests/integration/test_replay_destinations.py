@@ -36,7 +36,7 @@ from mqbridge.landing.arrow_writer import write_bulk
 from mqbridge.landing.rows import arrow_table
 from mqbridge.listeners.stomp.replay import StompReplayTarget
 from mqbridge.message import Bulk, Message
-from mqbridge.replay import REPLAY_LEDGER_FILE
+from mqbridge.resend.replay import REPLAY_LEDGER_FILE
 from tests.support.exactly_once import RABBIT_SOURCE, Rabbit
 from tests.support.processes import mqbridge, stomp_config
 

@@ -1,4 +1,4 @@
-"""What a replay reads (`mqbridge.replay.read_rows`) through the real local Spark session: the rows
+"""What a replay reads (`mqbridge.resend.replay.read_rows`) through the real local Spark session: the rows
 a selection designates, oldest `put_timestamp` first across files and days, byte-exact, each with a
 key of its own (two rows of one bulk with one message id too)."""
 
@@ -13,7 +13,7 @@ import pytest
 from mqbridge.landing.arrow_writer import write_bulk
 from mqbridge.landing.rows import arrow_table
 from mqbridge.message import Bulk, Message
-from mqbridge.replay import Selection, read_rows
+from mqbridge.resend.replay import Selection, read_rows
 
 pytestmark = pytest.mark.integration
 

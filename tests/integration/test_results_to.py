@@ -1,6 +1,6 @@
 """`[types.X] results_to` on the real ActiveMQ (and the fake IBM MQ queue manager): every final result
 of the type — landed or moved — also reaches the station's destination, sent in the unit of work that
-removes the message, exactly once whatever kills the bridge on the way (`mqbridge.stations`); on
+removes the message, exactly once whatever kills the bridge on the way (`mqbridge.outbound.stations`); on
 RabbitMQ, a station the broker refuses halts the listener and leaves the message on its queue."""
 
 from __future__ import annotations

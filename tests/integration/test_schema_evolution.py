@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from mqbridge.compaction.compactor import Compactor
 from mqbridge.config import TypeConfig, parse_config
 from mqbridge.config.ddl import ddl_schema
 from mqbridge.errors import ConfigError
@@ -24,8 +23,9 @@ from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.schema_check import check_schemas, file_schema, table_schemas
 from mqbridge.lint import lint_text
 from mqbridge.lint.findings import KeyLines
+from mqbridge.maintenance.compaction.compactor import Compactor
+from mqbridge.maintenance.engine.costs import CostModel
 from mqbridge.message import Bulk, Message
-from mqbridge.purge.costs import CostModel
 from tests.support.configs import typed_orders
 
 pytestmark = pytest.mark.integration

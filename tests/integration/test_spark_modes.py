@@ -89,7 +89,7 @@ def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Pat
     config, url = outage_config(tmp_path, q, batch=100, spark=f'remote = "{connect_server.url}"')
     run = start(config)
     try:
-        # When the server is stopped (sbin/stop-connect-server.sh) once the first bulks are committed
+        # When the server is stopped (spark-daemon.sh stop) once the first bulks are committed
         wait_until(lambda: committed(url) >= 500, 180, "the first 500 commits")
         connect_server.stop()
         # ... the sink's breaker opens, and every listener settles the unit it held and pauses (from

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.config import StompSourceConfig
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceRefusedError
 from mqbridge.listeners.stomp import StompSource
 from mqbridge.records import DeliveryTracker
 from mqbridge.source import BackoutMove
 from mqbridge.supervision.decision import Decision, decide
+from mqbridge.tracing.backout_log import BackoutLog
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import RABBIT_SOURCE, private_activemq
 from tests.support.processes import mqbridge, stomp_config

@@ -1,5 +1,5 @@
 """Spark servers of a test, started from pyspark's own scripts, as an operator would start them: a
-Spark Connect server (`sbin/start-connect-server.sh`) and a standalone cluster (`bin/spark-class`
+Spark Connect server (Spark's `spark-daemon.sh submit` of its server class) and a standalone cluster (`bin/spark-class`
 running a Master and a Worker). Each binds 127.0.0.1 on free ports, keeps its logs, pid files and
 scratch space under the directory it is given, and is stopped (or killed) by the test."""
 
@@ -46,6 +46,12 @@ def _spark_env(base: Path) -> dict[str, str]:
             "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
+#: The Spark Connect server's main class, run in the background by Spark's `spark-daemon.sh` (what
+#: `sbin/start-connect-server.sh` does; pyspark's wheel ships `spark-daemon.sh` but not that script).
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_CONNECT_DAEMON = ("bash", str(SPARK_HOME / "sbin" / "spark-daemon.sh"))
+
+
 class SparkConnectServer:
     """A Spark Connect server on 127.0.0.1 with a local[2] Spark behind it."""
 
@@ -76,7 +82,8 @@ class SparkConnectServer:
             wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                        f"mount -t tmpfs mqbridge-test {self.private_dir} && exec \"$@\"", "sh"]
         subprocess.run(
-            [*wrapper, str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--master", "local[2]",
+            [*wrapper, *_CONNECT_DAEMON, "submit", CONNECT_SERVER_CLASS, "1", "--name", "Spark Connect server",
+             "--master", "local[2]",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.ui.enabled=false",
@@ -89,7 +96,7 @@ class SparkConnectServer:
         _wait_for_port(self.port, open_=True, timeout=START_TIMEOUT, what="Spark Connect server", log=self._log())
 
     def stop(self) -> None:
-        subprocess.run([str(SPARK_HOME / "sbin" / "stop-connect-server.sh")], env=self.env, check=False,
+        subprocess.run([*_CONNECT_DAEMON, "stop", CONNECT_SERVER_CLASS, "1"], env=self.env, check=False,
                        stdout=subprocess.DEVNULL, timeout=120)
         _wait_for_port(self.port, open_=False, timeout=60, what="Spark Connect server", log=self._log())
 

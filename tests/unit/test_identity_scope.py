@@ -1,7 +1,7 @@
 """Which identities are scoped in the one ledger of a bridge, and what the lookups find, on a real
 SQLite ledger: producer-given ids of two queues are two messages; a message an earlier version
 landed unscoped is still recognised after the upgrade; `mqbridge where` finds scoped landings by
-the id the producer knows (`mqbridge.identity`, `mqbridge.loop.dedupe`, `mqbridge.where`)."""
+the id the producer knows (`mqbridge.identity`, `mqbridge.loop.dedupe`, `mqbridge.tracing.where`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mqbridge.loop.dedupe import landed_before, landed_where, repeated_in_unit
 from mqbridge.loop.preprocess import PlainChain
 from mqbridge.message import Message
 from mqbridge.source import BackoutMove
-from mqbridge.where import Locator
+from mqbridge.tracing.where import Locator
 from tests.support.memory import memory_config
 from tests.support.undo import Listening, StubExecutor, StubLedger
 
@@ -92,7 +92,7 @@ def test_a_message_without_its_header_is_moved_and_the_others_are_still_looked_u
 def test_where_finds_a_scoped_landing_by_the_producers_id(ledger: SqliteLedger) -> None:
     cfg, _ = memory_config(extra=f'identity = "{RULE}"')
     land(ledger, "b1", [scoped("o-42", "mem:orders")])
-    doc = Locator(cfg, ledger=ledger).locate("o-42")
+    doc = Locator(cfg.listeners, cfg.bridge.dedupe_window, ledger=ledger).locate("o-42")
     assert doc["state"] == "landed" and doc["landed"]["bulk"] == "b1"
     assert answers_to("mem:orders|o-42", "o-42") and answers_to("o-42", "o-42")
     assert not answers_to("mem:orders|o-421", "o-42") and not answers_to(None, "o-42")

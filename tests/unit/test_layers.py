@@ -22,12 +22,20 @@ FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocesso
 #: They hand bulks to executors they are given and know nothing of how they land.
 STAGES = ("mqbridge.loop", "mqbridge.bulks", "mqbridge.supervision")
 #: What the rest of core builds on besides the stages: the maintenance and landing side.
-SINKS = ("mqbridge.landing", "mqbridge.purge", "mqbridge.compaction", "mqbridge.monitoring")
+SINKS = ("mqbridge.landing", "mqbridge.maintenance", "mqbridge.monitoring")
+#: Maintenance: a rewrite engine, and the policies that decide what it rewrites (siblings).
+ENGINE = "mqbridge.maintenance.engine"
+POLICIES = ("mqbridge.maintenance.purge", "mqbridge.maintenance.compaction")
+#: The modules of `maintenance/` that ask both policies (`mqbridge compact`, `[compaction] interval`).
+BOTH_POLICIES = ("mqbridge.maintenance.rounds", "mqbridge.maintenance.compaction_scheduler")
 #: The modules at the top of `bridge/`: the vocabulary every stage speaks, the composition root and
 #: the command line. A module that is none of these belongs in a package.
-TOP = ("__init__", "__main__", "app", "backout_log", "cli", "counters", "drivers", "errors", "failpoints", "gate",
-       "identity", "logsetup", "message", "observer", "outbox", "put_time", "records", "redrive",
-       "reply_to", "source", "stations", "strict_modes", "where")
+TOP = ("__init__", "__main__", "app", "cli", "counters", "drivers", "errors", "failpoints", "gate", "identity",
+       "logsetup", "message", "observer", "put_time", "records", "source", "strict_modes")
+#: Beside the stages, used by them and by the adapters: what leaves with a commit (results, derived
+#: messages), where a message went (the record of moves, `mqbridge where`), and what an operator sends
+#: to a queue again (re-drive, replay). They read what the stages expose and import none of them.
+BESIDE = ("mqbridge.outbound", "mqbridge.tracing", "mqbridge.resend")
 ADAPTERS = ("mqbridge.listeners", "mqbridge.preprocessors", "mqbridge.service")
 
 
@@ -73,10 +81,17 @@ def _violations(importers: tuple[str, ...] | str, forbidden: tuple[str, ...] | s
     *((sink, STAGES, "landing, maintenance and monitoring are called by the message path, never the other way "
        "round") for sink in SINKS),
     (STAGES, SINKS, "the message path is handed executors and observers by the composition root (app)"),
+    *((beside, STAGES, "the stages use these; what they need of a stage is handed to them (Bridge.holding)")
+      for beside in BESIDE),
     ("mqbridge.loop", "mqbridge.supervision", "a unit of work knows nothing of who runs its thread"),
     ("mqbridge.bulks", ("mqbridge.loop", "mqbridge.supervision"), "the collector serves units, it does not drive them"),
-    ("mqbridge.landing", ("mqbridge.purge", "mqbridge.monitoring"), "purge builds on landing, not the reverse"),
-    ("mqbridge.monitoring", ("mqbridge.landing", "mqbridge.purge"), "monitoring knows counters, not sinks"),
+    ("mqbridge.landing", ("mqbridge.maintenance", "mqbridge.monitoring"),
+     "maintenance builds on landing, not the reverse"),
+    ("mqbridge.monitoring", ("mqbridge.landing", "mqbridge.maintenance"), "monitoring knows counters, not sinks"),
+    (ENGINE, (*POLICIES, *BOTH_POLICIES), "policies decide what; the engine rewrites whatever it is asked to"),
+    (POLICIES[0], POLICIES[1:], "sibling policies over one engine: what both use is the engine's"),
+    (POLICIES[1], POLICIES[:1], "sibling policies over one engine: what both use is the engine's"),
+    ((ENGINE, *POLICIES), BOTH_POLICIES, "the rounds that ask both policies build on them, not the reverse"),
 ])
 def test_a_layer_imports_nothing_above_it(importers: tuple[str, ...] | str, forbidden: tuple[str, ...] | str,
                                          why: str) -> None:
@@ -120,6 +135,8 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "mqbridge.landing.executor" in graph and "mqbridge.landing.session" in graph["mqbridge.landing.executor"]
     assert "mqbridge.failpoints" in graph["mqbridge.landing.landing"]
     assert _violations("mqbridge.app", STAGES), "the composition root imports the message path"
+    assert _violations(BOTH_POLICIES, POLICIES[:1]) and _violations(BOTH_POLICIES, POLICIES[1:]), \
+        "the rounds of `mqbridge compact` ask both policies"
 
 
 def test_no_test_module_imports_another() -> None:

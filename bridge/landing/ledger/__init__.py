@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mqbridge.errors import LedgerError, LedgerUnavailableError
-from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk
+from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk, TableTransaction
 from mqbridge.landing.ledger.owners import owner_alive, owner_id, this_host
 from mqbridge.landing.ledger.sqlite import SqliteLedger, ledger_path
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
 
-__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "SqliteLedger", "ledger_path",
+__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "TableTransaction", "SqliteLedger", "ledger_path",
            "open_ledger", "open_ledger_for_reading", "owner_alive", "owner_id", "this_host"]
 
 

@@ -50,10 +50,22 @@ PRUNE_BATCH_BULKS = 50
 
 # -- records ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class TableTransaction:
+    """How a table format that commits by its own transaction (Delta Lake) recognises one bulk's
+    commit: the writer's application id and a version, which the table's log keeps for every commit
+    that carries them (Delta's `txnAppId` / `txnVersion`). Recorded by `Ledger.prepare` before the
+    write, so that recovery asks the table whether that version committed instead of moving files."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
 class PreparedBulk:
     """A bulk recorded as prepared: its files are staged, none or some already published.
 
-    `files` holds the (staged path, final path) pairs given to `Ledger.prepare`, absolute.
+    `files` holds the (staged path, final path) pairs given to `Ledger.prepare`, absolute; a bulk
+    committed by its table's own transaction has none and its `transaction` instead.
     """
 
     bulk_id: str
@@ -62,6 +74,7 @@ class PreparedBulk:
     owner: str
     prepared_at: float
     identities: int
+    transaction: TableTransaction | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,7 @@ class PublishedBulk:
     table: str
     files: tuple[tuple[str, str], ...]
     published_at: float
+    transaction: TableTransaction | None = None
 
 
 # -- the ledger -------------------------------------------------------------------------------
@@ -248,11 +262,12 @@ class Ledger(ABC):
         with self._read_concurrently() as db:
             row = self._execute(db, f"SELECT b.bulk_id, b.table_name, b.moves, b.published_at {self.HOLDING}",
                                 (self._identities_parameter([identity]), "published")).fetchone()
-        return PublishedBulk(row[0], row[1], _moves(row[2]), row[3]) if row is not None else None
+        return PublishedBulk(row[0], row[1], _files(row[2]), row[3], _transaction(row[2])) if row is not None else None
 
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
-                identities: Sequence[str]) -> None:
-        """Record `bulk_id` as prepared, with its file moves and identities, in one transaction.
+                identities: Sequence[str], *, transaction: TableTransaction | None = None) -> None:
+        """Record `bulk_id` as prepared, with its file moves (or, for a table that commits by its
+        own transaction, that `transaction`) and identities, in one transaction.
         Raises DuplicateIdentityError (and records nothing) if a published bulk holds any of the
         identities."""
         unique = list(dict.fromkeys(identities))
@@ -264,11 +279,26 @@ class Ledger(ABC):
                                              f"(e.g. {taken[0]!r})", taken)
             self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
                           "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
-                          (bulk_id, table, json.dumps([list(m) for m in moves]), self.owner, time.time(),
-                           len(unique)))
+                          (bulk_id, table, _record(moves, transaction), self.owner, time.time(), len(unique)))
             self._execute(db, self.INSERT_IDENTITIES, (bulk_id, self._identities_parameter(unique)))
             self._add_counts(db, identities=len(unique), prepared=1)
             self._touch_owner(db)
+
+    def adopt(self, bulk_id: str, table: str, identities: Sequence[str], published_at: float) -> bool:
+        """Record `bulk_id`, found in `table` with these identities, as published at `published_at`
+        (a ledger rebuilt from the tables, `mqbridge.landing.delta_ledger`); False, and nothing
+        recorded, when the ledger already holds that bulk."""
+        unique = list(dict.fromkeys(identities))
+        with self._write() as db:
+            if self._execute(db, "SELECT 1 FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone() is not None:
+                return False
+            self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, published_at, "
+                          "identities) VALUES (?, ?, ?, ?, 'published', ?, ?, ?)",
+                          (bulk_id, table, json.dumps({"rebuilt": table}), self.owner, published_at, published_at,
+                           len(unique)))
+            self._execute(db, self.INSERT_IDENTITIES, (bulk_id, self._identities_parameter(unique)))
+            self._add_counts(db, identities=len(unique), published=1)
+        return True
 
     def _add_counts(self, db: Any, *, identities: int = 0, prepared: int = 0, published: int = 0) -> None:
         """Move the counters of `COUNTERS` by these amounts, in the caller's write transaction."""
@@ -281,7 +311,7 @@ class Ledger(ABC):
             for bulk_id, table, moves, owner, prepared_at, count in self._execute(
                     db, f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
                     f"{self.HOLDING}", (self._identities_parameter(identities), "prepared")):
-                found[bulk_id] = PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+                found[bulk_id] = _prepared(bulk_id, table, moves, owner, prepared_at, count)
         return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
     def mark_published(self, bulk_id: str) -> None:
@@ -310,7 +340,7 @@ class Ledger(ABC):
         with self._read() as db:
             rows = db.execute("SELECT bulk_id, table_name, moves, owner, prepared_at, identities FROM bulks "
                               "WHERE state = 'prepared' ORDER BY prepared_at, bulk_id").fetchall()
-        return [PreparedBulk(bulk_id, table, _moves(moves), owner, prepared_at, count)
+        return [_prepared(bulk_id, table, moves, owner, prepared_at, count)
                 for bulk_id, table, moves, owner, prepared_at, count in rows]
 
     def state_of(self, bulk_id: str) -> str | None:
@@ -332,7 +362,8 @@ class Ledger(ABC):
         with self._read() as db:
             rows = db.execute("SELECT bulk_id, table_name, moves, published_at FROM bulks "
                               "WHERE state = 'published' ORDER BY published_at, bulk_id").fetchall()
-        return [PublishedBulk(bulk_id, table, _moves(moves), at) for bulk_id, table, moves, at in rows]
+        return [PublishedBulk(bulk_id, table, _files(moves), at, _transaction(moves))
+                for bulk_id, table, moves, at in rows]
 
     def identities_of(self, bulk_id: str) -> list[str]:
         """The identities recorded for `bulk_id`."""
@@ -424,5 +455,27 @@ class Ledger(ABC):
             self._db.close()
 
 
-def _moves(text: str) -> tuple[tuple[str, str], ...]:
-    return tuple((staged, final) for staged, final in json.loads(text))
+def _record(moves: Sequence[tuple[str, str]], transaction: TableTransaction | None) -> str:
+    """The `moves` column of a bulk: a JSON list of [staged path, final path], or for a bulk that its
+    table commits by its own transaction a JSON object {"transaction": [app id, version]}."""
+    if transaction is not None:
+        return json.dumps({"transaction": [transaction.app_id, transaction.version]})
+    return json.dumps([list(m) for m in moves])
+
+
+def _files(text: str) -> tuple[tuple[str, str], ...]:
+    """The file moves of a `moves` column (none for a transaction)."""
+    value = json.loads(text)
+    return () if isinstance(value, dict) else tuple((staged, final) for staged, final in value)
+
+
+def _transaction(text: str) -> TableTransaction | None:
+    value = json.loads(text)
+    if isinstance(value, dict) and "transaction" in value:
+        app_id, version = value["transaction"]
+        return TableTransaction(str(app_id), int(version))
+    return None
+
+
+def _prepared(bulk_id: str, table: str, moves: str, owner: str, prepared_at: float, count: int) -> PreparedBulk:
+    return PreparedBulk(bulk_id, table, _files(moves), owner, prepared_at, count, _transaction(moves))

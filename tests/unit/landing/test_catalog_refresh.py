@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mqbridge.compaction.compactor import Compactor
 from mqbridge.landing.catalog import CatalogRegistrar
-from mqbridge.purge.costs import CostModel
-from mqbridge.purge.purger import Designation, Purger
+from mqbridge.maintenance.compaction.compactor import Compactor
+from mqbridge.maintenance.engine.costs import CostModel
+from mqbridge.maintenance.purge import Designation, Purger
 
 DAY1, DAY2 = "2024-05-01", "2024-05-02"
 

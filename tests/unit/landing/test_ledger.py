@@ -24,8 +24,8 @@ from mqbridge.errors import (
 from mqbridge.identity import identity_of
 from mqbridge.landing.ledger import Ledger, SqliteLedger, ledger_path, owner_alive, owner_id
 from mqbridge.landing.ledger.sqlite import _HOLDING
+from mqbridge.maintenance.engine.swap import purge_history, record_purge
 from mqbridge.message import Message
-from mqbridge.purge.purger import purge_history, record_purge
 from tests.support.ledger import dead_owner, ledger_config, parquet_of_rows, restarted_owner
 
 MOVES = [("/t/_staging/o/b1/put_date=2024-01-01/part-0.parquet", "/t/put_date=2024-01-01/part-b1-00000.parquet")]

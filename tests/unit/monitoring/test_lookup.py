@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from mqbridge.app import App, build_app
-from mqbridge.backout_log import BackoutLog, MovedMessage
 from mqbridge.cli import main
 from mqbridge.config import parse_config
 from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
 from mqbridge.loop.in_flight import Held
 from mqbridge.message import Message
 from mqbridge.monitoring.lookup import NEEDS_TOKEN
-from mqbridge.where import Locator
+from mqbridge.tracing.backout_log import BackoutLog, MovedMessage
+from mqbridge.tracing.where import Locator
 from tests.support.configs import orders_config
 from tests.support.exactly_once import free_port
 from tests.support.http import fetch
@@ -158,7 +158,8 @@ def test_the_running_bridge_answers_and_says_so(tmp_path: Path, endpoint: Callab
     # In flight: which listener thread, unit, bulk, since when (the bridge's holding, here given)
     message = Message("ID:9", b"{}", "amq", "/queue/orders", message_type="orders", identity="ID:9")
     held = Held(message, "amq:/queue/orders#1", "pending", "orders-1a2b3c4d-00000007", "writing")
-    app.monitor.locate = Locator(app.config, holding=lambda key: [held] if key == "ID:9" else []).locate
+    app.monitor.locate = Locator(app.config.listeners, app.config.bridge.dedupe_window,
+                                 holding=lambda key: [held] if key == "ID:9" else []).locate
     code, out, _ = where(capsys, "--url", url, "--token-file", str(token_file), "ID:9")
     assert code == 4 and "ID:9 is IN FLIGHT" in out
     assert "listener   amq:/queue/orders#1 (unit pending)" in out

@@ -1,4 +1,4 @@
-"""Derived messages (`mqbridge.outbox`) on IBM MQ against the fake queue manager: put under syncpoint
+"""Derived messages (`mqbridge.outbound.outbox`) on IBM MQ against the fake queue manager: put under syncpoint
 with the commit that removes their message (visible only after MQCMIT, gone with a backout), their
 headers as message properties; a queue that refuses one fails the commit and nothing is removed."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from mqbridge.errors import SourceError
 from mqbridge.listeners.mq import MqSource
-from mqbridge.outbox import Derived
+from mqbridge.outbound.outbox import Derived
 from mqbridge.source import Landed
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from mqbridge.backout_log import BackoutLog
 from mqbridge.errors import BackoutFailedError, InDoubtError, SourceConnectionError, SourceQuiescingError
 from mqbridge.listeners.mq import MqSource
 from mqbridge.listeners.mq.mapping import unpack_dlh
 from mqbridge.records import InDoubtLog
 from mqbridge.source import BackoutMove
+from mqbridge.tracing.backout_log import BackoutLog
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_testing import DLQ, make_source, receive_n
 

@@ -13,8 +13,8 @@ import pytest
 from mqbridge.errors import BackoutFailedError
 from mqbridge.listeners.mq import MqSource
 from mqbridge.listeners.mq.mapping import unpack_dlh
+from mqbridge.outbound.stations import Stations, type_of_bulk
 from mqbridge.source import BackoutMove, Landed
-from mqbridge.stations import Stations, type_of_bulk
 from tests.support.fakes import pymqi_fake
 from tests.support.fakes.mq_server import FakeQueueManagerServer
 from tests.support.fakes.mq_testing import DLQ, listener_config, receive_n, source_config

@@ -8,8 +8,8 @@ from typing import Any
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
+from mqbridge.outbound.reply_to import ReplyAllowList
 from mqbridge.records import DeliveryTracker, InDoubtLog
-from mqbridge.reply_to import ReplyAllowList
 from mqbridge.source import Confirmations, Landed
 from tests.unit.listeners.stomp.stubs import StubConnection
 

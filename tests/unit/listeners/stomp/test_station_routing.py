@@ -12,9 +12,9 @@ from typing import Any
 from mqbridge.listeners.stomp.commit import CommitPlan, Transaction
 from mqbridge.listeners.stomp.unit import Unit
 from mqbridge.message import Message
+from mqbridge.outbound.stations import Stations
 from mqbridge.records import DeliveryTracker, InDoubtLog
 from mqbridge.source import BackoutMove, Confirmations, Landed
-from mqbridge.stations import Stations
 from tests.unit.listeners.stomp.stubs import StubConnection
 
 

@@ -1,0 +1,212 @@
+"""Delta Lake tables: each bulk one commit of the table's own transaction log, exactly once by
+Delta's idempotent writes instead of the bridge's rename protocol.
+
+A bulk is staged as Parquet files under the table's `_staging` directory exactly as for a Parquet
+table (the same Spark job, the same checks of its rows), and then appended to the Delta table at
+`<warehouse>/<table>` by one more Spark job that reads the staged files: one Delta commit. The
+commit carries Delta's idempotent-write options, `txnAppId` (this bridge process, `app_id`) and
+`txnVersion` (a number per table that only grows, recorded in the ledger by `Ledger.prepare` before
+the write). Delta keeps the newest version of every app id in the table's log and *skips* a write
+whose version is not newer, so a commit retried after an error whose outcome was unknown (a lost
+Spark Connect session, a JVM that died after the commit) lands once.
+
+The protocol (`Landing.land_transaction`): stage and count the rows; `prepare` the bulk with its
+transaction; commit; `mark_published`; only then the source commits. After a crash the bulk is
+prepared, and whether it landed is the table's answer, not a file's existence (`settle`): the
+dead process's version is in the log (published) or it is not. When it is not, the bridge first
+*fences* it: an empty commit with that same app id and version. From then on a commit of that
+version by the dead process's writer that was still under way (a Spark Connect server or cluster
+finishing the job of a bridge that is gone) is skipped by Delta; which of the two came first is
+told by the commit's user metadata (the bulk id or the fence's mark). A bulk whose rows are not in
+the table is rolled back: its messages were never committed at the source and come again.
+
+Versions of one table are given and committed one after the other within a process (the caller
+holds the table's lock across both): a smaller version committed after a larger one would be
+skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mqbridge.config import TypeConfig
+from mqbridge.errors import ConfigError
+from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The jar set of `scripts/jars.sh` (under `[spark] jars_dir`) and the command that fetches it.
+JAR_SET = "delta"
+FETCH_COMMAND = "scripts/jars.sh delta"
+#: The jars the set must hold (prefixes of their file names).
+REQUIRED_JARS = ("delta-spark_", "delta-storage-")
+#: What a SparkSession needs to read and write Delta tables (besides the jars).
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+#: Settings a session writing Delta tables starts with unless `[spark] conf` sets them: Delta rebuilds a
+#: table's state from its log in this many tasks (50 by default: most of a small commit's time here).
+DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
+#: The user metadata of a fence's empty commit (`settle`), followed by the app id and version.
+FENCE_MARK = "mqbridge-fence"
+
+
+def table_format(config: TypeConfig, default: str) -> str:
+    """The table format of a type: its own `table_format`, else `[spark] table_format`."""
+    return config.table_format or default
+
+
+def delta_types(types: Mapping[str, TypeConfig], default: str) -> list[str]:
+    """The names of the types that land into Delta tables."""
+    return sorted(name for name, cfg in types.items() if table_format(cfg, default) == "delta")
+
+
+def jar_files(jars_dir: Path) -> list[Path]:
+    """The Delta Lake jars under `<jars_dir>/delta`. Raises ConfigError naming the command that
+    fetches them when the folder or one of the jars is missing (a start-up error, before any
+    listener connects)."""
+    folder = Path(jars_dir) / JAR_SET
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise ConfigError(f"[spark] table_format = \"delta\" needs the Delta Lake jars in {folder}, which lacks "
+                          f"{', '.join(p.rstrip('_-') for p in missing)}: run `{FETCH_COMMAND}` (or copy that folder "
+                          "from a host that ran it; `[spark] jars_dir` says where it is)")
+    return jars
+
+
+def session_conf(jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    """The Spark settings a session that writes Delta tables gets besides `conf` (`[spark] conf`,
+    which wins): the jars (added to any `spark.jars` of `conf`) and Delta's SQL extension and catalog."""
+    jars = [str(j) for j in jar_files(jars_dir)]
+    given = [j for j in conf.get("spark.jars", "").split(",") if j]
+    return {**SESSION_CONF, **DEFAULT_CONF, **conf, "spark.jars": ",".join([*given, *jars])}
+
+
+#: Why a Spark without Delta Lake on its class path cannot write a Delta type: an outage of its sink.
+MISSING_FROM_SPARK = (f"Spark cannot write Delta tables: Delta Lake is not on its class path (the bridge's own driver "
+                      f"gets the jars of `{FETCH_COMMAND}`; a Spark Connect server or cluster must be started with "
+                      "them, e.g. --jars and the spark.sql.extensions / spark.sql.catalog.spark_catalog settings "
+                      "of docs/spark-and-tables.md)")
+
+
+def missing_from_spark(exc: BaseException) -> bool:
+    """Whether `exc` says Spark has no Delta Lake data source (the jars or its extension missing)."""
+    text = str(exc)
+    return ("DATA_SOURCE_NOT_FOUND" in text and "delta" in text.lower()) or "DeltaSparkSessionExtension" in text \
+        or "io.delta" in text and "ClassNotFoundException" in text
+
+
+def app_id(owner: str) -> str:
+    """The Delta `txnAppId` of the bridge process `owner` ("host:pid:create_time"): one per process,
+    so that two bridges writing one table never skip each other's versions."""
+    return f"mqbridge:{owner}"
+
+
+class Versions:
+    """The next `txnVersion` of each table for this process: 1, 2, 3... (the app id is new with
+    every process, so nothing older can be in a table's log under it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
+
+    def next(self, table: str) -> int:
+        with self._lock:
+            self._last[table] = version = self._last.get(table, 0) + 1
+            return version
+
+
+def commit_staged(spark: SparkSession, staging: Path, table_path: Path | str, bulk_id: str,
+                  transaction: TableTransaction | None) -> None:
+    """Append the Parquet files staged under `staging` to the Delta table at `table_path` as one
+    commit, partitioned by put_date, its schema merged (a new column is added; a narrowing change
+    was refused before staging, `mqbridge.landing.schema_check`). With `transaction`, Delta skips
+    the write if that version of that app id already committed."""
+    frame = spark.read.option("basePath", str(staging)).parquet(str(staging))
+    writer = (frame.write.format("delta").mode("append").partitionBy("put_date")
+              .option("mergeSchema", "true").option("userMetadata", bulk_id))
+    if transaction is not None:
+        writer = writer.option("txnAppId", transaction.app_id).option("txnVersion", str(transaction.version))
+    writer.save(str(table_path))
+
+
+def committed_version(spark: SparkSession, table_path: Path | str, app: str) -> tuple[int, int | None]:
+    """(the table's current version, the newest `txnVersion` of `app` in its log or None); (-1, None)
+    when there is no Delta table at `table_path` yet. Read with Spark from the log's JSON commits and
+    checkpoint, which hold every app id's `txn` action."""
+    from pyspark.sql import functions as F
+
+    log_dir = f"{table_path}/_delta_log"
+    try:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path}` LIMIT 1").collect()
+    except Exception as exc:
+        if "DELTA_MISSING_DELTA_TABLE" in str(exc) or "is not a Delta table" in str(exc) \
+                or "PATH_NOT_FOUND" in str(exc):
+            return -1, None
+        raise
+    current = int(history[0]["version"]) if history else -1
+    found: int | None = None
+    for reader, pattern in (("json", "*.json"), ("parquet", "*.checkpoint*.parquet")):
+        try:
+            frame = spark.read.format(reader).load(f"{log_dir}/{pattern}")
+        except Exception as exc:  # no checkpoint yet
+            if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
+                continue
+            raise
+        if "txn" not in frame.columns:
+            continue
+        row = (frame.where(F.col("txn.appId") == app).agg(F.max("txn.version").alias("v")).collect())
+        if row and row[0]["v"] is not None:
+            found = max(found or 0, int(row[0]["v"]))
+    return current, found
+
+
+def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, table_path: Path | str) -> bool:
+    """Decide a prepared bulk of a dead process that its table commits by transaction (see the
+    module docstring): True when its rows are in the table (the bulk is then recorded published),
+    False when they are not (fenced, then forgotten: its messages land again when they come back)."""
+    transaction = bulk.transaction
+    if transaction is None:
+        raise ValueError(f"bulk {bulk.bulk_id} has no table transaction")
+    before, version = committed_version(spark, table_path, transaction.app_id)
+    if version is not None and version >= transaction.version:
+        ledger.mark_published(bulk.bulk_id)
+        return True
+    if before >= 0:
+        _fence(spark, table_path, transaction)
+        if _committed_by(spark, table_path, bulk.bulk_id, after=before):
+            ledger.mark_published(bulk.bulk_id)
+            return True
+    ledger.forget(bulk.bulk_id)
+    return False
+
+
+def _fence(spark: SparkSession, table_path: Path | str, transaction: TableTransaction) -> None:
+    """An empty commit with `transaction`'s app id and version: a later commit of that version by
+    the dead process's writer is skipped by Delta."""
+    schema = spark.read.format("delta").load(str(table_path)).schema
+    (spark.createDataFrame([], schema).write.format("delta").mode("append").partitionBy("put_date")
+     .option("txnAppId", transaction.app_id).option("txnVersion", str(transaction.version))
+     .option("userMetadata", f"{FENCE_MARK} {transaction.app_id} {transaction.version}")
+     .save(str(table_path)))
+
+
+def _committed_by(spark: SparkSession, table_path: Path | str, bulk_id: str, *, after: int) -> bool:
+    """Whether a commit newer than version `after` carries `bulk_id` as its user metadata."""
+    rows = spark.sql(f"DESCRIBE HISTORY delta.`{table_path}`").where(f"version > {int(after)}") \
+        .select("userMetadata").collect()
+    return any(row["userMetadata"] == bulk_id for row in rows)
+
+
+def prepared_of(bulks: Iterable[PreparedBulk]) -> list[PreparedBulk]:
+    """The bulks among `bulks` that their table commits by transaction."""
+    return [b for b in bulks if b.transaction is not None]

@@ -1,0 +1,198 @@
+"""Delta Lake tables (`[spark] table_format = "delta"`) on the real parts: `mqbridge run` with its own
+Spark driver and the Delta jars of `scripts/jars.sh delta`, on a real ActiveMQ, killed with SIGKILL
+at each step of the landing protocol; every message must be in the Delta table exactly once, as
+`deltalake` (delta-rs, an independent reader) sees it, with the queue empty. And the facts the
+protocol rests on, checked with a bare Spark and Delta: a repeated transaction version is skipped,
+an empty commit fences a version, the log tells each app id's version."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import bodies
+from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
+
+pytestmark = pytest.mark.integration
+
+JARS = ROOT / "jars"
+deltalake = pytest.importorskip("deltalake")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _delta_jars() -> None:
+    if not (JARS / "delta").is_dir():
+        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
+
+
+def delta_rows(table: Path) -> collections.Counter[bytes]:
+    """How often each body is in the Delta table at `table`, read by delta-rs (not Spark)."""
+    if not (table / "_delta_log").is_dir():
+        return collections.Counter()
+    rows = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["body"]).column("body").to_pylist()
+    return collections.Counter(bytes(b) for b in rows)
+
+
+#: `[spark]` of a bridge landing into Delta tables with its own driver.
+DELTA_SPARK = f'master = "local[2]"\ntable_format = "delta"\njars_dir = "{JARS}"\nwriter = "spark"'
+
+
+def delta_config(tmp_path: Path, queue: str) -> Path:
+    return stomp_config(tmp_path, queue, spark=DELTA_SPARK)
+
+
+@pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])
+def test_a_bridge_killed_at_each_step_lands_every_message_once_into_the_delta_table(
+        tmp_path: Path, amq: AmqClient, failpoint: str) -> None:
+    # Given 2,000 messages and a bridge landing into a Delta table that dies at the failpoint
+    q = unique_queue(f"delta-{failpoint}")
+    sent = bodies(2000, failpoint)
+    amq.put_many(q, sent)
+    config = delta_config(tmp_path, q)
+    run_until_killed(config, failpoint)
+    # When it is started again and runs until idle
+    out = run_until_idle(config)
+    # Then every message is in the Delta table exactly once: 0 lost, 0 duplicated, 0 unexpected
+    rows = delta_rows(tmp_path / "landing" / "orders")
+    lost, unexpected = set(sent) - set(rows), set(rows) - set(sent)
+    duplicated = [b for b, n in rows.items() if n > 1]
+    assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), out[-4000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    if failpoint == "after_prepare":  # the table is asked: the dead process's version never committed
+        assert "never committed into table orders: fenced and rolled back" in out, out[-4000:]
+    if failpoint == "after_publish":  # the table is asked: it did
+        assert "had committed into table orders: recorded published" in out, out[-4000:]
+    if failpoint in ("after_publish", "before_source_commit"):
+        # the killed unit comes back and is recognised, not landed again
+        assert "already landed; committed without landing them again" in out, out[-4000:]
+
+
+FACTS = textwrap.dedent('''
+    import glob, sys
+    from pyspark.sql import SparkSession
+    from deltalake import DeltaTable
+    from mqbridge.landing.delta import SESSION_CONF, committed_version
+    jars = ",".join(glob.glob(sys.argv[1] + "/delta/*.jar"))
+    builder = SparkSession.builder.master("local[1]").config("spark.jars", jars).config("spark.ui.enabled", "false")
+    for k, v in SESSION_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    path = sys.argv[2]
+    rows = spark.createDataFrame([(i, "2026-11-28") for i in range(5)], "id long, put_date string")
+    def write(frame, app, version, meta="w"):
+        (frame.write.format("delta").mode("append").partitionBy("put_date").option("txnAppId", app)
+         .option("txnVersion", str(version)).option("userMetadata", meta).save(path))
+    def count():
+        return spark.read.format("delta").load(path).count()
+    write(rows, "a", 1); write(rows, "a", 1)
+    print("repeated version skipped:", count() == 5)
+    write(rows, "a", 2)
+    print("newer version written:", count() == 10)
+    write(spark.createDataFrame([], rows.schema), "zombie", 7, "fence")
+    write(rows, "zombie", 7)
+    print("fenced version skipped:", count() == 10)
+    print("delta-rs reads the versions:", DeltaTable(path).transaction_version("a") == 2
+          and DeltaTable(path).transaction_version("zombie") == 7)
+    print("the bridge reads the versions:", committed_version(spark, path, "a")[1] == 2
+          and committed_version(spark, path, "zombie")[1] == 7 and committed_version(spark, path, "b")[1] is None)
+''')
+
+
+def test_delta_skips_a_repeated_or_fenced_version_and_its_log_tells_each_apps_version(tmp_path: Path) -> None:
+    # Given a bare Spark with the Delta jars (no bridge)
+    out = subprocess.run([sys.executable, "-c", FACTS, str(JARS), str(tmp_path / "t")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    # Then each promise the landing protocol rests on holds
+    facts = [line for line in out.stdout.splitlines() if line.endswith((": True", ": False"))]
+    assert len(facts) == 5 and all(f.endswith("True") for f in facts), out.stdout + out.stderr[-3000:]
+
+
+def test_a_wiped_state_dir_is_rebuilt_from_the_delta_tables_and_nothing_lands_twice(
+        tmp_path: Path, amq: AmqClient) -> None:
+    # Given 10,000 messages landed into a Delta table (identity: the body's hash) by a bridge killed
+    # before its last source commit, and its state_dir (the ledger) wiped afterwards: a replaced disk
+    q = unique_queue("delta-rebuild")
+    sent = bodies(10_000, "rb")
+    amq.put_many(q, sent)
+    config = stomp_config(tmp_path, q, extra_listener='identity = "body-sha256"', spark=DELTA_SPARK)
+    run_until_killed(config, "before_source_commit")
+    shutil.rmtree(tmp_path / "state")
+    # When every message is delivered again (those the broker still holds, and all 10,000 re-sent)
+    amq.put_many(q, sent)
+    out = run_until_idle(config)
+    # Then the new ledger learnt the landed messages from the table first, and none landed twice
+    assert re.search(r"ledger rebuilt from the Delta tables: [1-9]\d* identities", out), out[-4000:]
+    rows = delta_rows(tmp_path / "landing" / "orders")
+    lost, unexpected = set(sent) - set(rows), set(rows) - set(sent)
+    duplicated = [b for b, n in rows.items() if n > 1]
+    assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), out[-4000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+SPARK_READER = textwrap.dedent('''
+    import glob, json, sys, time
+    from pyspark.sql import SparkSession
+    from mqbridge.landing.delta import SESSION_CONF
+    jars = ",".join(glob.glob(sys.argv[1] + "/delta/*.jar"))
+    builder = SparkSession.builder.master("local[1]").config("spark.jars", jars).config("spark.ui.enabled", "false")
+    for k, v in SESSION_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    path, stop = sys.argv[2], sys.argv[3]
+    import os
+    while not os.path.exists(stop):
+        try:
+            frame = spark.read.format("delta").load(path).groupBy("bulk_id").count()
+            counts = {r["bulk_id"]: r["count"] for r in frame.collect()}
+        except Exception:  # no table yet
+            counts = None
+        if counts is not None:
+            print(json.dumps(counts), flush=True)
+        time.sleep(0.2)
+''')
+
+
+def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqClient) -> None:
+    # Given a bridge landing 6,000 messages into a Delta table in many bulks, and two readers polling the
+    # table meanwhile: a second Spark session (another process) and delta-rs in this one
+    q = unique_queue("delta-readers")
+    sent = bodies(6000, "rd")
+    amq.put_many(q, sent)
+    table = tmp_path / "landing" / "orders"
+    stop = tmp_path / "stop-reading"
+    reader = subprocess.Popen([sys.executable, "-c", SPARK_READER, str(JARS), str(table), str(stop)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    bridge = mqbridge("run", "--config", str(delta_config(tmp_path, q)), "--until-idle", "3s")
+    seen: list[dict[str, int]] = []
+    while bridge.poll() is None:
+        if (table / "_delta_log").is_dir():
+            try:
+                frame = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["bulk_id"])
+            except Exception:  # the log's first commit being written
+                continue
+            seen.append(dict(collections.Counter(frame.column("bulk_id").to_pylist())))
+        time.sleep(0.1)
+    out = bridge.communicate()[0]
+    stop.touch()
+    spark_seen = [json.loads(line) for line in reader.communicate(timeout=120)[0].splitlines() if line.startswith("{")]
+    assert bridge.returncode == 0, out[-4000:]
+    # Then every bulk either reader saw was whole: as many rows as the bulk has in the end
+    final = collections.Counter(deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["bulk_id"])
+                                .column("bulk_id").to_pylist())
+    assert sum(final.values()) == len(sent) and len(final) > 3, final
+    partial = [(bulk, n, final[bulk]) for snapshot in seen + spark_seen for bulk, n in snapshot.items()
+               if n != final[bulk]]
+    assert partial == [], partial[:5]
+    # and both readers did read while the bridge was landing (snapshots between the first and last bulk)
+    for name, snapshots in (("delta-rs", seen), ("Spark", spark_seen)):
+        assert any(0 < sum(s.values()) < len(sent) for s in snapshots), f"{name} saw no table in between"
