@@ -137,5 +137,6 @@ def acking_reference(broker: Broker, args: argparse.Namespace, when: str) -> flo
     print(f"put rate:                       {put_rate:>9,.0f} msg/s")
     rate = raw_consumer(broker, destination, args.warm, args.measure, prefetch=min(args.batch, 1000))
     print(f"(a) raw stomp.py consumer, {when + ':':<7}{rate:>9,.0f} msg/s  "
-          "(last N of W + N, client-individual acks)")
+          "(last N of W + N, client-individual acks; load average after it "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())})")
     return rate

@@ -22,11 +22,21 @@ peak resident memory of the bridge (Python and JVM apart). `--time-steps` also s
 the N into its steps (Arrow table, plan and handoff file, Spark job, landing) inside the bridge, and
 each unit of work into its read, hand-over, wait for results and commit, with each bulk's rows and
 oldest message's age at closing (`--keep` keeps the step files: `steps.<pid>` in the work directory).
+
+`--table-format delta` lands into a Delta table (`[spark] table_format`, the repo's `jars/`), and
+prints what a Delta commit costs: each commit (`mqbridge.landing.delta.commit_staged`, the Spark job
+that appends the staged bulk to the table and writes its log entry) is timed inside the bridge
+(bench/steps/sitecustomize.py, MQBRIDGE_BENCH_DELTA), per write and per row, against the write's whole
+time (the staging job and the rest); the table's own files split each commit further by their
+modification times: until its data files are written, until its log entry (`_delta_log/<v>.json`) is,
+and after it (a checkpoint every `delta.checkpointInterval` commits, the new snapshot). Commits that
+wrote a checkpoint are compared with the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -40,6 +50,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
@@ -155,6 +167,8 @@ listen = "127.0.0.1:{port}"
 {f'remote = "{args.remote}"' if args.remote else f'master = "{args.master or "local[2]"}"'}
 warehouse = "{workdir / 'landing'}"
 writer = "{args.writer}"
+table_format = "{args.table_format}"
+jars_dir = "{ROOT / 'jars'}"
 [spark.conf]
 {chr(10).join(f'"{k}" = "{v}"' for k, v in (item.split("=", 1) for item in args.spark_conf))}
 [collector]
@@ -201,12 +215,122 @@ def write_steps(workdir: Path, start: float, end: float) -> str:
         return "    a write's steps over N: no write started within N"
     mean = {k: v / writes for k, v in spent.items()}
     rest = mean.get("write", 0.0) - sum(mean.get(k, 0.0) for k in ("arrow", "plan", "job", "land"))
+    timed = timed_delta_commits(workdir)
+    if timed:  # a Delta table: `job` (spark_guarded) holds the staging job and the commit, `land` the commit too
+        commit = sum(c.seconds for c in timed.values() if start <= c.start <= end) / writes
+        rest += commit  # counted in both `job` and `land`
+        return (f"    a write's steps over N (mean of {writes}): {mean.get('write', 0.0):.2f} s = Arrow table "
+                f"{mean.get('arrow', 0.0):.2f} + plan {mean.get('plan', 0.0):.2f} (handoff file "
+                f"{mean.get('handoff', 0.0):.2f}) + staging job {mean.get('job', 0.0) - commit:.2f} + landing "
+                f"{mean.get('land', 0.0):.2f} (footers {mean.get('footers', 0.0):.2f}, prepare "
+                f"{mean.get('prepare', 0.0):.2f}, Delta commit {commit:.2f}, mark published "
+                f"{mean.get('mark', 0.0):.2f}) + the rest {rest:.2f}")
     return (f"    a write's steps over N (mean of {writes}): {mean.get('write', 0.0):.2f} s = Arrow table "
             f"{mean.get('arrow', 0.0):.2f} + plan {mean.get('plan', 0.0):.2f} (handoff file "
             f"{mean.get('handoff', 0.0):.2f}) + Spark job {mean.get('job', 0.0):.2f} + landing "
             f"{mean.get('land', 0.0):.2f} (footers {mean.get('footers', 0.0):.2f}, prepare "
             f"{mean.get('prepare', 0.0):.2f}, publish {mean.get('publish', 0.0):.2f}, mark published "
             f"{mean.get('mark', 0.0):.2f}) + the rest {rest:.2f}")
+
+
+@dataclass
+class DeltaCommit:
+    """One Delta commit of a bulk: timed in the bridge (perf_counter and wall clock), placed in the
+    table's log by its user metadata (the bulk id)."""
+
+    bulk_id: str
+    start: float  # perf_counter
+    seconds: float
+    wall_start: float
+    wall_end: float
+    version: int | None = None
+    rows: int = 0
+    data_written: float | None = None  # wall: the newest of its data files' modification times
+    log_written: float | None = None  # wall: its `_delta_log/<version>.json`
+    checksum_written: float | None = None  # wall: its `_delta_log/<version>.crc` (the table's state after it)
+    checkpoint_written: float | None = None  # wall: the checkpoint of its version, if it wrote one
+
+
+def timed_delta_commits(workdir: Path) -> dict[str, DeltaCommit]:
+    """The Delta commits the bridge timed (`delta.<pid>` lines of bench/steps/sitecustomize.py), by bulk id."""
+    commits: dict[str, DeltaCommit] = {}
+    for path in workdir.glob("delta.*"):
+        for line in path.read_text().splitlines():
+            _step, at, seconds, _cpu, _thread, bulk_id, wall_start, wall_end = line.split()
+            if bulk_id != "probe":  # the start-up probe's commit to a table of its own
+                commits[bulk_id] = DeltaCommit(bulk_id, float(at), float(seconds), float(wall_start), float(wall_end))
+    return commits
+
+
+def delta_commits(commits: dict[str, DeltaCommit], table: Path) -> list[DeltaCommit]:
+    """The timed Delta commits (by bulk id: `timed_delta_commits`) found in the table's log, each with
+    its version, rows and the modification times of its data files, log entry, checksum and checkpoint."""
+    log_dir = table / "_delta_log"
+    for entry in sorted(log_dir.glob("*.json")) if log_dir.is_dir() else []:
+        if not entry.stem.isdigit():
+            continue
+        version = int(entry.stem)
+        actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        commit = commits.get(info.get("userMetadata") or "")
+        if commit is None:
+            continue
+        commit.version = version
+        commit.rows = int(info.get("operationMetrics", {}).get("numOutputRows", 0))
+        files = [table / unquote(a["add"]["path"]) for a in actions if "add" in a]
+        times = [f.stat().st_mtime for f in files if f.exists()]
+        commit.data_written = max(times) if times else None
+        commit.log_written = entry.stat().st_mtime
+        checksum = log_dir / f"{version:020d}.crc"
+        commit.checksum_written = checksum.stat().st_mtime if checksum.exists() else None
+        checkpoints = list(log_dir.glob(f"{version:020d}.checkpoint*"))
+        if checkpoints:
+            commit.checkpoint_written = max(c.stat().st_mtime for c in checkpoints)
+    return sorted((c for c in commits.values() if c.version is not None), key=lambda c: c.start)
+
+
+def delta_report(commits: list[DeltaCommit], start: float, end: float, writes: float, write_seconds: float) -> str:
+    """What the Delta commits of the writes between `start` and `end` (perf_counter) cost, per write
+    and per row, against the writes' time (`write_seconds` over `writes`, from /metrics); the parts of
+    a commit; and the commits that wrote a checkpoint against the others (over the whole run but its
+    first three versions, the JVM's warm-up: checkpoints come every tenth commit)."""
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else float("nan")
+
+    over_n = [c for c in commits if start <= c.start <= end]
+    if not over_n:
+        return "    Delta commits over N: none timed (bench/steps/sitecustomize.py not loaded?)"
+    seconds = sum(c.seconds for c in over_n)
+    rows = sum(c.rows for c in over_n)
+    write = write_seconds / max(writes, 1)
+    placed = [c for c in over_n if c.data_written is not None and c.log_written is not None]
+    data = mean([c.data_written - c.wall_start for c in placed if c.data_written is not None])
+    log_entry = mean([c.log_written - c.data_written for c in placed
+                      if c.log_written is not None and c.data_written is not None])
+    checksum = mean([c.checksum_written - c.log_written for c in placed
+                     if c.checksum_written is not None and c.log_written is not None])
+    after = mean([c.wall_end - c.log_written for c in placed if c.log_written is not None])
+    text = (f"    Delta commits over N: {len(over_n)}, {seconds / len(over_n):.2f} s each of the write's {write:.2f} s "
+            f"(staging job and the rest {write - seconds / len(over_n):.2f} s); {rows / len(over_n):,.0f} rows each, "
+            f"{seconds / max(rows, 1) * 1e6:.0f} us per row\n"
+            f"    a commit's parts (mean of {len(placed)}, by the table's file times): until its data files are "
+            f"written {data:.2f} s, then its log entry {log_entry:.3f} s, then until the write returns "
+            f"{after:.3f} s (of it until the checksum file {checksum:.3f} s)")
+    late = [c for c in commits if c.version is not None and c.version >= 3]
+    checkpointing = [c for c in late if c.checkpoint_written is not None and c.log_written is not None]
+    others = [c for c in late if c.checkpoint_written is None and c.log_written is not None]
+    if checkpointing and others:
+        def parts(group: list[DeltaCommit]) -> str:
+            return (f"{mean([c.seconds for c in group]):.2f} s ({mean([float(c.rows) for c in group]):,.0f} rows), "
+                    f"after the log entry {mean([c.wall_end - c.log_written for c in group if c.log_written]):.3f} s")
+        checkpoint = mean([c.checkpoint_written - c.log_written for c in checkpointing
+                           if c.checkpoint_written is not None and c.log_written is not None])
+        text += (f"\n    commits writing a checkpoint (versions {', '.join(str(c.version) for c in checkpointing)}): "
+                 f"{parts(checkpointing)}, the checkpoint file {checkpoint:.3f} s "
+                 f"after the log entry; the other {len(others)} (versions >= 3): {parts(others)}")
+    elif late:
+        text += f"\n    no checkpoint among the {len(late)} commits of versions >= 3"
+    return text
 
 
 def unit_steps(workdir: Path, start: float, end: float) -> str:
@@ -259,6 +383,11 @@ def unit_steps(workdir: Path, start: float, end: float) -> str:
     return text
 
 
+def load() -> str:
+    """The machine's load averages (1, 5, 15 minutes): it is shared with other engineers' tests."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, tick: Callable[[], None]) -> None:
     deadline = time.perf_counter() + timeout
     while not condition():
@@ -291,7 +420,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
           f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
           f"bulk {args.bulk_size}, {args.writes_per_type} writes at a time, exactly-once, "
-          f"writer {args.writer}, `mqbridge run`")
+          f"writer {args.writer}, table format {args.table_format}, `mqbridge run`")
     raw = [acking_reference(broker, args, "before")]
     q0 = f"/queue/bench-auto-{uuid.uuid4().hex[:8]}"
     put(broker, q0, total, args.size)
@@ -351,9 +480,13 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
                        check=True, stdout=subprocess.DEVNULL)
         print(f"mqbridge spark-archive: {time.perf_counter() - made:.0f}s (before the run; not counted)")
     env = dict(os.environ)
-    if args.time_steps:  # bench/steps/sitecustomize.py times each write's steps in the child
+    if args.time_steps or args.table_format == "delta":  # bench/steps/sitecustomize.py times in the child
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STEPS_DIR), env.get("PYTHONPATH", "")) if p)
+    if args.time_steps:  # each write's steps
         env["MQBRIDGE_BENCH_STEPS"] = str(workdir / "steps")
+    if args.table_format == "delta":  # each Delta commit
+        env["MQBRIDGE_BENCH_DELTA"] = str(workdir / "delta")
+    print(f"    load average before the bridge run: {load()}")
     started = time.perf_counter()
     with open(workdir / "bridge.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "mqbridge", "run", "--config", str(config)], cwd=workdir,
@@ -444,6 +577,11 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
             print(f"    receipt-to-commit: p50 {r50 * 1000:,.0f} ms, p99 {r99 * 1000:,.0f} ms")
         print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, "
               f"Spark JVM {usage.peak_jvm / 2**20:,.0f} MB (collector memory {args.collector_memory})")
+        if args.table_format == "delta":
+            commits = delta_commits(timed_delta_commits(workdir), workdir / "landing" / "bench")
+            print(delta_report(commits, at_w.at, at_end.at, at_end.writes - at_w.writes,
+                               at_end.write_seconds - at_w.write_seconds))
+        print(f"    load average after the bridge run: {load()}")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -497,3 +635,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[collector] writes_per_type: bulks of the type written at a time")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")
+    group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
+                       help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
+                            "delta also prints what a Delta commit costs")

@@ -212,7 +212,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
         monitor.locate = Locator(config.listeners, config.bridge.dedupe_window,
                                  ledger=landing.ledger if landing is not None else None,
                                  backout_log=backout_log, holding=bridge.holding,
-                                 ledger_note="" if landing is not None else NO_LEDGER).locate
+                                 ledger_note="" if landing is not None else NO_LEDGER,
+                                 warehouse=config.resolve_path(config.spark.warehouse)).locate
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
                spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),
@@ -291,10 +292,7 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
     if landing is not None and landing.settle is not None:
         # Dead processes' prepared bulks of Delta tables: their tables decide them, with Spark; and a
         # ledger created at this start is rebuilt from the tables first.
-        pending = landing.pending_rebuild
-        if pending is not None:
-            checks.append(lambda: landing.rebuild(pending))
-        checks.append(landing.settle_dead)
+        checks.append(landing.delta_duties)
     return SparkWarmup(sessions, checks)
 
 

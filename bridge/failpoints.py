@@ -60,6 +60,12 @@ Killing points of a compaction (`mqbridge.maintenance.compaction.compactor`), pe
     compact_mid_swap      inside the swap: the directories are exchanged under the table's lock;
                           the history does not record it yet, the marker is still in the container
 
+Killing points of the purge of a Delta table (`mqbridge.maintenance.delta.purger`), per partition:
+
+    delta_purge_before_commit  the strategy is chosen; nothing is committed
+    delta_purge_after_commit   the DELETE or copy is committed; the cost model has not learnt it and
+                               no VACUUM ran
+
 Killing points of `mqbridge redrive`, per unit of work (STOMP transaction, MQ syncpoint):
 
     redrive_before_commit the copies are sent to the source queue and the backout messages

@@ -218,6 +218,10 @@ class PurgeSection(Model):
     threshold: float = Field(default=0.5, ge=0, lt=1, description="The scheduled retention purges a container "
                              "only when more than this fraction of its rows is designated (default: more "
                              "designated than not); a container whose rows are all designated is always dropped")
+    vacuum_retention: Duration = Field(default=parse_duration("7d"), ge=0, description="Delta tables: after a "
+                                       "purge or compaction, VACUUM removes the files they dropped from the table "
+                                       "this long ago (Delta's default 7d); time travel to a version before a purge "
+                                       "works until then")
 
 
 class BridgeConfig(Model):
@@ -260,27 +264,9 @@ class BridgeConfig(Model):
                     type_cfg.table = name
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
-        problems.extend(self._delta_problems())
         if problems:
             raise KeyedError(problems)
         return self
-
-    def _delta_problems(self) -> list[tuple[Loc, str]]:
-        """What a type landing into a Delta table cannot have yet: the retention purge, compaction and
-        the catalog still work on Parquet directories only (a Delta table would be rewritten as one)."""
-        problems: list[tuple[Loc, str]] = []
-        delta = [n for n, t in self.types.items() if (t.table_format or self.spark.table_format) == "delta"]
-        for name in delta:
-            if self.types[name].retention is not None:
-                problems.append((("types", name, "retention"), "the retention purge of a Delta table is not built "
-                                 "yet: remove retention or set table_format = \"parquet\""))
-        if delta and self.compaction.interval is not None:
-            problems.append((("compaction", "interval"), f"compaction of Delta tables ({', '.join(delta)}) is not "
-                             "built yet: remove [compaction] interval or land them with table_format = \"parquet\""))
-        if delta and self.spark.catalog:
-            problems.append((("spark", "catalog"), f"registering Delta tables ({', '.join(delta)}) in the catalog is "
-                             "not built yet: set catalog = false and read them by path (delta.`<warehouse>/<table>`)"))
-        return problems
 
     @property
     def path(self) -> Path | None:

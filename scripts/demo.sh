@@ -54,8 +54,16 @@ with AmqClient() as c:
         time.sleep(1)
 PY
 
-echo "== what landed (read back through Spark)"
+echo "== what landed: the Delta tables as their logs describe them (mqbridge tables)"
 .venv/bin/mqbridge tables --config "$CONFIG"
+echo "== and read back (delta-rs, another reader than the bridge's Spark): the first orders"
+$PY - <<'PY'
+from deltalake import DeltaTable
+rows = DeltaTable("data/demo/landing/orders").to_pyarrow_table(columns=["order_id", "customer", "amount", "currency"])
+print(f"  {rows.num_rows} rows")
+for row in rows.sort_by("order_id").slice(0, 3).to_pylist():
+    print("  ", row)
+PY
 
 echo "== what is left on the queues"
 $PY - <<'PY'

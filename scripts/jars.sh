@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Fetch the Java libraries (jars) that Spark needs for the table formats and warehouses beyond plain
-# Parquet on a local file system, with the machine's Maven client, into a folder that mqbridge hands to
-# Spark (`[spark] jars_dir`, default: the folder `jars` of this project).
+# Parquet on a local file system into a folder that mqbridge hands to Spark (`[spark] jars_dir`,
+# default: the folder `jars` of this project).
 #
 #   scripts/jars.sh [--dir DIR] [SET ...]     SET: delta (default), s3, hdfs-test, all
 #
-# Each set is a fixed list of Maven coordinates below, fetched without their dependencies except where a
-# coordinate ends in "+" (its runtime dependencies too): Spark already ships Scala, Hadoop's client,
-# Parquet and Jackson, and a second copy of those on the class path breaks it. The versions are pinned
-# to the Spark that pyproject.toml pins (4.2): Delta Lake 4.4.0 is built for Spark 4.2.0, and Spark 4.2
-# ships Hadoop 3.5.0, so hadoop-aws is 3.5.0 too.
+# delta is what a user's install fetches too: `mqbridge jars` (mqbridge.landing.jar_sets pins it, Delta
+# Lake 4.4.0 for the Spark 4.2 that pyproject.toml pins), run here from the venv. The test sets are fixed
+# lists of Maven coordinates below, fetched with the machine's Maven client without their dependencies
+# except where a coordinate ends in "+": Spark already ships Scala, Hadoop's client, Parquet and Jackson,
+# and a second copy of those on the class path breaks it. Spark 4.2 ships Hadoop 3.5.0, so hadoop-aws is
+# 3.5.0 too.
 # A host without internet: run this on one that has it and copy the folder (its files are plain jars).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,6 @@ done
 
 coordinates() {
     case "$1" in
-        delta) echo "io.delta:delta-spark_4.2_2.13:4.4.0 io.delta:delta-storage:4.4.0" ;;
         s3) echo "${S3_COORDINATES:-}" ;;
         hdfs-test) echo "${HDFS_TEST_COORDINATES:-}" ;;
         *) echo "jars.sh: unknown set '$1' (delta, s3, hdfs-test, all)" >&2; exit 2 ;;
@@ -59,6 +59,10 @@ fi
 
 fetch_set() {
     local name="$1" target="$dir/$1" work coords
+    if [ "$name" = delta ]; then  # pinned in mqbridge.landing.jar_sets, fetched as a user's install does
+        .venv/bin/python -m mqbridge jars --dir "$dir" delta
+        return
+    fi
     coords="$(coordinates "$name")"
     [ -n "$coords" ] || { echo "jars.sh: set $name is empty"; return 0; }
     work="$(mktemp -d)"

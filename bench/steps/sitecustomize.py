@@ -8,6 +8,11 @@ loop call (looked up per call as class or module attributes) and appends one lin
 `time.perf_counter` (the same clock in every process of this host). A unit's lines carry the id of
 its results object (`submit`, `ready`, `finish`); a bulk's `close` line its reason, rows and the age
 of its oldest message. Benchmarks only: never installed with the bridge.
+
+MQBRIDGE_BENCH_DELTA (a file prefix, `bench/steady.py --table-format delta`) on its own times only
+each Delta commit (`mqbridge.landing.delta.commit_staged`, the second Spark job of a Delta write) in
+`<prefix>.<pid>`: `delta start seconds thread-cpu-seconds thread bulk-id wall-start wall-end`, the wall
+clock (`time.time`, the clock of file modification times) to place the table's files in it.
 """
 
 from __future__ import annotations
@@ -49,10 +54,12 @@ def _install(prefix: str) -> None:
     for owner, name, step in (
             (executor.SparkExecutor, "execute", "write"), (executor, "arrow_table", "arrow"),
             (handoff, "handoff_file", "handoff"), (executor, "raw_write", "plan"), (executor, "spark_guarded", "job"),
-            (landing.Landing, "land", "land"), (landing, "verify_staged", "footers"),
+            (landing.Landing, "land", "land"), (landing.Landing, "land_transaction", "land"),
+            (landing, "verify_staged", "footers"),
             (sqlite.SqliteLedger, "prepare", "prepare"), (landing, "publish", "publish"),
             (sqlite.SqliteLedger, "mark_published", "mark")):
-        setattr(owner, name, timed(step, getattr(owner, name)))
+        if hasattr(owner, name):  # land_transaction: Delta's landing, while it is apart from land
+            setattr(owner, name, timed(step, getattr(owner, name)))
 
     # The listener loop: one unit of work is read (receive), handed over (process; submit names its
     # results object), its last result arrives (ready), and the listener waits for it and commits or
@@ -103,6 +110,30 @@ def _install(prefix: str) -> None:
                                    (collector.BulkCollector, "_forward_locked", close)):
         setattr(patched, name, wrapped)
 
+
+def _install_delta(prefix: str) -> None:
+    import mqbridge.landing.delta as delta
+
+    out = open(f"{prefix}.{os.getpid()}", "w", buffering=1)  # noqa: SIM115 (open for the process's life)
+    commit_staged = delta.commit_staged
+
+    def timed_commit(spark: Any, staging: Any, table_path: Any, bulk_id: str, transaction: Any) -> None:
+        start, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
+        try:
+            commit_staged(spark, staging, table_path, bulk_id, transaction)
+        finally:
+            out.write(f"delta {start:.4f} {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f} "
+                      f"{threading.current_thread().name.replace(' ', '_')} {bulk_id} {wall:.6f} {time.time():.6f}\n")
+
+    # the executor calls it as `delta.commit_staged(...)`: looked up on the module at each call
+    delta.commit_staged = timed_commit
+
+
+if os.environ.get("MQBRIDGE_BENCH_DELTA"):
+    try:
+        _install_delta(os.environ["MQBRIDGE_BENCH_DELTA"])
+    except Exception as exc:  # a benchmark aid must not stop the bridge
+        print(f"bench/steps: not timing the Delta commits: {exc}", file=sys.stderr)
 
 if os.environ.get("MQBRIDGE_BENCH_STEPS"):
     try:

@@ -61,6 +61,20 @@ exit codes:
   0  stopped, or idle with every message committed
   1  not drained, or a listener halted
   2  configuration error (the message names the file and the key)"""),
+    "jars": (
+        "Fetch the Java libraries (jars) that a table format needs in Spark into [spark] jars_dir (or --dir), "
+        "each from a Maven repository over HTTPS and checked against its published SHA-1: the delta set is "
+        "Delta Lake for Spark 4.2 (`table_format = \"delta\"`). `run` hands them to its own Spark driver; a "
+        "Spark Connect server or cluster must be started with them. On a host without internet, run it where "
+        "there is and copy the folder, or name a mirror with --repository.",
+        """example:
+  mqbridge jars --config /etc/mqbridge/bridge.toml        # into its [spark] jars_dir/delta
+  mqbridge jars --dir /opt/mqbridge/jars delta --repository https://mirror.example/maven2
+
+exit codes:
+  0  every jar is there and matches its checksum
+  1  a jar could not be fetched, or did not match its checksum (nothing of it kept)
+  2  configuration error"""),
     "spark-archive": (
         "Make the class-data archive of the bridge's in-process Spark driver JVM in state_dir: a JVM that "
         "maps it starts and writes its first bulk in about half the time. Run it after installing or "

@@ -1,5 +1,6 @@
 """`mqbridge ledger`: show the landing ledger; `--verify` checks that every published bulk's files
-are in place and hold one row per identity; `--abandon BULK` decides about a prepared bulk of a
+are in place and hold one row per identity (a Delta table's bulk: that the table's newest version
+holds one row per identity with its bulk_id); `--abandon BULK` decides about a prepared bulk of a
 process that is gone."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def add_parser(sub: Any) -> None:
     ledger.add_argument("--abandon", metavar="BULK", default=None,
                         help="decide about a prepared bulk of a process that is gone whose files are gone (the "
                              "start-up names it): forget it if none of its rows is in the table, record it "
-                             "published if all are; anything else is refused (exit 1)")
+                             "published if all are; anything else is refused (exit 1). A Delta table's bulk: "
+                             "its table's log decides (its version fenced first if it never committed)")
     ledger.set_defaults(handler=cmd_ledger)
 
 
@@ -59,7 +61,11 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         bulks, sizes = ledger.published_bulks(), ledger.bulk_sizes()
     finally:
         ledger.close()
-    return _verify(bulks, sizes)
+    delta_bulks = [b for b in bulks if b.transaction is not None]
+    file_bulks = [b for b in bulks if b.transaction is None]
+    files_code = _verify(file_bulks, sizes) if file_bulks or not delta_bulks else 0
+    delta_code = _verify_delta(delta_bulks, sizes, cfg.resolve_path(cfg.spark.warehouse)) if delta_bulks else 0
+    return max(files_code, delta_code)
 
 
 def _abandon(cfg: Any, bulk_id: str) -> int:
@@ -107,6 +113,49 @@ def _verify(bulks: Sequence[Any], sizes: dict[str, int]) -> int:
         print(f"verify: {len(wrong)} published bulks do not hold one row per identity:")
         for bulk_id, found in wrong:
             print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found}")
+    return 1
+
+
+def _verify_delta(bulks: Sequence[Any], sizes: dict[str, int], warehouse: Path) -> int:
+    """`--verify` of the bulks of Delta tables: each one's rows in the table's newest version (those with
+    its bulk_id, read by delta-rs) are as many as its identities. A bulk with fewer, in a table a commit
+    changed rows of since it was published (a purge's DELETE or rewrite), is counted apart, not compared;
+    more rows, or fewer without such a commit, are listed (exit 1)."""
+    from mqbridge.landing import delta_read
+    from mqbridge.landing.stuck import row_bulk_id
+
+    by_table: dict[str, list[Any]] = {}
+    for bulk in bulks:
+        by_table.setdefault(bulk.table, []).append(bulk)
+    wrong: list[tuple[str, str]] = []
+    purged = 0
+    for table, members in sorted(by_table.items()):
+        path = warehouse / table
+        if not delta_read.is_delta(path):
+            wrong += [(b.bulk_id, f"no Delta table at {path}") for b in members]
+            continue
+        rows = delta_read.rows_by_bulk(path, [row_bulk_id(b.bulk_id) for b in members])
+        oldest = min(b.published_at for b in members)
+        changes = [c.timestamp for c in delta_read.commits_since(path, oldest - delta_read.CLOCK_SLACK)
+                   if c.changes_rows]
+        for bulk in members:
+            found, expected = rows[row_bulk_id(bulk.bulk_id)], sizes.get(bulk.bulk_id)
+            if found == expected:
+                continue
+            if expected is not None and found < expected and any(t >= bulk.published_at - delta_read.CLOCK_SLACK
+                                                                 for t in changes):
+                purged += 1
+                continue
+            wrong.append((bulk.bulk_id, f"{found} rows with bulk_id {row_bulk_id(bulk.bulk_id)} in Delta table {path}"))
+    since = f" ({purged} with rows deleted since by purges: not compared)" if purged else ""
+    print(f"  delta rows   {len(bulks) - purged - len(wrong)} bulks of {len(by_table)} Delta tables hold one row "
+          f"per identity{since}")
+    if not wrong:
+        print(f"verify: OK ({len(bulks)} published bulks of Delta tables, checked by their rows)")
+        return 0
+    print(f"verify: {len(wrong)} published bulks of Delta tables do not hold one row per identity:")
+    for bulk_id, found_text in wrong:
+        print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found_text}")
     return 1
 
 

@@ -1,9 +1,12 @@
 """`mqbridge replay`: turn landed rows back into messages on a destination of a configured source,
-read through Spark in `put_timestamp` order, each sent once across kills (`mqbridge.resend.replay`)."""
+read through Spark in `put_timestamp` order, each sent once across kills (`mqbridge.resend.replay`).
+A Delta table is read with Delta Lake (the jars of `[spark] jars_dir` in the command's own driver), as
+of an older version with `--as-of-version` or `--as-of-timestamp` (time travel, until VACUUM)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +36,12 @@ def add_parser(sub: Any) -> None:
                         help="only rows put longer ago than this")
     replay.add_argument("--newer-than", type=duration, default=None, metavar="DURATION",
                         help="only rows put less long ago than this")
+    replay.add_argument("--as-of-version", type=int, default=None, metavar="N",
+                        help="a Delta table: read its rows as of version N (Delta time travel: rows a purge "
+                             "deleted since are read until VACUUM removes that version's files)")
+    replay.add_argument("--as-of-timestamp", default=None, metavar="TS",
+                        help="a Delta table: read its rows as of the version current at TS (e.g. "
+                             "\"2026-05-01 12:00:00\"), as --as-of-version")
     replay.add_argument("--to", required=True, metavar="DEST", help="the destination (queue) to send them to")
     replay.add_argument("--source", default=None, metavar="NAME",
                         help="the source DEST belongs to (required when the configuration has several)")
@@ -60,6 +69,9 @@ def replay_id_of(args: argparse.Namespace, source: str) -> str:
     what = [args.table, args.where, args.older_than, args.newer_than, source, args.to]
     if getattr(args, "new_identity", False):  # another replay: its rows carry other identities
         what.append("new-identity")
+    as_of = [getattr(args, "as_of_version", None), getattr(args, "as_of_timestamp", None)]
+    if any(v is not None for v in as_of):  # other rows (absent: the id of a replay from before these options)
+        what.append(as_of)
     return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
@@ -104,6 +116,7 @@ def landed_check(cfg: BridgeConfig, readers: Sequence[Reader], renewal: Renewal,
 def cmd_replay(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
+    from mqbridge.landing.delta import session_conf as delta_session_conf
     from mqbridge.logsetup import setup_logging
     from mqbridge.resend.replay import ReplayLedger, Selection, read_rows, replay, replay_target
 
@@ -116,8 +129,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     table = (warehouse / args.table).resolve()
     if warehouse.resolve() not in table.parents or not table.is_dir():
         raise ConfigError(f"--table {args.table}: no such table under the warehouse {warehouse}")
+    if args.as_of_version is not None and args.as_of_timestamp is not None:
+        raise ConfigError("--as-of-version and --as-of-timestamp: give one of them")
+    if args.as_of_version is not None and args.as_of_version < 0:
+        raise ConfigError(f"--as-of-version {args.as_of_version}: a Delta version is 0 or more")
+    delta_table = (table / "_delta_log").is_dir()
+    if not delta_table and (args.as_of_version is not None or args.as_of_timestamp is not None):
+        raise ConfigError(f"--as-of-version/--as-of-timestamp: table {args.table} is not a Delta table (only Delta "
+                          "tables keep older versions to read)")
     replay_id = replay_id_of(args, source_name)
-    selection = Selection.of(args.where, args.older_than, args.newer_than, datetime.now(timezone.utc))
+    selection = dataclasses.replace(
+        Selection.of(args.where, args.older_than, args.newer_than, datetime.now(timezone.utc)),
+        as_of_version=args.as_of_version, as_of_timestamp=args.as_of_timestamp)
     state_dir = cfg.resolve_path(cfg.bridge.state_dir)
     source = cfg.sources[source_name]
     readers = readers_of(cfg, source_name, args.to)
@@ -134,8 +157,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         ledger = ReplayLedger.in_state_dir(state_dir)
         try:
             print(f"starting Spark ({cfg.spark.shown}) to read the rows in put_timestamp order", flush=True)
+            conf = cfg.spark.conf
+            if delta_table and cfg.spark.remote is None:  # its own driver reads Delta: the jars and Delta's catalog
+                conf = delta_session_conf(cfg.resolve_path(cfg.spark.jars_dir), conf)
             spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                         app_name=f"{cfg.spark.app_name}-replay", conf=cfg.spark.conf,
+                                         app_name=f"{cfg.spark.app_name}-replay", conf=conf,
                                          secrets=DriverSecrets.of(cfg), state_dir=state_dir)
             check = landed_check(cfg, readers, renewal, target, lambda: read_rows(spark, table, selection), args.to,
                                  _say)

@@ -1,5 +1,5 @@
 """`mqbridge tables`: list each configured table's containers (put_date partitions) from their
-Parquet footers: rows, size, files, oldest and newest put_timestamp."""
+Parquet footers, or for a Delta table from its log: rows, size, files, oldest and newest put_timestamp."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
+    from mqbridge.landing import delta
     from mqbridge.landing.containers import containers
     from mqbridge.landing.tables import type_tables
 
@@ -27,8 +28,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
     warehouse = cfg.resolve_path(cfg.spark.warehouse)
     print(f"warehouse: {shown_path(warehouse)}")
     for path, names in type_tables(warehouse, cfg.types).items():
-        found = containers(path)
-        print(f"  {path.relative_to(warehouse)}  (types: {', '.join(names)})"
+        is_delta = delta.is_delta_table(path)
+        found = delta.containers(path) if is_delta else containers(path)
+        kind = f"Delta table, version {delta.table_version(path)}" if is_delta else "Parquet"
+        print(f"  {path.relative_to(warehouse)}  ({kind}; types: {', '.join(names)})"
               f"{'' if found else '  no rows yet'}")
         for c in found:
             oldest = c.oldest.isoformat(timespec="milliseconds") if c.oldest else "-"

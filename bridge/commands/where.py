@@ -98,7 +98,7 @@ def from_files(config: BridgeConfig, key: str, why: str) -> dict[str, Any]:
     try:
         backout_log = BackoutLog.in_state_dir(state_dir)
         doc = Locator(config.listeners, config.bridge.dedupe_window, ledger=ledger, backout_log=backout_log,
-                      ledger_note=note).locate(key)
+                      ledger_note=note, warehouse=config.resolve_path(config.spark.warehouse)).locate(key)
     finally:
         if ledger is not None:
             ledger.close()
@@ -159,6 +159,10 @@ def _landed_lines(landed: dict[str, Any], *, also: bool) -> list[str]:
     put_date = landed.get("put_date") or " or ".join(landed.get("put_dates") or ["?"])
     lines = [f"  {'also landed' if also else 'table':<10} {landed['table']}, put_date {put_date}",
              f"  bulk       {landed['bulk']}, published {landed['published']}"]
+    if landed.get("delta_version") is not None:
+        lines.append(f"  delta      version {landed['delta_version']} committed it at {landed['committed']}")
+    if landed.get("delta_note"):
+        lines.append(f"  {'purged' if landed.get('in_table') is False else 'delta':<10} {landed['delta_note']}")
     lines += [f"  rewritten  put_date {r['put_date']} at {r['at']} ({r['by']}): {r['means']}"
               for r in landed.get("rewritten", [])]
     if landed.get("purged"):

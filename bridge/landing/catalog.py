@@ -17,6 +17,12 @@ columns are brought to those of the file just landed (`evolve`): `ADD COLUMNS` f
 type, which Spark's `ALTER TABLE` cannot change for a Parquet table, by registering the table again
 with the new columns (it is an external table: dropping it leaves the files).
 
+A Delta table (`table_format = "delta"`) is registered as one, `CREATE TABLE IF NOT EXISTS name USING
+delta LOCATION '…'`: its columns and partitions are in its own log, which a reader by name reads at
+every query, so no partition is added, no schema brought along (a new column is in the log with the
+commit that added it) and no reader needs `REFRESH TABLE` after a commit, a purge or a compaction. The
+session must have Delta's catalog (the bridge's own driver has, `mqbridge.landing.delta.SESSION_CONF`).
+
 A purge or a compaction swaps a `put_date` container for a rebuilt one (`mqbridge.purge.swap`): the
 files a session listed for a catalog table (Spark caches the listing per session) are gone, and a
 read by name fails ("File ... does not exist ... REFRESH TABLE") or misses rows. Both refresh the
@@ -33,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: The log directory that makes a table directory a Delta table.
+DELTA_LOG = "_delta_log"
 
 
 class CatalogRegistrar:
@@ -51,12 +60,17 @@ class CatalogRegistrar:
         with self._lock:
             known = self._known.get(table)
             todo = sorted(set(put_dates) - (known or set()))
-            if known is not None and not todo:
+            if known is not None and (not todo or (location / DELTA_LOG).is_dir()):
                 return
             try:
                 # Inside the try: a session that cannot be started (the bridge's Spark may still be
                 # starting, or down) fails the registration, never the landing.
                 spark = self.session()
+                if known is None and (location / DELTA_LOG).is_dir():
+                    spark.sql(f"CREATE TABLE IF NOT EXISTS `{table}` USING delta LOCATION '{_quoted(location)}'")
+                    self._known[table] = set(put_dates)  # the log holds its partitions: nothing to add later
+                    log.info("catalog: Delta table %s registered at %s", table, location)
+                    return
                 if known is None:
                     spark.sql(f"CREATE TABLE IF NOT EXISTS `{table}` USING parquet LOCATION '{_quoted(location)}'")
                     evolve(spark, table, location, put_dates)  # the schema of the rows just landed

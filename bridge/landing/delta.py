@@ -10,7 +10,7 @@ the write). Delta keeps the newest version of every app id in the table's log an
 whose version is not newer, so a commit retried after an error whose outcome was unknown (a lost
 Spark Connect session, a JVM that died after the commit) lands once.
 
-The protocol (`Landing.land_transaction`): stage and count the rows; `prepare` the bulk with its
+The protocol (`Landing.land` with a `commit`): stage and count the rows; `prepare` the bulk with its
 transaction; commit; `mark_published`; only then the source commits. After a crash the bulk is
 prepared, and whether it landed is the table's answer, not a file's existence (`settle`): the
 dead process's version is in the log (published) or it is not. When it is not, the bridge first
@@ -31,7 +31,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mqbridge.config import TypeConfig
 from mqbridge.errors import ConfigError
@@ -40,11 +40,13 @@ from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from mqbridge.landing.containers import Container
+
 log = logging.getLogger(__name__)
 
-#: The jar set of `scripts/jars.sh` (under `[spark] jars_dir`) and the command that fetches it.
+#: The jar set (`mqbridge.landing.jar_sets`, under `[spark] jars_dir`) and the command that fetches it.
 JAR_SET = "delta"
-FETCH_COMMAND = "scripts/jars.sh delta"
+FETCH_COMMAND = "mqbridge jars --config <your configuration file>"
 #: The jars the set must hold (prefixes of their file names).
 REQUIRED_JARS = ("delta-spark_", "delta-storage-")
 #: What a SparkSession needs to read and write Delta tables (besides the jars).
@@ -79,7 +81,8 @@ def jar_files(jars_dir: Path) -> list[Path]:
     if missing:
         raise ConfigError(f"[spark] table_format = \"delta\" needs the Delta Lake jars in {folder}, which lacks "
                           f"{', '.join(p.rstrip('_-') for p in missing)}: run `{FETCH_COMMAND}` (or copy that folder "
-                          "from a host that ran it; `[spark] jars_dir` says where it is)")
+                          "from a host that ran it, or fetch from a mirror with --repository; `[spark] jars_dir` says "
+                          "where it is)")
     return jars
 
 
@@ -156,15 +159,15 @@ def committed_version(spark: SparkSession, table_path: Path | str, app: str) -> 
     current = int(history[0]["version"]) if history else -1
     found: int | None = None
     for reader, pattern in (("json", "*.json"), ("parquet", "*.checkpoint*.parquet")):
-        try:
+        try:  # (through Spark Connect a missing path fails at the action, not at `load`)
             frame = spark.read.format(reader).load(f"{log_dir}/{pattern}")
+            if "txn" not in frame.columns:
+                continue
+            row = frame.where(F.col("txn.appId") == app).agg(F.max("txn.version").alias("v")).collect()
         except Exception as exc:  # no checkpoint yet
             if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
                 continue
             raise
-        if "txn" not in frame.columns:
-            continue
-        row = (frame.where(F.col("txn.appId") == app).agg(F.max("txn.version").alias("v")).collect())
         if row and row[0]["v"] is not None:
             found = max(found or 0, int(row[0]["v"]))
     return current, found
@@ -210,3 +213,46 @@ def _committed_by(spark: SparkSession, table_path: Path | str, bulk_id: str, *, 
 def prepared_of(bulks: Iterable[PreparedBulk]) -> list[PreparedBulk]:
     """The bulks among `bulks` that their table commits by transaction."""
     return [b for b in bulks if b.transaction is not None]
+
+
+def is_delta_table(path: Path) -> bool:
+    """Whether a Delta table (its log) is at the local path `path`."""
+    return (Path(path) / "_delta_log").is_dir()
+
+
+def containers(table: Path) -> list[Container]:
+    """Every put_date partition of the Delta table at `table` as its log describes it (the files of its
+    current version, their row counts and put_timestamp statistics), oldest first: files a commit
+    removed (a purge, OPTIMIZE) are not counted, although they stay on disk until VACUUM. Read by
+    delta-rs (the `delta` extra)."""
+    import pyarrow as pa
+
+    from mqbridge.landing.containers import Container
+
+    actions = pa.table(_delta_table(table).get_add_actions(flatten=True))
+    by_date: dict[str, list[dict[str, Any]]] = {}
+    for row in actions.select([c for c in ("path", "size_bytes", "num_records", "min.put_timestamp",
+                                           "max.put_timestamp", "partition.put_date") if c in actions.column_names]
+                              ).to_pylist():
+        by_date.setdefault(str(row.get("partition.put_date")), []).append(row)
+    found = []
+    for date, files in sorted(by_date.items()):
+        oldest = [f["min.put_timestamp"] for f in files if f.get("min.put_timestamp") is not None]
+        newest = [f["max.put_timestamp"] for f in files if f.get("max.put_timestamp") is not None]
+        found.append(Container(Path(table), date, tuple(Path(table) / f["path"] for f in files),
+                               sum(int(f["num_records"] or 0) for f in files), sum(int(f["size_bytes"]) for f in files),
+                               min(oldest) if oldest else None, max(newest) if newest else None))
+    return found
+
+
+def table_version(table: Path) -> int:
+    """The current version of the Delta table at `table` (delta-rs)."""
+    return int(_delta_table(table).version())
+
+
+def _delta_table(table: Path) -> Any:
+    try:
+        import deltalake
+    except ImportError as exc:
+        raise ConfigError("reading a Delta table needs delta-rs: pip install \"mqbridge[delta]\"") from exc
+    return deltalake.DeltaTable(str(table))

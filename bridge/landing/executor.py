@@ -456,8 +456,8 @@ class SparkExecutor:
 
         if self.landing is not None:
             messages = bulk.messages
-            self.landing.land_transaction(ledger_bulk_id, table, path, target,
-                                          [messages[i].identity or messages[i].msg_id for i in landed], commit)
+            self.landing.land(ledger_bulk_id, table, path, target,
+                              [messages[i].identity or messages[i].msg_id for i in landed], commit)
         else:
             verify_staged(staged_moves(path, target, ledger_bulk_id), len(landed), target,
                           what=f"bulk {ledger_bulk_id} of table {table}")

@@ -16,7 +16,7 @@ Failures:
   is rolled forward by `recover` at its next start.
 
 A table that commits by its own transaction (Delta Lake, `mqbridge.landing.delta`) takes
-`land_transaction` instead: the same steps, the move of the files replaced by one commit that
+`land` with a `commit`: the same steps, the move of the files replaced by one commit that
 carries the bulk's transaction id, and a dead process's prepared bulk decided by asking the table
 (`settle`, given by the composition root, as it needs Spark) rather than by its files.
 """
@@ -96,6 +96,7 @@ class Landing(Observer):
     #: Set unless the ledger is being rebuilt from the tables (`await_rebuild`): until then no message
     #: is answered for.
     _rebuilt: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+    _rebuilding: threading.Lock = field(default_factory=threading.Lock)
     _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
@@ -118,6 +119,8 @@ class Landing(Observer):
           CLAIM_WAIT, then raises LedgerUnavailableError, and the unit goes back uncounted to be
           asked again. Answering "not landed" instead would land them twice.
         """
+        if not self._rebuilt.is_set():
+            self.rebuild_pending()  # the warm-up's attempt failed or is not done: one listener tries it
         if not self._rebuilt.is_set():
             raise LedgerUnavailableError("the ledger is being rebuilt from the Delta tables (it was created at this "
                                          "start while tables exist): messages wait until it knows what they hold")
@@ -190,14 +193,33 @@ class Landing(Observer):
         the tables may hold messages it does not know yet."""
         self._rebuilt.clear()
 
-    def rebuild(self, learn: Callable[[], int]) -> None:
-        """Run `learn` (`mqbridge.landing.delta_ledger.rebuild`, with Spark), then answer again; an
-        error leaves the ledger waiting (the next warm-up or probe runs it again)."""
-        if self._rebuilt.is_set():
+    def rebuild_pending(self) -> None:
+        """Run `pending_rebuild` (`mqbridge.landing.delta_ledger.rebuild`, with Spark) unless it ran or
+        is running, then answer for messages again. An error is logged and leaves the ledger waiting:
+        the next listener that asks tries again (by the Spark warm-up first, then by `published`)."""
+        learn = self.pending_rebuild
+        if self._rebuilt.is_set() or learn is None or not self._rebuilding.acquire(blocking=False):
             return
-        learnt = learn()
-        log.warning("ledger rebuilt from the Delta tables: %d identities of messages already landed", learnt)
-        self._rebuilt.set()
+        try:
+            if not self._rebuilt.is_set():
+                learnt = learn()
+                log.warning("ledger rebuilt from the Delta tables: %d identities of messages already landed", learnt)
+                self._rebuilt.set()
+        except Exception as exc:
+            log.error("the ledger cannot be rebuilt from the Delta tables now (messages wait; tried again as they "
+                      "come): %s", exc)
+        finally:
+            self._rebuilding.release()
+
+    def delta_duties(self) -> None:
+        """What a start does once Spark is up for tables that commit by transaction: the ledger's
+        rebuild (`rebuild_pending`), then deciding dead processes' prepared bulks (`settle_dead`).
+        Never raises: what cannot be done now is done as the messages concerned come back."""
+        self.rebuild_pending()
+        try:
+            self.settle_dead()
+        except Exception as exc:
+            log.warning("prepared bulks of processes that are gone wait to be decided by their tables: %s", exc)
 
     def settle_dead(self) -> int:
         """Decide every prepared bulk of a dead process whose table commits by transaction (start-up
@@ -248,51 +270,26 @@ class Landing(Observer):
         """(bulk id, table) of each of these identities that is landed (for producers' results)."""
         return self.ledger.landed_in(identities)
 
-    def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
+    def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str],
+             commit: Callable[[TableTransaction], None] | None = None) -> None:
         """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once: one row per
         identity (distinct), which the staged files' footers must hold before anything is recorded
-        (StagingMismatchError, an outage, otherwise)."""
-        failpoints.hit("after_stage")
-        start = time.perf_counter()
-        moves = staged_moves(table_path, staging, bulk_id)
-        try:
-            verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
-            self.ledger.prepare(bulk_id, table, moves, identities)
-        except BaseException:
-            discard(staging)
-            raise
-        failpoints.hit("after_prepare")
-        delay = 0.5
-        while True:
-            try:
-                publish(moves)
-                failpoints.hit("after_publish")
-                self.ledger.mark_published(bulk_id)
-                break
-            except Exception as exc:
-                # A disk or ledger error after `prepare`: never give the bulk back (see above).
-                self.counters.inc("ledger_publish_retries")
-                log.error("bulk %s of table %s is prepared but could not be published (retrying in %.0fs; "
-                          "a restart rolls it forward): %s", bulk_id, table, delay, exc)
-                self._stop.wait(delay)
-                delay = min(delay * 2, PUBLISH_RETRY_MAX)
-        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
-        self._janitor.submit(discard, staging)
+        (StagingMismatchError, an outage, otherwise).
 
-    def land_transaction(self, bulk_id: str, table: str, table_path: Path, staging: Path,
-                         identities: Sequence[str], commit: Callable[[TableTransaction], None]) -> None:
-        """Land the files Spark staged for `bulk_id` into a table that commits by its own transaction
-        (Delta Lake), exactly once: the staged rows are counted as in `land`, the bulk is prepared
-        with its transaction (this process's app id, the table's next version), and `commit` makes
-        them one commit carrying it, tried again until it succeeds (a commit that did land is skipped
-        by the table the second time). The caller holds the table's lock: versions commit in order."""
+        With `commit`, the table commits by its own transaction (Delta Lake): the bulk is prepared with
+        its transaction (this process's app id, the table's next version) instead of file moves, and
+        `commit` makes the staged rows one commit carrying it (a commit that did land is skipped by the
+        table the second time it is tried). The caller holds the table's lock: versions commit in order."""
         failpoints.hit("after_stage")
         start = time.perf_counter()
         moves = staged_moves(table_path, staging, bulk_id)
+        transaction = None
         try:
             verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
-            transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
-            self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
+            if commit is not None:
+                transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
+            self.ledger.prepare(bulk_id, table, moves if transaction is None else (), identities,
+                                transaction=transaction)
         except BaseException:
             discard(staging)
             raise
@@ -300,16 +297,21 @@ class Landing(Observer):
         delay = 0.5
         while True:
             try:
-                commit(transaction)
+                if commit is not None and transaction is not None:
+                    commit(transaction)
+                else:
+                    publish(moves)
                 failpoints.hit("after_publish")
                 self.ledger.mark_published(bulk_id)
                 break
             except Exception as exc:
-                # After `prepare`, as in `land`: never given back; a commit that did land is skipped next time.
+                # A disk, Spark or ledger error after `prepare`: never give the bulk back (see above),
+                # except a transaction's at shutdown: the next start asks its table whether it committed.
                 self.counters.inc("ledger_publish_retries")
-                log.error("bulk %s of table %s is prepared but its commit did not finish (retrying in %.0fs; a "
-                          "restart asks the table whether it committed): %s", bulk_id, table, delay, exc)
-                if self._stop.wait(delay):
+                log.error("bulk %s of table %s is prepared but could not be %s (retrying in %.0fs; a restart %s): %s",
+                          bulk_id, table, "published" if transaction is None else "committed", delay,
+                          "rolls it forward" if transaction is None else "asks the table whether it committed", exc)
+                if self._stop.wait(delay) and transaction is not None:
                     raise
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)

@@ -17,6 +17,13 @@ table? Every landed row carries the `bulk_id` of the bulk that landed it, so the
 
 The bulk's owner must be dead (a live process is publishing it), and some of its files must be gone
 (otherwise the next start rolls it forward, and nothing needs deciding).
+
+A bulk of a Delta table has no files to look for: its commit carries its transaction (app id and
+version, `mqbridge.landing.delta`), and the table's log is asked, with delta-rs, as the next start asks
+it with Spark (`delta.settle`): the version committed by the bulk (its id is the commit's user metadata),
+recorded published; not committed, the version is first fenced (an empty commit of it, so that a writer
+of the dead process still under way is skipped), then the bulk is forgotten, unless its own commit came
+first after all.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqbridge.errors import StuckBulkError
+from mqbridge.errors import LedgerError, StuckBulkError
 from mqbridge.landing.containers import data_files
 from mqbridge.landing.ledger import Ledger, PreparedBulk
 from mqbridge.landing.publication import check_bulk_paths, discard, gone_files, staging_dir
@@ -121,6 +128,8 @@ def abandon(ledger: Ledger, bulk_id: str, warehouse: Path) -> Verdict:
     bulk = next((b for b in ledger.in_progress() if b.bulk_id == bulk_id), None)
     if bulk is None:
         return judge(bulk_id, None, ledger.state_of(bulk_id), alive=False, gone=0, rows=0)
+    if bulk.transaction is not None:
+        return _abandon_committed_by_table(ledger, bulk, Path(warehouse))
     check_bulk_paths(bulk, warehouse)
     alive = ledger.owner_alive(bulk.owner)
     gone = len(gone_files(bulk))
@@ -137,3 +146,45 @@ def abandon(ledger: Ledger, bulk_id: str, warehouse: Path) -> Verdict:
         discard(staging_dir(Path(warehouse) / bulk.table, bulk.owner, bulk_id))
         log.info("bulk %s abandoned by an operator: %s", bulk_id, verdict.reason)
     return verdict
+
+
+def _abandon_committed_by_table(ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> Verdict:
+    """`abandon` of a bulk of a Delta table: its owner dead, the table's log decides (module docstring)."""
+    from mqbridge.landing import delta_read
+    from mqbridge.landing.delta import FENCE_MARK
+
+    transaction = bulk.transaction
+    assert transaction is not None
+    if ledger.owner_alive(bulk.owner):
+        return judge(bulk.bulk_id, bulk, "prepared", alive=True, gone=0, rows=0)
+    root = Path(os.path.normpath(Path(warehouse).absolute()))
+    table = Path(os.path.normpath(root / bulk.table))
+    if root not in table.parents:  # the ledger is data: no table outside the warehouse
+        raise LedgerError(f"prepared bulk {bulk.bulk_id} of {bulk.owner} names table {bulk.table!r}, which is not a "
+                          f"directory of the warehouse {warehouse}: it is left as it is")
+    if delta_read.is_delta(table):
+        before = -1  # a commit of the bulk is one newer than this version
+        committed = delta_read.transaction_version(table, transaction.app_id)
+        if committed is None or committed < transaction.version:
+            before = delta_read.newest_version(table)
+            delta_read.fence(table, transaction, f"{FENCE_MARK} {transaction.app_id} {transaction.version}")
+        commits = delta_read.commits_since(table, bulk.prepared_at - delta_read.CLOCK_SLACK)
+        if any(c.user_metadata == bulk.bulk_id and c.version > before for c in commits):
+            verdict = Verdict(PUBLISHED, f"table {bulk.table} holds the commit of bulk {bulk.bulk_id} (version "
+                                         f"{transaction.version} of {transaction.app_id}): the bulk is recorded "
+                                         "published; its messages are recognised as landed when they come back")
+            ledger.mark_published(bulk.bulk_id)
+        else:
+            verdict = Verdict(FORGET, f"bulk {bulk.bulk_id} never committed into table {bulk.table} (its version "
+                                      f"{transaction.version} of {transaction.app_id} is fenced now): the bulk is "
+                                      "forgotten; its messages were never committed at the source and land when "
+                                      "read again")
+            ledger.forget(bulk.bulk_id)
+    else:
+        verdict = Verdict(FORGET, f"there is no Delta table at {table}: bulk {bulk.bulk_id} never committed; it is "
+                                  "forgotten, its messages land when read again")
+        ledger.forget(bulk.bulk_id)
+    discard(staging_dir(table, bulk.owner, bulk.bulk_id))
+    log.info("bulk %s abandoned by an operator: %s", bulk.bulk_id, verdict.reason)
+    return verdict
+

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mqbridge.config import BridgeConfig, MqSourceConfig, StompSourceConfig
 from mqbridge.errors import ConfigError, Loc
+from mqbridge.landing.delta import delta_types, jar_files
 from mqbridge.lint.findings import Finding
 from mqbridge.strict_modes import check_trusted
 
@@ -138,6 +139,14 @@ def _drivers(config: BridgeConfig) -> Iterator[Finding]:
         if missing:
             yield Finding(("spark", "remote"), f"Spark Connect needs {', '.join(missing)}, not installed",
                           'pip install "mqbridge[connect]"')
+    if config.spark.remote is None and delta_types(config.types, config.spark.table_format):
+        try:
+            jar_files(_resolved(config, config.spark.jars_dir))
+        except ConfigError as exc:
+            yield Finding(("spark", "jars_dir"), str(exc))
+    if delta_types(config.types, config.spark.table_format) and not _installed("deltalake"):
+        yield Finding(("spark", "table_format"), "Delta tables are read back (mqbridge tables, where, replay) with "
+                      "delta-rs, which is not installed", 'pip install "mqbridge[delta]"', "warning")
     if config.ledger.url is not None and not _installed("psycopg"):
         yield Finding(("ledger", "url"), "a PostgreSQL ledger needs psycopg, which is not installed",
                       'pip install "mqbridge[postgresql]"')

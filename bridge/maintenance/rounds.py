@@ -8,6 +8,10 @@ Facts come from the Parquet footers (files, sizes, rows); the rows the retention
 counted by the purge's own Spark job (`Purger.plan`), only for tables whose types have a
 `retention`. A table several types with different retentions share is planned with the first
 designation that designates rows in a container; the others follow in later rounds.
+
+A Delta table's facts come from its current version, and its actions are Delta's own commits: the
+purge's DELETE or copy (`mqbridge.maintenance.delta.purger`), the compaction's OPTIMIZE ... ZORDER BY
+(put_timestamp) (`mqbridge.maintenance.delta.compaction`), then VACUUM (`[purge] vacuum_retention`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.landing.publication import unpublished_bulks
 from mqbridge.maintenance.compaction.compactor import Compactor, free_bytes
 from mqbridge.maintenance.compaction.planner import Facts, Plan, Policy, decide
+from mqbridge.maintenance.delta.compaction import DeltaCompaction
+from mqbridge.maintenance.delta.purger import DeltaPurger
 from mqbridge.maintenance.engine.costs import Estimate
 from mqbridge.maintenance.engine.swap import recover_purges
 from mqbridge.maintenance.purge.designation import Designation
@@ -44,6 +50,7 @@ class TablePlan:
     table: Path
     plans: list[Plan]
     purges: dict[str, tuple[ContainerPlan, Designation]]  # by put_date
+    delta: bool = False  # a Delta table: Delta's commands carry the plans out
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class Compaction:
         self.purger: Purger = self.factory.purger(spark, counters=self.counters, stop=self.stop)
         self.compactor = Compactor(spark, self.factory.model, self.settings.target_file_size,
                                    counters=self.counters, stop=self.stop)
+        retention = config.purge.vacuum_retention
+        self.delta_purger = DeltaPurger(spark, self.factory.model, retention, counters=self.counters, stop=self.stop)
+        self.delta = DeltaCompaction(spark, self.factory.model, self.settings.small_file_size, retention,
+                                     counters=self.counters, stop=self.stop)
 
     @property
     def warehouse(self) -> Path:
@@ -85,14 +96,18 @@ class Compaction:
 
     def plan(self, table: Path, types: list[str], *, low_disk: bool) -> TablePlan:
         """Every container of `table` with its plan, oldest first (nothing is changed)."""
-        purges = self._designated(table, types)
+        delta = self.factory.is_delta(table)
+        purges = self._designated(table, types, delta)
         policy = Policy(self.settings.small_files, low_disk=low_disk, purge_threshold=self.config.purge.threshold)
-        facts = self._facts(table, purges)
-        return TablePlan(table, [decide(facts[d], policy, self.factory.model) for d in sorted(facts)], purges)
+        facts = self._delta_facts(table, purges) if delta else self._facts(table, purges)
+        return TablePlan(table, [decide(facts[d], policy, self.factory.model) for d in sorted(facts)], purges, delta)
 
     def carry_out(self, planned: TablePlan) -> Iterator[Done]:
         """Carry out the plans of one table (recovering killed runs first), yielding each container done."""
         table = planned.table
+        if planned.delta:
+            yield from self._carry_out_delta(planned)
+            return
         recover_purges(table)
         for plan in planned.plans:
             if self.stop.is_set():
@@ -108,8 +123,31 @@ class Compaction:
                 for compacted in self.compactor.run(table, [plan.put_date]):
                     yield Done(table, plan, compacted.seconds, compacted.files_after)
 
+    def _carry_out_delta(self, planned: TablePlan) -> Iterator[Done]:
+        """`carry_out` of a Delta table: each action one Delta commit, then VACUUM after compactions
+        (the purge's run vacuums after its own commits)."""
+        compacted = False
+        for plan in planned.plans:
+            if self.stop.is_set():
+                return
+            if plan.action in ("drop", "delete", "copy"):
+                container, designation = planned.purges[plan.put_date]
+                container.estimate = Estimate(container.estimate.delete_seconds, container.estimate.copy_seconds,
+                                              plan.action)
+                for result in self.delta_purger.run([container], designation):
+                    self.counters.inc("compaction_purged", strategy=plan.action)
+                    after = plan.facts.files if plan.action == "delete" else int(plan.action == "copy")
+                    yield Done(planned.table, plan, result.seconds, after)
+            elif plan.action == "compact":
+                done = self.delta.optimize(planned.table, plan.put_date, plan.facts.files, plan.facts.rows)
+                compacted = True
+                yield Done(planned.table, plan, done.seconds, done.files_after)
+        if compacted and not self.stop.is_set():
+            self.delta.vacuum(planned.table)
+
     # -- facts -----------------------------------------------------------------------------------
-    def _designated(self, table: Path, types: list[str]) -> dict[str, tuple[ContainerPlan, Designation]]:
+    def _designated(self, table: Path, types: list[str],
+                    delta: bool = False) -> dict[str, tuple[ContainerPlan, Designation]]:
         """Per put_date, the purge's count of the rows the types' retention designates."""
         retained = {n: self.config.types[n] for n in types if self.config.types[n].retention is not None}
         if not retained or not table.is_dir():
@@ -121,9 +159,14 @@ class Compaction:
         found: dict[str, tuple[ContainerPlan, Designation]] = {}
         for designation in type_designations(list(retained), ages, holders(self.warehouse, table, self.config.types),
                                              now=datetime.now(timezone.utc)):
-            for container in self.purger.plan(table, designation):
+            for container in (self.delta_purger if delta else self.purger).plan(table, designation):
                 found.setdefault(container.put_date, (container, designation))
         return found
+
+    def _delta_facts(self, table: Path, purges: dict[str, tuple[ContainerPlan, Designation]]) -> dict[str, Facts]:
+        """The facts of a Delta table's partitions, from its current version (`DeltaCompaction.facts`)."""
+        designated = {d: (c.designated, sum(c.files[f][0] for f in c.partial)) for d, (c, _) in purges.items()}
+        return self.delta.facts(table, designated)
 
     def _facts(self, table: Path, purges: dict[str, tuple[ContainerPlan, Designation]]) -> dict[str, Facts]:
         import pyarrow.parquet as pq

@@ -97,6 +97,7 @@ HELP = {
     "purge_containers_dropped": "Containers removed whole because every row in them was designated",
     "purge_rows_deleted": "Rows removed by purges, by strategy",
     "purge_rows_written": "Surviving rows rewritten by purges (the work delete and copy do), by strategy",
+    "purge_conflicts": "Delta purge commits refused for a concurrent commit into the same partition, tried again",
     "purge_files_carried": "Files landed into a container while it was being purged, carried into the new container",
     "purge_estimated_seconds": "The cost model's estimate for the strategy chosen, per purged container",
     "purge_measured_seconds": "Measured duration of a container's purge, by strategy (compare with the estimate)",

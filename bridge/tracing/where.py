@@ -8,7 +8,11 @@
                (from the bulk's files), the bulk, when it was published; and, from the table's swap
                history (`mqbridge.maintenance.engine.swap`), each rewrite of that put_date container since
                (`rewritten`: a compaction merged its files, a purge copied or deleted rows of it) or
-               `purged`: when a purge dropped the container, with the message's row
+               `purged`: when a purge dropped the container, with the message's row. A Delta table's bulk
+               is one commit: the answer names its version (`delta_version`, found in the table's log by
+               the bulk id, `mqbridge.landing.delta_read`), the put_date of the message's row, and, when
+               the row is no longer in the newest version (a purge deleted it), that it is not
+               (`in_table`: false) and that the commit's version still reads it until VACUUM
     moved      the backout log (`mqbridge.tracing.backout_log`) has its move: the backout queue, the reason
     unknown    none of them knows it
 
@@ -37,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mqbridge.errors import BridgeError
+from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.identity import listener_scope, scoped
 from mqbridge.maintenance.engine.swap import swap_history, swaps_since
 from mqbridge.tracing.backout_log import BackoutLog, MovedMessage
@@ -88,6 +92,9 @@ class Locator:
     backout_log: BackoutLog | None = None
     holding: Callable[[str], Sequence[Held]] | None = None
     ledger_note: str = ""
+    #: The root of the landed tables (`[spark] warehouse`): where a Delta table's bulk is looked up in
+    #: the table itself; None: only what the ledger holds is said.
+    warehouse: Path | None = None
 
     def locate(self, key: str) -> dict[str, Any]:
         """The answer for `key`, a JSON-able document: id, state (one of STATES), what each part
@@ -99,13 +106,16 @@ class Locator:
         notes: list[str] = []
         doc: dict[str, Any] = {"id": key}
         held = self._held(key, searched, notes)
-        landed = self._landed(key, searched, notes)
+        found = self._landed(key, searched, notes)
+        landed = found[1] if found is not None else None
         prepared = self._prepared(key, notes) if not held and landed is None else []
         moved = self._moved(key, searched, notes)
         if held or prepared:
             doc["in_flight"] = [_held(h) for h in held] + [_prepared(b) for b in prepared]
-        if landed is not None:
-            doc["landed"] = _landed(key, landed)
+        if found is not None:
+            doc["landed"] = _landed(key, found[1])
+            if found[1].transaction is not None:
+                doc["landed"].update(self._in_delta_table(found[0], found[1], notes))
         if moved is not None:
             doc["moved"] = _moved(moved)
         doc["state"] = _state(bool(held or prepared), landed, moved)
@@ -127,18 +137,34 @@ class Locator:
         searched.append("the running bridge")
         return held
 
-    def _landed(self, key: str, searched: list[str], notes: list[str]) -> PublishedBulk | None:
+    def _landed(self, key: str, searched: list[str], notes: list[str]) -> tuple[str, PublishedBulk] | None:
+        """The identity the ledger knows `key` by and its published bulk, or None."""
         if self.ledger is None:
             if self.ledger_note:
                 notes.append(self.ledger_note)
             return None
         try:
-            found = next((f for k in self._ledger_keys(key) for f in [self.ledger.landing_of(k)] if f), None)
+            found = next(((k, f) for k in self._ledger_keys(key) for f in [self.ledger.landing_of(k)] if f), None)
         except BridgeError as exc:  # LedgerError, LedgerUnavailableError
             notes.append(f"the landing ledger could not be read: {exc}")
             return None
         searched.append("the landing ledger")
         return found
+
+    def _in_delta_table(self, identity: str, bulk: PublishedBulk, notes: list[str]) -> dict[str, Any]:
+        """What the Delta table says of a landing (`delta_landing`); a table that cannot be read is
+        named in the notes, and the ledger's answer stands."""
+        if self.warehouse is None:
+            return {}
+        table = self.warehouse / bulk.table
+        try:
+            return delta_landing(table, identity, bulk)
+        except (OSError, ConfigError, ValueError) as exc:
+            notes.append(f"the Delta table {table} could not be read: {' '.join(str(exc).split())}")
+        except Exception as exc:  # delta-rs's own errors (a corrupt log, an unsupported feature)
+            log.exception("where %r: the Delta table %s could not be read", identity, table)
+            notes.append(f"the Delta table {table} could not be read: {' '.join(str(exc).split())[:300]}")
+        return {}
 
     def _ledger_keys(self, key: str) -> list[str]:
         """`key` as the ledger may keep it: as given, and scoped by each listener whose identities
@@ -269,6 +295,41 @@ def _swapped_since(bulk: PublishedBulk) -> tuple[list[dict[str, Any]], str | Non
             dropped[container] = swaps[-1][0]
     purged = iso(max(dropped.values())) if containers and len(dropped) == len(containers) else None
     return rewritten, purged
+
+
+def delta_landing(table: Path, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
+    """Where a message of a Delta table's bulk is: the version that committed the bulk (found in the
+    table's log by the bulk id, around its publication), and the put_date of the message's row in the
+    newest version; `in_table` false when that row is gone (a purge deleted it: the commit's version
+    still holds it until VACUUM removes its files)."""
+    from mqbridge.landing import delta_read
+
+    if not delta_read.is_delta(table):
+        return {"in_table": False, "delta_note": f"no Delta table at {table} (dropped, or moved elsewhere)"}
+    found: dict[str, Any] = {}
+    commit = delta_read.commit_of(table, bulk.bulk_id, bulk.published_at)
+    dates = list(commit.put_dates) if commit is not None else []
+    if commit is not None:
+        found["delta_version"] = commit.version
+        found["committed"] = delta_read.iso_version_time(commit)
+    rows = delta_read.put_dates_of(table, [identity], dates)
+    if not rows and dates:  # moved to another partition by a rewrite? asked across the table
+        rows = delta_read.put_dates_of(table, [identity])
+    found["in_table"] = bool(rows)
+    dates = rows or dates
+    found["put_date"] = dates[0] if len(dates) == 1 else None
+    if len(dates) > 1:
+        found["put_dates"] = dates
+    if not rows:
+        newest = delta_read.newest_version(table)
+        version = f"version {commit.version}" if commit is not None else "a version before the purge"
+        found["delta_note"] = (f"its row is not in the newest version ({newest}) of the table: a purge deleted it; "
+                               f"{version} still reads it (VERSION AS OF, `mqbridge replay --as-of-version`) until "
+                               "VACUUM removes that version's files")
+    elif commit is None:
+        found["delta_note"] = ("the commit of this bulk is no longer in the table's log (cleaned up after a "
+                               "checkpoint, delta.logRetentionDuration): its version is not known")
+    return found
 
 
 def _moved(moved: MovedMessage) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import bodies
+from tests.support.delta_tables import DELTA_SPARK, JARS, delta_rows
+from tests.support.exactly_once import account, bodies
 from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = pytest.mark.integration
 
-JARS = ROOT / "jars"
 deltalake = pytest.importorskip("deltalake")
 
 
@@ -33,18 +33,6 @@ deltalake = pytest.importorskip("deltalake")
 def _delta_jars() -> None:
     if not (JARS / "delta").is_dir():
         pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
-
-
-def delta_rows(table: Path) -> collections.Counter[bytes]:
-    """How often each body is in the Delta table at `table`, read by delta-rs (not Spark)."""
-    if not (table / "_delta_log").is_dir():
-        return collections.Counter()
-    rows = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["body"]).column("body").to_pylist()
-    return collections.Counter(bytes(b) for b in rows)
-
-
-#: `[spark]` of a bridge landing into Delta tables with its own driver.
-DELTA_SPARK = f'master = "local[2]"\ntable_format = "delta"\njars_dir = "{JARS}"\nwriter = "spark"'
 
 
 def delta_config(tmp_path: Path, queue: str) -> Path:
@@ -64,9 +52,8 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_the_delta_ta
     out = run_until_idle(config)
     # Then every message is in the Delta table exactly once: 0 lost, 0 duplicated, 0 unexpected
     rows = delta_rows(tmp_path / "landing" / "orders")
-    lost, unexpected = set(sent) - set(rows), set(rows) - set(sent)
-    duplicated = [b for b, n in rows.items() if n > 1]
-    assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), out[-4000:]
+    result = account(sent, rows)
+    assert result.clean, f"{result}\n{out[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
     if failpoint == "after_prepare":  # the table is asked: the dead process's version never committed
         assert "never committed into table orders: fenced and rolled back" in out, out[-4000:]
@@ -117,6 +104,7 @@ def test_delta_skips_a_repeated_or_fenced_version_and_its_log_tells_each_apps_ve
     assert len(facts) == 5 and all(f.endswith("True") for f in facts), out.stdout + out.stderr[-3000:]
 
 
+@pytest.mark.timeout(600)  # 20,000 deliveries and two bridge starts on a busy 2-core machine
 def test_a_wiped_state_dir_is_rebuilt_from_the_delta_tables_and_nothing_lands_twice(
         tmp_path: Path, amq: AmqClient) -> None:
     # Given 10,000 messages landed into a Delta table (identity: the body's hash) by a bridge killed
@@ -133,9 +121,8 @@ def test_a_wiped_state_dir_is_rebuilt_from_the_delta_tables_and_nothing_lands_tw
     # Then the new ledger learnt the landed messages from the table first, and none landed twice
     assert re.search(r"ledger rebuilt from the Delta tables: [1-9]\d* identities", out), out[-4000:]
     rows = delta_rows(tmp_path / "landing" / "orders")
-    lost, unexpected = set(sent) - set(rows), set(rows) - set(sent)
-    duplicated = [b for b, n in rows.items() if n > 1]
-    assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), out[-4000:]
+    result = account(sent, rows)
+    assert result.clean, f"{result}\n{out[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
@@ -162,11 +149,12 @@ SPARK_READER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.timeout(600)
 def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqClient) -> None:
-    # Given a bridge landing 6,000 messages into a Delta table in many bulks, and two readers polling the
+    # Given a bridge landing 3,000 messages into a Delta table in many bulks, and two readers polling the
     # table meanwhile: a second Spark session (another process) and delta-rs in this one
     q = unique_queue("delta-readers")
-    sent = bodies(6000, "rd")
+    sent = bodies(3000, "rd")
     amq.put_many(q, sent)
     table = tmp_path / "landing" / "orders"
     stop = tmp_path / "stop-reading"
@@ -196,3 +184,27 @@ def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqCl
     # and both readers did read while the bridge was landing (snapshots between the first and last bulk)
     for name, snapshots in (("delta-rs", seen), ("Spark", spark_seen)):
         assert any(0 < sum(s.values()) < len(sent) for s in snapshots), f"{name} saw no table in between"
+
+
+def test_a_missing_delta_jar_is_a_start_up_error_naming_the_command_that_fetches_it(tmp_path: Path) -> None:
+    # Given a bridge configured for Delta tables whose jars_dir lacks the Delta jars
+    config = stomp_config(tmp_path, unique_queue("delta-nojars"), spark=DELTA_SPARK.replace(str(JARS), str(tmp_path)))
+    # When it starts: it refuses before connecting anything, naming the command
+    proc = mqbridge("run", "--config", str(config), "--until-idle", "1s")
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 2, out[-3000:]
+    assert "needs the Delta Lake jars" in out and "mqbridge jars --config" in out, out[-3000:]
+
+
+def test_mqbridge_jars_fetches_the_pinned_jars_checked_against_their_checksums(tmp_path: Path) -> None:
+    # When the jars are fetched from Maven Central into an empty folder, and again
+    for _ in range(2):
+        proc = mqbridge("jars", "--dir", str(tmp_path))
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, out
+    # Then they are the project's (byte for byte), and a repository without them is an error that says so
+    for jar in (JARS / "delta").glob("*.jar"):
+        assert (tmp_path / "delta" / jar.name).read_bytes() == jar.read_bytes()
+    proc = mqbridge("jars", "--dir", str(tmp_path / "other"), "--repository", "https://repo.maven.apache.org/none")
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1 and "cannot fetch the checksum of delta-spark" in out, out

@@ -2,7 +2,9 @@
 standalone cluster, each started from pyspark's own scripts (local mode is the default of every
 other integration test). `mqbridge run` is killed with SIGKILL after publishing its first bulk,
 then started again: every message lands exactly once, byte-identical, nothing is left behind.
-And the Connect server stopped and started again under load: the breaker opens, the bridge
+Both again landing into a Delta table (the Connect server started with Delta Lake, the cluster getting
+its jars from the bridge's driver), the bulk killed before and after its commit. And the Connect
+server stopped and started again under load: the breaker opens, the bridge
 takes a new session, every message lands once, none is moved, and the run ends by itself."""
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from mqbridge.landing.delta import session_conf
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import delta_rows
 from tests.support.exactly_once import account, bodies
 from tests.support.http import get
 from tests.support.monitored import finish, listener_phases, outage_config, sink, start
-from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.processes import ROOT, landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
 from tests.support.waiting import wait_until
 
@@ -28,7 +32,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
-    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"))
+    # Started with Delta Lake as its operator would (docs/spark-and-tables.md): its jars and extension.
+    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), conf=session_conf(ROOT / "jars", {}))
     server.start()
     try:
         yield server
@@ -78,6 +83,42 @@ def test_standalone_cluster_lands_exactly_once_across_a_kill(tmp_path: Path, spa
     # both runs were applications of the cluster, their tasks run by its worker
     assert len(list((standalone.base / "work").glob("app-*"))) == 2
 
+
+
+@pytest.mark.parametrize("failpoint", ["after_prepare", "after_publish"])
+def test_spark_connect_lands_into_a_delta_table_exactly_once_across_a_kill(
+        tmp_path: Path, amq: AmqClient, connect_server: SparkConnectServer, failpoint: str) -> None:
+    # Given a bridge without a JVM of its own landing into a Delta table through the Connect server
+    q = unique_queue(f"modes-delta-{failpoint}")
+    sent = bodies(1500, f"cd-{failpoint}")
+    amq.put_many(q, sent)
+    config = stomp_config(tmp_path, q, spark=f'remote = "{connect_server.url}"\ntable_format = "delta"')
+    env = {"JAVA_HOME": str(tmp_path / "no-java-here")}
+    # When it is killed at the failpoint and started again
+    run_until_killed(config, failpoint, env_extra=env)
+    out = run_until_idle(config, env_extra=env)
+    # Then every message is in the Delta table once (read by delta-rs), the table asked about the dead bulk
+    result = account(sent, delta_rows(tmp_path / "landing" / "orders"))
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    decided = "fenced and rolled back" if failpoint == "after_prepare" else "recorded published"
+    assert decided in out, out[-3000:]
+
+
+def test_a_standalone_cluster_lands_into_a_delta_table_exactly_once_across_a_kill(
+        tmp_path: Path, amq: AmqClient, standalone: SparkStandalone) -> None:
+    # Given a bridge whose driver runs its jobs on the cluster's executors, landing into a Delta table
+    # (the driver hands the Delta jars to the executors)
+    q = unique_queue("modes-delta-cluster")
+    sent = bodies(1500, "dc")
+    amq.put_many(q, sent)
+    config = stomp_config(tmp_path, q, spark=f'master = "{standalone.master_url}"\nwriter = "spark"\n'
+                                             f'table_format = "delta"\njars_dir = "{ROOT / "jars"}"')
+    run_until_killed(config, "after_publish")
+    out = run_until_idle(config)
+    result = account(sent, delta_rows(tmp_path / "landing" / "orders"))
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert "recorded published" in out, out[-3000:]
 
 
 def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Path, spark: Any, amq: AmqClient,

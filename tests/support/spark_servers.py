@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -55,10 +56,13 @@ _CONNECT_DAEMON = ("bash", str(SPARK_HOME / "sbin" / "spark-daemon.sh"))
 class SparkConnectServer:
     """A Spark Connect server on 127.0.0.1 with a local[2] Spark behind it."""
 
-    def __init__(self, base: Path, port: int | None = None, *, private_dir: Path | None = None) -> None:
+    def __init__(self, base: Path, port: int | None = None, *, private_dir: Path | None = None,
+                 conf: Mapping[str, str] | None = None) -> None:
         self.base = base
         self.port = port or free_port()
         self.env = _spark_env(base)
+        #: More settings it starts with (e.g. the Delta Lake jars and extension: `mqbridge.landing.delta`).
+        self.conf = dict(conf or {})
         #: A directory the server sees as an empty file system of its own (a tmpfs mounted over it in
         #: a private mount namespace, as a server on another host sees its own disk at that path).
         self.private_dir = private_dir
@@ -91,7 +95,8 @@ class SparkConnectServer:
              # (mqbridge.landing.jvm.JIT_OPTIONS, the in-process driver's default).
              "--conf", f"spark.driver.extraJavaOptions={JIT_OPTIONS}",
              "--conf", f"spark.sql.warehouse.dir={self.base / 'warehouse'}",
-             "--conf", f"spark.local.dir={self.base / 'local'}"],
+             "--conf", f"spark.local.dir={self.base / 'local'}",
+             *(arg for key, value in self.conf.items() for arg in ("--conf", f"{key}={value}"))],
             env=self.env, check=True, stdout=subprocess.DEVNULL, timeout=60)
         _wait_for_port(self.port, open_=True, timeout=START_TIMEOUT, what="Spark Connect server", log=self._log())
 

@@ -5,7 +5,8 @@ Every `interval` the thread purges, table by table, the rows whose `put_timestam
 `received_timestamp` are both older than their type's `retention` (a row that arrived within the
 retention stays, whatever time its producer stamped; types without one are skipped), exactly as
 `mqbridge purge` would with no `--where`: the same cost model and learned costs, the same swap under
-the table lock (landing waits at most one swap), the same recovery. A failed round is logged and
+the table lock (landing waits at most one swap), the same recovery; a Delta table by Delta's own
+commits instead of the swap (`mqbridge.maintenance.delta.purger`). A failed round is logged and
 the next one runs as planned (the thread: `mqbridge.maintenance.engine.scheduler.RoundScheduler`).
 """
 
@@ -25,6 +26,7 @@ from mqbridge.maintenance.purge.purger import Purger
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
+    from mqbridge.maintenance.delta.purger import DeltaPurger
 
 log = logging.getLogger("mqbridge.purge.schedule")  # the name operators configure
 
@@ -55,18 +57,19 @@ class PurgeScheduler(RoundScheduler):
         types = {name: t for name, t in self.config.types.items() if t.retention is not None}
         spark = self._session()
         self._tag_jobs(spark)
-        purger = self.factory.purger(spark, counters=self.counters, stop=self._stop)
         now = datetime.now(timezone.utc)
         self.counters.inc("purge_runs")
         ages = {name: t.retention for name, t in types.items()}
         # Each type at its own retention, and only its own rows where others may land too.
         for table, designations in self.factory.designations(types, ages, now=now):
+            # A Delta table's own commits (`mqbridge.maintenance.delta.purger`), else the engine's swap.
+            purger = self.factory.purger_for(table, spark, counters=self.counters, stop=self._stop)
             for designation in designations:
                 if self._stop.is_set():
                     return
                 self._purge_table(purger, table, designation)
 
-    def _purge_table(self, purger: Purger, table: Path, designation: Designation) -> None:
+    def _purge_table(self, purger: Purger | DeltaPurger, table: Path, designation: Designation) -> None:
         if not table.is_dir():
             return
         plans = []

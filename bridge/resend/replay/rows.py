@@ -1,5 +1,10 @@
 """The landed rows a replay sends, read through Spark in `put_timestamp` order, each with the key the
-replay ledger records it by."""
+replay ledger records it by.
+
+A Delta table is read as one (`format("delta")`: the rows of its newest version, or, with an `as_of`
+version or timestamp, of an older one: Delta's time travel reads the rows a purge deleted since, for
+as long as VACUUM has not removed that version's files). The session needs Delta Lake on its class path
+(`mqbridge replay` starts its own with the jars of `[spark] jars_dir`)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ class Selection:
     where: str | None = None
     older_than: datetime | None = None  # put_timestamp before this
     newer_than: datetime | None = None  # put_timestamp at or after this
+    as_of_version: int | None = None  # a Delta table's version (time travel), None: the newest
+    as_of_timestamp: str | None = None  # or the version current at this time (Spark's timestamp syntax)
 
     @classmethod
     def of(cls, where: str | None, older: float | None, newer: float | None, now: datetime) -> Selection:
@@ -56,7 +63,7 @@ def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayR
     the driver a partition at a time."""
     from pyspark.sql import functions as f
 
-    df = spark.read.parquet(str(table))
+    df = _table_frame(spark, table, selection)
     if selection.where:
         df = df.where(selection.where)
     if selection.older_than is not None:
@@ -74,3 +81,37 @@ def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayR
         seen[base] = seen.get(base, 0) + 1
         yield ReplayRow(key=f"{base}/{seen[base]}", msg_id=row.msg_id, body=body, correlation_id=row.correlation_id,
                         put_timestamp=row.put_timestamp, headers=dict(row.headers or {}))
+
+
+def _table_frame(spark: Any, table: Path, selection: Selection) -> Any:
+    """The rows of `table`: a Delta table as one (at the selection's version or time, if any), else
+    its Parquet files. ConfigError for time travel on a Parquet table, or a session without Delta Lake."""
+    from mqbridge.errors import ConfigError
+    from mqbridge.landing.delta import MISSING_FROM_SPARK, missing_from_spark
+
+    travel = selection.as_of_version is not None or selection.as_of_timestamp is not None
+    if not (Path(table) / "_delta_log").is_dir():
+        if travel:
+            raise ConfigError(f"--as-of-version/--as-of-timestamp: table {table} is not a Delta table (only Delta "
+                              "tables keep older versions to read)")
+        return spark.read.parquet(str(table))
+    reader = spark.read.format("delta")
+    if selection.as_of_version is not None:
+        reader = reader.option("versionAsOf", str(selection.as_of_version))
+    elif selection.as_of_timestamp is not None:
+        reader = reader.option("timestampAsOf", selection.as_of_timestamp)
+    try:
+        return reader.load(str(table))
+    except Exception as exc:
+        if missing_from_spark(exc):
+            raise ConfigError(f"reading the Delta table {table}: {MISSING_FROM_SPARK}") from exc
+        if travel:  # a version past the newest, or older than the log keeps
+            raise ConfigError(f"table {table} cannot be read as of {_as_of(selection)}: "
+                              f"{' '.join(str(exc).split())[:400]}") from exc
+        raise
+
+
+def _as_of(selection: Selection) -> str:
+    if selection.as_of_version is not None:
+        return f"version {selection.as_of_version}"
+    return f"time {selection.as_of_timestamp}"

@@ -1,0 +1,234 @@
+"""Purge of a Delta table: the designated rows of each put_date partition leave the table in one
+Delta commit, by the strategy the cost model chooses (`strategy.choose`):
+
+* drop and delete: `DELETE FROM delta.`<table>` WHERE put_date = d AND <designation>`. A partition
+  whose rows are all designated loses every file as a whole (nothing is rewritten). The condition
+  keeps the designation even then, not the partition alone: a row landed into that put_date after
+  the count (a late message with an old put time, received within its retention) is not designated
+  and must stay, and Delta checks the DELETE against every commit since it read the partition.
+* copy (-and-drop): the partition's survivors, sorted by put_timestamp into few files, replace it in
+  one commit (`mode("overwrite")` with `replaceWhere` on the partition); the old files stay in the
+  storage, out of the table, until VACUUM.
+
+Each commit is atomic: a process killed before it leaves the table as it was, one killed after it
+the table purged; readers see one version or the other and need no REFRESH TABLE. A commit that
+conflicts with another writer's (a bulk landed into the same partition meanwhile: Delta's
+ConcurrentAppendException) is tried again on the table's new version, up to `CONFLICT_TRIES` times.
+
+After a run that committed, `VACUUM ... RETAIN <[purge] vacuum_retention>` deletes the files commits
+removed longer ago than that: until then a reader can still time-travel (`versionAsOf`) to a version
+before a purge, and read the rows it removed.
+
+Killing points (`mqbridge.failpoints`), per partition: `delta_purge_before_commit` (the strategy is
+chosen, nothing committed) and `delta_purge_after_commit` (committed; the cost model has not learnt
+the run, and no VACUUM ran).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mqbridge import failpoints
+from mqbridge.counters import Counters
+from mqbridge.errors import PurgeError
+from mqbridge.landing.delta import is_delta_table
+from mqbridge.maintenance.delta.strategy import choose, delete_rows
+from mqbridge.maintenance.delta.table import deletion_vectors, sql_name, table_version, vacuum
+from mqbridge.maintenance.engine.costs import CostModel, Estimate
+from mqbridge.maintenance.purge.designation import Designation
+from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult
+
+log = logging.getLogger("mqbridge.purge.delta")  # the name operators configure
+
+#: Attempts of one partition's commit that conflicts with other writers' commits.
+CONFLICT_TRIES = 3
+_CONFLICT = re.compile(r"DELTA_CONCURRENT|Concurrent\w*Exception")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@dataclass
+class DeltaContainerPlan(ContainerPlan):
+    """A put_date partition of a Delta table with designated rows: per data file (rows, designated),
+    the files' bytes, and whether the table's DELETE writes deletion vectors."""
+
+    bytes: int = 0
+    deletion_vectors: bool = False
+
+    @property
+    def condition(self) -> str:
+        """The partition as a Spark SQL condition."""
+        if not _DATE.fullmatch(self.put_date):
+            raise PurgeError(f"table {self.table}: put_date {self.put_date!r} is not a date")
+        return f"put_date = DATE'{self.put_date}'"
+
+
+@dataclass(frozen=True)
+class DeltaRun:
+    """One table's purge in the words of `mqbridge purge`: its versions before and after, the rows
+    left, and the containers purged by each strategy."""
+
+    table: Path
+    version_before: int
+    version_after: int
+    rows_left: int
+    strategies: dict[str, int]
+
+
+def conflict(exc: BaseException) -> bool:
+    """Whether `exc` is Delta's refusal of a commit that conflicts with a concurrent one."""
+    return bool(_CONFLICT.search(f"{type(exc).__name__} {exc}"))
+
+
+@dataclass
+class DeltaPurger:
+    """Plans and runs purges of Delta tables; the same interface as the Parquet `Purger`."""
+
+    spark: Any
+    model: CostModel
+    vacuum_retention: float
+    counters: Counters = field(default_factory=Counters)
+    stop: threading.Event = field(default_factory=threading.Event)
+    _before: dict[Path, int] = field(default_factory=dict)
+    _done: dict[Path, dict[str, int]] = field(default_factory=dict)
+
+    def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
+        """The partitions of `table` with designated rows, oldest first, each with its estimate; one
+        Spark job counts the rows and the designated rows of every file of the current version."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+
+        if not is_delta_table(table):
+            return []
+        frame = self.spark.read.format("delta").load(str(table))
+        try:
+            counted = (frame.select(F.col("put_date").cast("string").alias("put_date"),
+                                    F.col("_metadata.file_name").alias("file"),
+                                    F.col("_metadata.file_size").alias("size"),
+                                    F.expr(designation.sql).cast("long").alias("designated"))
+                       .groupBy("put_date", "file", "size")
+                       .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
+                       .collect())
+        except AnalysisException as exc:
+            raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
+                             f"{str(exc).strip().splitlines()[0]}") from exc
+        vectors = deletion_vectors(self.spark, table)
+        files: dict[str, dict[str, tuple[int, int]]] = {}
+        sizes: dict[str, int] = {}
+        for row in counted:
+            files.setdefault(row["put_date"], {})[row["file"]] = (int(row["rows"]), int(row["designated"]))
+            sizes[row["put_date"]] = sizes.get(row["put_date"], 0) + int(row["size"])
+        plans: list[ContainerPlan] = []
+        for put_date, by_file in sorted(files.items()):
+            plan = DeltaContainerPlan(table, put_date, by_file, Estimate(0.0, 0.0, "none"), sizes[put_date], vectors)
+            if plan.designated == 0:
+                continue
+            rewritten = sum(by_file[f][0] for f in plan.partial)
+            plan.estimate = choose(self.model, plan.rows, plan.designated, rewritten, deletion_vectors=vectors,
+                                   forced=strategy)
+            plans.append(plan)
+        return plans
+
+    def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
+        """Purge each planned partition, one commit each, yielding its result as it is done; then
+        VACUUM each table that a commit changed (`[purge] vacuum_retention`)."""
+        changed: list[Path] = []
+        for plan in plans:
+            if self.stop.is_set():
+                break
+            assert isinstance(plan, DeltaContainerPlan), plan
+            if plan.table not in self._before:
+                self._before[plan.table] = table_version(self.spark, plan.table)
+            result = self._purge(plan, designation)
+            done = self._done.setdefault(plan.table, {})
+            done[result.strategy] = done.get(result.strategy, 0) + 1
+            if plan.table not in changed:
+                changed.append(plan.table)
+            self._account(result)
+            yield result
+        for table in changed:
+            if self.stop.is_set():
+                break
+            started = time.perf_counter()
+            vacuum(self.spark, table, self.vacuum_retention)
+            log.info("purge %s: VACUUM (retain %.0fs) in %.3fs", table.name, self.vacuum_retention,
+                     time.perf_counter() - started)
+
+    def summary(self, table: Path) -> DeltaRun:
+        """The purge runs of `table` so far, with the rows the table holds now (a Spark count)."""
+        after = table_version(self.spark, table) if is_delta_table(table) else -1
+        rows = self.spark.read.format("delta").load(str(table)).count() if after >= 0 else 0
+        return DeltaRun(table, self._before.get(table, after), after, int(rows), dict(self._done.get(table, {})))
+
+    # -- one partition -------------------------------------------------------------------------
+    def _purge(self, plan: DeltaContainerPlan, designation: Designation) -> ContainerResult:
+        strategy = plan.estimate.strategy
+        start = time.perf_counter()
+        failpoints.hit("delta_purge_before_commit")
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                deleted, written = self._commit(plan, designation, strategy)
+                break
+            except Exception as exc:
+                if not conflict(exc) or attempt == CONFLICT_TRIES:
+                    raise
+                self.counters.inc("purge_conflicts")
+                log.warning("purge %s put_date=%s: the %s conflicted with another commit (%s); trying again on the "
+                            "table's new version", plan.table.name, plan.put_date, strategy,
+                            str(exc).strip().splitlines()[0])
+        failpoints.hit("delta_purge_after_commit")
+        seconds = time.perf_counter() - start
+        rewritten = delete_rows(plan.designated, sum(plan.files[f][0] for f in plan.partial),
+                                deletion_vectors=plan.deletion_vectors)
+        self.model.learn(strategy, seconds, rows_rewritten=rewritten, rows_copied=plan.rows - plan.designated)
+        return ContainerResult(plan, strategy, seconds, deleted, written)
+
+    def _commit(self, plan: DeltaContainerPlan, designation: Designation, strategy: str) -> tuple[int, int]:
+        """One commit removing the designated rows of the partition; (rows deleted, rows written)."""
+        if strategy in ("drop", "delete"):
+            [row] = self.spark.sql(f"DELETE FROM {sql_name(plan.table)} WHERE {plan.condition} "
+                                   f"AND {designation.sql}").collect()
+            return int(row[0]), 0
+        if strategy != "copy":
+            raise PurgeError(f"{plan.table} put_date={plan.put_date}: unknown strategy {strategy!r}")
+        return self._copy(plan, designation)
+
+    def _copy(self, plan: DeltaContainerPlan, designation: Designation) -> tuple[int, int]:
+        """Replace the partition by its survivors, sorted by put_timestamp into files of about
+        FILE_BYTES, in one commit. The read of the partition is part of the commit's transaction:
+        Delta reads the table's version at the write, and refuses the commit if another writer added
+        to the partition since (a conflict, tried again)."""
+        from pyspark.sql import functions as F
+
+        from mqbridge.landing.containers import SORT_COLUMNS
+        from mqbridge.landing.executor import FILE_BYTES
+
+        survivors = plan.rows - plan.designated
+        files = max(1, math.ceil(plan.bytes * survivors / max(plan.rows, 1) / FILE_BYTES))
+        frame = (self.spark.read.format("delta").load(str(plan.table))
+                 .where(F.expr(plan.condition)).where(~F.expr(designation.sql)))
+        frame = frame.repartitionByRange(files, "put_timestamp") if files > 1 else frame.coalesce(1)
+        (frame.sortWithinPartitions(*SORT_COLUMNS).write.format("delta").mode("overwrite")
+         .option("replaceWhere", plan.condition)
+         .option("userMetadata", f"mqbridge purge: copy of put_date={plan.put_date}")
+         .save(str(plan.table)))
+        return plan.designated, survivors
+
+    def _account(self, result: ContainerResult) -> None:
+        c, strategy = self.counters, result.strategy
+        c.inc("purge_containers", strategy=strategy)
+        c.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
+        c.inc("purge_rows_written", result.rows_written, strategy=strategy)
+        if strategy == "drop":
+            c.inc("purge_containers_dropped")
+        estimate = result.plan.estimate
+        c.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
+                  estimate.delete_seconds, strategy=strategy)
+        c.observe("purge_measured_seconds", result.seconds, strategy=strategy)

@@ -1,0 +1,77 @@
+"""What the Delta purge and compaction ask of a table and its Spark session: the table's SQL name,
+version and deletion-vector setting, the session's settings, and VACUUM."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mqbridge.landing.delta import session_conf as delta_session_conf
+from mqbridge.landing.delta import table_format
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
+
+log = logging.getLogger("mqbridge.purge.delta")  # the name operators configure
+
+#: Delta refuses a VACUUM retention under the table's `delta.deletedFileRetentionDuration` (7 days by
+#: default) unless this check is off; the operator's `[purge] vacuum_retention` is the decision.
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+#: Delta's own default retention of removed files (`delta.deletedFileRetentionDuration`).
+DELTA_DEFAULT_RETENTION = 7 * 86400.0
+
+
+def sql_name(table: Path | str) -> str:
+    """The table at `table` as Spark SQL names it by path: delta.`<path>`."""
+    return "delta.`" + str(table).replace("`", "``") + "`"
+
+
+def is_delta_config(config: BridgeConfig, names: Iterable[str]) -> bool:
+    """Whether the table the types `names` land in is a Delta table (one of them says so)."""
+    return any(table_format(config.types[n], config.spark.table_format) == "delta" for n in names)
+
+
+def session_conf(config: BridgeConfig) -> dict[str, str]:
+    """`[spark] conf` for a maintenance command's own Spark session: with the Delta jars and Delta's SQL
+    extension and catalog when a type lands into a Delta table (as the bridge's own driver gets them;
+    ConfigError naming the command that fetches the jars when they are missing). A Spark Connect server
+    is started with them by its operator."""
+    section = config.spark
+    if section.remote or not is_delta_config(config, config.types):
+        return dict(section.conf)
+    return delta_session_conf(config.resolve_path(section.jars_dir), section.conf)
+
+
+def table_version(spark: Any, table: Path | str) -> int:
+    """The current version of the Delta table at `table`."""
+    [row] = spark.sql(f"DESCRIBE HISTORY {sql_name(table)} LIMIT 1").select("version").collect()
+    return int(row["version"])
+
+
+def deletion_vectors(spark: Any, table: Path | str) -> bool:
+    """Whether DELETE writes deletion vectors into the table (`delta.enableDeletionVectors`)."""
+    [row] = spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").select("properties").collect()
+    return str((row["properties"] or {}).get("delta.enableDeletionVectors", "false")).lower() == "true"
+
+
+def vacuum(spark: Any, table: Path | str, retention: float) -> None:
+    """VACUUM the table: the files commits removed more than `retention` seconds ago are deleted from
+    the storage (time travel to the versions that read them ends). Below Delta's own 7-day default the
+    safety check is turned off for this command only: the operator configured the retention."""
+    hours = retention / 3600.0
+    text = f"{hours:.0f}" if hours == int(hours) else f"{hours:.6f}"
+    statement = f"VACUUM {sql_name(table)} RETAIN {text} HOURS"
+    if retention >= DELTA_DEFAULT_RETENTION:
+        spark.sql(statement).collect()
+        return
+    before = spark.conf.get(RETENTION_CHECK, None)
+    spark.conf.set(RETENTION_CHECK, "false")
+    try:
+        spark.sql(statement).collect()
+    finally:
+        if before is None:
+            spark.conf.unset(RETENTION_CHECK)
+        else:
+            spark.conf.set(RETENTION_CHECK, before)

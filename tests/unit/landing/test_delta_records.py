@@ -1,0 +1,97 @@
+"""Unit tests of what the Delta Lake landing keeps outside Spark: the ledger's record of a bulk's table
+transaction, bulks adopted from the tables into a new ledger, the jars check at start, the start-up
+recovery that leaves transactional bulks to their tables, and the configuration's refusals."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from mqbridge.config.loader import parse_config
+from mqbridge.errors import ConfigError
+from mqbridge.landing import delta
+from mqbridge.landing.ledger import Ledger, TableTransaction
+from mqbridge.landing.publication import recover, roll_forward
+
+
+def test_a_prepared_bulk_keeps_its_table_transaction_and_no_files(ledger: Ledger) -> None:
+    # Given a bulk prepared with a table transaction
+    ledger.prepare("b1", "orders", (), ["m1", "m2"], transaction=TableTransaction("mqbridge:h:1:2", 7))
+    # Then the ledger gives it back with that transaction and no files, prepared and then published
+    [bulk] = ledger.in_progress()
+    assert (bulk.files, bulk.transaction) == ((), TableTransaction("mqbridge:h:1:2", 7))
+    assert [b.bulk_id for b in ledger.prepared_holding(["m2"])] == ["b1"]
+    ledger.mark_published("b1")
+    assert ledger.published(["m1", "m2", "m3"]) == {"m1", "m2"}
+    [published] = ledger.published_bulks()
+    assert published.transaction == TableTransaction("mqbridge:h:1:2", 7) and published.files == ()
+
+
+def test_roll_forward_refuses_a_transactional_bulk_and_recovery_leaves_it_to_its_table(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # Given a transactional bulk of a dead owner left prepared
+    ledger.prepare("b1", "orders", (), ["m1"], transaction=TableTransaction("mqbridge:gone", 1))
+    [bulk] = ledger.in_progress()
+    # Then no file-based step may decide it: recovery hands it on, untouched
+    with pytest.raises(ValueError, match="the table decides it"):
+        roll_forward(ledger, bulk, tmp_path)
+    report = recover(ledger, [], warehouse=tmp_path)
+    if report.skipped_live:  # the test's own process owns it: alive
+        assert report.transactional == []
+    else:
+        assert [b.bulk_id for b in report.transactional] == ["b1"]
+    assert ledger.state_of("b1") == "prepared"
+
+
+def test_adopted_bulks_are_published_once_and_recognised(ledger: Ledger) -> None:
+    # Given bulks read back from a Delta table into a new ledger
+    assert ledger.adopt("b1~orders", "orders", ["m1", "m2", "m2"], time.time())
+    assert not ledger.adopt("b1~orders", "orders", ["m1"], time.time())  # once
+    # Then their identities are recognised as landed
+    assert ledger.published(["m1", "m2", "m3"]) == {"m1", "m2"}
+    assert ledger.stats().identities == 2
+
+
+def test_versions_grow_per_table() -> None:
+    versions = delta.Versions()
+    assert [versions.next("a"), versions.next("a"), versions.next("b"), versions.next("a")] == [1, 2, 1, 3]
+
+
+def test_missing_delta_jars_are_a_start_up_error_naming_the_command(tmp_path: Path) -> None:
+    (tmp_path / "delta").mkdir()
+    (tmp_path / "delta" / "delta-storage-4.4.0.jar").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"lacks delta-spark: run `mqbridge jars --config"):
+        delta.jar_files(tmp_path)
+    (tmp_path / "delta" / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    given = {"spark.jars": "/x/other.jar", "spark.databricks.delta.snapshotPartitions": "8"}
+    conf = delta.session_conf(tmp_path, given)
+    assert conf["spark.jars"].split(",")[0] == "/x/other.jar" and len(conf["spark.jars"].split(",")) == 3
+    assert conf["spark.databricks.delta.snapshotPartitions"] == "8"  # [spark] conf wins
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+BASE = """
+[spark]
+table_format = "delta"
+[sources.amq]
+kind = "stomp"
+[[listeners]]
+source = "amq"
+queue = "/queue/orders"
+message_type = "orders"
+backout_queue = "/queue/orders.backout"
+"""
+
+
+def test_a_delta_type_may_have_retention_compaction_and_the_catalog() -> None:
+    config = parse_config(BASE.replace("[spark]", "[spark]\ncatalog = true") +
+                          '[types.orders]\nretention = "7d"\n[compaction]\ninterval = "1h"')
+    assert config.types["orders"].retention == 7 * 86400 and config.spark.catalog
+
+
+def test_a_type_may_choose_its_own_table_format() -> None:
+    config = parse_config(BASE.replace('table_format = "delta"', "") + '[types.orders]\ntable_format = "delta"')
+    assert delta.delta_types(config.types, config.spark.table_format) == ["orders"]
+    assert config.spark.table_format == "parquet"
