@@ -24,10 +24,10 @@ each unit of work into its read, hand-over, wait for results and commit, with ea
 oldest message's age at closing (`--keep` keeps the step files: `steps.<pid>` in the work directory).
 
 `--table-format delta` lands into a Delta table (`[spark] table_format`, the repo's `jars/`), and
-prints what a Delta commit costs: each commit (`mqbridge.landing.delta.commit_staged`, the Spark job
-that appends the staged bulk to the table and writes its log entry) is timed inside the bridge
-(bench/steps/sitecustomize.py, MQBRIDGE_BENCH_DELTA), per write and per row, against the write's whole
-time (the staging job and the rest); the table's own files split each commit further by their
+prints what a Delta commit costs: each commit (the one Spark job of a Delta write, which writes the
+bulk's rows and its log entry) is timed inside the bridge (bench/steps/sitecustomize.py,
+MQBRIDGE_BENCH_DELTA), per write and per row, against the write's whole time (the Arrow table, the
+ledger and the rest); the table's own files split each commit further by their
 modification times: until its data files are written, until its log entry (`_delta_log/<v>.json`) is,
 and after it (a checkpoint every `delta.checkpointInterval` commits, the new snapshot). Commits that
 wrote a checkpoint are compared with the others.
@@ -216,15 +216,13 @@ def write_steps(workdir: Path, start: float, end: float) -> str:
     mean = {k: v / writes for k, v in spent.items()}
     rest = mean.get("write", 0.0) - sum(mean.get(k, 0.0) for k in ("arrow", "plan", "job", "land"))
     timed = timed_delta_commits(workdir)
-    if timed:  # a Delta table: `job` (spark_guarded) holds the staging job and the commit, `land` the commit too
+    if timed:  # a Delta table: the write's Spark job (`job`, spark_guarded) is its commit, run by Landing.commit
         commit = sum(c.seconds for c in timed.values() if start <= c.start <= end) / writes
-        rest += commit  # counted in both `job` and `land`
         return (f"    a write's steps over N (mean of {writes}): {mean.get('write', 0.0):.2f} s = Arrow table "
                 f"{mean.get('arrow', 0.0):.2f} + plan {mean.get('plan', 0.0):.2f} (handoff file "
-                f"{mean.get('handoff', 0.0):.2f}) + staging job {mean.get('job', 0.0) - commit:.2f} + landing "
-                f"{mean.get('land', 0.0):.2f} (footers {mean.get('footers', 0.0):.2f}, prepare "
-                f"{mean.get('prepare', 0.0):.2f}, Delta commit {commit:.2f}, mark published "
-                f"{mean.get('mark', 0.0):.2f}) + the rest {rest:.2f}")
+                f"{mean.get('handoff', 0.0):.2f}) + Spark jobs {mean.get('job', 0.0):.2f} (of it the Delta commit "
+                f"{commit:.2f}) + prepare {mean.get('prepare', 0.0):.2f} + mark published {mean.get('mark', 0.0):.2f} "
+                f"+ the rest {rest - mean.get('prepare', 0.0) - mean.get('mark', 0.0):.2f}")
     return (f"    a write's steps over N (mean of {writes}): {mean.get('write', 0.0):.2f} s = Arrow table "
             f"{mean.get('arrow', 0.0):.2f} + plan {mean.get('plan', 0.0):.2f} (handoff file "
             f"{mean.get('handoff', 0.0):.2f}) + Spark job {mean.get('job', 0.0):.2f} + landing "
@@ -311,7 +309,7 @@ def delta_report(commits: list[DeltaCommit], start: float, end: float, writes: f
                      if c.checksum_written is not None and c.log_written is not None])
     after = mean([c.wall_end - c.log_written for c in placed if c.log_written is not None])
     text = (f"    Delta commits over N: {len(over_n)}, {seconds / len(over_n):.2f} s each of the write's {write:.2f} s "
-            f"(staging job and the rest {write - seconds / len(over_n):.2f} s); {rows / len(over_n):,.0f} rows each, "
+            f"(the rest {write - seconds / len(over_n):.2f} s); {rows / len(over_n):,.0f} rows each, "
             f"{seconds / max(rows, 1) * 1e6:.0f} us per row\n"
             f"    a commit's parts (mean of {len(placed)}, by the table's file times): until its data files are "
             f"written {data:.2f} s, then its log entry {log_entry:.3f} s, then until the write returns "

@@ -16,14 +16,17 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mqbridge import __version__
 from mqbridge.backlog import BacklogPoller, ProbeFactory, probe_for
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, CollectorLimits, Executor, TypeLimits
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.counters import Counters
 from mqbridge.drivers import open_source
+from mqbridge.errors import LedgerUnavailableError
 from mqbridge.landing import (
     DriverSecrets,
     Landing,
@@ -42,6 +45,8 @@ from mqbridge.landing.delta import delta_types, settle
 from mqbridge.landing.delta import session_conf as delta_session_conf
 from mqbridge.landing.delta_ledger import rebuild as rebuild_ledger
 from mqbridge.landing.ledger import open_ledger, owner_id
+from mqbridge.landing.object_stores import object_store_outage
+from mqbridge.landing.object_stores import session_conf as store_session_conf
 from mqbridge.landing.schema_check import check_schemas
 from mqbridge.lint import start_warnings
 from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
@@ -131,7 +136,11 @@ class App:
         sinks of its table unavailable until an operator decides (`mqbridge.landing.stuck`)."""
         if self.landing is None:
             return
-        warehouse = self.config.resolve_path(self.config.spark.warehouse)
+        warehouse = self.config.resolve_warehouse()
+        if isinstance(warehouse, ObjectStoreUri):
+            # Only Delta tables land there (`config.warehouse`): their dead processes' bulks are decided
+            # by their tables once Spark is up (`Landing.delta_duties`); nothing is staged to remove.
+            return
         tables = list(type_tables(warehouse, self.config.types))
         report = recover(self.landing.ledger, tables, warehouse=warehouse)
         for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge.purger)
@@ -213,7 +222,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                  ledger=landing.ledger if landing is not None else None,
                                  backout_log=backout_log, holding=bridge.holding,
                                  ledger_note="" if landing is not None else NO_LEDGER,
-                                 warehouse=config.resolve_path(config.spark.warehouse)).locate
+                                 warehouse=config.resolve_warehouse()).locate
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
                spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),
@@ -241,7 +250,7 @@ def _spark_executors(config: BridgeConfig, sessions: SparkSessions,
                     landing: Landing | None) -> Callable[[], Mapping[str, Executor]]:
     """Makes each type's executor when the bridge starts (none of them starts Spark: each asks for the
     session when a write needs it)."""
-    warehouse = config.resolve_path(config.spark.warehouse)
+    warehouse = config.resolve_warehouse()
     return lambda: executors_for(sessions, warehouse, config.types, landing=landing,
                                  write_timeout=config.spark.write_timeout, catalog=config.spark.catalog,
                                  writer=config.spark.writer, conf=config.spark.conf,
@@ -252,29 +261,46 @@ def _land_delta(config: BridgeConfig, sessions: SparkSessions, landing: Landing)
     """What the landing of Delta tables needs with Spark: deciding dead processes' prepared bulks by
     their tables, and, when the ledger was created at this start, its rebuild from the tables before
     any message is answered for (`mqbridge.landing.delta_ledger`; both run by the Spark warm-up)."""
-    warehouse = config.resolve_path(config.spark.warehouse)
+    warehouse = config.resolve_warehouse()
     landing.settle = lambda bulk: settle(landing.ledger, bulk, sessions.get(), warehouse / bulk.table)
     if landing.ledger.created:
         names = set(delta_types(config.types, config.spark.table_format))
-        tables = [(str(path.relative_to(warehouse)), path)
-                  for path, types in type_tables(warehouse, config.types).items()
-                  if names & set(types) and (path / "_delta_log").is_dir()]
+        tables: list[tuple[str, Path | ObjectStoreUri]]
+        if isinstance(warehouse, ObjectStoreUri):  # not listed: its types name plain tables (`config.warehouse`)
+            tables = [(table, warehouse / table) for table in sorted({config.types[n].table_name for n in names})]
+        else:
+            tables = [(str(path.relative_to(warehouse)), path)
+                      for path, types in type_tables(warehouse, config.types).items()
+                      if names & set(types) and (path / "_delta_log").is_dir()]
         if not tables:  # a first start: nothing landed yet that the ledger could miss
             return
         landing.await_rebuild()
-        landing.pending_rebuild = lambda: rebuild_ledger(landing.ledger, sessions.get(), tables,
-                                                         config.bridge.dedupe_window)
+
+        def rebuild() -> int:
+            try:
+                return rebuild_ledger(landing.ledger, sessions.get(), tables, config.bridge.dedupe_window)
+            except Exception as exc:  # what an operator must fix, named, where the store says it
+                reason = object_store_outage(exc, warehouse, config.spark.conf)
+                if reason:
+                    raise LedgerUnavailableError(reason) from exc
+                raise
+
+        landing.pending_rebuild = rebuild
 
 
 def _spark_section(config: BridgeConfig) -> SparkSection:
     """`[spark]` as the session is started with it: for Delta tables in a driver of the bridge's own,
     with the Delta jars and Delta's SQL extension and catalog (ConfigError naming the command that
-    fetches the jars when they are missing). A Spark Connect server is started with them by its operator."""
+    fetches the jars when they are missing), and on an object store or HDFS with the bridge's S3A or
+    HDFS client settings under `[spark] conf` (`mqbridge.landing.object_stores`). A Spark Connect
+    server is started with them by its operator."""
     section = config.spark
-    if section.remote or not delta_types(config.types, section.table_format):
+    if section.remote:
         return section
-    conf = delta_session_conf(config.resolve_path(section.jars_dir), section.conf)
-    return section.model_copy(update={"conf": conf})
+    conf = store_session_conf(config.resolve_warehouse(), section.conf, config.resolve_path(section.jars_dir))
+    if delta_types(config.types, section.table_format):
+        conf = delta_session_conf(config.resolve_path(section.jars_dir), conf)
+    return section if conf == section.conf else section.model_copy(update={"conf": conf})
 
 
 def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landing | None) -> SparkWarmup | None:
@@ -287,7 +313,7 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
     if (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
             or (config.purge.interval is not None and landing is not None)):
         owner = landing.owner if landing is not None else owner_id()
-        warehouse = config.resolve_path(config.spark.warehouse)
+        warehouse = config.resolve_warehouse()
         checks.append(lambda: check_warehouse(sessions, warehouse, owner))
     if landing is not None and landing.settle is not None:
         # Dead processes' prepared bulks of Delta tables: their tables decide them, with Spark; and a
@@ -306,7 +332,7 @@ def open_landing(config: BridgeConfig, counters: Counters) -> Landing | None:
         log.warning("landing ledger %s created: messages landed before it existed cannot be recognised "
                     "if they are delivered again (at-least-once for them)", ledger.path)
     return Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=config.bridge.dedupe_window,
-                   warehouse=config.resolve_path(config.spark.warehouse),
+                   warehouse=config.resolve_warehouse(),
                    config_path=str(config.path.absolute()) if config.path else "")
 
 

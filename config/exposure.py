@@ -1,12 +1,13 @@
 """What the bridge says once at start about secrets it was told to send without TLS: each source or
-ledger password, and the monitoring token, that goes in clear to a loopback address or with the
-section's `allow_plaintext_*` switch."""
+ledger password, the monitoring token, and S3 keys whose requests go over http://, to a loopback
+address or with the section's `allow_plaintext_*` switch."""
 
 from __future__ import annotations
 
 from mqbridge.config.plaintext import all_loopback, conn_name_hosts, is_loopback, ledger_exposure
 from mqbridge.config.schema import BridgeConfig
 from mqbridge.config.sources import MqSourceConfig, StompSourceConfig
+from mqbridge.config.warehouse import ObjectStoreUri, plaintext_s3_host, s3a_endpoint
 
 
 def plaintext_notes(config: BridgeConfig) -> list[str]:
@@ -25,6 +26,13 @@ def plaintext_notes(config: BridgeConfig) -> list[str]:
         if password and not tls and hosts:  # over a Unix-domain socket it never reaches a network
             notes.append(f"[ledger] url: the PostgreSQL password travels without TLS to {', '.join(hosts)}"
                          + _why(all_loopback(hosts)))
+    warehouse = config.spark.warehouse
+    bucket = warehouse.bucket if isinstance(warehouse, ObjectStoreUri) else None
+    s3_host = plaintext_s3_host(config.spark.conf, bucket) if bucket is not None else None
+    if s3_host is not None:
+        endpoint, _ = s3a_endpoint(config.spark.conf, bucket)
+        notes.append(f"[spark.conf] S3 keys: requests signed with them, and the landed messages, travel without TLS "
+                     f"to {endpoint}" + _why(is_loopback(s3_host)))
     monitoring = config.monitoring
     if monitoring.enabled and monitoring.token is not None and not monitoring.tls:
         assert monitoring.host is not None  # enabled

@@ -19,6 +19,7 @@ from pydantic_core import PydanticUndefined
 from mqbridge.config.base import parse_duration, parse_size
 from mqbridge.config.schema import BridgeConfig
 from mqbridge.config.sources import MemorySourceConfig, MqSourceConfig, StompSourceConfig
+from mqbridge.config.warehouse import ObjectStoreUri
 
 HEADER = """# Configuration reference
 
@@ -83,7 +84,7 @@ def _type_name(annotation: Any) -> str:
     if origin is dict:
         return "table"
     plain: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "path",
-                             SecretStr: "secret"}
+                             SecretStr: "secret", ObjectStoreUri: "URI (s3a://, hdfs://)"}
     return plain.get(annotation) or str(getattr(annotation, "__name__", annotation))
 
 

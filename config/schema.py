@@ -31,6 +31,7 @@ from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.types import TypeConfig as TypeConfig  # re-exported for `config.schema` importers
+from mqbridge.config.warehouse import ObjectStoreUri, Warehouse, object_store_problems
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -138,7 +139,9 @@ class SparkSection(Model):
 
     master: str = Field(default="local[*]", description="Spark master: local[*], spark://host:7077, yarn, k8s://...")
     remote: str | None = Field(default=None, description="Spark Connect URL sc://host:15002 instead of a driver")
-    warehouse: Path = Field(default=Path("data/landing"), description="Root directory of landed tables")
+    warehouse: Warehouse = Field(default=Path("data/landing"), description="Where the tables land: a directory, "
+                                 "or (Delta tables only) s3a://BUCKET[/PREFIX] or hdfs://NAMENODE[:PORT]/PATH "
+                                 "(config.warehouse; docs/spark-and-tables.md, \"Object stores and HDFS\")")
     app_name: str = Field(default="mqbridge", description="Spark application name")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (values as strings)")
     catalog: bool = Field(default=False, description="Register each landed table in the session's catalog "
@@ -160,6 +163,9 @@ class SparkSection(Model):
                                       "overrides it per type")
     jars_dir: Path = Field(default=Path("jars"), description="Where the Java libraries of the table formats are "
                            "(`scripts/jars.sh` fetches them; the `delta` set under `<jars_dir>/delta`)")
+    allow_plaintext_password: bool = Field(default=False, description="Accept S3 keys (fs.s3a.access.key, "
+                                           "secret.key, session.token in `conf`) with an http:// endpoint that is not "
+                                           "loopback: the landed messages and the signed requests travel in clear")
 
     @property
     def shown(self) -> str:
@@ -264,6 +270,7 @@ class BridgeConfig(Model):
                     type_cfg.table = name
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
+        problems.extend(object_store_problems(self.spark, self.types, self.purge.interval, self.compaction))
         if problems:
             raise KeyedError(problems)
         return self
@@ -280,9 +287,28 @@ class BridgeConfig(Model):
 
     def resolve_path(self, path: Path | str) -> Path:
         """`path` made absolute: `~` expanded, relative paths taken from `base_dir`, `..` folded
-        (`config/../data` is shown and used as `data`)."""
+        (`config/../data` is shown and used as `data`). Never a warehouse's URI (`resolve_warehouse`):
+        a Path would fold `s3a://bucket` into `s3a:/bucket`."""
+        if isinstance(path, ObjectStoreUri):
+            raise TypeError(f"{path} is an object store's URI, not a local path: use resolve_warehouse")
         path = Path(path).expanduser()
         return Path(os.path.normpath(path if path.is_absolute() else self.base_dir / path))
+
+    def resolve_warehouse(self) -> Path | ObjectStoreUri:
+        """`[spark] warehouse`: a directory made absolute (`resolve_path`), or an object store's URI
+        as written."""
+        warehouse = self.spark.warehouse
+        return warehouse if isinstance(warehouse, ObjectStoreUri) else self.resolve_path(warehouse)
+
+    def local_warehouse(self, what: str) -> Path:
+        """The warehouse directory, for `what` (a command, a feature) that reads or writes it as local
+        files; ConfigError in one line when the warehouse is an object store or HDFS."""
+        warehouse = self.resolve_warehouse()
+        if isinstance(warehouse, ObjectStoreUri):
+            raise ConfigError(f"{self._path or '<string>'}: spark.warehouse: {what} reads a local warehouse "
+                              f"directory; {warehouse} is on {warehouse.scheme}://, which {what} does not support "
+                              "yet (read its Delta tables with Spark or delta-rs)")
+        return warehouse
 
     @property
     def unresolved(self) -> dict[str, str]:

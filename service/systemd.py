@@ -111,10 +111,11 @@ class UnitSpec:
     @classmethod
     def from_config(cls, config: BridgeConfig, config_file: Path, *, user: str = DEFAULT_USER,
                     command: list[str] | None = None, watchdog: float | None = None) -> UnitSpec:
-        """The unit of a loaded configuration. Writable: the warehouse, `state_dir` and the log
-        file's directory; `watchdog` defaults to four control intervals, at least 60 s."""
+        """The unit of a loaded configuration. Writable: the warehouse (a local one), `state_dir` and
+        the log file's directory; `watchdog` defaults to four control intervals, at least 60 s."""
         state = config.resolve_path(config.bridge.state_dir)
-        writable = [config.resolve_path(config.spark.warehouse), state]
+        warehouse = config.resolve_warehouse()
+        writable = [*([warehouse] if isinstance(warehouse, Path) else []), state]
         if config.logging.file is not None:
             writable.append(config.resolve_path(config.logging.file).parent)
         command = command or default_command()

@@ -10,7 +10,8 @@ its results object (`submit`, `ready`, `finish`); a bulk's `close` line its reas
 of its oldest message. Benchmarks only: never installed with the bridge.
 
 MQBRIDGE_BENCH_DELTA (a file prefix, `bench/steady.py --table-format delta`) on its own times only
-each Delta commit (`mqbridge.landing.delta.commit_staged`, the second Spark job of a Delta write) in
+each Delta write (the `write` that `mqbridge.landing.landing.Landing.commit` runs: the one Spark job that
+writes the bulk's rows and commits them) in
 `<prefix>.<pid>`: `delta start seconds thread-cpu-seconds thread bulk-id wall-start wall-end`, the wall
 clock (`time.time`, the clock of file modification times) to place the table's files in it.
 """
@@ -112,21 +113,25 @@ def _install(prefix: str) -> None:
 
 
 def _install_delta(prefix: str) -> None:
-    import mqbridge.landing.delta as delta
+    import mqbridge.landing.landing as landing
 
     out = open(f"{prefix}.{os.getpid()}", "w", buffering=1)  # noqa: SIM115 (open for the process's life)
-    commit_staged = delta.commit_staged
+    commit = landing.Landing.commit
 
-    def timed_commit(spark: Any, staging: Any, table_path: Any, bulk_id: str, transaction: Any) -> None:
-        start, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
-        try:
-            commit_staged(spark, staging, table_path, bulk_id, transaction)
-        finally:
-            out.write(f"delta {start:.4f} {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f} "
-                      f"{threading.current_thread().name.replace(' ', '_')} {bulk_id} {wall:.6f} {time.time():.6f}\n")
+    def timed_commit(self: Any, bulk_id: str, table: str, identities: Any, write: Callable[[Any], None]) -> None:
+        def timed_write(transaction: Any) -> None:
+            start, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
+            try:
+                write(transaction)
+            finally:
+                out.write(f"delta {start:.4f} {time.perf_counter() - start:.4f} {time.thread_time() - cpu:.4f} "
+                          f"{threading.current_thread().name.replace(' ', '_')} {bulk_id} {wall:.6f} "
+                          f"{time.time():.6f}\n")
 
-    # the executor calls it as `delta.commit_staged(...)`: looked up on the module at each call
-    delta.commit_staged = timed_commit
+        commit(self, bulk_id, table, identities, timed_write)
+
+    # the executor calls it as `self.landing.commit(...)`: looked up on the class at each call
+    landing.Landing.commit = timed_commit  # type: ignore[method-assign]
 
 
 if os.environ.get("MQBRIDGE_BENCH_DELTA"):

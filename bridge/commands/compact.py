@@ -34,10 +34,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
+    warehouse = cfg.local_warehouse("`mqbridge compact`")
     setup_logging("WARNING")
     found = tables(cfg, args.table)
     if args.table is not None and not found:  # said before Spark starts (seconds)
-        known = ", ".join(str(p.relative_to(cfg.resolve_path(cfg.spark.warehouse))) for p in tables(cfg)) or "none"
+        known = ", ".join(str(p.relative_to(warehouse)) for p in tables(cfg)) or "none"
         raise ConfigError(f"--table {args.table}: not a table of the configured types (tables: {known})")
     print(f"{'dry run: nothing is changed; ' if args.dry_run else ''}starting Spark ({cfg.spark.shown}) "
           "to plan each container", flush=True)

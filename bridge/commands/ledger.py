@@ -34,6 +34,8 @@ def add_parser(sub: Any) -> None:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, secrets=False)
+    if args.verify or args.abandon is not None:  # both read the tables
+        cfg.local_warehouse("`mqbridge ledger --verify`" if args.verify else "`mqbridge ledger --abandon`")
     if cfg.ledger.url is None:
         path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
         if not path.exists():
@@ -64,7 +66,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     delta_bulks = [b for b in bulks if b.transaction is not None]
     file_bulks = [b for b in bulks if b.transaction is None]
     files_code = _verify(file_bulks, sizes) if file_bulks or not delta_bulks else 0
-    delta_code = _verify_delta(delta_bulks, sizes, cfg.resolve_path(cfg.spark.warehouse)) if delta_bulks else 0
+    delta_code = _verify_delta(delta_bulks, sizes, cfg.local_warehouse("`mqbridge ledger --verify`")) \
+        if delta_bulks else 0
     return max(files_code, delta_code)
 
 
@@ -75,7 +78,7 @@ def _abandon(cfg: Any, bulk_id: str) -> int:
 
     ledger = open_ledger(cfg, owner=owner_id())  # written to: the bulk is forgotten or recorded published
     try:
-        verdict = abandon(ledger, bulk_id, cfg.resolve_path(cfg.spark.warehouse))
+        verdict = abandon(ledger, bulk_id, cfg.local_warehouse("`mqbridge ledger --abandon`"))
     finally:
         ledger.close()
     if verdict.action == REFUSE:

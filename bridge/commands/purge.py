@@ -50,6 +50,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
+    cfg.local_warehouse("`mqbridge purge`")  # its containers are read and swapped as local files
     setup_logging("WARNING")
     unknown = sorted(set(args.type or ()) - set(cfg.types))
     if unknown:

@@ -125,7 +125,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise ConfigError(f"--batch {args.batch}: must be 1 or more")
     source_name = _source_of(cfg, args.source)
-    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    warehouse = cfg.local_warehouse("`mqbridge replay`")
     table = (warehouse / args.table).resolve()
     if warehouse.resolve() not in table.parents or not table.is_dir():
         raise ConfigError(f"--table {args.table}: no such table under the warehouse {warehouse}")

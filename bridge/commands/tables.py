@@ -25,7 +25,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from mqbridge.landing.tables import type_tables
 
     cfg = load_config(args.config, secrets=False)  # the footers need no password
-    warehouse = cfg.resolve_path(cfg.spark.warehouse)
+    warehouse = cfg.local_warehouse("`mqbridge tables`")
     print(f"warehouse: {shown_path(warehouse)}")
     for path, names in type_tables(warehouse, cfg.types).items():
         is_delta = delta.is_delta_table(path)

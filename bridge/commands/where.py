@@ -98,7 +98,7 @@ def from_files(config: BridgeConfig, key: str, why: str) -> dict[str, Any]:
     try:
         backout_log = BackoutLog.in_state_dir(state_dir)
         doc = Locator(config.listeners, config.bridge.dedupe_window, ledger=ledger, backout_log=backout_log,
-                      ledger_note=note, warehouse=config.resolve_path(config.spark.warehouse)).locate(key)
+                      ledger_note=note, warehouse=config.resolve_warehouse()).locate(key)
     finally:
         if ledger is not None:
             ledger.close()

@@ -1,17 +1,17 @@
 """Delta Lake tables: each bulk one commit of the table's own transaction log, exactly once by
 Delta's idempotent writes instead of the bridge's rename protocol.
 
-A bulk is staged as Parquet files under the table's `_staging` directory exactly as for a Parquet
-table (the same Spark job, the same checks of its rows), and then appended to the Delta table at
-`<warehouse>/<table>` by one more Spark job that reads the staged files: one Delta commit. The
-commit carries Delta's idempotent-write options, `txnAppId` (this bridge process, `app_id`) and
-`txnVersion` (a number per table that only grows, recorded in the ledger by `Ledger.prepare` before
-the write). Delta keeps the newest version of every app id in the table's log and *skips* a write
-whose version is not newer, so a commit retried after an error whose outcome was unknown (a lost
-Spark Connect session, a JVM that died after the commit) lands once.
+A bulk is written once, straight into the Delta table at `<warehouse>/<table>` (a local path or an
+object store's URI) by one Spark job that reads the bulk's rows from the handoff file: one Delta
+commit. The commit carries Delta's idempotent-write options, `txnAppId` (this bridge process,
+`app_id`) and `txnVersion` (a number per table that only grows, recorded in the ledger by
+`Ledger.prepare` before the write). Delta keeps the newest version of every app id in the table's
+log and *skips* a write whose version is not newer, so a commit retried after an error whose
+outcome was unknown (a lost Spark Connect session, a JVM that died after the commit) lands once.
 
-The protocol (`Landing.land` with a `commit`): stage and count the rows; `prepare` the bulk with its
-transaction; commit; `mark_published`; only then the source commits. After a crash the bulk is
+The protocol (`Landing.commit`): the rows ready (a typed bulk's unconvertible rows found and left
+out first); `prepare` the bulk with its transaction; the commit; `mark_published`; only then the
+source commits. After a crash the bulk is
 prepared, and whether it landed is the table's answer, not a file's existence (`settle`): the
 dead process's version is in the log (published) or it is not. When it is not, the bridge first
 *fences* it: an empty commit with that same app id and version. From then on a commit of that
@@ -38,7 +38,7 @@ from mqbridge.errors import ConfigError
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from mqbridge.landing.containers import Container
 
@@ -128,18 +128,35 @@ class Versions:
             return version
 
 
-def commit_staged(spark: SparkSession, staging: Path, table_path: Path | str, bulk_id: str,
-                  transaction: TableTransaction | None) -> None:
-    """Append the Parquet files staged under `staging` to the Delta table at `table_path` as one
-    commit, partitioned by put_date, its schema merged (a new column is added; a narrowing change
-    was refused before staging, `mqbridge.landing.schema_check`). With `transaction`, Delta skips
-    the write if that version of that app id already committed."""
-    frame = spark.read.option("basePath", str(staging)).parquet(str(staging))
-    writer = (frame.write.format("delta").mode("append").partitionBy("put_date")
-              .option("mergeSchema", "true").option("userMetadata", bulk_id))
+def commit_options(bulk_id: str, transaction: TableTransaction | None) -> dict[str, str]:
+    """The options of a bulk's Delta write: its schema merged (a new column is added; a narrowing
+    change was refused before, `mqbridge.landing.schema_check`), the bulk id as the commit's user
+    metadata (`settle`, `mqbridge.landing.delta_read`) and, with `transaction`, the idempotent-write
+    id, so that Delta skips the write if that version of that app id already committed."""
+    options = {"mergeSchema": "true", "userMetadata": bulk_id}
     if transaction is not None:
-        writer = writer.option("txnAppId", transaction.app_id).option("txnVersion", str(transaction.version))
-    writer.save(str(table_path))
+        options |= {"txnAppId": transaction.app_id, "txnVersion": str(transaction.version)}
+    return options
+
+
+def write_frame(frame: DataFrame, table_path: Path | str, bulk_id: str, transaction: TableTransaction | None) -> None:
+    """Append `frame` (the landed columns, put_date among them) to the Delta table at `table_path` as
+    one commit partitioned by put_date (`commit_options`)."""
+    (frame.write.format("delta").mode("append").partitionBy("put_date")
+     .options(**commit_options(bulk_id, transaction)).save(str(table_path)))
+
+
+def write_probe(spark: SparkSession, location: str) -> None:
+    """One row written as a Delta table at `location` (replacing what is there), then removed through
+    the driver's Hadoop file system where the bridge's own driver runs; a Spark Connect server's
+    probe table stays (one small table per bridge process under the table's `_staging`)."""
+    spark.range(1).selectExpr("id", "current_timestamp() AS probed_at").write.format("delta") \
+        .mode("overwrite").save(location)
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no driver objects here
+        return
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, True)
 
 
 def committed_version(spark: SparkSession, table_path: Path | str, app: str) -> tuple[int, int | None]:

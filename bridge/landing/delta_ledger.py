@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.landing.ledger import Ledger
 from mqbridge.landing.rows import IDENTITY_COLUMN
 
@@ -29,20 +30,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Path]], dedupe_window: float) -> int:
-    """Adopt into `ledger` every bulk of the Delta `tables` ((name, path) pairs; those without a Delta
-    log are skipped) with rows received within `dedupe_window` seconds; the number of identities
-    learnt."""
+def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Path | ObjectStoreUri]],
+            dedupe_window: float) -> int:
+    """Adopt into `ledger` every bulk of the Delta `tables` ((name, path or object store URI) pairs;
+    those without a Delta table are skipped) with rows received within `dedupe_window` seconds; the
+    number of identities learnt."""
     from pyspark.sql import functions as F
 
     cutoff = time.time() - dedupe_window
     learnt = 0
     for name, path in tables:
-        if not (Path(path) / "_delta_log").is_dir():
+        if isinstance(path, Path) and not (path / "_delta_log").is_dir():
             continue
         started = time.monotonic()
-        frame = spark.read.format("delta").load(str(path))
-        if IDENTITY_COLUMN not in frame.columns:
+        try:
+            frame = spark.read.format("delta").load(str(path))
+            columns = frame.columns  # (through Spark Connect a missing table fails here, not at `load`)
+        except Exception as exc:
+            if isinstance(path, ObjectStoreUri) and _no_table(exc):  # not listed: nothing landed there yet
+                continue
+            raise
+        if IDENTITY_COLUMN not in columns:
             log.warning("ledger rebuild: Delta table %s has no %s column (landed before it existed): its messages "
                         "cannot be recognised if delivered again", path, IDENTITY_COLUMN)
             continue
@@ -59,3 +67,9 @@ def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Pat
         log.warning("ledger rebuild: table %s: %d bulks adopted from its Delta log in %.1fs", name, adopted,
                     time.monotonic() - started)
     return learnt
+
+
+def _no_table(exc: BaseException) -> bool:
+    """Whether `exc` says there is no Delta table at the path read (nothing there, or no log)."""
+    text = str(exc)
+    return any(mark in text for mark in ("DELTA_MISSING_DELTA_TABLE", "is not a Delta table", "PATH_NOT_FOUND"))

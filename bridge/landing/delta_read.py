@@ -2,7 +2,7 @@
 --verify` and `--abandon` ask of a Delta table, answered with delta-rs (`deltalake`, the `delta` extra)
 and the table's own log.
 
-A bulk's commit is found by its user metadata (the ledger's bulk id, `mqbridge.landing.delta.commit_staged`)
+A bulk's commit is found by its user metadata (the ledger's bulk id, `mqbridge.landing.delta.commit_options`)
 in the log's JSON commits, `<table>/_delta_log/<version>.json` (the Delta protocol's commit files; a
 checkpoint keeps no commit info). The ledger knows when the bulk was published, right after its commit:
 the commits are searched by their time around it (binary search on versions, then a short scan), not

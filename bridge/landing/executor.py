@@ -13,16 +13,19 @@ import contextlib
 import dataclasses
 import logging
 import math
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pyspark.sql import Observation, SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from mqbridge import failpoints
 from mqbridge.config import TypeConfig
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError
 from mqbridge.landing import arrow_writer, delta
 from mqbridge.landing.catalog import CatalogRegistrar
@@ -32,9 +35,11 @@ from mqbridge.landing.formats import BodyFormat, body_format
 from mqbridge.landing.handoff import bulk_frame, partitioned, raw_write, row_groups, scan_cores
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import TableTransaction, owner_id
+from mqbridge.landing.object_stores import object_store_outage
 from mqbridge.landing.publication import (
     STAGING,
     discard,
+    owner_dirname,
     private_staging,
     publish,
     staged_moves,
@@ -86,14 +91,14 @@ class _TablePath:
         self.lock = threading.RLock()
 
 
-_tables: dict[Path, _TablePath] = {}
+_tables: dict[Path | str, _TablePath] = {}
 _guard = threading.Lock()
 
 
-def _table_path(path: Path) -> _TablePath:
-    """The `_TablePath` of `path`."""
+def _table_path(location: Path | str) -> _TablePath:
+    """The `_TablePath` of the table at `location` (a local path or an object store's URI)."""
     with _guard:
-        return _tables.setdefault(path.absolute(), _TablePath())
+        return _tables.setdefault(location.absolute() if isinstance(location, Path) else str(location), _TablePath())
 
 
 #: What Spark's committer leaves in a directory it appended no rows to (and its checksum).
@@ -120,8 +125,9 @@ def _leave_as_it_was(path: Path) -> None:
         path.rmdir()
 
 
-def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: Mapping[str, TypeConfig], *,
-                  landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+def executors_for(spark: SparkSession | SparkSessions, warehouse: Path | ObjectStoreUri,
+                  types: Mapping[str, TypeConfig], *, landing: Landing | None = None,
+                  write_timeout: float = DEFAULT_WRITE_TIMEOUT,
                   catalog: bool = False, writer: str = "spark",
                   conf: Mapping[str, str] | None = None, table_format: str = "parquet") -> dict[str, SparkExecutor]:
     """One executor per configured message type (exactly-once through `landing` when given);
@@ -132,7 +138,8 @@ def executors_for(spark: SparkSession | SparkSessions, warehouse: Path, types: M
     registrar = CatalogRegistrar(sessions.get) if catalog else None
     codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf or {})})
     return {name: SparkExecutor(sessions, warehouse, name, type_cfg, landing=landing, write_timeout=write_timeout,
-                                catalog=registrar, arrow=codec, table_format=type_cfg.table_format or table_format)
+                                catalog=registrar, arrow=codec, table_format=type_cfg.table_format or table_format,
+                                conf=conf)
             for name, type_cfg in types.items()}
 
 
@@ -155,10 +162,11 @@ class SparkExecutor:
     `writes` are totals.
     """
 
-    def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path, message_type: str, config: TypeConfig,
+    def __init__(self, spark: SparkSession | SparkSessions, warehouse: Path | ObjectStoreUri, message_type: str,
+                 config: TypeConfig,
                  *, landing: Landing | None = None, write_timeout: float = DEFAULT_WRITE_TIMEOUT,
                  catalog: CatalogRegistrar | None = None, arrow: str | None = None,
-                 table_format: str = "parquet") -> None:
+                 table_format: str = "parquet", conf: Mapping[str, str] | None = None) -> None:
         self.sessions = spark if isinstance(spark, SparkSessions) else SparkSessions(None, spark)
         self.write_timeout = write_timeout
         self.message_type = message_type
@@ -168,9 +176,12 @@ class SparkExecutor:
         # the DDL itself needs Spark's own parser, hence a session: parsed on first use (`body_format`).
         self._config = config
         self._format: BodyFormat | None = None
-        self.warehouse = Path(warehouse)
-        self._path = self.warehouse / self.table
+        # A URI of an object store or HDFS stays one (a Path would fold `s3a://b` into `s3a:/b`): only
+        # Delta tables land there (`mqbridge.config.warehouse`), and only Spark and delta-rs read them.
+        self.warehouse: Path | ObjectStoreUri = warehouse if isinstance(warehouse, ObjectStoreUri) else Path(warehouse)
+        self._path: Path | ObjectStoreUri = self.warehouse / self.table
         self.landing = landing  # None: at-least-once, a plain append into the table
+        self._conf = dict(conf or {})  # `[spark] conf`: names the object store's endpoint in an outage
         # A Delta Lake table (`mqbridge.landing.delta`): staged as Parquet by Spark, then one Delta commit.
         self.delta = table_format == "delta"
         # The pyarrow codec when pyarrow writes this type's bulks (`mqbridge.landing.arrow_writer`), else None.
@@ -183,8 +194,8 @@ class SparkExecutor:
         self._counted = threading.Lock()
 
     @property
-    def path(self) -> Path:
-        """The table's directory (of a template: with its placeholders, see `tables_of`)."""
+    def path(self) -> Path | ObjectStoreUri:
+        """The table's directory or URI (of a template: with its placeholders, see `tables_of`)."""
         return self._path
 
     @property
@@ -228,14 +239,14 @@ class SparkExecutor:
         Raises SinkOutageError if the sink cannot be written to, and while a prepared bulk of its
         table waits for an operator's decision (`Landing.stuck_in`, `mqbridge.landing.stuck`)."""
         owner = self.landing.owner if self.landing is not None else owner_id()
+        if not isinstance(self._path, Path):
+            self._probe_object_store(owner)
+            return
         target = staging_dir(self._path, owner, "probe")
         existed = self._path.exists()
         what = f"probe of {self.table}"
         try:
-            stuck = self.landing.stuck_in(self.table, self.message_type) if self.landing is not None else None
-            if stuck is not None:  # no write would make it available: an operator must decide first
-                raise SinkOutageError(f"table {stuck.table} waits for an operator's decision on prepared bulk "
-                                      f"{stuck.bulk_id} (`mqbridge ledger --abandon {stuck.bulk_id}`)")
+            self._refuse_while_stuck()
             if self.arrow is not None:
                 private_staging(target)
                 self._abandoned_after(f"arrow-probe-{self.message_type}", what, target,
@@ -248,9 +259,10 @@ class SparkExecutor:
                               self.write_timeout)
                 if self.delta:  # and a Delta commit of it, beside it: Spark has Delta Lake on its class path
                     probe_table = staging_dir(self._path, owner, "probe-delta")
+                    frame = spark.read.parquet(str(target))
                     try:
                         spark_guarded(spark, self.message_type, what,
-                                      lambda: delta.commit_staged(spark, target, probe_table, "probe", None),
+                                      lambda: delta.write_frame(frame, probe_table, "probe", None),
                                       self.write_timeout)
                     finally:
                         discard(probe_table)
@@ -269,6 +281,30 @@ class SparkExecutor:
                     with contextlib.suppress(OSError):
                         empty.rmdir()
 
+    def _probe_object_store(self, owner: str) -> None:
+        """`probe` of a Delta table on an object store: a one-row Delta table written by Spark under
+        the table's `_staging/<owner>`, then removed (`delta.write_probe`); nothing to read back here,
+        the store is the one place both this process and Spark read."""
+        location = f"{self._path}/{STAGING}/{owner_dirname(owner)}/probe"
+        try:
+            self._refuse_while_stuck()
+            spark = self.sessions.get()
+            spark_guarded(spark, self.message_type, f"probe of {self.table}",
+                          lambda: delta.write_probe(spark, location), self.write_timeout)
+            _ = self.body_format  # a DDL Spark refuses keeps the sink unavailable, and says why
+            if self.landing is not None:
+                self.landing.probe()
+        except Exception as exc:
+            raise SinkOutageError(self._outage(exc) or one_line(exc)) from exc
+
+    def _refuse_while_stuck(self) -> None:
+        """SinkOutageError while a prepared bulk of this type's table waits for an operator's decision:
+        no write would make the sink available."""
+        stuck = self.landing.stuck_in(self.table, self.message_type) if self.landing is not None else None
+        if stuck is not None:
+            raise SinkOutageError(f"table {stuck.table} waits for an operator's decision on prepared bulk "
+                                  f"{stuck.bulk_id} (`mqbridge ledger --abandon {stuck.bulk_id}`)")
+
     def _failed_table(self, writing: list[str]) -> str:
         """The table a failed write names: the rendered one it was writing (and the template it was
         rendered from), never the template alone where a table was rendered: an operator looks for
@@ -283,6 +319,9 @@ class SparkExecutor:
 
     def _outage(self, exc: BaseException) -> str:
         """Why `exc` is an outage of the sink whatever the messages, or "" if it may be theirs."""
+        store = object_store_outage(exc, self.warehouse, self._conf)
+        if store:  # refused credentials, a missing bucket, an endpoint or namenode that does not answer
+            return f"{store} ({exc})" if isinstance(exc, SinkOutageError) else store
         if isinstance(exc, SinkOutageError | SparkUnavailableError | ConfigError):
             # A write timeout, the ledger unavailable, staged files not where written, Spark not
             # started, or a schema Spark refuses.
@@ -325,7 +364,8 @@ class SparkExecutor:
             writing.append(table)
             self._write(bulk, rows, table, path, ledger_bulk_id, results)
             landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
-            if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows
+            if self.catalog is not None and landed and isinstance(path, Path):  # after publication: a name never
+                # shows unlanded rows (no catalog on an object store: `mqbridge.config.warehouse`)
                 self.catalog.register(table, path, {put_date_of(m) for m in landed})
         for twin, first in twins.items():  # landed once, as the first delivery with that identity
             result = results[first]
@@ -350,8 +390,14 @@ class SparkExecutor:
                 first[key] = i
         return twins
 
-    def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path, ledger_bulk_id: str,
+    def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path | ObjectStoreUri, ledger_bulk_id: str,
                results: list[MessageResult | None]) -> None:
+        if self.delta:
+            self._write_delta(bulk, keep, table, path, ledger_bulk_id, results)
+            return
+        if not isinstance(path, Path):  # refused at load already (`mqbridge.config.warehouse`)
+            raise ConfigError(f"table {table}: Parquet tables land in a local warehouse, not {path}: set "
+                              "table_format = \"delta\"")
         messages = bulk.messages
         start = time.perf_counter()
         existed = path.exists()
@@ -359,7 +405,7 @@ class SparkExecutor:
         # Exactly-once: the bulk goes to its own staging directory, which no reader lists, and is
         # published below; at-least-once: Spark appends straight into the table, pyarrow stages
         # too (its files are not written atomically) and the files are moved in right after.
-        staged = landing is not None or self.arrow is not None or self.delta
+        staged = landing is not None or self.arrow is not None
         owner = landing.owner if landing is not None else owner_id()
         target = staging_dir(path, owner, ledger_bulk_id) if staged else path
         shared = _table_path(path)
@@ -376,6 +422,12 @@ class SparkExecutor:
                 self._publish(bulk, landed, table, path, target, ledger_bulk_id, staged=staged)
         if not landed and not existed:
             _leave_as_it_was(path)
+        self._landed(bulk, landed, table, path, ledger_bulk_id, results, start)
+
+    def _landed(self, bulk: Bulk, landed: list[int], table: str, location: Path | str, ledger_bulk_id: str,
+                results: list[MessageResult | None], start: float) -> None:
+        """Record the rows `landed` of `bulk` as landed in `table`: their results, the counters."""
+        messages = bulk.messages
         for i in landed:
             results[i] = MessageResult.success(messages[i].msg_id, ledger_bulk_id, table)
         if not landed:
@@ -386,7 +438,96 @@ class SparkExecutor:
             self.bytes_written += sum(len(messages[i].body) for i in landed)
             self.writes += 1
         log.debug("type %s: bulk %s, %d rows appended to %s in %.3f s", self.message_type, bulk.bulk_id,
-                  len(landed), path, self.last_write_seconds)
+                  len(landed), location, self.last_write_seconds)
+
+    def _write_delta(self, bulk: Bulk, keep: list[int], table: str, location: Path | str, ledger_bulk_id: str,
+                     results: list[MessageResult | None]) -> None:
+        """Land the rows `keep` of `bulk` as one commit of the Delta table at `location`, written once
+        straight from the handoff (`mqbridge.landing.delta`): a typed bulk's rows Spark cannot convert are
+        found first and left out, so that the ledger prepares exactly the rows the commit holds; then
+        `Landing.commit` prepares the bulk with its transaction and runs the write, which each attempt
+        builds again on the current session (a JVM that died meanwhile is started again)."""
+        messages = bulk.messages
+        start = time.perf_counter()
+        owner = self.landing.owner if self.landing is not None else owner_id()
+        rows = arrow_table(bulk, keep)
+        handoff = self._delta_handoff(location, owner, ledger_bulk_id)
+        ready: list[tuple[SparkSession, DataFrame]] = []  # a typed bulk's frame, parsed and kept by Spark
+        what = f"Delta commit of bulk {ledger_bulk_id}"
+        try:
+            if self.body_format is not None:
+                self._leave_out_corrupt(bulk, keep, rows, handoff, results, ready)
+            landed = [i for i in keep if results[i] is None]
+            if landed:
+                def write(transaction: TableTransaction | None) -> None:
+                    spark = self.sessions.get()
+                    job = self._delta_job(spark, bulk, keep, rows, handoff, str(location), ledger_bulk_id,
+                                          transaction, ready)
+                    spark_guarded(spark, self.message_type, what, job, self.write_timeout)
+
+                with _table_path(location).lock:  # versions of one table commit in the order given
+                    if self.landing is not None:
+                        self.landing.commit(ledger_bulk_id, table,
+                                            [messages[i].identity or messages[i].msg_id for i in landed], write)
+                    else:
+                        write(None)
+        finally:
+            for _, frame in ready:
+                with contextlib.suppress(Exception):  # a session whose JVM is gone took it along
+                    frame.unpersist()
+            if handoff is not None:
+                discard(handoff)
+                for empty in (handoff.parent, handoff.parents[1]):  # no staging left where the bulk's was the last
+                    with contextlib.suppress(OSError):
+                        empty.rmdir()
+        self._landed(bulk, landed, table, location, ledger_bulk_id, results, start)
+
+    def _delta_handoff(self, location: Path | str, owner: str, bulk_id: str) -> Path | None:
+        """Where the bulk's rows are handed to Spark (`mqbridge.landing.handoff`): under the table's
+        `_staging` on a local warehouse, as today; for an object store, a private local directory
+        when Spark's executors run in this host's driver, else None (the rows go to Spark with
+        `createDataFrame`: a cluster's or Spark Connect server's executors do not see this host's disk)."""
+        if isinstance(location, Path):
+            handoff = staging_dir(location, owner, f"{bulk_id}.rows")
+            if self.arrow is not None or writes_as_this_user(self.sessions.get()):
+                private_staging(handoff)
+            return handoff
+        spark = self.sessions.get()
+        if is_connect(spark) or not str(spark.conf.get("spark.master", "")).startswith("local"):
+            return None
+        return Path(tempfile.mkdtemp(prefix="mqbridge-handoff-")) / bulk_id
+
+    def _leave_out_corrupt(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+                           results: list[MessageResult | None],
+                           ready: list[tuple[SparkSession, DataFrame]]) -> None:
+        """Parse a typed bulk's bodies by one Spark job and mark the rows Spark cannot convert PERMANENT
+        in `results`; the parsed frame of the other rows is kept by Spark (`ready`) for the commit."""
+        spark = self.sessions.get()
+        tasks, groups = self._spread(spark, bulk, keep)
+        frame, observation = self._frame(spark, rows, handoff, tasks, groups)
+        frame = frame.persist()
+        ready.append((spark, frame))
+        spark_guarded(spark, self.message_type, f"parse of bulk {bulk.bulk_id}", frame.count, self.write_timeout)
+        if observation is not None and self._format is not None:
+            for i, reason in self._format.corrupt_rows(observation).items():
+                results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)
+
+    def _delta_job(self, spark: SparkSession, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+                   location: str, bulk_id: str, transaction: TableTransaction | None,
+                   ready: list[tuple[SparkSession, DataFrame]]) -> Callable[[], object]:
+        """The Spark job that commits the bulk's rows into the Delta table at `location`: from the
+        in-process driver's own objects for a raw bulk (`raw_write`), else by the DataFrame API (a
+        typed bulk's parsed frame when this session made it)."""
+        options = delta.commit_options(bulk_id, transaction)
+        tasks, groups = self._spread(spark, bulk, keep)
+        if (handoff is not None and self.body_format is None and not is_connect(spark)
+                and not failpoints.armed(*SPARK_WRITE_FAILPOINTS)):
+            return raw_write(spark, rows, handoff, location, mode="append", tasks=tasks, sort=SORT_COLUMNS,
+                             options=WRITE_OPTIONS, groups=groups, identity=IDENTITY_COLUMN, table_format="delta",
+                             commit_options=options)
+        frames = [frame for session, frame in ready if session is spark]
+        frame = frames[0] if frames else self._frame(spark, rows, handoff, tasks, groups)[0]
+        return lambda: delta.write_frame(frame, location, bulk_id, transaction)
 
     def _stage(self, bulk: Bulk, keep: list[int], target: Path, staged: bool, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` (pyarrow or Spark, which reads them from a file
@@ -416,9 +557,7 @@ class SparkExecutor:
         Spark appended straight into the table, by recording the type in its marker."""
         messages = bulk.messages
         landing = self.landing
-        if self.delta:
-            self._commit_delta(bulk, landed, table, path, target, ledger_bulk_id)
-        elif landing is not None:
+        if landing is not None:
             if landed:
                 landing.land(ledger_bulk_id, table, path, target,
                              [messages[i].identity or messages[i].msg_id for i in landed])
@@ -440,51 +579,39 @@ class SparkExecutor:
                 with contextlib.suppress(OSError):
                     empty.rmdir()
 
-    def _commit_delta(self, bulk: Bulk, landed: list[int], table: str, path: Path, target: Path,
-                      ledger_bulk_id: str) -> None:
-        """Make the rows `landed`, staged at `target`, one commit of the Delta table at `path`: through
-        the ledger with the bulk's transaction id (exactly-once), or a plain commit (at-least-once)."""
-        if not landed:
-            discard(target)
-            return
-
-        def commit(transaction: TableTransaction | None) -> None:
-            spark = self.sessions.get()  # each attempt: a session whose JVM died is started again
-            spark_guarded(spark, self.message_type, f"Delta commit of bulk {ledger_bulk_id}",
-                          lambda: delta.commit_staged(spark, target, path, ledger_bulk_id, transaction),
-                          self.write_timeout)
-
-        if self.landing is not None:
-            messages = bulk.messages
-            self.landing.land(ledger_bulk_id, table, path, target,
-                              [messages[i].identity or messages[i].msg_id for i in landed], commit)
-        else:
-            verify_staged(staged_moves(path, target, ledger_bulk_id), len(landed), target,
-                          what=f"bulk {ledger_bulk_id} of table {table}")
-            commit(None)
-            discard(target)
-
     def _stage_spark(self, bulk: Bulk, keep: list[int], target: Path, mode: str, handoff: Path) -> Observation | None:
         """Write the rows `keep` of `bulk` to `target` by a Spark job; the Observation of the corrupt
         rows of a typed type."""
         spark = self.sessions.get()
         rows = arrow_table(bulk, keep)
-        # A bulk of more than FILE_BYTES is spread over a task (and file per put_date) per FILE_BYTES
-        # by a (local) shuffle. A smaller one is read in one task per core where each gets at least
-        # SPLIT_BYTES (the handoff file's row groups, `row_groups`): the job's wall time nearly halves
-        # on two cores, for the same JVM CPU; a small bulk stays one task and one file per put_date.
-        nbytes = sum(len(bulk.messages[i].body) for i in keep)
-        tasks = math.ceil(nbytes / FILE_BYTES)
-        groups = row_groups(nbytes, scan_cores(spark))
+        tasks, groups = self._spread(spark, bulk, keep)
         what = f"write of bulk {bulk.bulk_id}"
-        parser = self.body_format
-        if parser is None and not is_connect(spark) and not failpoints.armed(*SPARK_WRITE_FAILPOINTS):
+        if self.body_format is None and not is_connect(spark) and not failpoints.armed(*SPARK_WRITE_FAILPOINTS):
             job = raw_write(spark, rows, handoff, str(target), mode=mode, tasks=tasks, sort=SORT_COLUMNS,
-                            options=WRITE_OPTIONS, groups=groups, identity=IDENTITY_COLUMN if self.delta else None)
+                            options=WRITE_OPTIONS, groups=groups)
             spark_guarded(spark, self.message_type, what, job, self.write_timeout)
             return None
+        df, observation = self._frame(spark, rows, handoff, tasks, groups)
+        writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
+        spark_guarded(spark, self.message_type, what, lambda: writer.parquet(str(target)), self.write_timeout)
+        return observation
+
+    def _spread(self, spark: SparkSession, bulk: Bulk, keep: list[int]) -> tuple[int, int]:
+        """(tasks, row groups) of the write of the rows `keep` of `bulk`. A bulk of more than FILE_BYTES
+        is spread over a task (and file per put_date) per FILE_BYTES by a (local) shuffle. A smaller one
+        is read in one task per core where each gets at least SPLIT_BYTES (the handoff file's row groups,
+        `row_groups`): the job's wall time nearly halves on two cores, for the same JVM CPU; a small bulk
+        stays one task and one file per put_date."""
+        nbytes = sum(len(bulk.messages[i].body) for i in keep)
+        return math.ceil(nbytes / FILE_BYTES), row_groups(nbytes, scan_cores(spark))
+
+    def _frame(self, spark: SparkSession, rows: pa.Table, handoff: Path | None, tasks: int,
+               groups: int) -> tuple[DataFrame, Observation | None]:
+        """The landed rows of a bulk (`rows`, from `arrow_table`) as the DataFrame its write writes, in
+        its tasks (`_spread`) and sorted within each; the Observation of a typed type's corrupt rows."""
         df = bulk_frame(spark, rows, handoff, 1 if tasks > 1 else groups)
         observation: Observation | None = None
+        parser = self.body_format
         if parser is None:
             # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
             # where a select of 13 columns costs 57. Each call waits for the GIL, which the
@@ -504,9 +631,7 @@ class SparkExecutor:
                                         F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
         if failpoints.active("spark_write_hang"):
             df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
-        writer = df.write.options(**WRITE_OPTIONS).partitionBy("put_date").mode(mode)
-        spark_guarded(spark, self.message_type, what, lambda: writer.parquet(str(target)), self.write_timeout)
-        return observation
+        return df, observation
 
     def _stage_arrow(self, bulk: Bulk, keep: list[int], target: Path, codec: str) -> None:
         """Write the rows `keep` of `bulk` to `target` with pyarrow (`mqbridge.landing.arrow_writer`), on a

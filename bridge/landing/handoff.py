@@ -57,7 +57,7 @@ def handoff_file(rows: pa.Table, handoff: Path, groups: int = 1) -> Path:
     return path
 
 
-def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path, groups: int = 1) -> DataFrame:
+def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path | None, groups: int = 1) -> DataFrame:
     """The bulk's rows as a DataFrame, read from the handoff file (`handoff_file`, in `groups` row groups).
 
     In-process Spark: `createDataFrame` would ship the rows inside the task instead ("task of very
@@ -67,7 +67,12 @@ def bulk_frame(spark: SparkSession, rows: pa.Table, handoff: Path, groups: int =
     turns it into a local relation row by row: 0.79-1.07 server CPU-s per write of 8,000 rows of
     1 KB against 0.45-0.58 s reading the same rows from the file (docs/performance.md). The server
     sees the file: `handoff` is in the warehouse, which the server writes the bulk's staged files
-    to and the bridge publishes them from, so both must see it at the same path already."""
+    to and the bridge publishes them from, so both must see it at the same path already.
+
+    `handoff` None: Spark's executors do not see this host's disk (a Delta table on an object store
+    written by a cluster or a Spark Connect server), so the rows go by `createDataFrame` after all."""
+    if handoff is None:
+        return spark.createDataFrame(rows, schema=SPARK_SCHEMA)
     path = handoff_file(rows, handoff, groups)
     # With the schema given, Spark plans the read without opening the file's footer first.
     return spark.read.schema(SPARK_SCHEMA).parquet(str(path))
@@ -116,13 +121,15 @@ def _java_parts(spark: SparkSession, sort: Sequence[str], options: Mapping[str, 
 
 def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *, mode: str, tasks: int,
               sort: Sequence[str], options: Mapping[str, str], groups: int = 1,
-              identity: str | None = None) -> Callable[[], object]:
+              identity: str | None = None, table_format: str = "parquet",
+              commit_options: Mapping[str, str] | None = None) -> Callable[[], object]:
     """The Spark job that writes a raw bulk's `rows` (with their `_row` column) to `target`,
     partitioned by put_date and sorted by `sort` within each task, built from the in-process
     driver's Java objects; calling it runs the job. `tasks` > 1: spread over that many tasks by a
     shuffle (a bulk of more than FILE_BYTES); else one task per row group of the handoff file
     (`groups`, see `row_groups`). `identity`: the column that keeps each row's identity (a Delta
-    table's), else it is left out.
+    table's), else it is left out; `table_format` and `commit_options`: a Delta table's write and its
+    per-bulk options (the transaction), besides the session's `options`.
 
     The same plan as `bulk_frame` and the DataFrame API would build, in 9 py4j calls instead of
     about 80. Each call's answer must wait for the GIL, which the listener threads keep busy: with
@@ -135,7 +142,12 @@ def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *
     jdf = partitioned(jdf, tasks, groups)
     writer = jdf.sortWithinPartitions(sort[0], parts.sort_rest).write().options(parts.options)
     writer = writer.partitionBy(parts.partition).mode(mode)
-    return lambda: writer.parquet(target)
+    if table_format == "parquet":
+        return lambda: writer.parquet(target)
+    for key, value in (commit_options or {}).items():
+        writer = writer.option(key, value)
+    writer = writer.format(table_format)
+    return lambda: writer.save(target)
 
 
 def partitioned(df: Any, tasks: int, groups: int) -> Any:

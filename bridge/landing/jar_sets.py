@@ -4,9 +4,8 @@ pins, and how `mqbridge jars` fetches them: each jar and its published SHA-1 fro
 `<jars_dir>/<set>` (`[spark] jars_dir`), where the bridge hands them to its Spark driver.
 
 Only the jars themselves, not their dependencies: Spark already ships Scala, Hadoop's client,
-Parquet and Jackson, and a second copy of those on its class path breaks it. The test-only sets (the
-S3A client and Hadoop's mini cluster, with their dependencies) are fetched by `scripts/jars.sh` with
-Maven instead.
+Parquet and Jackson, and a second copy of those on its class path breaks it. The test-only set
+(Hadoop's mini cluster) is fetched by `scripts/jars.sh` with Maven instead.
 """
 
 from __future__ import annotations
@@ -40,9 +39,24 @@ class Jar:
         return f"{repository.rstrip('/')}/{path}"
 
 
-#: The jar sets by name. Delta Lake 4.4.0 is built for Spark 4.2.0 (`delta-spark_4.2_2.13`).
+#: The modules of the AWS SDK v2 that S3A loads (not the SDK's 686 MB `bundle`; scripts/jars.sh says why).
+_AWS_SDK_MODULES = (
+    "annotations", "apache-client", "arns", "auth", "aws-core", "aws-query-protocol", "aws-xml-protocol", "checksums",
+    "checksums-spi", "crt-core", "endpoints-spi", "http-auth", "http-auth-aws", "http-auth-aws-eventstream",
+    "http-auth-spi", "http-client-spi", "identity-spi", "json-utils", "metrics-spi", "netty-nio-client", "profiles",
+    "protocol-core", "regions", "retries", "retries-spi", "s3", "s3-transfer-manager", "sdk-core",
+    "third-party-jackson-core", "utils", "utils-lite")
+
+#: The jar sets by name. Delta Lake 4.4.0 is built for Spark 4.2.0 (`delta-spark_4.2_2.13`). `s3`: Hadoop's
+#: S3A connector for an `s3a://` warehouse, at the Hadoop version Spark 4.2 ships (3.5.0), with the AWS SDK
+#: modules and versions its pom names (`mqbridge.landing.object_stores`); HDFS's client is in Spark already.
 JAR_SETS: dict[str, tuple[Jar, ...]] = {
     "delta": (Jar("io.delta", "delta-spark_4.2_2.13", "4.4.0"), Jar("io.delta", "delta-storage", "4.4.0")),
+    "s3": (Jar("org.apache.hadoop", "hadoop-aws", "3.5.0"),
+           Jar("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.3.1"),
+           Jar("software.amazon.eventstream", "eventstream", "1.0.1"),
+           Jar("org.reactivestreams", "reactive-streams", "1.0.4"),
+           *(Jar("software.amazon.awssdk", module, "2.35.4") for module in _AWS_SDK_MODULES)),
 }
 
 

@@ -15,9 +15,9 @@ Failures:
   to publish, with capped backoff, for as long as the process lives; a process that dies meanwhile
   is rolled forward by `recover` at its next start.
 
-A table that commits by its own transaction (Delta Lake, `mqbridge.landing.delta`) takes
-`land` with a `commit`: the same steps, the move of the files replaced by one commit that
-carries the bulk's transaction id, and a dead process's prepared bulk decided by asking the table
+A table that commits by its own transaction (Delta Lake, `mqbridge.landing.delta`) takes `commit`
+instead: nothing is staged; the bulk is prepared with its transaction id, then written once as
+one commit carrying it, and a dead process's prepared bulk is decided by asking the table
 (`settle`, given by the composition root, as it needs Spark) rather than by its files.
 """
 
@@ -33,8 +33,9 @@ from pathlib import Path
 
 from mqbridge import failpoints
 from mqbridge.config import TypeConfig
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.counters import Counters
-from mqbridge.errors import LedgerUnavailableError, StuckBulkError
+from mqbridge.errors import LedgerUnavailableError, SinkOutageError, StuckBulkError
 from mqbridge.landing.delta import Versions, app_id
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 from mqbridge.landing.publication import (
@@ -50,6 +51,12 @@ from mqbridge.landing.tables import table_regex
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
+
+
+def _first_line(exc: BaseException) -> str:
+    """`exc` in one line: its class and the first line of its message (a JVM's trace stays out)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _set(event: threading.Event) -> threading.Event:
@@ -85,7 +92,7 @@ class Landing(Observer):
     owner: str
     counters: Counters
     dedupe_window: float
-    warehouse: Path  # recovery touches only paths of its tables (publication.check_bulk_paths)
+    warehouse: Path | ObjectStoreUri  # recovery touches only paths of its tables (publication.check_bulk_paths)
     config_path: str = ""  # the configuration file, named in the command given for a stuck bulk
     #: Decides a dead process's prepared bulk of a table that commits by transaction (True: its rows
     #: are in the table), `mqbridge.landing.delta.settle` with a Spark session; None: none such tables.
@@ -98,6 +105,8 @@ class Landing(Observer):
     _rebuilt: threading.Event = field(default_factory=lambda: _set(threading.Event()))
     _rebuilding: threading.Lock = field(default_factory=threading.Lock)
     _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
+    #: This process's prepared bulks whose write failed while their table could not be asked (`commit`).
+    _undecided: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
@@ -146,11 +155,19 @@ class Landing(Observer):
         return found
 
     def _finish_if_dead(self, bulk: PreparedBulk) -> bool:
-        """Roll forward (or back) a prepared bulk whose owner is dead; False if it is alive."""
+        """Roll forward (or back) a prepared bulk whose owner is dead, or one of this process's whose
+        table could not be asked after its write failed (`commit`); False if it is in flight."""
+        if bulk.owner == self.owner and bulk.bulk_id in self._undecided:
+            decided = self._settle(bulk)
+            self._undecided.discard(bulk.bulk_id)
+            return decided
         if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
             return False
         if bulk.transaction is not None:
             return self._settle(bulk)
+        if not isinstance(self.warehouse, Path):  # an object store holds only tables that commit by transaction
+            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared with files "
+                                         f"for table {bulk.table}, not in this bridge's warehouse {self.warehouse}")
         try:
             rolled = roll_forward(self.ledger, bulk, self.warehouse)
         except StuckBulkError as exc:  # what is safe needs an operator: this listener halts, the others run
@@ -270,52 +287,94 @@ class Landing(Observer):
         """(bulk id, table) of each of these identities that is landed (for producers' results)."""
         return self.ledger.landed_in(identities)
 
-    def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str],
-             commit: Callable[[TableTransaction], None] | None = None) -> None:
+    def land(self, bulk_id: str, table: str, table_path: Path, staging: Path, identities: Sequence[str]) -> None:
         """Publish the files Spark staged for `bulk_id` into `table_path`, exactly once: one row per
         identity (distinct), which the staged files' footers must hold before anything is recorded
-        (StagingMismatchError, an outage, otherwise).
-
-        With `commit`, the table commits by its own transaction (Delta Lake): the bulk is prepared with
-        its transaction (this process's app id, the table's next version) instead of file moves, and
-        `commit` makes the staged rows one commit carrying it (a commit that did land is skipped by the
-        table the second time it is tried). The caller holds the table's lock: versions commit in order."""
+        (StagingMismatchError, an outage, otherwise)."""
         failpoints.hit("after_stage")
         start = time.perf_counter()
         moves = staged_moves(table_path, staging, bulk_id)
-        transaction = None
         try:
             verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
-            if commit is not None:
-                transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
-            self.ledger.prepare(bulk_id, table, moves if transaction is None else (), identities,
-                                transaction=transaction)
+            self.ledger.prepare(bulk_id, table, moves, identities)
         except BaseException:
             discard(staging)
             raise
         failpoints.hit("after_prepare")
+        self._until_published(bulk_id, table, lambda: publish(moves), transactional=False)
+        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
+        self._janitor.submit(discard, staging)
+
+    def commit(self, bulk_id: str, table: str, identities: Sequence[str],
+               write: Callable[[TableTransaction], None]) -> None:
+        """Land `bulk_id` into a table that commits by its own transaction (Delta Lake), exactly once:
+        the bulk is prepared with its transaction (this process's app id, the table's next version),
+        then `write` writes its rows, one row per identity, as one commit carrying that transaction.
+        Nothing is staged: the table's log, not a file, says whether the bulk landed. The caller holds
+        the table's lock: versions commit in order.
+
+        A write that fails is decided at once by the table (`settle`: the version fenced, so that a
+        write of it still under way, on a Spark Connect server, is skipped; then looked for): committed
+        after all, the bulk is recorded published and this returns; not committed, the bulk is
+        forgotten and the write's exception propagates, so that the executor gives the messages back
+        as it would for a Parquet table (an outage, or a bulk to triage for a poison message). When the
+        table cannot even be asked (the store unreachable, refusing the credentials), the bulk stays
+        prepared and SinkOutageError propagates: the messages go back to their queue, and when they
+        come again `published` asks the table once more before anything lands."""
+        failpoints.hit("after_stage")
+        start = time.perf_counter()
+        transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
+        prepared_at = time.time()
+        self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
+        failpoints.hit("after_prepare")
+        try:
+            write(transaction)
+        except Exception as exc:
+            self._decide_failed(PreparedBulk(bulk_id, table, (), self.owner, prepared_at, len(identities),
+                                             transaction), exc)
+            return
+        self._until_published(bulk_id, table, lambda: None, transactional=True)
+        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
+
+    def _decide_failed(self, bulk: PreparedBulk, exc: Exception) -> None:
+        """After `commit`'s write of `bulk` raised `exc`: ask the table (see `commit`)."""
+        if self.settle is None:  # no table to ask (a caller without Spark): the next start asks it
+            raise exc
+        with self._recovering:
+            try:
+                landed = self.settle(bulk)
+            except Exception as why:
+                self._undecided.add(bulk.bulk_id)
+                raise SinkOutageError(f"bulk {bulk.bulk_id} of table {bulk.table} failed ({_first_line(exc)}) and its "
+                                      f"table cannot be asked whether it committed ({_first_line(why)}): its messages "
+                                      "go back to their queue and land once the table answers") from exc
+        if not landed:
+            raise exc
+        failpoints.hit("after_publish")
+        log.warning("bulk %s of table %s committed although its write failed (%s): recorded published",
+                    bulk.bulk_id, bulk.table, _first_line(exc))
+
+    def _until_published(self, bulk_id: str, table: str, step: Callable[[], None], *, transactional: bool) -> None:
+        """Run `step` (the publication or the commit of a prepared bulk) until it succeeds, then record
+        the bulk published. A disk, Spark or ledger error after `prepare` never gives the bulk back
+        (see the module docstring): tried again with capped backoff for as long as the process lives,
+        except a transaction's at shutdown, which propagates: the next start asks its table whether
+        it committed."""
         delay = 0.5
         while True:
             try:
-                if commit is not None and transaction is not None:
-                    commit(transaction)
-                else:
-                    publish(moves)
+                step()
                 failpoints.hit("after_publish")
                 self.ledger.mark_published(bulk_id)
-                break
+                return
             except Exception as exc:
-                # A disk, Spark or ledger error after `prepare`: never give the bulk back (see above),
-                # except a transaction's at shutdown: the next start asks its table whether it committed.
                 self.counters.inc("ledger_publish_retries")
                 log.error("bulk %s of table %s is prepared but could not be %s (retrying in %.0fs; a restart %s): %s",
-                          bulk_id, table, "published" if transaction is None else "committed", delay,
-                          "rolls it forward" if transaction is None else "asks the table whether it committed", exc)
-                if self._stop.wait(delay) and transaction is not None:
+                          bulk_id, table, "committed" if transactional else "published", delay,
+                          "asks the table whether it committed" if transactional else "rolls it forward", exc)
+                if self._stop.wait(delay) and transactional:
                     raise
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
-        self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
-        self._janitor.submit(discard, staging)
 
     def probe(self) -> None:
         """The ledger's part of a sink's probe: one write transaction (LedgerUnavailableError if

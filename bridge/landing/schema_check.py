@@ -124,8 +124,12 @@ class TableVerdict:
 
 def schema_verdicts(config: BridgeConfig) -> Iterator[TableVerdict]:
     """The verdict on each typed type's schema against each schema its tables were written with. A
-    schema that does not parse is skipped: `check-config` reports it, and Spark refuses it at start."""
-    warehouse = config.resolve_path(config.spark.warehouse)
+    schema that does not parse is skipped: `check-config` reports it, and Spark refuses it at start.
+    Nothing on an object store or HDFS, whose files this process does not read: there Delta's own
+    schema check refuses a narrowing change at the write."""
+    warehouse = config.resolve_warehouse()
+    if not isinstance(warehouse, Path):
+        return
     for name, type_config in config.types.items():
         if not type_config.schema_ddl:
             continue

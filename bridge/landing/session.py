@@ -63,6 +63,12 @@ def one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+#: The driver JVM's default time zone (the bridge's timestamps are UTC, as is the session's). Delta Lake
+#: checks it: in any other zone (even "Etc/UTC") every commit rebuilds the table's whole state from
+#: its log to verify the checksum it keeps incrementally, 3 Spark jobs per commit (docs/performance.md).
+DRIVER_TIME_ZONE = "-Duser.timezone=UTC"
+
+
 def create_spark_session(master: str = "local[*]", remote: str | None = None, app_name: str = "mqbridge",
                          conf: Mapping[str, str] | None = None,
                          secrets: DriverSecrets | None = None, state_dir: Path | None = None,
@@ -84,10 +90,9 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
     settings = {**DEFAULT_CONF, **({} if remote else LOCAL_DEFAULT_CONF), **dict(conf or {})}
     level = jvm_log_level()
     if not remote:
-        options = " ".join(o for o in (java_options or class_archive.java_options(state_dir),
+        options = " ".join(o for o in (DRIVER_TIME_ZONE, java_options or class_archive.java_options(state_dir),
                                        settings.get("spark.driver.extraJavaOptions", "")) if o)
-        if options:
-            settings["spark.driver.extraJavaOptions"] = options
+        settings["spark.driver.extraJavaOptions"] = options
         settings.update(driver_java_conf(settings, level))
     try:
         if remote:
@@ -323,12 +328,15 @@ def write_probe(spark: SparkSession, target: Path) -> None:
 WAREHOUSE_PROBE = "_mqbridge_probe"
 
 
-def check_warehouse(sessions: SparkSessions, warehouse: Path, owner: str) -> None:
+def check_warehouse(sessions: SparkSessions, warehouse: Path | str, owner: str) -> None:
     """Before the first bulk: write a row through Spark into the warehouse and read it back from
     this process. WarehouseInvisibleError, naming the warehouse, the Spark mode and what to fix,
     when the row is not where Spark was told to write it (every bulk would then be lost from the
     bridge's view: staged where it cannot be verified or published). SparkUnavailableError when
-    Spark cannot be started or reached."""
+    Spark cannot be started or reached. An object store's warehouse (a URI, not a Path) is the one
+    place both read: nothing to check (its Delta tables are probed by their sinks)."""
+    if not isinstance(warehouse, Path):
+        return
     target = Path(warehouse).absolute() / WAREHOUSE_PROBE / owner_dirname(owner)
     spark = sessions.get()
     try:

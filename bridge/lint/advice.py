@@ -7,6 +7,7 @@ same thing. `check-config` adds what only the file system shows before a start (
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from mqbridge.config import (
     BridgeConfig,
@@ -74,7 +75,8 @@ def _plaintext(config: BridgeConfig) -> Iterator[Finding]:
     for note in plaintext_notes(config):
         head, _, rest = note.partition(": ")
         loc: Loc = (("sources", head.split(".", 1)[1], "password") if head.startswith("sources.")
-                    else ("ledger", "url") if head.startswith("[ledger]") else ("monitoring", "token"))
+                    else ("ledger", "url") if head.startswith("[ledger]")
+                    else ("spark", "conf") if head.startswith("[spark.conf]") else ("monitoring", "token"))
         yield Finding(loc, rest if head.startswith("sources.") else note.split(": ", 1)[1], severity="warning")
 
 
@@ -95,9 +97,9 @@ def _delivery(config: BridgeConfig) -> Iterator[Finding]:
 def _unrecognised_landings(config: BridgeConfig) -> Iterator[Finding]:
     if not config.bridge.exactly_once:
         return
-    warehouse = config.resolve_path(config.spark.warehouse)
+    warehouse = config.resolve_warehouse()
     if config.ledger.url is None and not ledger_path(config.resolve_path(config.bridge.state_dir)).exists() \
-            and warehouse.is_dir() and any(warehouse.iterdir()):
+            and isinstance(warehouse, Path) and warehouse.is_dir() and any(warehouse.iterdir()):
         yield Finding(("bridge", "state_dir"), f"no landing ledger there, but {warehouse} already holds tables: "
                       "messages landed before the ledger existed are not recognised if delivered again",
                       "point state_dir at the directory of the ledger that landed them", "warning")

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mqbridge.config import BridgeConfig, MqSourceConfig, StompSourceConfig
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError, Loc
 from mqbridge.landing.delta import delta_types, jar_files
+from mqbridge.landing.object_stores import s3a_jars
 from mqbridge.lint.findings import Finding
 from mqbridge.strict_modes import check_trusted
 
@@ -39,8 +41,10 @@ def _directories(config: BridgeConfig) -> Iterator[Finding]:
             check_trusted(state_dir, "state_dir")
         except ConfigError as exc:
             yield Finding(("bridge", "state_dir"), str(exc))
-    if config.spark.remote is None:  # with Spark Connect the warehouse is the server's path, not ours
-        yield from _writable_dir(("spark", "warehouse"), _resolved(config, config.spark.warehouse))
+    warehouse = config.resolve_warehouse()
+    # With Spark Connect the warehouse is the server's path, not ours; an object store's is not a directory.
+    if config.spark.remote is None and isinstance(warehouse, Path):
+        yield from _writable_dir(("spark", "warehouse"), warehouse.resolve())
     if config.logging.file is not None:
         yield from _writable_file(("logging", "file"), _resolved(config, config.logging.file))
     for index, folder in enumerate(config.bridge.plugin_dirs or ()):
@@ -142,6 +146,12 @@ def _drivers(config: BridgeConfig) -> Iterator[Finding]:
     if config.spark.remote is None and delta_types(config.types, config.spark.table_format):
         try:
             jar_files(_resolved(config, config.spark.jars_dir))
+        except ConfigError as exc:
+            yield Finding(("spark", "jars_dir"), str(exc))
+    warehouse = config.spark.warehouse
+    if config.spark.remote is None and isinstance(warehouse, ObjectStoreUri) and warehouse.scheme == "s3a":
+        try:
+            s3a_jars(_resolved(config, config.spark.jars_dir))
         except ConfigError as exc:
             yield Finding(("spark", "jars_dir"), str(exc))
     if delta_types(config.types, config.spark.table_format) and not _installed("deltalake"):

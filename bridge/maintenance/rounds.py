@@ -195,7 +195,7 @@ def tables(config: BridgeConfig, only: str | None = None) -> dict[Path, list[str
     named so. Needs no Spark."""
     from mqbridge.landing.tables import type_tables
 
-    warehouse = config.resolve_path(config.spark.warehouse)
+    warehouse = config.local_warehouse("the compaction")
     return {p: n for p, n in type_tables(warehouse, config.types).items() if only is None or p == warehouse / only}
 
 

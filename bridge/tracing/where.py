@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.identity import listener_scope, scoped
 from mqbridge.maintenance.engine.swap import swap_history, swaps_since
@@ -93,8 +94,9 @@ class Locator:
     holding: Callable[[str], Sequence[Held]] | None = None
     ledger_note: str = ""
     #: The root of the landed tables (`[spark] warehouse`): where a Delta table's bulk is looked up in
-    #: the table itself; None: only what the ledger holds is said.
-    warehouse: Path | None = None
+    #: the table itself; None: only what the ledger holds is said; an object store's: the same, and
+    #: the answer says that its table was not read.
+    warehouse: Path | ObjectStoreUri | None = None
 
     def locate(self, key: str) -> dict[str, Any]:
         """The answer for `key`, a JSON-able document: id, state (one of STATES), what each part
@@ -157,6 +159,10 @@ class Locator:
         if self.warehouse is None:
             return {}
         table = self.warehouse / bulk.table
+        if isinstance(table, ObjectStoreUri):
+            notes.append(f"the Delta table {table} is not read (on {table.scheme}://, not supported by this "
+                         "lookup yet): its version and whether a purge removed the row are not said")
+            return {}
         try:
             return delta_landing(table, identity, bulk)
         except (OSError, ConfigError, ValueError) as exc:

@@ -101,8 +101,9 @@ def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str]
     env.update(env_extra or {})
     if failpoint:
         env["MQBRIDGE_FAILPOINT"] = failpoint
-    return subprocess.Popen([sys.executable, "-m", "mqbridge", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
+    kwargs.setdefault("stdout", subprocess.PIPE)  # or a file the test reads as the process writes it
+    return subprocess.Popen([sys.executable, "-m", "mqbridge", *args], cwd=ROOT, stderr=subprocess.STDOUT,
+                            text=True, env=env, **kwargs)
 
 
 def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
@@ -125,7 +126,13 @@ def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300,
                    env_extra: dict[str, str] | None = None) -> str:
     """Run to the end (`--until-idle`), expecting exit 0; its output."""
     proc = mqbridge("run", "--config", str(config), "--until-idle", idle, env_extra=env_extra)
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"`mqbridge run --until-idle {idle}` did not end within {timeout:.0f}s; its output "
+                             f"(last 6000 characters):\n{out[-6000:]}") from None
     assert proc.returncode == 0, out
     return out
 

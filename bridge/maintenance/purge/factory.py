@@ -35,7 +35,8 @@ class PurgeFactory:
                                             copy_row_seconds=p.copy_row_seconds,
                                             container_seconds=p.container_seconds,
                                             compact_row_seconds=config.compaction.compact_row_seconds)
-        self.warehouse = config.resolve_path(config.spark.warehouse)
+        # The purge reads and swaps local files (an object store's warehouse refuses retention at load).
+        self.warehouse = config.local_warehouse("the purge")
 
     def purger(self, spark: Any, *, counters: Counters | None = None,
                stop: threading.Event | None = None) -> Purger:

@@ -1,6 +1,8 @@
 """Unit tests of what the Delta Lake landing keeps outside Spark: the ledger's record of a bulk's table
 transaction, bulks adopted from the tables into a new ledger, the jars check at start, the start-up
-recovery that leaves transactional bulks to their tables, and the configuration's refusals."""
+recovery that leaves transactional bulks to their tables, the configuration's refusals, and what
+`Landing.commit` does when a write fails: the table (`settle`, given as the composition root gives it)
+decides at once, or, while it cannot be asked, when the bulk's messages come back."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from mqbridge.config.loader import parse_config
-from mqbridge.errors import ConfigError
+from mqbridge.counters import Counters
+from mqbridge.errors import ConfigError, LedgerUnavailableError, SinkOutageError
 from mqbridge.landing import delta
-from mqbridge.landing.ledger import Ledger, TableTransaction
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 from mqbridge.landing.publication import recover, roll_forward
 
 
@@ -95,3 +99,75 @@ def test_a_type_may_choose_its_own_table_format() -> None:
     config = parse_config(BASE.replace('table_format = "delta"', "") + '[types.orders]\ntable_format = "delta"')
     assert delta.delta_types(config.types, config.spark.table_format) == ["orders"]
     assert config.spark.table_format == "parquet"
+
+
+def _landing(ledger: Ledger, tmp_path: Path, settle: object) -> Landing:
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
+    landing.settle = settle  # type: ignore[assignment]
+    return landing
+
+
+def test_a_failed_write_that_its_table_says_never_committed_gives_the_bulk_back(ledger: Ledger, tmp_path: Path) -> None:
+    # Given a write that fails, and a table that says (after fencing) the version never committed
+    asked: list[str] = []
+
+    def settle(bulk: PreparedBulk) -> bool:
+        asked.append(bulk.bulk_id)
+        ledger.forget(bulk.bulk_id)
+        return False
+
+    def write(transaction: TableTransaction) -> None:
+        raise RuntimeError("the job failed")
+
+    landing = _landing(ledger, tmp_path, settle)
+    # When the bulk is committed: the write's own error, the table asked once, nothing kept
+    with pytest.raises(RuntimeError, match="the job failed"):
+        landing.commit("b1", "orders", ["m1", "m2"], write)
+    assert asked == ["b1"] and ledger.in_progress() == [] and ledger.published(["m1", "m2"]) == set()
+    landing.close()
+
+
+def test_a_failed_write_that_did_commit_is_recorded_published(ledger: Ledger, tmp_path: Path) -> None:
+    # Given a write whose answer was lost although it committed (the table finds its version)
+    def settle(bulk: PreparedBulk) -> bool:
+        ledger.mark_published(bulk.bulk_id)
+        return True
+
+    def write(transaction: TableTransaction) -> None:
+        raise ConnectionError("session lost after the commit")
+
+    landing = _landing(ledger, tmp_path, settle)
+    # When the bulk is committed: success, its messages landed
+    landing.commit("b1", "orders", ["m1", "m2"], write)
+    assert ledger.published(["m1", "m2"]) == {"m1", "m2"}
+    landing.close()
+
+
+def test_a_failed_write_whose_table_cannot_be_asked_stays_prepared_and_is_asked_when_its_messages_return(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # Given a write that fails while the table cannot even be asked (the store refuses the credentials)
+    reachable = False
+
+    def settle(bulk: PreparedBulk) -> bool:
+        if not reachable:
+            raise PermissionError("403 Forbidden")
+        ledger.forget(bulk.bulk_id)
+        return False
+
+    def write(transaction: TableTransaction) -> None:
+        raise PermissionError("403 Forbidden")
+
+    landing = _landing(ledger, tmp_path, settle)
+    # When the bulk is committed: an outage naming both failures; the bulk stays prepared
+    with pytest.raises(SinkOutageError, match="cannot be asked whether it committed") as raised:
+        landing.commit("b1", "orders", ["m1", "m2"], write)
+    assert "403 Forbidden" in str(raised.value)
+    assert [b.bulk_id for b in ledger.in_progress()] == ["b1"]
+    # And when its messages come back before the table answers, they are not answered for
+    with pytest.raises(LedgerUnavailableError):
+        landing.published(["m1"])
+    # And once it answers, the bulk is decided (never committed: forgotten) and they land anew
+    reachable = True
+    assert landing.published(["m1", "m2"]) == set()
+    assert ledger.in_progress() == []
+    landing.close()

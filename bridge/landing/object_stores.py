@@ -1,0 +1,189 @@
+"""What the bridge's own Spark driver needs to land on an object store (S3 through Hadoop's S3A) or
+HDFS, and what an operator is told when it cannot.
+
+`session_conf`: the settings the driver starts with, under `[spark] conf` (which wins, key by key):
+
+- bounded retries and timeouts, so that a write to an endpoint or namenode that cannot be reached
+  fails in well under a minute (an outage of the sink: the messages stay on their queue and the
+  bridge's breaker probes until the store is back) instead of hanging. With S3A's own defaults
+  (`fs.s3a.attempts.maximum` 5 SDK tries inside each of `fs.s3a.retry.limit` 7 S3A retries) a write
+  to a closed port failed after 616 s here (tests/integration/test_object_store_facts.py); Hadoop's
+  IPC client retries a namenode connection 10 times (45 on timeouts of 20 s each);
+- `SimpleAWSCredentialsProvider` (or `TemporaryAWSCredentialsProvider` with a session token) when
+  `[spark.conf]` gives keys and no provider: S3A's default chain ends with the EC2 instance metadata
+  service, an address outside the machine that a misconfigured key would send it to;
+- the S3A jars (`<jars_dir>/s3`, `mqbridge jars s3`): Spark ships Hadoop's client without it.
+
+The keys themselves reach the driver JVM only as `[spark.conf]` values, which as credentials (named
+like them, or read from `${FILE:}`/`${ENV:}`) go in a private properties file, never on its command
+line (`mqbridge.landing.driver_secrets`).
+
+`object_store_outage(exc, warehouse, conf)`: why a failed write is an outage of the store, in one
+line naming the key to check ("" when it is not one): the credentials refused (HTTP 403), the bucket
+missing, the endpoint or the namenode unreachable, HDFS in safe mode or refusing the user. Built from
+fixed words, the bucket and the endpoint, never from the exception's text: no secret can be in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from mqbridge.config.warehouse import ObjectStoreUri, s3a_endpoint, s3a_keys_set, s3a_setting
+from mqbridge.errors import ConfigError
+
+#: S3A settings of the bridge's driver (each under `spark.hadoop.`): one retry by the AWS SDK inside
+#: each of two S3A retries (a write to a closed port fails in about 20 s), 15 s to establish a
+#: connection (the least S3A takes: it raises shorter network timeouts to 15 s), 30 s of silence on
+#: one, 60 s for a request with its SDK retries. An endpoint that accepts connections and never
+#: answers is not bounded by these: Delta's snapshot loading goes through many reads, each waiting
+#: out its timeouts (a write still waited after 15 minutes here).
+S3A_CONF = {
+    "spark.hadoop.fs.s3a.attempts.maximum": "1",
+    "spark.hadoop.fs.s3a.retry.limit": "2",
+    "spark.hadoop.fs.s3a.retry.interval": "500ms",
+    "spark.hadoop.fs.s3a.connection.establish.timeout": "15s",
+    "spark.hadoop.fs.s3a.connection.timeout": "30s",
+    "spark.hadoop.fs.s3a.connection.request.timeout": "60s",
+}
+#: Hadoop IPC client settings (the HDFS namenode's RPC) of the bridge's driver: 3 connection retries
+#: a second apart, 5 s to connect, 3 retries after connect timeouts.
+HDFS_CONF = {
+    "spark.hadoop.ipc.client.connect.max.retries": "3",
+    "spark.hadoop.ipc.client.connect.retry.interval": "1000",
+    "spark.hadoop.ipc.client.connect.timeout": "5000",
+    "spark.hadoop.ipc.client.connect.max.retries.on.timeouts": "3",
+}
+SIMPLE_PROVIDER = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+TEMPORARY_PROVIDER = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+#: The jar set of S3A (`mqbridge.landing.jar_sets`) and the jar it must hold.
+S3_JAR_SET = "s3"
+S3_REQUIRED_JAR = "hadoop-aws-"
+FETCH_COMMAND = "mqbridge jars --config <your configuration file> s3"
+
+
+def session_conf(warehouse: Path | ObjectStoreUri, conf: Mapping[str, str], jars_dir: Path) -> dict[str, str]:
+    """`conf` (`[spark] conf`) with what a driver writing to `warehouse` needs beneath it (see the
+    module docstring); `conf` itself for a local warehouse. ConfigError naming `FETCH_COMMAND` when
+    the S3A jars are missing from `<jars_dir>/s3`."""
+    if not isinstance(warehouse, ObjectStoreUri):
+        return dict(conf)
+    if warehouse.scheme == "hdfs":
+        return {**HDFS_CONF, **conf}
+    merged = {**S3A_CONF, **_provider(conf, warehouse.bucket), **conf}
+    jars = [str(j) for j in s3a_jars(jars_dir)]
+    given = [j for j in conf.get("spark.jars", "").split(",") if j]
+    return {**merged, "spark.jars": ",".join([*given, *(j for j in jars if j not in given)])}
+
+
+def _provider(conf: Mapping[str, str], bucket: str | None) -> dict[str, str]:
+    """The credentials provider to set: only the configured keys (none when the keys or a provider
+    are configured by `conf`)."""
+    if not s3a_keys_set(conf, bucket) or s3a_setting(conf, bucket, "aws.credentials.provider"):
+        return {}
+    own = bucket is not None and any(f"spark.hadoop.fs.s3a.bucket.{bucket}.{k}" in conf
+                                     for k in ("access.key", "secret.key", "session.token"))
+    key = f"spark.hadoop.fs.s3a.bucket.{bucket}.aws.credentials.provider" if own else \
+        "spark.hadoop.fs.s3a.aws.credentials.provider"
+    token = s3a_setting(conf, bucket, "session.token")
+    return {key: TEMPORARY_PROVIDER if token else SIMPLE_PROVIDER}
+
+
+def s3a_jars(jars_dir: Path) -> list[Path]:
+    """The S3A jars under `<jars_dir>/s3`; ConfigError naming the command that fetches them."""
+    folder = Path(jars_dir) / S3_JAR_SET
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    if not any(j.name.startswith(S3_REQUIRED_JAR) for j in jars):
+        raise ConfigError(f"[spark] warehouse = \"s3a://...\" needs Hadoop's S3A connector and the AWS SDK in "
+                          f"{folder}, which has no {S3_REQUIRED_JAR.rstrip('-')} jar: run `{FETCH_COMMAND}` (or copy "
+                          "that folder from a host that ran it; `[spark] jars_dir` says where it is)")
+    return jars
+
+
+# --- outage reasons --------------------------------------------------------------------------------
+
+_REFUSED_CREDENTIALS = ("AccessDeniedException", "Status Code: 403", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                        "signature we calculated does not match", "ExpiredToken", "InvalidToken")
+_NO_CREDENTIALS = ("NoAuthWithAWSException", "No AWS Credentials provided", "Unable to load credentials")
+_NO_BUCKET = ("UnknownStoreException", "NoSuchBucket", "The specified bucket does not exist")
+_UNREACHABLE = {"UnknownHostException": "unknown host", "ConnectTimeoutException": "connection timed out",
+                "SocketTimeoutException": "timed out", "Connection refused": "connection refused",
+                "NoRouteToHostException": "no route to host", "ConnectException": "connection failed",
+                "Unable to execute HTTP request": "no answer"}
+_HDFS_NOT_SERVING = {"SafeModeException": "in safe mode", "StandbyException": "a standby namenode",
+                     "NameNode still not started": "still starting"}
+_S3A_MARKS = ("s3a://", "org.apache.hadoop.fs.s3a", "software.amazon.awssdk")
+_HDFS_MARKS = ("hdfs://", "org.apache.hadoop.ipc", "org.apache.hadoop.hdfs", "Call From ")
+
+
+def object_store_outage(exc: BaseException, warehouse: Path | ObjectStoreUri,
+                        conf: Mapping[str, str] | None = None) -> str:
+    """Why `exc`, raised by a write into `warehouse`, is an outage of its object store or HDFS, in
+    one line naming what to check; "" when it is not one of those (or the warehouse is local). `conf`
+    (`[spark] conf`) names the S3 endpoint."""
+    if not isinstance(warehouse, ObjectStoreUri):
+        return ""
+    return outage_of_chain(error_chain(exc), warehouse, conf or {})
+
+
+def outage_of_chain(chain: Iterable[str], warehouse: ObjectStoreUri, conf: Mapping[str, str]) -> str:
+    """`object_store_outage` of an error's texts (`error_chain`: "class: message", outermost first)."""
+    text = "\n".join(chain)
+    if warehouse.scheme == "hdfs":
+        return _hdfs_outage(text, warehouse) if any(m in text for m in _HDFS_MARKS) else ""
+    if not any(m in text for m in _S3A_MARKS):
+        return ""
+    bucket = warehouse.bucket
+    if any(m in text for m in _NO_BUCKET):
+        return f"bucket {bucket} does not exist (warehouse = {warehouse}): create it, or correct [spark] warehouse"
+    if any(m in text for m in _REFUSED_CREDENTIALS):
+        return (f"the object store refused the credentials for bucket {bucket} (HTTP 403: a wrong access key or "
+                "secret key, or keys without permission on the bucket): check [spark.conf] "
+                "spark.hadoop.fs.s3a.access.key / secret.key")
+    if any(m in text for m in _NO_CREDENTIALS):
+        return (f"no credentials for bucket {bucket}: set [spark.conf] spark.hadoop.fs.s3a.access.key / secret.key "
+                "(from ${FILE:...} or ${ENV:...})")
+    why = next((why for mark, why in _UNREACHABLE.items() if mark in text), None)
+    if why is not None:
+        endpoint, _ = s3a_endpoint(conf, bucket)
+        return (f"the object store endpoint {endpoint} is unreachable for bucket {bucket} ({why}): check that it "
+                "runs and [spark.conf] spark.hadoop.fs.s3a.endpoint")
+    return ""
+
+
+def _hdfs_outage(text: str, warehouse: ObjectStoreUri) -> str:
+    namenode = warehouse.authority
+    state = next((state for mark, state in _HDFS_NOT_SERVING.items() if mark in text), None)
+    if state is not None:
+        return f"the HDFS namenode {namenode} does not take writes now ({state}) (warehouse = {warehouse})"
+    if "AccessControlException" in text or "Permission denied" in text:
+        return (f"HDFS refused the bridge's user access to {warehouse} (permission denied): give it write access "
+                "there, or correct [spark] warehouse")
+    why = next((why for mark, why in _UNREACHABLE.items() if mark in text), None)
+    if why is not None:
+        return f"the HDFS namenode {namenode} is unreachable ({why}) (warehouse = {warehouse})"
+    return ""
+
+
+def error_chain(exc: BaseException) -> list[str]:
+    """`exc` and the errors it came from, each as "class: message", outermost first: the Python
+    exceptions (`__cause__`, `__context__`) and, for a Java error raised through py4j, the Java
+    exception and its causes (read from the JVM; skipped when it is gone)."""
+    chain: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 40:
+        chain.append(f"{type(seen).__name__}: {_first_line(str(seen))}")
+        java = getattr(seen, "java_exception", None)
+        try:
+            while java is not None and len(chain) < 40:
+                chain.append(f"{java.getClass().getName()}: {_first_line(str(java.getMessage() or ''))}")
+                java = java.getCause()
+        except Exception:  # noqa: S110 (the JVM is gone: the Python texts are what there is)
+            pass
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""

@@ -1,0 +1,249 @@
+"""`[spark] warehouse`: a local directory, or a URI of an object store (S3 through Hadoop's S3A) or of
+HDFS, where Delta tables land.
+
+    warehouse = "data/landing"                        # a directory (relative to the file's)
+    warehouse = "s3a://bucket/prefix"                 # S3 or an S3-compatible server, through S3A
+    warehouse = "hdfs://namenode:8020/mqbridge"       # HDFS (a nameservice id for an HA pair)
+
+A URI is kept as written (`ObjectStoreUri`, a `str`: Spark and delta-rs take it as it is; `/` joins a
+table name) rather than made a `Path`, which would fold `s3a://bucket` into `s3a:/bucket`. `s3://` and
+`s3n://` are refused naming `s3a://` (Spark has no file system for them but through Amazon's EMR);
+any other scheme (`gs://`, `abfss://`, `file://`...) is refused saying what is supported: other
+Hadoop file systems may work, but nothing here tests them.
+
+An object store or HDFS holds only what commits by the table's own transaction: Delta tables
+(`object_store_problems` refuses the rest at load, each naming the fix): Parquet directories are
+published by renames on a local file system, and the purge, the compaction, the catalog, the
+pyarrow writer and table templates still read or list a local warehouse.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Protocol
+from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator, GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from mqbridge.config.compaction import CompactionSection
+from mqbridge.config.plaintext import is_loopback
+from mqbridge.config.tables import is_template
+from mqbridge.config.types import TypeConfig
+from mqbridge.errors import Loc
+
+#: The URI schemes a warehouse may have, with what each names.
+SCHEMES = {"s3a": "s3a://BUCKET[/PREFIX]", "hdfs": "hdfs://NAMENODE[:PORT]/PATH"}
+#: What a refused scheme's message says is supported.
+SUPPORTED = ('a local directory, s3a://BUCKET[/PREFIX] (S3 or an S3-compatible server) or '
+             'hdfs://NAMENODE[:PORT]/PATH')
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: C:\data is a Windows path
+#: S3 bucket names (the rules for new buckets: 3-63 characters, lower case, digits, '.', '-').
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
+#: One directory of a prefix or a path (Hadoop's Path refuses ':' in a name; spaces are a quoting trap).
+_SEGMENT = re.compile(r"[A-Za-z0-9_.=-]+")
+#: The S3A settings whose values are credentials (any one set means the bridge sends keys).
+S3A_KEYS = ("access.key", "secret.key", "session.token")
+
+
+class ObjectStoreUri(str):
+    """A warehouse, or a table in it, on an object store or HDFS: `s3a://bucket/prefix/orders`.
+    A `str`, so that Spark, delta-rs and log lines take it as written; `uri / "orders"` is the
+    URI of a table under it. Made by `parse_warehouse`, which checks it."""
+
+    __slots__ = ()
+
+    @property
+    def scheme(self) -> str:
+        """`s3a` or `hdfs`."""
+        return self.split("://", 1)[0]
+
+    @property
+    def authority(self) -> str:
+        """The bucket of `s3a://`, the namenode (host[:port]) or nameservice of `hdfs://`."""
+        return self.split("://", 1)[1].split("/", 1)[0]
+
+    @property
+    def bucket(self) -> str | None:
+        """The S3 bucket (None for HDFS)."""
+        return self.authority if self.scheme == "s3a" else None
+
+    def __truediv__(self, name: str) -> ObjectStoreUri:
+        return ObjectStoreUri(f"{self.rstrip('/')}/{str(name).strip('/')}")
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # Made by `parse_warehouse` (the field's before-validator); shown and dumped as its text.
+        return core_schema.is_instance_schema(cls, serialization=core_schema.plain_serializer_function_ser_schema(str))
+
+
+def parse_warehouse(value: object) -> Path | ObjectStoreUri:
+    """`value` as a warehouse: a `Path`, or an `ObjectStoreUri` for `s3a://` and `hdfs://`. Raises
+    ValueError naming the fix for any other scheme, a malformed URI, or credentials written into it
+    (which the message never repeats)."""
+    if isinstance(value, ObjectStoreUri | Path):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a directory or a URI (a string)")
+    match = _SCHEME.match(value)
+    if match is None:
+        return Path(value)
+    scheme = match[1].lower()
+    if scheme in ("s3", "s3n"):
+        raise ValueError(f"{scheme}:// is not a file system of Spark's: write s3a://BUCKET/PREFIX (Hadoop's S3A "
+                         "connector, for S3 and S3-compatible servers)")
+    if scheme == "file":
+        raise ValueError("write the directory itself, not a file:// URI (e.g. warehouse = \"/srv/mqbridge/landing\")")
+    if scheme not in SCHEMES:
+        raise ValueError(f"{scheme}:// is not supported: a warehouse is {SUPPORTED}; other Hadoop file systems "
+                         "(gs://, abfss://, ...) may work with their connector but are not tested with mqbridge, "
+                         "so they are refused")
+    return ObjectStoreUri(_checked_uri(value, scheme))
+
+
+def _checked_uri(text: str, scheme: str) -> str:
+    """`text` (a URI of `scheme`) as kept: the scheme in lower case, no trailing '/'. ValueError if
+    it is not of the form of `SCHEMES`."""
+    form = SCHEMES[scheme]
+    if not text[len(scheme) + 1:].startswith("//"):
+        raise ValueError(f"a warehouse URI is {form} (two slashes after the colon)")
+    parts = urlsplit(text)
+    if "@" in parts.netloc:
+        raise ValueError(f"a warehouse URI holds no credentials (it is shown in logs and on the status page): write "
+                         f"{form} and give the keys in [spark.conf] as ${{FILE:...}} or ${{ENV:...}} "
+                         "(docs/spark-and-tables.md, \"Object stores and HDFS\")")
+    if parts.query or parts.fragment:
+        raise ValueError(f"a warehouse URI is {form}, without '?' or '#'")
+    segments = [s for s in parts.path.split("/") if s]
+    bad = [s for s in segments if not _SEGMENT.fullmatch(s) or s in (".", "..")]
+    if bad or "//" in parts.path:
+        raise ValueError(f"{text!r}: each directory of the path is letters, digits, '_', '.', '=' and '-', not '.' "
+                         "or '..', with single slashes between them")
+    if scheme == "s3a":
+        if not _BUCKET.fullmatch(parts.netloc) or ".." in parts.netloc:
+            raise ValueError(f"{text!r}: {parts.netloc!r} is not an S3 bucket name (3-63 characters: lower-case "
+                             "letters, digits, '.' and '-'); write s3a://BUCKET[/PREFIX]")
+    else:
+        host, _, port = parts.netloc.partition(":")
+        if not host or not _HOST.fullmatch(host) or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise ValueError(f"{text!r}: write {form}, naming the namenode (or the nameservice of an HA pair); "
+                             "hdfs:///PATH (the default file system) is not accepted: the warehouse says where it is")
+    return f"{scheme}://{parts.netloc}" + "".join(f"/{s}" for s in segments)
+
+
+#: `[spark] warehouse`'s type: a directory or an object store's URI (`parse_warehouse`).
+Warehouse = Annotated[Path | ObjectStoreUri, BeforeValidator(parse_warehouse)]
+
+
+def s3a_setting(conf: Mapping[str, str], bucket: str | None, name: str) -> str | None:
+    """The S3A setting `fs.s3a.<name>` for `bucket` in Spark settings `conf`: the bucket's own
+    (`spark.hadoop.fs.s3a.bucket.<bucket>.<name>`, which S3A prefers) or the general one."""
+    if bucket is not None:
+        own = conf.get(f"spark.hadoop.fs.s3a.bucket.{bucket}.{name}")
+        if own is not None:
+            return own
+    return conf.get(f"spark.hadoop.fs.s3a.{name}")
+
+
+def s3a_endpoint(conf: Mapping[str, str], bucket: str | None) -> tuple[str, bool]:
+    """(the endpoint S3A sends `bucket`'s requests to, as an operator reads it, whether it is over
+    TLS): `fs.s3a.endpoint` (a URL, or a host whose scheme `fs.s3a.connection.ssl.enabled` chooses,
+    https by default), or AWS's own when none is set."""
+    endpoint = (s3a_setting(conf, bucket, "endpoint") or "").strip()
+    if not endpoint:
+        return "the AWS S3 endpoint", True
+    if "://" in endpoint:
+        return _without_userinfo(endpoint), endpoint.lower().startswith("https://")
+    tls = (s3a_setting(conf, bucket, "connection.ssl.enabled") or "true").strip().lower() != "false"
+    return f"{'https' if tls else 'http'}://{_without_userinfo(endpoint)}", tls
+
+
+def _without_userinfo(url: str) -> str:
+    scheme, sep, rest = url.rpartition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
+
+
+def s3a_keys_set(conf: Mapping[str, str], bucket: str | None) -> bool:
+    """Whether `conf` gives S3A keys for `bucket` (its own or the general ones)."""
+    return any(s3a_setting(conf, bucket, key) for key in S3A_KEYS)
+
+
+def plaintext_s3_host(conf: Mapping[str, str], bucket: str) -> str | None:
+    """The host S3A sends `bucket`'s signed requests to without TLS while keys are configured, or
+    None (TLS, no keys, or the AWS endpoint)."""
+    endpoint, tls = s3a_endpoint(conf, bucket)
+    if tls or not s3a_keys_set(conf, bucket) or "://" not in endpoint:
+        return None
+    return urlsplit(endpoint).hostname or ""
+
+
+class SparkSettings(Protocol):
+    """What `object_store_problems` reads of `[spark]` (`config.schema.SparkSection`)."""
+
+    @property
+    def warehouse(self) -> Path | ObjectStoreUri: ...
+    @property
+    def table_format(self) -> str: ...
+    @property
+    def catalog(self) -> bool: ...
+    @property
+    def writer(self) -> str: ...
+    @property
+    def conf(self) -> Mapping[str, str]: ...
+    @property
+    def allow_plaintext_password(self) -> bool: ...
+
+
+def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig], purge_interval: float | None,
+                          compaction: CompactionSection) -> list[tuple[Loc, str]]:
+    """What a configuration (`[spark]`, `[types.*]`, `[purge] interval`, `[compaction]`) asks of an
+    object-store or HDFS warehouse that is not supported there, each with its key and fix (nothing
+    for a local warehouse)."""
+    warehouse = spark.warehouse
+    if not isinstance(warehouse, ObjectStoreUri):
+        return []
+    where = f"on {warehouse.scheme}:// (warehouse = {warehouse})"
+    later = f"not supported {where} yet"
+    problems: list[tuple[Loc, str]] = []
+    inherit = sorted(n for n, t in types.items() if t.table_format is None)
+    if spark.table_format == "parquet" and inherit:
+        problems.append((("spark", "table_format"), f'"parquet" (the types {", ".join(inherit)} land so) cannot '
+                         f"land {where}: Parquet tables are published by renames on a local file system; set "
+                         'table_format = "delta"'))
+    for name, type_cfg in types.items():
+        if type_cfg.table_format == "parquet":
+            problems.append((("types", name, "table_format"), f'"parquet" cannot land {where}: Parquet tables are '
+                             'published by renames on a local file system; set table_format = "delta"'))
+        if type_cfg.retention is not None:
+            problems.append((("types", name, "retention"), f"the retention purge is {later}: remove it (purge with "
+                             "Spark or delta-rs DELETE and VACUUM meanwhile), or use a local warehouse"))
+        if is_template(type_cfg.table):
+            problems.append((("types", name, "table"), f"a table template is {later}: the tables it rendered are "
+                             "found by listing a local warehouse (a lost ledger's rebuild needs them); name one table"))
+    if purge_interval is not None:
+        problems.append((("purge", "interval"), f"the scheduled purge is {later}: remove [purge] interval"))
+    if compaction.interval is not None:
+        problems.append((("compaction", "interval"), f"the scheduled compaction is {later}: remove [compaction] "
+                         "interval (run Delta's OPTIMIZE with Spark meanwhile)"))
+    if compaction.min_free_disk is not None:
+        problems.append((("compaction", "min_free_disk"), f"free space is not measured {where}: remove it"))
+    if spark.catalog:
+        problems.append((("spark", "catalog"), f"registering tables in the catalog is {later}: set catalog = false "
+                         "(readers load the Delta table by its URI)"))
+    if spark.writer != "spark":
+        problems.append((("spark", "writer"), f'writer = "{spark.writer}" (pyarrow writes local files) is {later}: '
+                         'set writer = "spark"'))
+    bucket = warehouse.bucket
+    host = plaintext_s3_host(spark.conf, bucket) if bucket is not None else None
+    if host is not None and not is_loopback(host) and not spark.allow_plaintext_password:
+        endpoint, _ = s3a_endpoint(spark.conf, bucket)
+        problems.append((("spark", "conf"), f"S3 keys are configured for bucket {bucket} but its endpoint {endpoint} "
+                         "is not TLS: the landed messages, the access key and any session token would travel in "
+                         f"clear to {host} (requests are signed, the secret key itself is not sent); use an https:// "
+                         "endpoint (fs.s3a.endpoint), or set [spark] allow_plaintext_password = true to accept the "
+                         "risk"))
+    return problems

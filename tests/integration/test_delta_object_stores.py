@@ -1,0 +1,153 @@
+"""Delta tables where the data lives: `[spark] warehouse = "s3a://bucket/prefix"` on a real S3-compatible
+server (S3Proxy, `scripts/s3.sh`) and `hdfs://…` on Hadoop's own mini cluster (`scripts/hdfs.sh`), both
+started by the session's fixtures. A real `mqbridge run` with its own Spark driver, the Delta and S3A
+jars, the secret key only through `${FILE:…}`, on a real ActiveMQ; killed with SIGKILL at each step of
+the landing protocol, started again: every message in the table exactly once as delta-rs (an
+independent reader) sees it. And a wrong secret is an outage of the sink, named, that loses nothing."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import DELTA_SPARK, JARS
+from tests.support.exactly_once import account, bodies
+from tests.support.object_stores import S3Server, delta_jars
+from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_bridge
+
+pytestmark = pytest.mark.integration
+
+deltalake = pytest.importorskip("deltalake")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jars() -> None:
+    for name in ("delta", "s3"):
+        if not (JARS / name).is_dir():
+            pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
+
+
+def s3_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, *, secret: str | None = None) -> Path:
+    """A bridge landing `queue` into the Delta table `orders` under s3a://<bucket>/wh; the secret key
+    (`secret`, else the server's) read from a private file by `${FILE:…}`."""
+    secret_file = tmp_path / "s3-secret"
+    secret_file.write_text(secret or s3.secret_key)
+    secret_file.chmod(0o600)
+    conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{secret_file}}}"}
+    return (stomp_bridge(queue, spark=DELTA_SPARK).set("spark", warehouse=f"s3a://{bucket}/wh",
+                                                       until_idle_outage_limit="20s")
+            .set("spark.conf", **conf).write(tmp_path / "bridge.toml"))
+
+
+#: Reads a Delta table's bodies with Spark and Delta Lake (delta-rs has no HDFS client here): one line
+#: of hex per row.
+HDFS_READER = textwrap.dedent('''
+    import sys
+    from pyspark.sql import SparkSession
+    from mqbridge.landing.delta import SESSION_CONF
+    builder = SparkSession.builder.master("local[1]").config("spark.jars", sys.argv[1])
+    builder = builder.config("spark.ui.enabled", "false")
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    for row in builder.getOrCreate().read.format("delta").load(sys.argv[2]).select("body").collect():
+        print(bytes(row.body).hex())
+''')
+
+
+def hdfs_rows(location: str) -> collections.Counter[bytes]:
+    """The bodies in the Delta table at `location` (hdfs://…), read by a Spark of its own."""
+    done = subprocess.run([sys.executable, "-c", HDFS_READER, ",".join(delta_jars(("delta",))), location],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return collections.Counter(bytes.fromhex(line) for line in done.stdout.split())
+
+
+def s3_rows(s3: S3Server, bucket: str) -> collections.Counter[bytes]:
+    """The bodies in the Delta table s3a://<bucket>/wh/orders, read by delta-rs over the S3 API."""
+    table = deltalake.DeltaTable(f"s3://{bucket}/wh/orders", storage_options=s3.storage_options())
+    return collections.Counter(bytes(b) for b in table.to_pyarrow_table(columns=["body"]).column("body").to_pylist())
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])
+def test_a_bridge_killed_at_each_step_lands_every_message_once_into_a_delta_table_on_s3(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, failpoint: str) -> None:
+    # Given 600 messages and a bridge landing into a Delta table on S3 that dies at the failpoint
+    q = unique_queue(f"s3-{failpoint}")
+    sent = bodies(600, failpoint)
+    amq.put_many(q, sent)
+    bucket = s3_server.new_bucket("kill")
+    config = s3_config(tmp_path, q, s3_server, bucket)
+    killed = run_until_killed(config, failpoint)
+    # When it is started again and runs until idle
+    out = run_until_idle(config)
+    # Then every message is in the table on S3 exactly once: 0 lost, 0 duplicated, 0 unexpected
+    result = account(sent, s3_rows(s3_server, bucket))
+    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    if failpoint == "after_prepare":
+        assert "never committed into table orders: fenced and rolled back" in out, out[-4000:]
+    if failpoint == "after_publish":
+        assert "had committed into table orders: recorded published" in out, out[-4000:]
+    # And the secret was in no output and on no command line
+    assert s3_server.secret_key not in killed + out
+
+
+@pytest.mark.timeout(600)
+def test_a_bridge_killed_after_its_commit_lands_every_message_once_into_a_delta_table_on_hdfs(
+        tmp_path: Path, amq: AmqClient, hdfs_cluster: str) -> None:
+    # Given a bridge landing into a Delta table on HDFS, killed after its commit, before the ledger knew
+    q = unique_queue("hdfs-after-publish")
+    sent = bodies(600, "hdfs")
+    amq.put_many(q, sent)
+    warehouse = f"{hdfs_cluster}/mqbridge-{q.rsplit('/', 1)[-1]}"
+    config = (stomp_bridge(q, spark=DELTA_SPARK).set("spark", warehouse=warehouse)
+              .write(tmp_path / "bridge.toml"))
+    run_until_killed(config, "after_publish")
+    # When it is started again
+    out = run_until_idle(config)
+    # Then the table's log decided the bulk, and every message is in the table exactly once
+    assert "had committed into table orders: recorded published" in out, out[-4000:]
+    rows = hdfs_rows(f"{warehouse}/orders")
+    result = account(sent, rows)
+    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+def test_a_wrong_secret_is_an_outage_that_names_the_key_and_loses_nothing(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server) -> None:
+    # Given messages and a bridge whose S3 secret key is wrong (a first start: its new ledger waits to
+    # be rebuilt from the table, which the store refuses to show; the sink's probe is refused too)
+    q = unique_queue("s3-wrong-secret")
+    sent = bodies(50, "wrong")
+    amq.put_many(q, sent)
+    bucket = s3_server.new_bucket("secret")
+    wrong = "not-the-secret-0123456789abcdefghijklmnop"
+    config = s3_config(tmp_path, q, s3_server, bucket, secret=wrong)
+    log = tmp_path / "bridge.log"
+    # When it runs: it says which keys to check, within a bounded time
+    with log.open("w") as out_file:
+        proc = mqbridge("run", "--config", str(config), stdout=out_file)
+    try:
+        deadline = time.monotonic() + 180
+        while "refused the credentials" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, ("waited 180 s for the bridge to say the object store refused the "
+                                                 f"credentials; its output:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    out = log.read_text()
+    # Then the reason names the keys; every message is still on its queue (an outage is never
+    # poison: nothing on the backout queue); no secret in the output
+    assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
+    assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
+    assert wrong not in out and s3_server.secret_key not in out
