@@ -57,6 +57,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.references import Broker, acking_reference, auto_ack_consumer, put
+from bench.s3_warehouse import s3_warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds between two reads of /metrics. Each read costs the bridge a scrape (process figures
@@ -156,6 +157,8 @@ class Usage:
 
 def bridge_toml(workdir: Path, broker: Broker, destination: str, port: int, args: argparse.Namespace) -> Path:
     path = workdir / "bridge.toml"
+    warehouse, store_conf = s3_warehouse(workdir) if args.s3 else (str(workdir / "landing"), {})
+    conf = {**store_conf, **dict(item.split("=", 1) for item in args.spark_conf)}
     path.write_text(f"""
 [bridge]
 control_interval = "1s"
@@ -165,12 +168,12 @@ state_dir = "state"
 listen = "127.0.0.1:{port}"
 [spark]
 {f'remote = "{args.remote}"' if args.remote else f'master = "{args.master or "local[2]"}"'}
-warehouse = "{workdir / 'landing'}"
+warehouse = "{warehouse}"
 writer = "{args.writer}"
 table_format = "{args.table_format}"
 jars_dir = "{ROOT / 'jars'}"
 [spark.conf]
-{chr(10).join(f'"{k}" = "{v}"' for k, v in (item.split("=", 1) for item in args.spark_conf))}
+{chr(10).join(f'"{k}" = "{v}"' for k, v in conf.items())}
 [collector]
 memory = "{args.collector_memory}"
 workers = 2
@@ -575,7 +578,7 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
             print(f"    receipt-to-commit: p50 {r50 * 1000:,.0f} ms, p99 {r99 * 1000:,.0f} ms")
         print(f"    peak RSS: bridge python {usage.peak_python / 2**20:,.0f} MB, "
               f"Spark JVM {usage.peak_jvm / 2**20:,.0f} MB (collector memory {args.collector_memory})")
-        if args.table_format == "delta":
+        if args.table_format == "delta" and not args.s3:  # the table's files read locally, by their times
             commits = delta_commits(timed_delta_commits(workdir), workdir / "landing" / "bench")
             print(delta_report(commits, at_w.at, at_end.at, at_end.writes - at_w.writes,
                                at_end.write_seconds - at_w.write_seconds))
@@ -633,6 +636,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="[collector] writes_per_type: bulks of the type written at a time")
     group.add_argument("--writer", default="spark", choices=("auto", "arrow", "spark"),
                        help="[spark] writer: who writes the bulks' Parquet files")
+    group.add_argument("--s3", action="store_true",
+                       help="the warehouse in a new bucket of the project's S3-compatible server (scripts/s3.sh; "
+                            "with --table-format delta): s3a://<bucket>/landing")
     group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
                        help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
                             "delta also prints what a Delta commit costs")

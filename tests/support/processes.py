@@ -106,17 +106,24 @@ def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str]
                             text=True, env=env, **kwargs)
 
 
-def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
-                     env_extra: dict[str, str] | None = None) -> str:
-    """Run until the failpoint kills the process (SIGKILL); its output."""
-    proc = mqbridge("run", "--config", str(config), failpoint=failpoint, env_extra=env_extra)
+def output_within(proc: subprocess.Popen[str], timeout: float, waited_for: str) -> str:
+    """The output of `proc` once it ends; killed after `timeout` seconds, AssertionError saying what was
+    waited for, with the end of the output."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"failpoint {failpoint} was not reached within {timeout:.0f}s; the bridge's "
-                             f"output (last 6000 characters):\n{out[-6000:]}") from None
+        raise AssertionError(f"{waited_for} did not happen within {timeout:.0f}s; the bridge's output (last 6000 "
+                             f"characters):\n{out[-6000:]}") from None
+    return out
+
+
+def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
+                     env_extra: dict[str, str] | None = None) -> str:
+    """Run until the failpoint kills the process (SIGKILL); its output."""
+    proc = mqbridge("run", "--config", str(config), failpoint=failpoint, env_extra=env_extra)
+    out = output_within(proc, timeout, f"a kill at failpoint {failpoint}")
     assert proc.returncode == -signal.SIGKILL, f"expected a kill at {failpoint}, got {proc.returncode}:\n{out}"
     assert f"failpoint {failpoint} reached" in out, out
     return out
@@ -126,13 +133,7 @@ def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300,
                    env_extra: dict[str, str] | None = None) -> str:
     """Run to the end (`--until-idle`), expecting exit 0; its output."""
     proc = mqbridge("run", "--config", str(config), "--until-idle", idle, env_extra=env_extra)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"`mqbridge run --until-idle {idle}` did not end within {timeout:.0f}s; its output "
-                             f"(last 6000 characters):\n{out[-6000:]}") from None
+    out = output_within(proc, timeout, f"the end of `mqbridge run --until-idle {idle}`")
     assert proc.returncode == 0, out
     return out
 
