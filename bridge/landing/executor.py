@@ -257,13 +257,11 @@ class SparkExecutor:
                     private_staging(target)
                 spark_guarded(spark, self.message_type, what, lambda: write_probe(spark, target),
                               self.write_timeout)
-                if self.delta:  # and a Delta commit of it, beside it: Spark has Delta Lake on its class path
+                if self.delta:  # and a Delta commit beside it: Spark has Delta Lake on its class path
                     probe_table = staging_dir(self._path, owner, "probe-delta")
-                    frame = spark.read.parquet(str(target))
                     try:
                         spark_guarded(spark, self.message_type, what,
-                                      lambda: delta.write_frame(frame, probe_table, "probe", None),
-                                      self.write_timeout)
+                                      lambda: delta.write_probe(spark, str(probe_table)), self.write_timeout)
                     finally:
                         discard(probe_table)
                 _ = self.body_format  # a DDL Spark refuses keeps the sink unavailable, and says why

@@ -6,7 +6,8 @@ ActiveMQ and a real local Spark, default `backout_threshold` (3).
 - the Spark JVM (py4j's java child process) killed with SIGKILL while bulks are being written;
 - a bulk write that hangs (failpoint `spark_write_hang`: Java's Thread.sleep through SQL reflection,
   cancelled by the job group; with writer = "arrow", pyarrow's write thread blocked, abandoned) with a
-  short `[spark] write_timeout`;
+  short `[spark] write_timeout`; and the same into a Delta table, whose sink must then be probed
+  available again (its probe, a Delta commit beside the table, once failed on every attempt);
 - one message that makes Spark's write fail (failpoint `spark_poison_body`: assert_true inside the
   write) while probe writes succeed: only that message reaches the backout queue.
 
@@ -25,6 +26,7 @@ import pytest
 
 from mqbridge.monitoring.status_client import run_status
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import JARS, delta_rows
 from tests.support.exactly_once import account, bodies, published_files
 from tests.support.http import get
 from tests.support.monitored import finish, outage_config, sink, start
@@ -123,6 +125,31 @@ def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_p
     rows = landed(spark, tmp_path / "landing" / "orders")
     accounting = account(sent, rows)
     assert accounting.clean, str(accounting)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+def test_a_delta_sink_whose_write_hung_is_probed_available_again_and_nothing_is_lost(
+        tmp_path: Path, amq: AmqClient) -> None:
+    # Given a bridge landing into a Delta table whose first bulk write hangs, with write_timeout = 5s
+    q = unique_queue("outage-delta")
+    sent = bodies(300, "dh")
+    amq.put_many(q, sent)
+    config, url = outage_config(tmp_path, q, batch=100,
+                                spark=f'write_timeout = "5s"\ntable_format = "delta"\njars_dir = "{JARS}"\n'
+                                      'writer = "spark"')
+    run = start(config, failpoint="spark_write_hang")
+    try:
+        # When the timeout makes the sink unavailable, its probe (a Delta commit beside the table) succeeds
+        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
+                   "the write timeout to be reported in /status")
+        out = finish(run)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+    # Then every message landed once, after the sink came back
+    assert "failpoint spark_write_hang reached" in out
+    accounting = account(sent, delta_rows(tmp_path / "landing" / "orders"))
+    assert accounting.clean, f"{accounting}\n{out[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
