@@ -101,6 +101,19 @@ def test_a_killed_spark_jvm_is_replaced_and_nothing_is_lost(tmp_path: Path, spar
     assert leftovers(table) == []
 
 
+def through_a_hung_write(config: Path, url: str) -> str:
+    """Run the bridge of `config` (monitored at `url`) whose first bulk write hangs (failpoint
+    `spark_write_hang`) until the write timeout is reported in /status, then to the end; its output."""
+    run = start(config, failpoint="spark_write_hang")
+    try:
+        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
+                   "the write timeout to be reported in /status")
+        return finish(run)
+    finally:
+        if run.wait(0) is None:
+            run.terminate()
+
+
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_path: Path, spark: Any,
                                                                           amq: AmqClient, writer: str) -> None:
@@ -110,15 +123,8 @@ def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_p
     sent = bodies(400, "hg")
     amq.put_many(q, sent)
     config, url = outage_config(tmp_path, q, batch=100, spark=f'write_timeout = "5s"\nwriter = "{writer}"')
-    run = start(config, failpoint="spark_write_hang")
-    try:
-        # When the timeout fires, the status says why
-        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
-                   "the write timeout to be reported in /status")
-        out = finish(run)
-    finally:
-        if run.wait(0) is None:
-            run.terminate()
+    # When the timeout fires, the status says why, and the bridge runs to the end
+    out = through_a_hung_write(config, url)
     assert "failpoint spark_write_hang reached" in out
     assert ("running for more than write_timeout 5s: cancelling its Spark jobs" if writer == "spark"
             else "running for more than write_timeout 5s: abandoned") in out
@@ -137,15 +143,8 @@ def test_a_delta_sink_whose_write_hung_is_probed_available_again_and_nothing_is_
     config, url = outage_config(tmp_path, q, batch=100,
                                 spark=f'write_timeout = "5s"\ntable_format = "delta"\njars_dir = "{JARS}"\n'
                                       'writer = "spark"')
-    run = start(config, failpoint="spark_write_hang")
-    try:
-        # When the timeout makes the sink unavailable, its probe (a Delta commit beside the table) succeeds
-        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
-                   "the write timeout to be reported in /status")
-        out = finish(run)
-    finally:
-        if run.wait(0) is None:
-            run.terminate()
+    # When the timeout makes the sink unavailable, its probe (a Delta commit beside the table) succeeds
+    out = through_a_hung_write(config, url)
     # Then every message landed once, after the sink came back
     assert "failpoint spark_write_hang reached" in out
     accounting = account(sent, delta_rows(tmp_path / "landing" / "orders"))
