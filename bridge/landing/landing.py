@@ -46,17 +46,12 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
+from mqbridge.landing.session import one_line
 from mqbridge.landing.stuck import advice
 from mqbridge.landing.tables import table_regex
 from mqbridge.observer import BridgeView, Observer
 
 log = logging.getLogger(__name__)
-
-
-def _first_line(exc: BaseException) -> str:
-    """`exc` in one line: its class and the first line of its message (a JVM's trace stays out)."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _set(event: threading.Event) -> threading.Event:
@@ -345,14 +340,14 @@ class Landing(Observer):
                 landed = self.settle(bulk)
             except Exception as why:
                 self._undecided.add(bulk.bulk_id)
-                raise SinkOutageError(f"bulk {bulk.bulk_id} of table {bulk.table} failed ({_first_line(exc)}) and its "
-                                      f"table cannot be asked whether it committed ({_first_line(why)}): its messages "
+                raise SinkOutageError(f"bulk {bulk.bulk_id} of table {bulk.table} failed ({one_line(exc)}) and its "
+                                      f"table cannot be asked whether it committed ({one_line(why)}): its messages "
                                       "go back to their queue and land once the table answers") from exc
         if not landed:
             raise exc
         failpoints.hit("after_publish")
         log.warning("bulk %s of table %s committed although its write failed (%s): recorded published",
-                    bulk.bulk_id, bulk.table, _first_line(exc))
+                    bulk.bulk_id, bulk.table, one_line(exc))
 
     def _until_published(self, bulk_id: str, table: str, step: Callable[[], None], *, transactional: bool) -> None:
         """Run `step` (the publication or the commit of a prepared bulk) until it succeeds, then record
