@@ -23,4 +23,6 @@ scripts/test-tools.sh  # PostgreSQL, Chromium, Prometheus (the tests start their
 scripts/jars.sh s3 hdfs-test
 scripts/s3.sh install
 scripts/lint.sh
-.venv/bin/python -m pytest "$@"
+# --durations=40: every CI log shows where the time goes (the 40 slowest setups, calls and teardowns),
+# whatever addopts pyproject.toml holds
+.venv/bin/python -m pytest --durations=40 "$@"

@@ -8,21 +8,18 @@ an empty commit fences a version, the log tells each app id's version."""
 from __future__ import annotations
 
 import collections
-import json
 import re
 import shutil
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.delta_tables import DELTA_SPARK, JARS, delta_rows
+from tests.support.delta_tables import DELTA_SPARK, JARS, bulk_counts_until, delta_facts, delta_rows
 from tests.support.exactly_once import account, bodies
-from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
+from tests.support.object_stores import DeltaSpark
+from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +39,10 @@ def delta_config(tmp_path: Path, queue: str) -> Path:
 @pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])
 def test_a_bridge_killed_at_each_step_lands_every_message_once_into_the_delta_table(
         tmp_path: Path, amq: AmqClient, failpoint: str) -> None:
-    # Given 2,000 messages and a bridge landing into a Delta table that dies at the failpoint
+    # Given 600 messages (units of 200 on two threads: the killed bulk, and more after it) and a bridge
+    # landing into a Delta table that dies at the failpoint
     q = unique_queue(f"delta-{failpoint}")
-    sent = bodies(2000, failpoint)
+    sent = bodies(600, failpoint)
     amq.put_many(q, sent)
     config = delta_config(tmp_path, q)
     run_until_killed(config, failpoint)
@@ -64,44 +62,15 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_the_delta_ta
         assert "already landed; committed without landing them again" in out, out[-4000:]
 
 
-FACTS = textwrap.dedent('''
-    import glob, sys
-    from pyspark.sql import SparkSession
-    from deltalake import DeltaTable
-    from mqbridge.landing.delta import SESSION_CONF, committed_version
-    jars = ",".join(glob.glob(sys.argv[1] + "/delta/*.jar"))
-    builder = SparkSession.builder.master("local[1]").config("spark.jars", jars).config("spark.ui.enabled", "false")
-    for k, v in SESSION_CONF.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    path = sys.argv[2]
-    rows = spark.createDataFrame([(i, "2026-11-28") for i in range(5)], "id long, put_date string")
-    def write(frame, app, version, meta="w"):
-        (frame.write.format("delta").mode("append").partitionBy("put_date").option("txnAppId", app)
-         .option("txnVersion", str(version)).option("userMetadata", meta).save(path))
-    def count():
-        return spark.read.format("delta").load(path).count()
-    write(rows, "a", 1); write(rows, "a", 1)
-    print("repeated version skipped:", count() == 5)
-    write(rows, "a", 2)
-    print("newer version written:", count() == 10)
-    write(spark.createDataFrame([], rows.schema), "zombie", 7, "fence")
-    write(rows, "zombie", 7)
-    print("fenced version skipped:", count() == 10)
-    print("delta-rs reads the versions:", DeltaTable(path).transaction_version("a") == 2
-          and DeltaTable(path).transaction_version("zombie") == 7)
-    print("the bridge reads the versions:", committed_version(spark, path, "a")[1] == 2
-          and committed_version(spark, path, "zombie")[1] == 7 and committed_version(spark, path, "b")[1] is None)
-''')
-
-
-def test_delta_skips_a_repeated_or_fenced_version_and_its_log_tells_each_apps_version(tmp_path: Path) -> None:
-    # Given a bare Spark with the Delta jars (no bridge)
-    out = subprocess.run([sys.executable, "-c", FACTS, str(JARS), str(tmp_path / "t")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+def test_delta_skips_a_repeated_or_fenced_version_and_its_log_tells_each_apps_version(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given a bare Spark with the Delta jars (no bridge): the session's Delta-enabled driver
+    # When a table is written with repeated, newer and fenced transaction versions
+    outcome = delta_spark.run(delta_facts, str(tmp_path / "t"))
     # Then each promise the landing protocol rests on holds
-    facts = [line for line in out.stdout.splitlines() if line.endswith((": True", ": False"))]
-    assert len(facts) == 5 and all(f.endswith("True") for f in facts), out.stdout + out.stderr[-3000:]
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    assert len(facts) == 5 and all(facts.values()), facts
 
 
 @pytest.mark.timeout(600)  # 20,000 deliveries and two bridge starts on a busy 2-core machine
@@ -126,40 +95,19 @@ def test_a_wiped_state_dir_is_rebuilt_from_the_delta_tables_and_nothing_lands_tw
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
-SPARK_READER = textwrap.dedent('''
-    import glob, json, sys, time
-    from pyspark.sql import SparkSession
-    from mqbridge.landing.delta import SESSION_CONF
-    jars = ",".join(glob.glob(sys.argv[1] + "/delta/*.jar"))
-    builder = SparkSession.builder.master("local[1]").config("spark.jars", jars).config("spark.ui.enabled", "false")
-    for k, v in SESSION_CONF.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    path, stop = sys.argv[2], sys.argv[3]
-    import os
-    while not os.path.exists(stop):
-        try:
-            frame = spark.read.format("delta").load(path).groupBy("bulk_id").count()
-            counts = {r["bulk_id"]: r["count"] for r in frame.collect()}
-        except Exception:  # no table yet
-            counts = None
-        if counts is not None:
-            print(json.dumps(counts), flush=True)
-        time.sleep(0.2)
-''')
-
-
 @pytest.mark.timeout(600)
-def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqClient) -> None:
-    # Given a bridge landing 3,000 messages into a Delta table in many bulks, and two readers polling the
-    # table meanwhile: a second Spark session (another process) and delta-rs in this one
+def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqClient,
+                                                      delta_spark: DeltaSpark) -> None:
+    # Given a bridge landing 1,500 messages into a Delta table in many bulks (units of 200, bulks of at
+    # most 128 KB), and two readers polling the table meanwhile: a second Spark session (the session's
+    # Delta-enabled driver, another process, started before the bridge) and delta-rs in this one
     q = unique_queue("delta-readers")
-    sent = bodies(3000, "rd")
+    sent = bodies(1500, "rd")
     amq.put_many(q, sent)
     table = tmp_path / "landing" / "orders"
     stop = tmp_path / "stop-reading"
-    reader = subprocess.Popen([sys.executable, "-c", SPARK_READER, str(JARS), str(table), str(stop)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    delta_spark.driver_pid()
+    reader = delta_spark.submit(bulk_counts_until, str(table), str(stop))
     bridge = mqbridge("run", "--config", str(delta_config(tmp_path, q)), "--until-idle", "3s")
     seen: list[dict[str, int]] = []
     while bridge.poll() is None:
@@ -172,7 +120,9 @@ def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqCl
         time.sleep(0.1)
     out = bridge.communicate()[0]
     stop.touch()
-    spark_seen = [json.loads(line) for line in reader.communicate(timeout=120)[0].splitlines() if line.startswith("{")]
+    read = reader.result(timeout=120)
+    assert read["ok"], read.get("traceback")
+    spark_seen: list[dict[str, int]] = read["value"]
     assert bridge.returncode == 0, out[-4000:]
     # Then every bulk either reader saw was whole: as many rows as the bulk has in the end
     final = collections.Counter(deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["bulk_id"])

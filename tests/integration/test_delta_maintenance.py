@@ -1,18 +1,17 @@
 """Purge and compaction of Delta tables (`table_format = "delta"`) on a real Spark with Delta Lake:
-`mqbridge purge`, `mqbridge compact` and the bridge's scheduled rounds, each in a process of its own
-(the test process's Spark has no Delta). Every row is accounted for like a total-queue checker, by
-delta-rs (an independent reader): exactly the designated rows leave, every other row stays, once.
-The strategy the cost model picks is printed and checked; a version before a purge stays readable
-by time travel until VACUUM removes its files; `mqbridge purge` killed with SIGKILL before and after
-a partition's commit leaves the table as before or after, never half. Tables are built by delta-rs
-(two put_date partitions of 5 small files each) so that only the command under test starts a JVM."""
+`mqbridge purge` and `mqbridge compact`, each in a process of its own, and the bridge's scheduled
+rounds in the session's Spark driver with Delta (`delta_spark`: the test process's Spark has no
+Delta). Every row is accounted for like a total-queue checker, by delta-rs (an independent reader):
+exactly the designated rows leave, every other row stays, once. The strategy the cost model picks
+is printed and checked; a version before a purge stays readable by time travel until VACUUM
+removes its files; `mqbridge purge` killed with SIGKILL before and after a partition's commit
+leaves the table as before or after, never half. Tables are built by delta-rs (two put_date
+partitions of 5 small files each) so that only the command under test starts a JVM."""
 
 from __future__ import annotations
 
 import collections
 import subprocess
-import sys
-import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -22,6 +21,8 @@ import pytest
 from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
 from mqbridge.message import Bulk, Message
 from tests.support.configs import BridgeToml
+from tests.support.delta_tables import SMALL_TABLE_CONF, scheduled_rounds
+from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge
 from tests.support.purge import purge_bridge
 
@@ -93,9 +94,10 @@ def number(msg_id: str) -> int:
 def delta_bridge(vacuum_retention: str = "7d") -> BridgeToml:
     """`mqbridge purge`/`compact`'s configuration for a Delta type `orders` (tests.support.purge), with an
     operator's equal per-row costs and no fixed partition cost; 2 shuffle partitions (a table of a few
-    hundred rows: Spark's 200 tasks per shuffle would be most of each command's time)."""
+    hundred rows: Spark's 200 tasks per shuffle would be most of each command's time) and 2 tasks to
+    list a table's files (`SMALL_TABLE_CONF`: VACUUM's 10,000 by default took 75 s of each purge)."""
     return (purge_bridge().set("spark", table_format="delta", jars_dir=str(JARS), writer="spark")
-            .set("spark.conf", **{"spark.sql.shuffle.partitions": "2"})
+            .set("spark.conf", **SMALL_TABLE_CONF)
             .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0,
                  vacuum_retention=vacuum_retention)
             .set("types.orders"))
@@ -194,28 +196,8 @@ def test_compact_optimizes_a_partition_of_small_files_into_one_ordered_by_put_ti
     assert any(h.get("operation") == "OPTIMIZE" for h in delta.history()), delta.history()
 
 
-SCHEDULED = textwrap.dedent('''
-    import glob, sys
-    from pyspark.sql import SparkSession
-    from mqbridge.config import load_config
-    from mqbridge.counters import Counters
-    from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
-    from mqbridge.maintenance.delta.table import session_conf
-    from mqbridge.maintenance.purge import PurgeScheduler
-    config = load_config(sys.argv[1], secrets=False)
-    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-    for k, v in session_conf(config).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    counters = Counters()
-    PurgeScheduler(config, lambda: spark, counters).run_round()
-    print("purged", int(counters.total("purge_containers")), "skipped", int(counters.total("purge_containers_skipped")))
-    CompactionScheduler(config, lambda: spark, counters).run_round()
-    print("compacted", int(counters.total("compaction_containers")))
-''')
-
-
-def test_the_scheduled_purge_and_compaction_of_a_bridge_work_on_a_delta_table(tmp_path: Path) -> None:
+def test_the_scheduled_purge_and_compaction_of_a_bridge_work_on_a_delta_table(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
     # Given a Delta table and a type whose retention designates the first 240 minutes of the first
     # day (80% of it: past the threshold), nothing of the second
     table = tmp_path / "landing" / "orders"
@@ -225,12 +207,13 @@ def test_the_scheduled_purge_and_compaction_of_a_bridge_work_on_a_delta_table(tm
     config = (delta_bridge().set("types.orders", retention=f"{retention}s").set("purge", interval="1h")
               .set("compaction", interval="1h", small_files=3).write(tmp_path / "bridge.toml"))
 
-    # When one round of the bridge's scheduled purge runs, then one of its scheduled compaction
-    out = subprocess.run([sys.executable, "-c", SCHEDULED, str(config)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    # When one round of the bridge's scheduled purge runs, then one of its scheduled compaction (on the
+    # session's Spark driver with Delta)
+    rounds = delta_spark.run(scheduled_rounds, str(config), timeout=600)
 
     # Then the first day lost exactly its designated rows, the second day was compacted, nothing else changed
-    assert out.returncode == 0, out.stdout + out.stderr[-4000:]
-    assert "purged 1 skipped 0" in out.stdout and "compacted 1" in out.stdout, out.stdout + out.stderr[-4000:]
+    assert rounds["ok"], rounds.get("traceback")
+    assert rounds["value"] == {"purge_containers": 1, "purge_containers_skipped": 0, "compaction_containers": 1}, \
+        rounds["value"]
     exactly(table, {i for i in every if not (i.startswith("m") and number(i) < 240)})
     assert len(deltalake.DeltaTable(str(table)).file_uris()) == 2

@@ -26,15 +26,13 @@ from mqbridge.landing.delta import FENCE_MARK
 from mqbridge.landing.ledger import open_ledger_for_reading, owner_id
 from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import DELTA_SPARK, JARS
 from tests.support.exactly_once import account, bodies
 from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-JARS = ROOT / "jars"
 deltalake = pytest.importorskip("deltalake")
-#: `[spark]` of a bridge landing into Delta tables with its own driver.
-DELTA_SPARK = f'master = "local[2]"\ntable_format = "delta"\njars_dir = "{JARS}"\nwriter = "spark"'
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -162,6 +160,8 @@ READER = textwrap.dedent('''
     import glob, json, sys
     from pyspark.sql import SparkSession
     from mqbridge.landing.delta import SESSION_CONF
+    # 2 tasks per shuffle and per rebuild of the table's state (200 and 50 by default: 7 s of this read)
+    SMALL = {"spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "2"}
     tmp, java = sys.argv[1], sys.argv[2]
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     if java:
@@ -171,7 +171,7 @@ READER = textwrap.dedent('''
                .config("spark.sql.warehouse.dir", tmp + "/hive-warehouse")
                .config("spark.hadoop.javax.jdo.option.ConnectionURL",
                        "jdbc:derby:;databaseName=" + tmp + "/metastore_db;create=true"))
-    for key, value in SESSION_CONF.items():
+    for key, value in {**SESSION_CONF, **SMALL}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     rows = spark.table("orders")

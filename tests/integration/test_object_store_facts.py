@@ -7,32 +7,22 @@ is on neither the driver JVM's command line nor in its environment; and the erro
 wrong secret (403 `AccessDeniedException`), a bucket that does not exist (404 `UnknownStoreException`)
 and an endpoint that does not answer (`ConnectException` after S3A's retries, bounded by
 `fs.s3a.attempts.maximum` and `fs.s3a.retry.limit`: with their defaults it gives up only after about
-ten minutes).
+ten minutes). The driver is the session's `delta_spark` (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from tests.support.exactly_once import free_port
-from tests.support.object_stores import DeltaSpark, S3Server, delta_spark_conf
+from tests.support.object_stores import DeltaSpark, S3Server
 
 pytestmark = pytest.mark.integration
 
 APP_ID = "mqbridge-facts"
-
-
-@pytest.fixture(scope="module")
-def delta_spark(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeltaSpark]:
-    """One Delta-enabled Spark driver (a child process) for this module's tests, S3A pointed at `s3_server`."""
-    driver = DeltaSpark(delta_spark_conf(s3_server), tmp_path_factory.mktemp("delta-spark"),
-                        secrets=frozenset({s3_server.secret_key}))
-    yield driver
-    driver.close()
 
 
 def _ok(outcome: dict[str, object]) -> object:

@@ -1,10 +1,15 @@
 """Delta Lake tables in tests: where the jars are, a bridge's `[spark]` that lands into Delta with its
-own driver, and the rows of a table as delta-rs (an independent reader, not Spark) sees them."""
+own driver, the rows of a table as delta-rs (an independent reader, not Spark) sees them, and the
+checks that Spark itself must make, as functions of a session for the session's one Delta-enabled
+driver (`DeltaSpark.run`, the `delta_spark` fixture)."""
 
 from __future__ import annotations
 
 import collections
+import os
+import time
 from pathlib import Path
+from typing import Any
 
 from tests.support.processes import ROOT
 
@@ -12,6 +17,11 @@ from tests.support.processes import ROOT
 JARS = ROOT / "jars"
 #: `[spark]` of a bridge landing into Delta tables with its own driver.
 DELTA_SPARK = f'master = "local[2]"\ntable_format = "delta"\njars_dir = "{JARS}"\nwriter = "spark"'
+#: Spark settings for the tests' tables of a few hundred rows: 2 tasks per shuffle (200 by default),
+#: and 2 to list a table's files: Delta's VACUUM lists them with `parallelPartitionDiscovery.parallelism`
+#: tasks, 10,000 by default, 75 s of every `mqbridge purge` and `compact` on the 2-core machine (5 s with 2).
+SMALL_TABLE_CONF = {"spark.sql.shuffle.partitions": "2",
+                    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
 
 
 def delta_rows(table: Path, column: str = "body") -> collections.Counter[bytes]:
@@ -22,3 +32,71 @@ def delta_rows(table: Path, column: str = "body") -> collections.Counter[bytes]:
         return collections.Counter()
     values = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=[column]).column(column).to_pylist()
     return collections.Counter(bytes(v) for v in values)
+
+
+# --- checks that Spark itself makes, run in the session's Delta-enabled driver -------------------
+# (`DeltaSpark.run(fn, *args)` calls `fn(session, *args)` in the `delta_spark` fixture's child process)
+
+
+def delta_facts(spark: Any, path: str) -> dict[str, bool]:
+    """What the landing protocol asks of Delta, tried with Spark (no bridge) on a new table at `path`:
+    a repeated `txnVersion` of an app id is skipped, a newer one written, an empty commit fences a
+    version; delta-rs and the bridge's `committed_version` read each app id's version from the log."""
+    from deltalake import DeltaTable
+
+    from mqbridge.landing.delta import committed_version
+
+    rows = spark.createDataFrame([(i, "2026-11-28") for i in range(5)], "id long, put_date string")
+
+    def write(frame: Any, app: str, version: int, meta: str = "w") -> None:
+        (frame.write.format("delta").mode("append").partitionBy("put_date").option("txnAppId", app)
+         .option("txnVersion", str(version)).option("userMetadata", meta).save(path))
+
+    def count() -> int:
+        return int(spark.read.format("delta").load(path).count())
+
+    facts = {}
+    write(rows, "a", 1)
+    write(rows, "a", 1)
+    facts["repeated version skipped"] = count() == 5
+    write(rows, "a", 2)
+    facts["newer version written"] = count() == 10
+    write(spark.createDataFrame([], rows.schema), "zombie", 7, "fence")
+    write(rows, "zombie", 7)
+    facts["fenced version skipped"] = count() == 10
+    facts["delta-rs reads the versions"] = (DeltaTable(path).transaction_version("a") == 2
+                                            and DeltaTable(path).transaction_version("zombie") == 7)
+    facts["the bridge reads the versions"] = (committed_version(spark, path, "a")[1] == 2
+                                              and committed_version(spark, path, "zombie")[1] == 7
+                                              and committed_version(spark, path, "b")[1] is None)
+    return facts
+
+
+def bulk_counts_until(spark: Any, path: str, stop: str, every: float = 0.2) -> list[dict[str, int]]:
+    """Rows per bulk_id of the Delta table at `path` as Spark reads it, read again every `every`
+    seconds until the file `stop` exists (reads before the table's first commit are left out)."""
+    seen: list[dict[str, int]] = []
+    while not os.path.exists(stop):
+        try:
+            frame = spark.read.format("delta").load(path).groupBy("bulk_id").count()
+            seen.append({row["bulk_id"]: int(row["count"]) for row in frame.collect()})
+        except Exception:  # no table yet
+            pass
+        time.sleep(every)
+    return seen
+
+
+def scheduled_rounds(spark: Any, config: str) -> dict[str, int]:
+    """One round of a bridge's scheduled purge, then one of its scheduled compaction, with the
+    configuration at `config` on `spark`: the containers each touched (and the purge skipped)."""
+    from mqbridge.config import load_config
+    from mqbridge.counters import Counters
+    from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
+    from mqbridge.maintenance.purge import PurgeScheduler
+
+    loaded = load_config(config, secrets=False)
+    counters = Counters()
+    PurgeScheduler(loaded, lambda: spark, counters).run_round()
+    CompactionScheduler(loaded, lambda: spark, counters).run_round()
+    return {name: int(counters.total(name))
+            for name in ("purge_containers", "purge_containers_skipped", "compaction_containers")}

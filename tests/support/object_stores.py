@@ -11,7 +11,10 @@ process of its own: the extensions and jars of a session are fixed when its JVM 
 process's one JVM is the plain `spark` fixture's. The child's session comes from the bridge's own
 `create_spark_session`, so the S3 secret reaches the JVM in a private properties file, never on a
 command line; its operations return outcomes (rows, or the error's classes and text) rather than
-raise, so that a Java error's text crosses the process boundary whole.
+raise, so that a Java error's text crosses the process boundary whole. `DeltaSpark.run` and `submit`
+call any module-level function with the child's session (`tests.support.delta_tables` has the checks
+of the Delta tests): one such driver serves the whole test session (the `delta_spark` fixture of
+tests/integration/conftest.py), each start of a JVM with the Delta jars costing tens of seconds here.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import time
 import traceback
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.delta_tables import SMALL_TABLE_CONF
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +146,7 @@ def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
         "spark.jars": ",".join(delta_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.shuffle.partitions": "2",
+        **SMALL_TABLE_CONF,
         "spark.databricks.delta.snapshotPartitions": "2",
     }
     return {**conf, **(s3.spark_conf() if s3 else {})}
@@ -153,7 +157,7 @@ def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
 _SESSION: Any = None
 
 
-def _start_session(conf: Mapping[str, str], secrets: frozenset[str], scratch: str) -> None:
+def _start_session(conf: Mapping[str, str], secrets: frozenset[str], scratch: str, java_options: str = "") -> None:
     global _SESSION
     from mqbridge.landing.driver_secrets import DriverSecrets
     from mqbridge.landing.session import create_spark_session
@@ -162,7 +166,7 @@ def _start_session(conf: Mapping[str, str], secrets: frozenset[str], scratch: st
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     _SESSION = create_spark_session(master="local[2]", app_name="mqbridge-object-store-facts", conf={
         **conf, "spark.sql.warehouse.dir": f"{scratch}/warehouse", "spark.local.dir": f"{scratch}/local"},
-        secrets=DriverSecrets(values=secrets))
+        secrets=DriverSecrets(values=secrets), java_options=java_options)
 
 
 def _failure(exc: BaseException, started: float) -> dict[str, Any]:
@@ -220,6 +224,10 @@ def _history_operations(path: str) -> dict[str, Any]:
     return _outcome(history)
 
 
+def _with_session(fn: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    return _outcome(fn, _SESSION, *args)
+
+
 def _driver_pid() -> int:
     return int(_SESSION.sparkContext._gateway.proc.pid)
 
@@ -236,12 +244,21 @@ class DeltaSpark:
     returns the outcome dict of `_outcome`: {"ok", "seconds", "value"} or the failure's
     {"python_class", "java_chain", "root", "traceback"} (`_failure`)."""
 
-    def __init__(self, conf: Mapping[str, str], scratch: Path, secrets: frozenset[str] = frozenset()) -> None:
+    def __init__(self, conf: Mapping[str, str], scratch: Path, secrets: frozenset[str] = frozenset(),
+                 java_options: str = "") -> None:
+        """The child and its driver start at the first call; `java_options` go first on the driver's
+        command line (the tests' class-data archive: `tests.support.class_archive.java_options`)."""
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_start_session, initargs=(dict(conf), secrets, str(scratch)))
+                                         initializer=_start_session,
+                                         initargs=(dict(conf), secrets, str(scratch), java_options))
+        self._started = False
+
+    def _submit(self, fn: Any, *args: Any) -> Future[Any]:
+        self._started = True
+        return self._pool.submit(fn, *args)
 
     def _call(self, fn: Any, *args: Any, timeout: float = 300) -> Any:
-        return self._pool.submit(fn, *args).result(timeout=timeout)
+        return self._submit(fn, *args).result(timeout=timeout)
 
     def append(self, path: str, ids: list[int], app_id: str | None = None, version: int | None = None,
                options: Mapping[str, str] | None = None, timeout: float = 300) -> dict[str, Any]:
@@ -259,14 +276,26 @@ class DeltaSpark:
         result: dict[str, Any] = self._call(_history_operations, path)
         return result
 
+    def run(self, fn: Any, *args: Any, timeout: float = 300) -> dict[str, Any]:
+        """The outcome of `fn(session, *args)` in the child: `fn` a module-level function (the child
+        imports it by name), its arguments and result picklable."""
+        result: dict[str, Any] = self.submit(fn, *args).result(timeout=timeout)
+        return result
+
+    def submit(self, fn: Any, *args: Any) -> Future[dict[str, Any]]:
+        """`run` without waiting: the future of its outcome. The child does one call at a time; the
+        calls after this one wait for it to return."""
+        return self._submit(_with_session, fn, args)
+
     def driver_pid(self) -> int:
         """The pid of the child's driver JVM (spark-submit's)."""
         pid: int = self._call(_driver_pid)
         return pid
 
     def close(self) -> None:
-        """Stop the child's Spark (its JVM exits with it) and the child."""
+        """Stop the child's Spark (its JVM exits with it) and the child (never started: nothing to stop)."""
         try:
-            self._call(_stop_session, timeout=120)
+            if self._started:
+                self._call(_stop_session, timeout=120)
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
