@@ -35,12 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mqbridge.config import TypeConfig  # noqa: E402
 from mqbridge.counters import Counters  # noqa: E402
-from mqbridge.landing import executor as executor_module  # noqa: E402
 from mqbridge.landing import handoff  # noqa: E402
 from mqbridge.landing.executor import SparkExecutor  # noqa: E402
 from mqbridge.landing.landing import Landing  # noqa: E402
 from mqbridge.landing.ledger.sqlite import SqliteLedger  # noqa: E402
 from mqbridge.landing.session import create_spark_session  # noqa: E402
+from mqbridge.landing.writes import frames  # noqa: E402
+from mqbridge.landing.writes import parquet as parquet_writes  # noqa: E402
 from mqbridge.message import Bulk, Message, utcnow  # noqa: E402
 
 STEPS = ("arrow", "handoff", "plan", "job", "ledger")
@@ -59,13 +60,13 @@ def timed(step: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def instrument(one_task: bool) -> None:
-    """Time the write's steps where the executor calls them (module attributes it looks up per call)."""
-    for module, name, step in ((executor_module, "arrow_table", "arrow"), (handoff, "handoff_file", "handoff"),
-                               (executor_module, "raw_write", "plan"), (executor_module, "spark_guarded", "job"),
+    """Time the write's steps where the Parquet writer calls them (module attributes it looks up per call)."""
+    for module, name, step in ((parquet_writes, "arrow_table", "arrow"), (handoff, "handoff_file", "handoff"),
+                               (parquet_writes, "raw_write", "plan"), (parquet_writes, "spark_guarded", "job"),
                                (Landing, "land", "ledger")):
         setattr(module, name, timed(step, getattr(module, name)))
     if one_task:
-        setattr(executor_module, "row_groups", lambda nbytes, cores: 1)  # noqa: B010
+        setattr(frames, "row_groups", lambda nbytes, cores: 1)  # noqa: B010
 
 
 def make_bulk(n: int, first: int) -> Bulk:

@@ -41,16 +41,12 @@ from mqbridge.landing import (
     spark_written,
     type_tables,
 )
-from mqbridge.landing.delta import delta_types, settle
-from mqbridge.landing.delta import session_conf as delta_session_conf
-from mqbridge.landing.delta_ledger import rebuild as rebuild_ledger
-from mqbridge.landing.ledger import open_ledger, owner_id
+from mqbridge.landing.ledger import PreparedBulk, open_ledger, owner_id
 from mqbridge.landing.object_stores import object_store_outage
 from mqbridge.landing.object_stores import session_conf as store_session_conf
 from mqbridge.landing.schema_check import check_schemas
 from mqbridge.lint import start_warnings
 from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
-from mqbridge.maintenance.engine.swap import recover_purges
 from mqbridge.maintenance.purge.scheduler import PurgeScheduler
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
@@ -59,6 +55,7 @@ from mqbridge.strict_modes import check_trusted
 from mqbridge.supervision.guard import MemoryGuard
 from mqbridge.supervision.reload import ConfigReloader
 from mqbridge.supervision.supervisor import Bridge, ChainFactory, SourceFactory
+from mqbridge.table_formats import format_named, format_of, format_of_bulk, formats_configured, session_conf_for
 from mqbridge.tracing.backout_log import BackoutLog
 from mqbridge.tracing.where import NO_LEDGER, Locator
 
@@ -143,8 +140,8 @@ class App:
             return
         tables = list(type_tables(warehouse, self.config.types))
         report = recover(self.landing.ledger, tables, warehouse=warehouse)
-        for table in tables:  # a purge killed mid-run: finished or rolled back (mqbridge.purge.purger)
-            recover_purges(table)
+        for table in tables:  # a purge killed mid-run: finished or rolled back (its format's `recover`)
+            format_of(table).recover(table)
         # A bulk whose files are gone waits for an operator: only its tables' sinks wait meanwhile.
         for name, reason in self.landing.hold(report.stuck, self.config.types).items():
             if self.bridge.breakers is not None:
@@ -191,8 +188,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     landing = open_landing(config, counters)
     sessions = SparkSessions(_spark_section(config), spark, secrets=DriverSecrets.of(config), create=session_factory,
                              state_dir=config.resolve_path(config.bridge.state_dir))
-    if landing is not None and delta_types(config.types, config.spark.table_format):
-        _land_delta(config, sessions, landing)
+    if landing is not None and _transactional_types(config):
+        _land_by_table_commits(config, sessions, landing)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
@@ -257,28 +254,46 @@ def _spark_executors(config: BridgeConfig, sessions: SparkSessions,
                                  table_format=config.spark.table_format)
 
 
-def _land_delta(config: BridgeConfig, sessions: SparkSessions, landing: Landing) -> None:
-    """What the landing of Delta tables needs with Spark: deciding dead processes' prepared bulks by
-    their tables, and, when the ledger was created at this start, its rebuild from the tables before
-    any message is answered for (`mqbridge.landing.delta_ledger`; both run by the Spark warm-up)."""
+def _transactional_types(config: BridgeConfig) -> dict[str, list[str]]:
+    """The types that land into tables publishing a bulk by their own commit (Delta), by format name."""
+    return {name: types for name, types in formats_configured(config.types, config.spark.table_format).items()
+            if format_named(name).transactional}
+
+
+def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landing: Landing) -> None:
+    """What the landing of tables that commit each bulk by their own transaction (Delta) needs with
+    Spark: deciding dead processes' prepared bulks by their tables (the format's `settle`), and, when the
+    ledger was created at this start, its rebuild from the tables before any message is answered for
+    (the format's `rebuild_ledger`; both run by the Spark warm-up)."""
     warehouse = config.resolve_warehouse()
-    landing.settle = lambda bulk: settle(landing.ledger, bulk, sessions.get(), warehouse / bulk.table)
+
+    def settle(bulk: PreparedBulk) -> bool:
+        location = warehouse / bulk.table
+        return format_of_bulk(location, bulk).settle(landing.ledger, bulk, sessions.get(), location)
+
+    landing.settle = settle
     if landing.ledger.created:
-        names = set(delta_types(config.types, config.spark.table_format))
-        tables: list[tuple[str, Path | ObjectStoreUri]]
-        if isinstance(warehouse, ObjectStoreUri):  # not listed: its types name plain tables (`config.warehouse`)
-            tables = [(table, warehouse / table) for table in sorted({config.types[n].table_name for n in names})]
-        else:
-            tables = [(str(path.relative_to(warehouse)), path)
-                      for path, types in type_tables(warehouse, config.types).items()
-                      if names & set(types) and (path / "_delta_log").is_dir()]
-        if not tables:  # a first start: nothing landed yet that the ledger could miss
+        by_format: dict[str, list[tuple[str, Path | ObjectStoreUri]]] = {}
+        for name, types in _transactional_types(config).items():
+            table_format = format_named(name)
+            tables: list[tuple[str, Path | ObjectStoreUri]]
+            if isinstance(warehouse, ObjectStoreUri):  # not listed: its types name plain tables (`config.warehouse`)
+                tables = [(table, warehouse / table) for table in sorted({config.types[n].table_name for n in types})]
+            else:
+                tables = [(str(path.relative_to(warehouse)), path)
+                          for path, names in type_tables(warehouse, config.types).items()
+                          if set(types) & set(names) and table_format.holds(path)]
+            if tables:
+                by_format[name] = tables
+        if not by_format:  # a first start: nothing landed yet that the ledger could miss
             return
         landing.await_rebuild()
 
         def rebuild() -> int:
             try:
-                return rebuild_ledger(landing.ledger, sessions.get(), tables, config.bridge.dedupe_window)
+                return sum(format_named(name).rebuild_ledger(landing.ledger, sessions.get(), tables,
+                                                             config.bridge.dedupe_window)
+                           for name, tables in by_format.items())
             except Exception as exc:  # what an operator must fix, named, where the store says it
                 reason = object_store_outage(exc, warehouse, config.spark.conf)
                 if reason:
@@ -289,17 +304,17 @@ def _land_delta(config: BridgeConfig, sessions: SparkSessions, landing: Landing)
 
 
 def _spark_section(config: BridgeConfig) -> SparkSection:
-    """`[spark]` as the session is started with it: for Delta tables in a driver of the bridge's own,
-    with the Delta jars and Delta's SQL extension and catalog (ConfigError naming the command that
-    fetches the jars when they are missing), and on an object store or HDFS with the bridge's S3A or
-    HDFS client settings under `[spark] conf` (`mqbridge.landing.object_stores`). A Spark Connect
+    """`[spark]` as the session is started with it: in a driver of the bridge's own, with what the
+    configured table formats need (`session_conf_for`: for Delta tables the Delta jars and Delta's SQL
+    extension and catalog; ConfigError naming the command that fetches the jars when they are missing),
+    and on an object store or HDFS with the bridge's S3A or HDFS client settings under `[spark] conf`
+    (`mqbridge.landing.object_stores`). A Spark Connect
     server is started with them by its operator."""
     section = config.spark
     if section.remote:
         return section
     conf = store_session_conf(config.resolve_warehouse(), section.conf, config.resolve_path(section.jars_dir))
-    if delta_types(config.types, section.table_format):
-        conf = delta_session_conf(config.resolve_path(section.jars_dir), conf)
+    conf = session_conf_for(config.types, section.table_format, config.resolve_path(section.jars_dir), conf)
     return section if conf == section.conf else section.model_copy(update={"conf": conf})
 
 

@@ -1,7 +1,7 @@
 """`mqbridge compact`: plan each container of the configured tables (drop, delete, copy-and-drop or
 compact, `mqbridge.maintenance.compaction.planner`) and carry the plans out, by hand; `--dry-run` prints the
-plan per container and changes nothing. A Delta table is compacted by OPTIMIZE ... ZORDER BY
-(put_timestamp) and purged by Delta's own commits (`mqbridge.maintenance.delta`)."""
+plan per container and changes nothing. Each table by its format (`mqbridge.table_formats`): a Delta
+table is compacted by OPTIMIZE ... ZORDER BY (put_timestamp) and purged by Delta's own commits."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.logsetup import setup_logging
-    from mqbridge.maintenance.delta.table import session_conf
     from mqbridge.maintenance.rounds import Compaction, plan_line, tables
+    from mqbridge.table_formats import command_session_conf
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
@@ -43,7 +43,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     print(f"{'dry run: nothing is changed; ' if args.dry_run else ''}starting Spark ({cfg.spark.shown}) "
           "to plan each container", flush=True)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-compact", conf=session_conf(cfg),
+                                 app_name=f"{cfg.spark.app_name}-compact", conf=command_session_conf(cfg),
                                  secrets=DriverSecrets.of(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
     compaction = Compaction(cfg, spark)
     low = compaction.low_disk()

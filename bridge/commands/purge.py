@@ -1,8 +1,9 @@
 """`mqbridge purge`: remove designated rows (older than a retention, or matching SQL) from each
 container, by delete, copy-and-drop or drop as the cost model says; `--dry-run` prints the plan. A
-Delta table's containers are its put_date partitions, purged by Delta's own commits
-(`mqbridge.maintenance.delta`); for each, the output says the strategy that ran, and for the table
-the rows left and the version a reader can still time-travel to until VACUUM."""
+table is purged by its format's purger (`mqbridge.table_formats`): a Delta table's containers are its
+put_date partitions, purged by Delta's own commits; for each, the output says the strategy that ran,
+and what the format says of the table after (for a Delta table the rows left and the version a reader
+can still time-travel to until VACUUM)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from mqbridge.errors import ConfigError
 from mqbridge.logsetup import setup_logging
 
 if TYPE_CHECKING:
-    from mqbridge.maintenance.delta.purger import DeltaPurger
-    from mqbridge.maintenance.purge import Designation, Purger
+    from mqbridge.maintenance.purge import Designation
+    from mqbridge.table_formats import TablePurger
 
 
 def add_parser(sub: Any) -> None:
@@ -43,10 +44,8 @@ def add_parser(sub: Any) -> None:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.landing import DriverSecrets, create_spark_session
-    from mqbridge.maintenance.delta.purger import DeltaPurger
-    from mqbridge.maintenance.delta.table import session_conf
-    from mqbridge.maintenance.engine.swap import recover_purges
     from mqbridge.maintenance.purge import PurgeFactory
+    from mqbridge.table_formats import command_session_conf
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
@@ -61,7 +60,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     print(f"dry run: nothing is changed; starting Spark ({cfg.spark.shown}) to count the designated rows"
           if args.dry_run else f"starting Spark ({cfg.spark.shown}) to plan and purge each container", flush=True)
     spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                 app_name=f"{cfg.spark.app_name}-purge", conf=session_conf(cfg),
+                                 app_name=f"{cfg.spark.app_name}-purge", conf=command_session_conf(cfg),
                                  secrets=DriverSecrets.of(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
     now = datetime.now(timezone.utc)
     ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
@@ -71,17 +70,19 @@ def cmd_purge(args: argparse.Namespace) -> int:
         if not designations:
             print(f"{table}: no retention and no --older-than or --where: nothing designated")
             continue
+        table_format = factory.format_of(path)
         purger = factory.purger_for(path, spark)
-        if not args.dry_run and not isinstance(purger, DeltaPurger):
-            recover_purges(path)
+        if not args.dry_run:
+            table_format.recover(path)  # a purge or compaction killed mid-run: finished or rolled back
         for designation in designations:
             _purge_table(purger, path, table, designation, args)
-        if isinstance(purger, DeltaPurger) and not args.dry_run:
-            _delta_summary(purger, path, table, cfg.purge.vacuum_retention)
+        if not args.dry_run:
+            for line in table_format.purge_summary(purger, path, cfg.purge.vacuum_retention):
+                print(f"{table}: {line}")
     return 0
 
 
-def _purge_table(purger: Purger | DeltaPurger, path: Path, table: Path, designation: Designation,
+def _purge_table(purger: TablePurger, path: Path, table: Path, designation: Designation,
                  args: argparse.Namespace) -> None:
     """Plan one designation of one table, print the plan, and (unless --dry-run) run it."""
     plans = purger.plan(path, designation, args.strategy)
@@ -94,17 +95,6 @@ def _purge_table(purger: Purger | DeltaPurger, path: Path, table: Path, designat
         return
     for result in purger.run(plans, designation):
         print(f"{lines[id(result.plan)]}  measured {result.seconds:.3f}s", flush=True)
-
-
-def _delta_summary(purger: DeltaPurger, path: Path, table: Path, vacuum_retention: float) -> None:
-    """What the purge did to a Delta table: the strategies that ran, the rows left, and the version to
-    time-travel to for the rows it removed (until VACUUM deletes their files)."""
-    run = purger.summary(path)
-    ran = ", ".join(f"{strategy} {n}" for strategy, n in sorted(run.strategies.items())) or "nothing"
-    print(f"{table}: Delta table: purged by {ran}; {run.rows_left} rows left (version {run.version_after})")
-    if run.version_after != run.version_before:
-        print(f"{table}: the rows purged stay readable with versionAsOf {run.version_before} until VACUUM removes "
-              f"their files, {vacuum_retention:.0f}s after this purge ([purge] vacuum_retention)")
 
 
 def _purge_line(plan: Any) -> str:

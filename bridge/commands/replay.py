@@ -116,9 +116,9 @@ def landed_check(cfg: BridgeConfig, readers: Sequence[Reader], renewal: Renewal,
 def cmd_replay(args: argparse.Namespace) -> int:
     from mqbridge.config import load_config
     from mqbridge.landing import DriverSecrets, create_spark_session
-    from mqbridge.landing.delta import session_conf as delta_session_conf
     from mqbridge.logsetup import setup_logging
     from mqbridge.resend.replay import ReplayLedger, Selection, read_rows, replay, replay_target
+    from mqbridge.table_formats import format_of
 
     cfg = load_config(args.config)  # the source's password: the command connects to the broker
     setup_logging("WARNING")
@@ -133,10 +133,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ConfigError("--as-of-version and --as-of-timestamp: give one of them")
     if args.as_of_version is not None and args.as_of_version < 0:
         raise ConfigError(f"--as-of-version {args.as_of_version}: a Delta version is 0 or more")
-    delta_table = (table / "_delta_log").is_dir()
-    if not delta_table and (args.as_of_version is not None or args.as_of_timestamp is not None):
-        raise ConfigError(f"--as-of-version/--as-of-timestamp: table {args.table} is not a Delta table (only Delta "
-                          "tables keep older versions to read)")
+    table_format = format_of(table)
+    if args.as_of_version is not None or args.as_of_timestamp is not None:  # refused before Spark starts
+        table_format.check_time_travel(args.table)
     replay_id = replay_id_of(args, source_name)
     selection = dataclasses.replace(
         Selection.of(args.where, args.older_than, args.newer_than, datetime.now(timezone.utc)),
@@ -158,8 +157,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         try:
             print(f"starting Spark ({cfg.spark.shown}) to read the rows in put_timestamp order", flush=True)
             conf = cfg.spark.conf
-            if delta_table and cfg.spark.remote is None:  # its own driver reads Delta: the jars and Delta's catalog
-                conf = delta_session_conf(cfg.resolve_path(cfg.spark.jars_dir), conf)
+            if cfg.spark.remote is None:  # its own driver reads the table: what its format needs (Delta's jars)
+                conf = table_format.session_conf(cfg.resolve_path(cfg.spark.jars_dir), conf)
             spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                          app_name=f"{cfg.spark.app_name}-replay", conf=conf,
                                          secrets=DriverSecrets.of(cfg), state_dir=state_dir)

@@ -1,5 +1,6 @@
-"""`mqbridge tables`: list each configured table's containers (put_date partitions) from their
-Parquet footers, or for a Delta table from its log: rows, size, files, oldest and newest put_timestamp."""
+"""`mqbridge tables`: list each configured table's containers (put_date partitions) as its format
+reads them without Spark (`mqbridge.table_formats`: a Parquet table's footers, a Delta table's log):
+rows, size, files, oldest and newest put_timestamp."""
 
 from __future__ import annotations
 
@@ -20,17 +21,16 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from mqbridge.landing import delta
-    from mqbridge.landing.containers import containers
     from mqbridge.landing.tables import type_tables
+    from mqbridge.table_formats import format_of
 
     cfg = load_config(args.config, secrets=False)  # the footers need no password
     warehouse = cfg.local_warehouse("`mqbridge tables`")
     print(f"warehouse: {shown_path(warehouse)}")
     for path, names in type_tables(warehouse, cfg.types).items():
-        is_delta = delta.is_delta_table(path)
-        found = delta.containers(path) if is_delta else containers(path)
-        kind = f"Delta table, version {delta.table_version(path)}" if is_delta else "Parquet"
+        table_format = format_of(path)
+        found = table_format.containers(path)
+        kind = table_format.describe(path)
         print(f"  {path.relative_to(warehouse)}  ({kind}; types: {', '.join(names)})"
               f"{'' if found else '  no rows yet'}")
         for c in found:

@@ -2,7 +2,8 @@
 
 The modules, one concept each: `session` (the process's Spark session, started again when its
 JVM dies, and the warehouse probe), `warmup` (Spark started beside the listeners, only if something
-needs it), `executor` (the `SparkExecutor` that writes a bulk into its staging directory),
+needs it), `executor` (the `SparkExecutor`: which rows of a bulk land where, and what a failed
+write means), `writes/` (how a bulk is written into a table of each format: Parquet, Delta),
 `writer_choice` (pyarrow or Spark writes a type's bulks), `deadlines` (`write_timeout` for either
 writer), `rows` (the landed row: columns, Arrow schema, JSON checks), `arrow_writer` (raw bulks
 written by pyarrow instead), `jvm` (the in-process driver JVM and its log), `landing` (the landing

@@ -28,6 +28,7 @@ skipped.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -55,8 +56,17 @@ SESSION_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 #: Settings a session writing Delta tables starts with unless `[spark] conf` sets them: Delta rebuilds a
-#: table's state from its log in this many tasks (50 by default: most of a small commit's time here).
-DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
+#: table's state from its log in this many tasks (50 by default: most of a small commit's time here);
+#: VACUUM (the purge's and the compaction's) lists a table's files in
+#: `parallelPartitionDiscovery.parallelism` tasks, 10,000 by default, one Spark job of 10,000 mostly
+#: empty tasks per listing (75 s of every purge round on a 2-core machine, 5 s with 2): as many as the
+#: driver host has cores. A table the bridge creates writes a checkpoint every 100 commits, not 10:
+#: every bulk is a commit, and a checkpoint commit took 10-13 s against about 1.3 s for one without
+#: (bench/delta_txn_commit.py; 45% of the mean commit time at 10), while a reader replays at most 100
+#: small JSON commits. Tables that exist keep their own `delta.checkpointInterval`.
+DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2",
+                "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, os.cpu_count() or 2)),
+                "spark.databricks.delta.properties.defaults.checkpointInterval": "100"}
 #: The user metadata of a fence's empty commit (`settle`), followed by the app id and version.
 FENCE_MARK = "mqbridge-fence"
 

@@ -149,7 +149,7 @@ def rows_by_bulk(table: Path | str, bulk_ids: Iterable[str]) -> collections.Coun
     wanted = set(bulk_ids)
     if not wanted:
         return collections.Counter()
-    column = _strings(delta_table(table).to_pyarrow_table(columns=["bulk_id"]).column("bulk_id"))
+    column = _strings(_read(table, ["bulk_id"]).column("bulk_id"))
     counts = column.value_counts().to_pylist()  # [{"values": bulk id, "counts": rows}]
     return collections.Counter({c["values"]: int(c["counts"]) for c in counts if c["values"] in wanted})
 
@@ -163,9 +163,26 @@ def put_dates_of(table: Path | str, identities: Sequence[str], put_dates: Sequen
     # Filtered here, not by the scan: pyarrow compares a filter's strings with the statistics of files
     # delta-rs wrote (string_view) and fails ("no kernel matching input types (string, string_view)").
     filters = [("put_date", "in", [date.fromisoformat(d) for d in put_dates])] if put_dates else None
-    frame = delta_table(table).to_pyarrow_table(columns=[IDENTITY_COLUMN, "put_date"], filters=filters)
+    frame = _read(table, [IDENTITY_COLUMN, "put_date"], filters)
     mask = pc.is_in(_strings(frame.column(IDENTITY_COLUMN)), value_set=pa.array(list(identities), pa.string()))
     return sorted({str(d) for d in frame.filter(mask).column("put_date").to_pylist()})
+
+
+def _read(table: Path | str, columns: list[str], filters: Any = None) -> Any:
+    """`columns` of the newest version of the local table at `table` (a pyarrow Table), its files read
+    by pyarrow's native local file system. By default delta-rs hands pyarrow a file system written in
+    Python (`PyFileSystem`), which pyarrow's I/O threads call back into: one still finishing when a
+    command's interpreter exits aborts the process (SIGABRT, "terminate called without an active
+    exception") after it printed its answer, so that its exit code is no longer the answer."""
+    return delta_table(table).to_pyarrow_table(columns=columns, filters=filters, filesystem=local_files(table))
+
+
+def local_files(table: Path | str) -> Any:
+    """pyarrow's native file system rooted at the local table `table` (its files' paths in the log are
+    relative to it)."""
+    from pyarrow import fs
+
+    return fs.SubTreeFileSystem(str(Path(table).absolute()), fs.LocalFileSystem())
 
 
 def _strings(column: Any) -> Any:

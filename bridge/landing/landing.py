@@ -1,7 +1,7 @@
 """The landing protocol of one process: stage → ledger prepared → publish → ledger published.
 
-The Spark executor writes a bulk's files into its staging directory
-(`mqbridge.landing.publication.staging_dir`) and hands them to `Landing.land`, which records the bulk as
+The executor's Parquet writer (`mqbridge.landing.writes.parquet`) writes a bulk's files into its staging
+directory (`mqbridge.landing.publication.staging_dir`) and hands them to `Landing.land`, which records the bulk as
 prepared in the ledger, moves its files into the table and records it as published. Only then does
 the executor report success, and only then does the listener commit at the source. A message the
 ledger shows as published is committed without landing again (the listener asks `published`).

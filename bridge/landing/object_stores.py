@@ -4,8 +4,9 @@ HDFS, and what an operator is told when it cannot.
 `session_conf`: the settings the driver starts with, under `[spark] conf` (which wins, key by key):
 
 - bounded retries and timeouts, so that a write to an endpoint or namenode that cannot be reached
-  fails in well under a minute (an outage of the sink: the messages stay on their queue and the
-  bridge's breaker probes until the store is back) instead of hanging. With S3A's own defaults
+  fails in well under a minute, and one to an endpoint that accepts connections and never answers
+  within minutes (an outage of the sink: the messages stay on their queue and the bridge's breaker
+  probes until the store is back) instead of hanging. With S3A's own defaults
   (`fs.s3a.attempts.maximum` 5 SDK tries inside each of `fs.s3a.retry.limit` 7 S3A retries) a write
   to a closed port failed after 616 s here (tests/integration/test_object_store_facts.py); Hadoop's
   IPC client retries a namenode connection 10 times (45 on timeouts of 20 s each);
@@ -20,7 +21,9 @@ line (`mqbridge.landing.driver_secrets`).
 
 `object_store_outage(exc, warehouse, conf)`: why a failed write is an outage of the store, in one
 line naming the key to check ("" when it is not one): the credentials refused (HTTP 403), the bucket
-missing, the endpoint or the namenode unreachable, HDFS in safe mode or refusing the user. Built from
+missing, the endpoint or the namenode unreachable, the endpoint not answering, Spark without the S3A
+connector (a Spark Connect server or cluster started without its jars), HDFS in safe mode or refusing
+the user. Built from
 fixed words, the bucket and the endpoint, never from the exception's text: no secret can be in it.
 """
 
@@ -32,27 +35,32 @@ from pathlib import Path
 from mqbridge.config.warehouse import ObjectStoreUri, s3a_endpoint, s3a_keys_set, s3a_setting
 from mqbridge.errors import ConfigError
 
-#: S3A settings of the bridge's driver (each under `spark.hadoop.`): one retry by the AWS SDK inside
-#: each of two S3A retries (a write to a closed port fails in about 20 s), 15 s to establish a
-#: connection (the least S3A takes: it raises shorter network timeouts to 15 s), 30 s of silence on
-#: one, 60 s for a request with its SDK retries. An endpoint that accepts connections and never
-#: answers is not bounded by these: Delta's snapshot loading goes through many reads, each waiting
-#: out its timeouts (a write still waited after 15 minutes here).
+#: S3A settings of the bridge's driver (each under `spark.hadoop.`): one try by the AWS SDK inside each
+#: of two S3A tries (a write to a closed port fails well within a minute: test_object_store_errors.py);
+#: 15 s to establish a connection, 15 s of silence on one, 15 s for a request (the least S3A takes: it
+#: raises shorter network timeouts to 15 s; uploads have their own `fs.s3a.connection.part.upload.timeout`).
+#: An endpoint that accepts connections and never answers costs each request its 15 s, and a Delta write
+#: makes several (the log's `_last_checkpoint` is read 3 times, then the log listed): a bare write still
+#: waited after 7 minutes with 30 s / 60 s and 3 tries, failed after 305 s with 15 s / 15 s and 3 tries,
+#: after 136 s with 1; the bridge with these names it 80-110 s after its start (test_delta_object_stores.py).
 S3A_CONF = {
     "spark.hadoop.fs.s3a.attempts.maximum": "1",
-    "spark.hadoop.fs.s3a.retry.limit": "2",
+    "spark.hadoop.fs.s3a.retry.limit": "1",
     "spark.hadoop.fs.s3a.retry.interval": "500ms",
     "spark.hadoop.fs.s3a.connection.establish.timeout": "15s",
-    "spark.hadoop.fs.s3a.connection.timeout": "30s",
-    "spark.hadoop.fs.s3a.connection.request.timeout": "60s",
+    "spark.hadoop.fs.s3a.connection.timeout": "15s",
+    "spark.hadoop.fs.s3a.connection.request.timeout": "15s",
 }
 #: Hadoop IPC client settings (the HDFS namenode's RPC) of the bridge's driver: 3 connection retries
-#: a second apart, 5 s to connect, 3 retries after connect timeouts.
+#: a second apart, 5 s to connect, 3 retries after connect timeouts, 15 s for a call's answer (a
+#: namenode port that accepts connections and never answers: a write failed after 99 s here, and still
+#: waited after 400 s with Hadoop's default of 120 s per call).
 HDFS_CONF = {
     "spark.hadoop.ipc.client.connect.max.retries": "3",
     "spark.hadoop.ipc.client.connect.retry.interval": "1000",
     "spark.hadoop.ipc.client.connect.timeout": "5000",
     "spark.hadoop.ipc.client.connect.max.retries.on.timeouts": "3",
+    "spark.hadoop.ipc.client.rpc-timeout.ms": "15000",
 }
 SIMPLE_PROVIDER = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
 TEMPORARY_PROVIDER = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
@@ -110,9 +118,18 @@ _UNREACHABLE = {"UnknownHostException": "unknown host", "ConnectTimeoutException
                 "SocketTimeoutException": "timed out", "Connection refused": "connection refused",
                 "NoRouteToHostException": "no route to host", "ConnectException": "connection failed",
                 "Unable to execute HTTP request": "no answer"}
+#: A request that got no answer in time from an endpoint that accepted its connection (S3A's
+#: `fs.s3a.connection.request.timeout`, or a read timing out on an open connection).
+_NO_ANSWER = ("ApiCallTimeoutException", "ApiCallAttemptTimeoutException", "Read timed out")
+#: A namenode call that got no answer in time (`ipc.client.rpc-timeout.ms`) on an open connection.
+_HDFS_NO_ANSWER = ("timeout while waiting for channel to be ready for read", "failed on socket timeout exception")
 _HDFS_NOT_SERVING = {"SafeModeException": "in safe mode", "StandbyException": "a standby namenode",
                      "NameNode still not started": "still starting"}
 _S3A_MARKS = ("s3a://", "org.apache.hadoop.fs.s3a", "software.amazon.awssdk")
+#: Hadoop without the S3A connector (a Spark Connect server, or a cluster's executors, started without
+#: the jars of `FETCH_COMMAND`).
+_NO_CONNECTOR = ('No FileSystem for scheme "s3a"', "ClassNotFoundException: org.apache.hadoop.fs.s3a.S3AFileSystem",
+                 "Class org.apache.hadoop.fs.s3a.S3AFileSystem not found")
 _HDFS_MARKS = ("hdfs://", "org.apache.hadoop.ipc", "org.apache.hadoop.hdfs", "Call From ")
 
 
@@ -131,6 +148,11 @@ def outage_of_chain(chain: Iterable[str], warehouse: ObjectStoreUri, conf: Mappi
     text = "\n".join(chain)
     if warehouse.scheme == "hdfs":
         return _hdfs_outage(text, warehouse) if any(m in text for m in _HDFS_MARKS) else ""
+    if any(m in text for m in _NO_CONNECTOR):
+        return (f"Spark cannot open s3a:// (warehouse = {warehouse}): Hadoop's S3A connector is not on its class "
+                f"path. The bridge's own driver gets it from `{FETCH_COMMAND}`; a Spark Connect server, or a "
+                "cluster's driver and executors, must be started with those jars (--jars) and the fs.s3a settings "
+                "(docs/spark-and-tables.md, \"Spark Connect and your own cluster\")")
     if not any(m in text for m in _S3A_MARKS):
         return ""
     bucket = warehouse.bucket
@@ -143,6 +165,11 @@ def outage_of_chain(chain: Iterable[str], warehouse: ObjectStoreUri, conf: Mappi
     if any(m in text for m in _NO_CREDENTIALS):
         return (f"no credentials for bucket {bucket}: set [spark.conf] spark.hadoop.fs.s3a.access.key / secret.key "
                 "(from ${FILE:...} or ${ENV:...})")
+    if any(m in text for m in _NO_ANSWER):
+        endpoint, _ = s3a_endpoint(conf, bucket)
+        return (f"the object store endpoint {endpoint} does not answer for bucket {bucket} (it takes connections but "
+                "sends no reply within the bridge's timeouts): check that it runs and [spark.conf] "
+                "spark.hadoop.fs.s3a.endpoint")
     why = next((why for mark, why in _UNREACHABLE.items() if mark in text), None)
     if why is not None:
         endpoint, _ = s3a_endpoint(conf, bucket)
@@ -159,6 +186,9 @@ def _hdfs_outage(text: str, warehouse: ObjectStoreUri) -> str:
     if "AccessControlException" in text or "Permission denied" in text:
         return (f"HDFS refused the bridge's user access to {warehouse} (permission denied): give it write access "
                 "there, or correct [spark] warehouse")
+    if any(m in text for m in _HDFS_NO_ANSWER):
+        return (f"the HDFS namenode {namenode} does not answer (it takes connections but sends no reply within "
+                f"ipc.client.rpc-timeout.ms) (warehouse = {warehouse})")
     why = next((why for mark, why in _UNREACHABLE.items() if mark in text), None)
     if why is not None:
         return f"the HDFS namenode {namenode} is unreachable ({why}) (warehouse = {warehouse})"

@@ -13,7 +13,8 @@ retention's designation) and whether to delete them or copy the survivors (`mqbr
 ask both, container by container, for the cheapest action.
 
 A table format with its own rewrite commands (Delta Lake's DELETE, OPTIMIZE and VACUUM) plugs in
-at the engine: the policies keep deciding what, the format carries it out.
+through its `TableFormat` (`mqbridge.table_formats`: its purger and its part of a compaction round):
+the policies keep deciding what, the format carries it out.
 """
 
 from __future__ import annotations

@@ -8,11 +8,12 @@
                (from the bulk's files), the bulk, when it was published; and, from the table's swap
                history (`mqbridge.maintenance.engine.swap`), each rewrite of that put_date container since
                (`rewritten`: a compaction merged its files, a purge copied or deleted rows of it) or
-               `purged`: when a purge dropped the container, with the message's row. A Delta table's bulk
-               is one commit: the answer names its version (`delta_version`, found in the table's log by
-               the bulk id, `mqbridge.landing.delta_read`), the put_date of the message's row, and, when
-               the row is no longer in the newest version (a purge deleted it), that it is not
-               (`in_table`: false) and that the commit's version still reads it until VACUUM
+               `purged`: when a purge dropped the container, with the message's row. A bulk its table
+               committed by its own transaction is asked of the table (its format's `landing_of`,
+               `mqbridge.table_formats`): a Delta table's answer names the commit's version
+               (`delta_version`, found in the table's log by the bulk id), the put_date of the message's
+               row, and, when the row is no longer in the newest version (a purge deleted it), that it
+               is not (`in_table`: false) and that the commit's version still reads it until VACUUM
     moved      the backout log (`mqbridge.tracing.backout_log`) has its move: the backout queue, the reason
     unknown    none of them knows it
 
@@ -116,8 +117,8 @@ class Locator:
             doc["in_flight"] = [_held(h) for h in held] + [_prepared(b) for b in prepared]
         if found is not None:
             doc["landed"] = _landed(key, found[1])
-            if found[1].transaction is not None:
-                doc["landed"].update(self._in_delta_table(found[0], found[1], notes))
+            if found[1].transaction is not None:  # the table's own commit published it: the table says where
+                doc["landed"].update(self._in_table(found[0], found[1], notes))
         if moved is not None:
             doc["moved"] = _moved(moved)
         doc["state"] = _state(bool(held or prepared), landed, moved)
@@ -153,23 +154,27 @@ class Locator:
         searched.append("the landing ledger")
         return found
 
-    def _in_delta_table(self, identity: str, bulk: PublishedBulk, notes: list[str]) -> dict[str, Any]:
-        """What the Delta table says of a landing (`delta_landing`); a table that cannot be read is
+    def _in_table(self, identity: str, bulk: PublishedBulk, notes: list[str]) -> dict[str, Any]:
+        """What the table says of a landing (its format's `landing_of`); a table that cannot be read is
         named in the notes, and the ledger's answer stands."""
+        from mqbridge.table_formats import format_of_bulk
+
         if self.warehouse is None:
             return {}
         table = self.warehouse / bulk.table
+        table_format = format_of_bulk(table, bulk)
         if isinstance(table, ObjectStoreUri):
-            notes.append(f"the Delta table {table} is not read (on {table.scheme}://, not supported by this "
-                         "lookup yet): its version and whether a purge removed the row are not said")
+            notes.append(f"the {table_format.title} table {table} is not read (on {table.scheme}://, not supported by "
+                         "this lookup yet): its version and whether a purge removed the row are not said")
             return {}
         try:
-            return delta_landing(table, identity, bulk)
+            return table_format.landing_of(table, identity, bulk)
         except (OSError, ConfigError, ValueError) as exc:
-            notes.append(f"the Delta table {table} could not be read: {' '.join(str(exc).split())}")
-        except Exception as exc:  # delta-rs's own errors (a corrupt log, an unsupported feature)
-            log.exception("where %r: the Delta table %s could not be read", identity, table)
-            notes.append(f"the Delta table {table} could not be read: {' '.join(str(exc).split())[:300]}")
+            notes.append(f"the {table_format.title} table {table} could not be read: {' '.join(str(exc).split())}")
+        except Exception as exc:  # the format's reader's own errors (delta-rs: a corrupt log, an unsupported feature)
+            log.exception("where %r: the %s table %s could not be read", identity, table_format.title, table)
+            notes.append(f"the {table_format.title} table {table} could not be read: "
+                         f"{' '.join(str(exc).split())[:300]}")
         return {}
 
     def _ledger_keys(self, key: str) -> list[str]:
@@ -301,41 +306,6 @@ def _swapped_since(bulk: PublishedBulk) -> tuple[list[dict[str, Any]], str | Non
             dropped[container] = swaps[-1][0]
     purged = iso(max(dropped.values())) if containers and len(dropped) == len(containers) else None
     return rewritten, purged
-
-
-def delta_landing(table: Path, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
-    """Where a message of a Delta table's bulk is: the version that committed the bulk (found in the
-    table's log by the bulk id, around its publication), and the put_date of the message's row in the
-    newest version; `in_table` false when that row is gone (a purge deleted it: the commit's version
-    still holds it until VACUUM removes its files)."""
-    from mqbridge.landing import delta_read
-
-    if not delta_read.is_delta(table):
-        return {"in_table": False, "delta_note": f"no Delta table at {table} (dropped, or moved elsewhere)"}
-    found: dict[str, Any] = {}
-    commit = delta_read.commit_of(table, bulk.bulk_id, bulk.published_at)
-    dates = list(commit.put_dates) if commit is not None else []
-    if commit is not None:
-        found["delta_version"] = commit.version
-        found["committed"] = delta_read.iso_version_time(commit)
-    rows = delta_read.put_dates_of(table, [identity], dates)
-    if not rows and dates:  # moved to another partition by a rewrite? asked across the table
-        rows = delta_read.put_dates_of(table, [identity])
-    found["in_table"] = bool(rows)
-    dates = rows or dates
-    found["put_date"] = dates[0] if len(dates) == 1 else None
-    if len(dates) > 1:
-        found["put_dates"] = dates
-    if not rows:
-        newest = delta_read.newest_version(table)
-        version = f"version {commit.version}" if commit is not None else "a version before the purge"
-        found["delta_note"] = (f"its row is not in the newest version ({newest}) of the table: a purge deleted it; "
-                               f"{version} still reads it (VERSION AS OF, `mqbridge replay --as-of-version`) until "
-                               "VACUUM removes that version's files")
-    elif commit is None:
-        found["delta_note"] = ("the commit of this bulk is no longer in the table's log (cleaned up after a "
-                               "checkpoint, delta.logRetentionDuration): its version is not known")
-    return found
 
 
 def _moved(moved: MovedMessage) -> dict[str, Any]:

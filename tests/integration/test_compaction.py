@@ -18,6 +18,7 @@ from mqbridge.counters import Counters
 from mqbridge.landing.containers import data_files
 from mqbridge.maintenance import Compaction, CompactionScheduler, Compactor
 from mqbridge.maintenance.engine.swap import WORK
+from mqbridge.table_formats import format_named
 from tests.support.compaction import (
     T0,
     bulk_of,
@@ -84,7 +85,8 @@ def test_a_container_of_small_files_becomes_few_files_sorted_across_it_and_keeps
                 executor.execute(landed_during)  # the real publication, under the table's lock
                 return written
 
-        compaction.compactor = LandingMeanwhile(spark, compaction.factory.model, 16 << 10)
+        parquet = compaction.table_compaction(format_named("parquet"))  # the format's part of the round
+        parquet.compactor = LandingMeanwhile(spark, compaction.factory.model, 16 << 10)  # type: ignore[attr-defined]
         [done] = list(compaction.carry_out(planned))
 
     # Then every row is there once, the late bulk's too, and nothing of the run is left

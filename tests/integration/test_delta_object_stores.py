@@ -3,16 +3,21 @@ server (S3Proxy, `scripts/s3.sh`) and `hdfs://…` on Hadoop's own mini cluster 
 started by the session's fixtures. A real `mqbridge run` with its own Spark driver, the Delta and S3A
 jars, the secret key only through `${FILE:…}`, on a real ActiveMQ; killed with SIGKILL at each step of
 the landing protocol, started again: every message in the table exactly once as delta-rs (an
-independent reader) sees it. And a wrong secret is an outage of the sink, named, that loses nothing."""
+independent reader) sees it. And a wrong secret, or an endpoint that accepts connections and never
+answers (a few lines of Python here), is an outage of the sink, named within a bounded time, that loses
+nothing."""
 
 from __future__ import annotations
 
 import collections
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +38,11 @@ def _jars() -> None:
     for name in ("delta", "s3"):
         if not (JARS / name).is_dir():
             pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
+
+
+#: How long a bridge whose S3 endpoint accepts connections and never answers may take to say so, its
+#: start included (each S3 request given up after the 15 s of `mqbridge.landing.object_stores.S3A_CONF`).
+SILENT_BOUND = 420.0
 
 
 def s3_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, *, secret: str | None = None) -> Path:
@@ -151,3 +161,64 @@ def test_a_wrong_secret_is_an_outage_that_names_the_key_and_loses_nothing(
     assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
     assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
     assert wrong not in out and s3_server.secret_key not in out
+
+
+@pytest.fixture()
+def silent_endpoint() -> Iterator[str]:
+    """The http:// endpoint of a TCP server that accepts every connection and never answers (nor reads)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, name="silent-endpoint", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in [*held, server]:
+            conn.close()
+
+
+@pytest.mark.timeout(600)
+def test_an_endpoint_that_accepts_and_never_answers_is_an_outage_named_within_a_bound(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, silent_endpoint: str) -> None:
+    # Given messages and a bridge whose S3 endpoint accepts connections and never answers (a hung
+    # server or proxy); with the timeouts of S3A before this bound a write still waited after 15 minutes
+    q = unique_queue("s3-silent")
+    sent = bodies(20, "silent")
+    amq.put_many(q, sent)
+    config = s3_config(tmp_path, q, s3_server, "silent-bucket")
+    config.write_text(config.read_text().replace(s3_server.endpoint, silent_endpoint))
+    log = tmp_path / "bridge.log"
+    # When it runs: within a bounded time it says that the endpoint does not answer
+    started = time.monotonic()
+    with log.open("w") as out_file:
+        proc = mqbridge("run", "--config", str(config), stdout=out_file)
+    try:
+        deadline = started + SILENT_BOUND
+        while "does not answer" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, (f"waited {SILENT_BOUND:.0f} s for the bridge to say the endpoint "
+                                                 f"does not answer; its output:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+        print(f"named after {time.monotonic() - started:.0f} s (the bridge's start included)")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(180)
+    out = log.read_text()
+    # Then the reason names the endpoint and the key; every message is still on its queue (an outage,
+    # never poison: nothing on the backout queue); no secret in the output
+    assert (f"the object store endpoint {silent_endpoint} does not answer for bucket silent-bucket" in out
+            and "spark.hadoop.fs.s3a.endpoint" in out), out[-4000:]
+    with AmqClient() as fresh:  # (a new connection: the shared broker may have restarted meanwhile)
+        assert fresh.depth(q) == len(sent) and fresh.depth(q + ".backout") == 0
+    assert s3_server.secret_key not in out

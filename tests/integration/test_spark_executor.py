@@ -141,7 +141,7 @@ def test_a_bulk_lands_as_one_file_per_date_until_it_exceeds_file_bytes(spark: An
     assert len(files(small)) == 1  # one date, one file (not one per core)
 
     # Given files of at most 10 KB of bodies: 30 KB of bodies are spread over 3 files
-    monkeypatch.setattr("mqbridge.landing.executor.FILE_BYTES", 10_000)
+    monkeypatch.setattr("mqbridge.landing.writes.frames.FILE_BYTES", 10_000)
     big = raw_executor(spark, tmp_path, "big", writer)
     assert all(r.ok for r in big.execute(bulk(*(message(f"b{i}", b"x" * 100) for i in range(300)))))
     assert len(read(spark, big.path)) == 300

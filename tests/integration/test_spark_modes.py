@@ -5,16 +5,23 @@ then started again: every message lands exactly once, byte-identical, nothing is
 Both again landing into a Delta table (the Connect server started with Delta Lake, the cluster getting
 its jars from the bridge's driver), the bulk killed before and after its commit. And the Connect
 server stopped and started again under load: the breaker opens, the bridge
-takes a new session, every message lands once, none is moved, and the run ends by itself."""
+takes a new session, every message lands once, none is moved, and the run ends by itself. With the
+warehouse on the object store (S3Proxy): the cluster lands into a Delta table there with what the
+bridge's driver hands its executors (the S3A jars, the fs.s3a settings), and a Connect server started
+without the S3A jars is an outage of the sink that names them and loses nothing."""
 
 from __future__ import annotations
 
+import collections
 import re
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pytest
 
 from mqbridge.landing.delta import session_conf
@@ -23,7 +30,17 @@ from tests.support.delta_tables import delta_rows
 from tests.support.exactly_once import account, bodies
 from tests.support.http import get
 from tests.support.monitored import finish, listener_phases, outage_config, sink, start
-from tests.support.processes import ROOT, landed, leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.object_stores import S3Server
+from tests.support.processes import (
+    ROOT,
+    landed,
+    leftovers,
+    mqbridge,
+    run_until_idle,
+    run_until_killed,
+    stomp_bridge,
+    stomp_config,
+)
 from tests.support.spark_servers import SparkConnectServer, SparkStandalone
 from tests.support.waiting import wait_until
 
@@ -154,6 +171,65 @@ def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Pat
     assert accounting.clean, f"{accounting}\n{out[-3000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
     assert leftovers(tmp_path / "landing" / "orders") == []
+
+
+def test_a_standalone_cluster_lands_into_a_delta_table_on_s3_with_the_drivers_jars_and_settings(
+        tmp_path: Path, amq: AmqClient, standalone: SparkStandalone, s3_server: S3Server) -> None:
+    # Given a bridge whose driver runs its jobs on the cluster's executors (started without any jar of
+    # the bridge's), landing into a Delta table on the object store: the driver hands the executors the
+    # Delta and S3A jars (spark.jars) and its fs.s3a settings (spark.hadoop.*)
+    q = unique_queue("modes-cluster-s3")
+    sent = bodies(200, "cls3")
+    amq.put_many(q, sent)
+    bucket = s3_server.new_bucket("cluster")
+    config = (stomp_bridge(q, spark=f'master = "{standalone.master_url}"\nwriter = "spark"\ntable_format = "delta"\n'
+                                    f'jars_dir = "{ROOT / "jars"}"')
+              .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3_server.spark_conf())
+              .write(tmp_path / "bridge.toml"))
+    # When it runs until its queue is idle
+    out = run_until_idle(config)
+    # Then every message is in the table once (read by delta-rs over the S3 API), none moved
+    table = deltalake.DeltaTable(f"s3://{bucket}/wh/orders", storage_options=s3_server.storage_options())
+    rows = collections.Counter(bytes(b) for b in table.to_pyarrow_table(columns=["body"]).column("body").to_pylist())
+    result = account(sent, rows)
+    assert result.clean, f"{result}\n{out[-3000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    assert s3_server.secret_key not in out
+
+
+def test_spark_connect_without_the_s3a_jars_is_an_outage_naming_them_that_loses_nothing(
+        tmp_path: Path, amq: AmqClient, connect_server: SparkConnectServer, s3_server: S3Server) -> None:
+    # Given a Connect server started with Delta Lake but not Hadoop's S3A connector (the bridge cannot
+    # give a server jars or Hadoop settings), and a bridge on it whose warehouse is on the object store
+    q = unique_queue("modes-connect-s3")
+    sent = bodies(30, "cs3")
+    amq.put_many(q, sent)
+    bucket = s3_server.new_bucket("connect")
+    config = (stomp_bridge(q, spark=f'remote = "{connect_server.url}"\ntable_format = "delta"\nwriter = "spark"')
+              .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3_server.spark_conf())
+              .write(tmp_path / "bridge.toml"))
+    log = tmp_path / "bridge.log"
+    # When it runs: it says what the server lacks and how to start it, within a bounded time
+    with log.open("w") as out_file:
+        proc = mqbridge("run", "--config", str(config), stdout=out_file,
+                        env_extra={"JAVA_HOME": str(tmp_path / "no-java-here")})
+    try:
+        deadline = time.monotonic() + 180
+        while "S3A connector is not on its class path" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, ("waited 180 s for the bridge to say the Connect server has no S3A "
+                                                 f"connector; its output:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    out = log.read_text()
+    # Then the reason names the jars' command and where the server's settings are documented; every
+    # message is still on its queue (an outage, never poison: nothing on the backout queue); no secret
+    assert "`mqbridge jars --config <your configuration file> s3`" in out, out[-4000:]
+    assert "a Spark Connect server, or a cluster's driver and executors, must be started with those jars" in out
+    with AmqClient() as fresh:  # (a new connection: the shared broker may have restarted meanwhile)
+        assert fresh.depth(q) == len(sent) and fresh.depth(q + ".backout") == 0
+    assert s3_server.secret_key not in out
 
 
 def committed(url: str) -> float:

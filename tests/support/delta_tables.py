@@ -100,3 +100,42 @@ def scheduled_rounds(spark: Any, config: str) -> dict[str, int]:
     CompactionScheduler(loaded, lambda: spark, counters).run_round()
     return {name: int(counters.total(name))
             for name in ("purge_containers", "purge_containers_skipped", "compaction_containers")}
+
+
+def vacuum_listing_tasks(spark: Any, path: str, parallelism: str | None) -> list[int]:
+    """The task counts of the Spark stages of one `VACUUM … RETAIN 0 HOURS` of a new small Delta table at
+    `path` (two partitions, one of them rewritten: files to remove), run with the session's
+    `spark.sql.sources.parallelPartitionDiscovery.parallelism` set to `parallelism` (None: unset, Spark's
+    default), which is put back after."""
+    key = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    for day in ("2026-11-01", "2026-11-02"):
+        spark.range(3).selectExpr("id", f"DATE'{day}' AS put_date").write.format("delta").mode("append") \
+            .partitionBy("put_date").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 0")
+    before = {name: spark.conf.get(name, None) for name in (key, check)}
+    group = f"vacuum-listing-{time.monotonic_ns()}"
+    tracker = spark.sparkContext.statusTracker()
+    try:
+        if parallelism is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, parallelism)
+        spark.conf.set(check, "false")
+        spark.sparkContext.setJobGroup(group, "VACUUM listing")
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS").collect()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        for name, value in before.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
+    tasks = []
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None:
+                tasks.append(int(stage_info.numTasks))
+    return tasks

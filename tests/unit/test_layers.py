@@ -21,8 +21,9 @@ FOLDERS = {"bridge": "mqbridge", "listeners": "mqbridge.listeners", "preprocesso
 #: The message path by stage: a listener's unit of work, the shared bulks, the threads' supervision.
 #: They hand bulks to executors they are given and know nothing of how they land.
 STAGES = ("mqbridge.loop", "mqbridge.bulks", "mqbridge.supervision")
-#: What the rest of core builds on besides the stages: the maintenance and landing side.
-SINKS = ("mqbridge.landing", "mqbridge.maintenance", "mqbridge.monitoring")
+#: What the rest of core builds on besides the stages: the maintenance and landing side, and the table
+#: formats both ask of a table (`mqbridge.table_formats`).
+SINKS = ("mqbridge.landing", "mqbridge.maintenance", "mqbridge.monitoring", "mqbridge.table_formats")
 #: Maintenance: a rewrite engine, and the policies that decide what it rewrites (siblings).
 ENGINE = "mqbridge.maintenance.engine"
 POLICIES = ("mqbridge.maintenance.purge", "mqbridge.maintenance.compaction")

@@ -43,7 +43,7 @@ from typing import Any
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
-from mqbridge.landing.catalog import refresh_swapped
+from mqbridge.landing.catalog_refresh import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.landing.publication import published_bulk_of, unpublished_bulks
 from mqbridge.landing.schema_check import read_container
@@ -129,7 +129,7 @@ class Compactor:
     def _write(self, table: Path, container: Path, files: list[Path], out: Path) -> list[Path]:
         """Write the rows of `files` sorted by put_timestamp across them into `out`; the files
         written, fsynced. Range partitioning: file i holds only timestamps below those of file i+1."""
-        from mqbridge.landing.executor import WRITE_OPTIONS
+        from mqbridge.landing.writes.frames import WRITE_OPTIONS
 
         size = sum(p.stat().st_size for p in files)
         count = max(1, math.ceil(size / self.target_bytes))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbridge.landing.containers import data_files
-from mqbridge.landing.stuck import row_bulk_id
+from mqbridge.landing.verdicts import row_bulk_id
 from mqbridge.maintenance.engine.swap import swap_history
 
 

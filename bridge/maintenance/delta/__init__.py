@@ -10,6 +10,6 @@ its survivors) and `compaction` (`DeltaCompaction`: the facts of each partition 
 and OPTIMIZE ... ZORDER BY (put_timestamp)). The Parquet engine (`mqbridge.maintenance.engine`) is
 not used: Delta needs no work directory, swap or recovery of its own.
 
-Nothing is imported here: the purge policy imports `purger`, the rounds `compaction` (a policy never
-imports its sibling).
+Nothing is imported here: the Delta table format (`mqbridge.table_formats.delta`) hands out `purger`
+and `compaction` to the purge and the rounds, which ask the table's format, not this package.
 """

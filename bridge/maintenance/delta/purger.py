@@ -208,7 +208,7 @@ class DeltaPurger:
         from pyspark.sql import functions as F
 
         from mqbridge.landing.containers import SORT_COLUMNS
-        from mqbridge.landing.executor import FILE_BYTES
+        from mqbridge.landing.writes.frames import FILE_BYTES
 
         survivors = plan.rows - plan.designated
         files = max(1, math.ceil(plan.bytes * survivors / max(plan.rows, 1) / FILE_BYTES))

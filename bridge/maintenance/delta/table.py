@@ -1,18 +1,12 @@
 """What the Delta purge and compaction ask of a table and its Spark session: the table's SQL name,
-version and deletion-vector setting, the session's settings, and VACUUM."""
+version and deletion-vector setting, and VACUUM (the session's settings are the format's,
+`mqbridge.table_formats.command_session_conf`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from mqbridge.landing.delta import session_conf as delta_session_conf
-from mqbridge.landing.delta import table_format
-
-if TYPE_CHECKING:
-    from mqbridge.config import BridgeConfig
+from typing import Any
 
 log = logging.getLogger("mqbridge.purge.delta")  # the name operators configure
 
@@ -26,22 +20,6 @@ DELTA_DEFAULT_RETENTION = 7 * 86400.0
 def sql_name(table: Path | str) -> str:
     """The table at `table` as Spark SQL names it by path: delta.`<path>`."""
     return "delta.`" + str(table).replace("`", "``") + "`"
-
-
-def is_delta_config(config: BridgeConfig, names: Iterable[str]) -> bool:
-    """Whether the table the types `names` land in is a Delta table (one of them says so)."""
-    return any(table_format(config.types[n], config.spark.table_format) == "delta" for n in names)
-
-
-def session_conf(config: BridgeConfig) -> dict[str, str]:
-    """`[spark] conf` for a maintenance command's own Spark session: with the Delta jars and Delta's SQL
-    extension and catalog when a type lands into a Delta table (as the bridge's own driver gets them;
-    ConfigError naming the command that fetches the jars when they are missing). A Spark Connect server
-    is started with them by its operator."""
-    section = config.spark
-    if section.remote or not is_delta_config(config, config.types):
-        return dict(section.conf)
-    return delta_session_conf(config.resolve_path(section.jars_dir), section.conf)
 
 
 def table_version(spark: Any, table: Path | str) -> int:

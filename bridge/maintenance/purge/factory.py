@@ -1,7 +1,8 @@
 """The purge objects of one configuration, wired in one place for `mqbridge purge`, the bridge's
 `PurgeScheduler` and the compaction's rounds (`mqbridge.maintenance.rounds`): the cost model
-(`[purge]`, learned costs under `[bridge] state_dir`), purgers on a Spark session (a Delta table's
-own, `mqbridge.maintenance.delta.purger`), and each table's designations.
+(`[purge]`, learned costs under `[bridge] state_dir`), purgers on a Spark session (each table's
+format's own, `mqbridge.table_formats`: the engine's swap of Parquet containers, a Delta table's own
+commits), and each table's designations.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from mqbridge.counters import Counters
 from mqbridge.landing.tables import holders, type_tables
-from mqbridge.maintenance.delta.table import is_delta_config
 from mqbridge.maintenance.engine.costs import CostModel
 from mqbridge.maintenance.purge.designation import Designation, type_designations
-from mqbridge.maintenance.purge.purger import Purger
+from mqbridge.table_formats import TableFormat, TablePurger, format_for
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, TypeConfig
-    from mqbridge.maintenance.delta.purger import DeltaPurger
 
 
 class PurgeFactory:
@@ -38,27 +37,18 @@ class PurgeFactory:
         # The purge reads and swaps local files (an object store's warehouse refuses retention at load).
         self.warehouse = config.local_warehouse("the purge")
 
-    def purger(self, spark: Any, *, counters: Counters | None = None,
-               stop: threading.Event | None = None) -> Purger:
-        """A purger on `spark` with this configuration's cost model."""
-        return Purger(spark, self.model, counters=counters if counters is not None else Counters(),
-                      stop=stop if stop is not None else threading.Event())
-
-    def is_delta(self, table: Path) -> bool:
-        """Whether `table` (a table of the configured types) is a Delta table: a type landing there says so."""
-        return is_delta_config(self.config, type_tables(self.warehouse, self.config.types).get(table, []))
+    def format_of(self, table: Path) -> TableFormat:
+        """The format of `table` (a table of the configured types) as the types landing there say
+        (`format_for`: ConfigError when they say different ones)."""
+        return format_for(self.config, type_tables(self.warehouse, self.config.types).get(table, []))
 
     def purger_for(self, table: Path, spark: Any, *, counters: Counters | None = None,
-                   stop: threading.Event | None = None) -> Purger | DeltaPurger:
-        """The purger of `table`: Delta's commands for a Delta table (`mqbridge.maintenance.delta`),
-        else the rewrite engine's swap of Parquet containers; both with this configuration's cost model."""
-        if self.is_delta(table):
-            from mqbridge.maintenance.delta.purger import DeltaPurger  # imports this policy's modules
-
-            return DeltaPurger(spark, self.model, self.config.purge.vacuum_retention,
-                               counters=counters if counters is not None else Counters(),
-                               stop=stop if stop is not None else threading.Event())
-        return self.purger(spark, counters=counters, stop=stop)
+                   stop: threading.Event | None = None) -> TablePurger:
+        """The purger of `table`, its format's (`TableFormat.purger`: the rewrite engine's swap of
+        Parquet containers, Delta's own commands), with this configuration's cost model."""
+        return self.format_of(table).purger(spark, self.model, vacuum_retention=self.config.purge.vacuum_retention,
+                                            counters=counters if counters is not None else Counters(),
+                                            stop=stop if stop is not None else threading.Event())
 
     def designations(self, types: Mapping[str, TypeConfig], ages: Mapping[str, float | None], *,
                      now: datetime, where: str | None = None) -> Iterator[tuple[Path, list[Designation]]]:

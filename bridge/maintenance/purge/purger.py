@@ -47,7 +47,7 @@ from typing import Any
 from mqbridge import failpoints
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
-from mqbridge.landing.catalog import refresh_swapped
+from mqbridge.landing.catalog_refresh import refresh_swapped
 from mqbridge.landing.containers import SORT_COLUMNS, data_files, purge_lock, table_lock
 from mqbridge.landing.publication import unpublished_bulks
 from mqbridge.maintenance.engine.costs import CostModel, Estimate
@@ -247,8 +247,8 @@ class Purger:
         the modification time of `mtime_of` when given (a file of several types: `type_groups`)."""
         from pyspark.sql import functions as F
 
-        from mqbridge.landing.executor import FILE_BYTES, WRITE_OPTIONS
         from mqbridge.landing.schema_check import read_container
+        from mqbridge.landing.writes.frames import FILE_BYTES, WRITE_OPTIONS
 
         df = read_container(self.spark, plan.table, files).where(~F.expr(designation.sql))
         if failpoints.active("purge_write_hang"):  # test only: never ends until cancelled

@@ -5,8 +5,8 @@ Every `interval` the thread purges, table by table, the rows whose `put_timestam
 `received_timestamp` are both older than their type's `retention` (a row that arrived within the
 retention stays, whatever time its producer stamped; types without one are skipped), exactly as
 `mqbridge purge` would with no `--where`: the same cost model and learned costs, the same swap under
-the table lock (landing waits at most one swap), the same recovery; a Delta table by Delta's own
-commits instead of the swap (`mqbridge.maintenance.delta.purger`). A failed round is logged and
+the table lock (landing waits at most one swap), the same recovery; each table by its format's purger
+(`mqbridge.table_formats`: a Delta table by Delta's own commits instead of the swap). A failed round is logged and
 the next one runs as planned (the thread: `mqbridge.maintenance.engine.scheduler.RoundScheduler`).
 """
 
@@ -22,11 +22,10 @@ from mqbridge.counters import Counters
 from mqbridge.maintenance.engine.scheduler import RoundScheduler
 from mqbridge.maintenance.purge.designation import Designation
 from mqbridge.maintenance.purge.factory import PurgeFactory
-from mqbridge.maintenance.purge.purger import Purger
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
-    from mqbridge.maintenance.delta.purger import DeltaPurger
+    from mqbridge.table_formats import TablePurger
 
 log = logging.getLogger("mqbridge.purge.schedule")  # the name operators configure
 
@@ -62,14 +61,14 @@ class PurgeScheduler(RoundScheduler):
         ages = {name: t.retention for name, t in types.items()}
         # Each type at its own retention, and only its own rows where others may land too.
         for table, designations in self.factory.designations(types, ages, now=now):
-            # A Delta table's own commits (`mqbridge.maintenance.delta.purger`), else the engine's swap.
+            # The table's format's purger: the engine's swap, or a Delta table's own commits.
             purger = self.factory.purger_for(table, spark, counters=self.counters, stop=self._stop)
             for designation in designations:
                 if self._stop.is_set():
                     return
                 self._purge_table(purger, table, designation)
 
-    def _purge_table(self, purger: Purger | DeltaPurger, table: Path, designation: Designation) -> None:
+    def _purge_table(self, purger: TablePurger, table: Path, designation: Designation) -> None:
         if not table.is_dir():
             return
         plans = []

@@ -1,10 +1,11 @@
 """The landed rows a replay sends, read through Spark in `put_timestamp` order, each with the key the
 replay ledger records it by.
 
-A Delta table is read as one (`format("delta")`: the rows of its newest version, or, with an `as_of`
-version or timestamp, of an older one: Delta's time travel reads the rows a purge deleted since, for
-as long as VACUUM has not removed that version's files). The session needs Delta Lake on its class path
-(`mqbridge replay` starts its own with the jars of `[spark] jars_dir`)."""
+A table is read as its format reads it (`mqbridge.table_formats`, `read`): the rows of its newest
+version, or, with an `as_of` version or timestamp, of an older one where the format keeps them (Delta's
+time travel reads the rows a purge deleted since, for as long as VACUUM has not removed that version's
+files; a Parquet table refuses it). The session needs what the format needs on its class path
+(`mqbridge replay` starts its own with the format's `session_conf`)."""
 
 from __future__ import annotations
 
@@ -84,34 +85,9 @@ def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayR
 
 
 def _table_frame(spark: Any, table: Path, selection: Selection) -> Any:
-    """The rows of `table`: a Delta table as one (at the selection's version or time, if any), else
-    its Parquet files. ConfigError for time travel on a Parquet table, or a session without Delta Lake."""
-    from mqbridge.errors import ConfigError
-    from mqbridge.landing.delta import MISSING_FROM_SPARK, missing_from_spark
+    """The rows of `table` as its format reads them, at the selection's version or time if any
+    (ConfigError where the format keeps no older versions, or the session cannot read it)."""
+    from mqbridge.table_formats import format_of
 
-    travel = selection.as_of_version is not None or selection.as_of_timestamp is not None
-    if not (Path(table) / "_delta_log").is_dir():
-        if travel:
-            raise ConfigError(f"--as-of-version/--as-of-timestamp: table {table} is not a Delta table (only Delta "
-                              "tables keep older versions to read)")
-        return spark.read.parquet(str(table))
-    reader = spark.read.format("delta")
-    if selection.as_of_version is not None:
-        reader = reader.option("versionAsOf", str(selection.as_of_version))
-    elif selection.as_of_timestamp is not None:
-        reader = reader.option("timestampAsOf", selection.as_of_timestamp)
-    try:
-        return reader.load(str(table))
-    except Exception as exc:
-        if missing_from_spark(exc):
-            raise ConfigError(f"reading the Delta table {table}: {MISSING_FROM_SPARK}") from exc
-        if travel:  # a version past the newest, or older than the log keeps
-            raise ConfigError(f"table {table} cannot be read as of {_as_of(selection)}: "
-                              f"{' '.join(str(exc).split())[:400]}") from exc
-        raise
-
-
-def _as_of(selection: Selection) -> str:
-    if selection.as_of_version is not None:
-        return f"version {selection.as_of_version}"
-    return f"time {selection.as_of_timestamp}"
+    return format_of(table).read(spark, table, as_of_version=selection.as_of_version,
+                                 as_of_timestamp=selection.as_of_timestamp)

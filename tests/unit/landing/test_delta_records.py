@@ -6,6 +6,7 @@ decides at once, or, while it cannot be asked, when the bulk's messages come bac
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -74,6 +75,18 @@ def test_missing_delta_jars_are_a_start_up_error_naming_the_command(tmp_path: Pa
     assert conf["spark.jars"].split(",")[0] == "/x/other.jar" and len(conf["spark.jars"].split(",")) == 3
     assert conf["spark.databricks.delta.snapshotPartitions"] == "8"  # [spark] conf wins
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_vacuum_lists_files_in_as_many_tasks_as_the_driver_host_has_cores_unless_spark_conf_says(
+        tmp_path: Path) -> None:
+    # VACUUM's listing runs `parallelPartitionDiscovery.parallelism` tasks (10,000 by default, checked with
+    # Spark: tests/integration/test_delta_vacuum_listing.py).
+    (tmp_path / "delta").mkdir()
+    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.2_2.13-4.4.0.jar"):
+        (tmp_path / "delta" / jar).write_bytes(b"")
+    key = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    assert delta.session_conf(tmp_path, {})[key] == str(max(2, os.cpu_count() or 2))
+    assert delta.session_conf(tmp_path, {key: "64"})[key] == "64"  # [spark] conf wins
 
 
 BASE = """

@@ -181,6 +181,54 @@ def test_an_hdfs_namenode_down_or_in_safe_mode() -> None:
     assert "does not take writes now (in safe mode)" in outage_of_chain(safe, HDFS, {})
 
 
+#: Recorded: a write to an endpoint that accepts connections and never answers, with the bridge's settings.
+NO_ANSWER = [
+    "Py4JJavaError: An error occurred while calling o154.save.",
+    "org.apache.hadoop.fs.s3a.AWSApiCallTimeoutException: listObjects() on s3a://landing-bucket/mqbridge/orders/"
+    "_delta_log: software.amazon.awssdk.core.exception.ApiCallTimeoutException: Client execution did not complete "
+    "before the specified timeout configuration: 15000 millis",
+    "software.amazon.awssdk.core.exception.ApiCallTimeoutException: Client execution did not complete before the "
+    "specified timeout configuration: 15000 millis",
+]
+#: A Delta read of s3a:// through a Spark Connect server started without the S3A jars (its error as the
+#: server logged it, tests/integration/test_spark_modes.py), and Hadoop's error where no fs.s3a.impl is set.
+NO_CONNECTOR = [
+    "SparkConnectGrpcException: (java.lang.RuntimeException) java.lang.ClassNotFoundException: Class "
+    "org.apache.hadoop.fs.s3a.S3AFileSystem not found",
+]
+NO_SCHEME = ['org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme "s3a"']
+
+
+def test_an_endpoint_that_never_answers_is_named_as_one() -> None:
+    assert outage_of_chain(NO_ANSWER, S3, ENDPOINT) == (
+        "the object store endpoint http://127.0.0.1:41234 does not answer for bucket landing-bucket (it takes "
+        "connections but sends no reply within the bridge's timeouts): check that it runs and [spark.conf] "
+        "spark.hadoop.fs.s3a.endpoint")
+
+
+def test_a_spark_without_the_s3a_connector_is_told_how_to_get_it() -> None:
+    assert outage_of_chain(NO_SCHEME, S3, ENDPOINT) == outage_of_chain(NO_CONNECTOR, S3, ENDPOINT) == (
+        "Spark cannot open s3a:// (warehouse = s3a://landing-bucket/mqbridge): Hadoop's S3A connector is not on its "
+        "class path. The bridge's own driver gets it from `mqbridge jars --config <your configuration file> s3`; a "
+        "Spark Connect server, or a cluster's driver and executors, must be started with those jars (--jars) and the "
+        'fs.s3a settings (docs/spark-and-tables.md, "Spark Connect and your own cluster")')
+
+
+def test_a_namenode_that_never_answers_is_named_as_one() -> None:
+    # Recorded: a Delta write to a port that accepts connections and never answers, with the bridge's settings.
+    silent = ["Py4JJavaError: An error occurred while calling o61.save.",
+              "java.net.SocketTimeoutException: Call From vm/127.0.0.1 to localhost:9820 failed on socket timeout "
+              "exception: java.net.SocketTimeoutException: 15000 millis timeout while waiting for channel to be ready "
+              "for read. ch : java.nio.channels.SocketChannel[connected local=/127.0.0.1:46208 remote=localhost/"
+              "127.0.0.1:9820]",
+              "java.net.SocketTimeoutException: 15000 millis timeout while waiting for channel to be ready for read. "
+              "ch : java.nio.channels.SocketChannel[connected local=/127.0.0.1:46208 remote=localhost/127.0.0.1:9820]"]
+    assert outage_of_chain(silent, HDFS, {}) == (
+        "the HDFS namenode 127.0.0.1:9820 does not answer (it takes connections but sends no reply within "
+        "ipc.client.rpc-timeout.ms) (warehouse = hdfs://127.0.0.1:9820/mqbridge)")
+    assert HDFS_CONF["spark.hadoop.ipc.client.rpc-timeout.ms"] == "15000"
+
+
 def test_what_is_not_the_stores_is_no_outage_of_it() -> None:
     schema = ["AnalysisException: [DELTA_FAILED_TO_MERGE_FIELDS] Failed to merge fields 'amount' and 'amount'"]
     assert outage_of_chain(schema, S3, ENDPOINT) == ""

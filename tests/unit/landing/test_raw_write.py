@@ -18,11 +18,12 @@ from mqbridge.config import TypeConfig
 from mqbridge.counters import Counters
 from mqbridge.landing import handoff
 from mqbridge.landing.containers import SORT_COLUMNS
-from mqbridge.landing.executor import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, SparkExecutor
+from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import owner_id
 from mqbridge.landing.ledger.sqlite import SqliteLedger
 from mqbridge.landing.rows import arrow_table
+from mqbridge.landing.writes.frames import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS
 from mqbridge.message import Bulk, Message
 
 UTC = dt.timezone.utc

@@ -1,0 +1,173 @@
+"""A bulk's Delta commit through Delta's own transaction API (over py4j), without the `txnVersion`
+lookup that makes every idempotent DataFrame write rebuild the table's whole state.
+
+Why: the DataFrame writer with `txnAppId` / `txnVersion` (`mqbridge.landing.delta.write_frame`)
+first asks `OptimisticTransaction.txnVersion(appId)`, which reads `Snapshot.transactions`, computed
+from the snapshot's *full* state (every file of the table, rebuilt from the log and the last
+checkpoint by Spark jobs); every commit makes a new version, so every commit pays it
+(docs/performance.md, "Delta Lake"). On a bulk's first attempt the answer is known: the ledger
+prepared the bulk with a version of this process's app id that nothing has committed, so the
+lookup can only say "not yet".
+
+What this does instead, for the in-process driver (its Java objects): the same `WriteIntoDelta`
+command the writer runs (same files, statistics, schema merge, partitioning, `SetTransaction`
+action and user metadata), on a transaction started here; on a first attempt the app id is only
+*registered* as read (`readTxn`, what `txnVersion` records before its lookup), so that Delta's
+conflict check still fails this commit with ConcurrentTransactionException when a commit of the
+same app id (a settle's fence) won the race after this transaction started. A commit of that app id
+that came before this transaction started cannot exist on a first attempt: the bulk's version was
+given just before this write, and the fence of `settle` runs only after the write returned or
+raised (`spark_guarded` waits for it; py4j calls are synchronous). Any other attempt
+(`first_attempt=False`) does the lookup and skips the write when the version is already in the
+log, as Delta's writer does.
+
+Spark Connect has no driver objects here: use `delta.write_frame` there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mqbridge.landing.delta import commit_options
+from mqbridge.landing.handoff import _java_parts, handoff_file, partitioned
+from mqbridge.landing.ledger import TableTransaction
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The column a bridge's Delta table is partitioned by.
+PARTITION_COLUMN = "put_date"
+
+#: (table location, app id) -> the newest version this process began a commit of: versions of one
+#: table are given and committed in order (`mqbridge.landing.delta`), so a version not above it is a
+#: later attempt.
+_attempted: dict[tuple[str, str], int] = {}
+_attempted_lock = threading.Lock()
+
+
+def raw_job(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *, tasks: int, groups: int,
+            sort: Sequence[str], writer_options: Mapping[str, str], identity: str, bulk_id: str,
+            transaction: TableTransaction | None) -> Callable[[], object]:
+    """The job that commits a raw bulk's `rows` into the Delta table at `location` through Delta's
+    transaction API (`write_frame`): the Java Dataset `mqbridge.landing.handoff.raw_write` builds (read
+    from the handoff file, `identity` kept, spread over `tasks` or the file's `groups`, sorted by
+    `sort` within each task), calling it commits. The first call for a (table, app id, version) in this
+    process is a first attempt (no lookup); any later one for the same asks the log first."""
+    parts = _java_parts(spark, sort, writer_options)
+    path = handoff_file(rows, handoff, 1 if tasks > 1 else groups)
+    jdf = parts.session.read().schema(parts.schema).format("parquet").load(str(path)).drop("_row")
+    jdf = partitioned(jdf.withColumnRenamed("_identity", identity), tasks, groups)
+    jdf = jdf.sortWithinPartitions(sort[0], parts.sort_rest)
+
+    def commit() -> bool:
+        first = True
+        if transaction is not None:
+            key = (str(location), transaction.app_id)
+            with _attempted_lock:
+                first = transaction.version > _attempted.get(key, 0)
+                _attempted[key] = max(transaction.version, _attempted.get(key, 0))
+        return write_frame(jdf, location, bulk_id, transaction, first_attempt=first, writer_options=writer_options,
+                           spark=spark)
+
+    return commit
+
+
+def write_frame(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transaction: TableTransaction | None,
+                *, first_attempt: bool = True, writer_options: Mapping[str, str] | None = None,
+                spark: SparkSession | None = None) -> bool:
+    """Append `frame` (a DataFrame of the in-process driver, or its Java Dataset, of `spark`, as
+    `mqbridge.landing.handoff` builds it) to the Delta table at `table_path` as one commit partitioned
+    by put_date, with the options of `delta.commit_options` (schema merged, `bulk_id` as the user
+    metadata, `transaction` as its SetTransaction; `writer_options` for the Parquet writer, as the
+    executor's WRITE_OPTIONS). True when committed; False when skipped because `transaction`'s
+    version of its app id is already in the log (only asked when not `first_attempt`, see the module
+    docstring). Raises what Delta raises, e.g. ConcurrentTransactionException when a commit of the
+    same app id landed after this one's transaction started."""
+    pending = start(frame, table_path, bulk_id, transaction, first_attempt=first_attempt,
+                    writer_options=writer_options, spark=spark)
+    if pending is None:
+        return False
+    pending.commit()
+    return True
+
+
+class PendingCommit:
+    """A bulk's Delta transaction, started (its snapshot taken, the app id registered or looked up)
+    and not yet written: `commit` writes the files and commits them."""
+
+    def __init__(self, jvm: Any, jspark: Any, txn: Any, command: Any, operation: Any) -> None:
+        self._jvm, self._jspark, self._txn, self._command, self._operation = jvm, jspark, txn, command, operation
+
+    def commit(self) -> int:
+        """Write the bulk's data files (one Spark job) and commit them with the SetTransaction and the
+        user metadata; the table's new version."""
+        none = self._jvm.scala.Option.empty()
+        data = self._command.writeAndReturnCommitData(self._txn, self._jspark, none, False)
+        committed = self._txn.commitIfNeeded(data.actions(), self._operation, data.stringTags())
+        return int(committed.get()) if committed.isDefined() else -1
+
+
+def start(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transaction: TableTransaction | None,
+          *, first_attempt: bool = True, writer_options: Mapping[str, str] | None = None,
+          spark: SparkSession | None = None) -> PendingCommit | None:
+    """The first half of `write_frame`: the transaction started on the table's current snapshot; None
+    when the version is already in the log (a later attempt's lookup)."""
+    spark, jdf = _spark_and_java_frame(frame, spark)
+    jvm = spark._jvm
+    assert jvm is not None
+    jspark = spark._jsparkSession
+    delta = jvm.org.apache.spark.sql.delta
+    scala = jvm.scala
+    delta_log = delta.DeltaLog.forTable(jspark, str(table_path))
+    txn = delta_log.startTransaction()
+    if transaction is not None:
+        if first_attempt:
+            # What txnVersion records before its lookup: Delta's conflict check then fails this commit
+            # if a commit of the same app id lands after this transaction started.
+            txn.readTxn().addOne(transaction.app_id)
+        elif txn.txnVersion(transaction.app_id) >= transaction.version:
+            return None
+    options = {**(writer_options or {}), **commit_options(bulk_id, transaction)}
+    delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
+    partitions = _scala_seq(jvm, [PARTITION_COLUMN])
+    append = jvm.org.apache.spark.sql.SaveMode.Append
+    none = scala.Option.empty()
+    command = delta.commands.WriteIntoDelta(delta_log, append, delta_options, partitions, _scala_map(jvm, {}), jdf,
+                                            none, none, False)
+    # As WriteIntoDelta.run describes its commit (DESCRIBE HISTORY: operation WRITE, mode Append,
+    # partitionBy, the user metadata; the schema merged).
+    operation = getattr(delta, "DeltaOperations$Write")(
+        append, scala.Option.apply(partitions), none, scala.Option.apply(bulk_id), none, none,
+        scala.Option.apply(jvm.java.lang.Boolean.TRUE), none, none)
+    return PendingCommit(jvm, jspark, txn, command, operation)
+
+
+def _spark_and_java_frame(frame: Any, spark: SparkSession | None) -> tuple[SparkSession, Any]:
+    """The SparkSession and Java Dataset of `frame` (a pyspark DataFrame, or a Java Dataset of `spark`)."""
+    from pyspark.sql import DataFrame
+
+    if isinstance(frame, DataFrame):
+        return frame.sparkSession, frame._jdf
+    if spark is None:
+        raise TypeError("a Delta commit of a Java Dataset needs its SparkSession (spark=)")
+    return spark, frame
+
+
+def _scala_map(jvm: Any, items: dict[str, str]) -> Any:
+    """`items` as an immutable Scala Map[String, String]."""
+    java = jvm.java.util.HashMap()
+    for key, value in items.items():
+        java.put(key, value)
+    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(java)
+
+
+def _scala_seq(jvm: Any, items: list[str]) -> Any:
+    """`items` as an immutable Scala Seq[String]."""
+    java = jvm.java.util.ArrayList()
+    for item in items:
+        java.add(item)
+    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(java)

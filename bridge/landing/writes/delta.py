@@ -1,0 +1,164 @@
+"""Bulks into a Delta Lake table (`mqbridge.landing.delta`), in a local warehouse, an object store or
+HDFS: each bulk is one Delta commit, written once straight from the bulk's handoff (no staging
+and renames), carrying the bulk's transaction (`txnAppId`/`txnVersion`, `delta.commit_options`) so
+that recovery asks the table whether it committed (`Landing.commit`, `delta.settle`)."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from mqbridge import failpoints
+from mqbridge.landing import delta, delta_commit
+from mqbridge.landing.containers import SORT_COLUMNS
+from mqbridge.landing.deadlines import spark_guarded
+from mqbridge.landing.ledger import TableTransaction, owner_id
+from mqbridge.landing.publication import STAGING, discard, owner_dirname, private_staging, staging_dir
+from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+from mqbridge.landing.session import is_connect, writes_as_this_user
+from mqbridge.landing.writes import WriteContext
+from mqbridge.landing.writes.frames import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, landed_frame, spread
+from mqbridge.landing.writes.parquet import probe_staged
+from mqbridge.landing.writes.table_turns import table_turns
+from mqbridge.message import Bulk, MessageResult
+
+if TYPE_CHECKING:
+    from mqbridge.config.warehouse import ObjectStoreUri
+
+
+class DeltaWrites:
+    """Writes the bulks of one message type into Delta tables, one commit per bulk, by Spark only
+    (pyarrow writes no Delta commit)."""
+
+    name = "delta"
+
+    def __init__(self, context: WriteContext) -> None:
+        self._context = context
+        self.arrow: str | None = None
+
+    def write(self, bulk: Bulk, keep: list[int], table: str, location: Path | ObjectStoreUri,
+              ledger_bulk_id: str, results: list[MessageResult | None]) -> list[int]:
+        """Land the rows `keep` of `bulk` as one commit of the Delta table at `location`, written once
+        straight from the handoff (`mqbridge.landing.delta`): a typed bulk's rows Spark cannot convert are
+        found first and left out, so that the ledger prepares exactly the rows the commit holds; then
+        `Landing.commit` prepares the bulk with its transaction and runs the write, which each attempt
+        builds again on the current session (a JVM that died meanwhile is started again)."""
+        context = self._context
+        messages = bulk.messages
+        landing = context.landing
+        owner = landing.owner if landing is not None else owner_id()
+        rows = arrow_table(bulk, keep)
+        handoff = self._handoff(location, owner, ledger_bulk_id)
+        ready: list[tuple[SparkSession, DataFrame]] = []  # a typed bulk's frame, parsed and kept by Spark
+        what = f"Delta commit of bulk {ledger_bulk_id}"
+        try:
+            if context.body_format is not None:
+                self._leave_out_corrupt(bulk, keep, rows, handoff, results, ready)
+            landed = [i for i in keep if results[i] is None]
+            if landed:
+                def write(transaction: TableTransaction | None) -> None:
+                    spark = context.sessions.get()
+                    job = self._job(spark, bulk, keep, rows, handoff, str(location), ledger_bulk_id, transaction, ready)
+                    spark_guarded(spark, context.message_type, what, job, context.write_timeout)
+
+                with table_turns(location).lock:  # versions of one table commit in the order given
+                    if landing is not None:
+                        landing.commit(ledger_bulk_id, table,
+                                       [messages[i].identity or messages[i].msg_id for i in landed], write)
+                    else:
+                        write(None)
+        finally:
+            for _, frame in ready:
+                with contextlib.suppress(Exception):  # a session whose JVM is gone took it along
+                    frame.unpersist()
+            if handoff is not None:
+                discard(handoff)
+                for empty in (handoff.parent, handoff.parents[1]):  # no staging left where the bulk's was the last
+                    with contextlib.suppress(OSError):
+                        empty.rmdir()
+        return landed
+
+    def probe(self, owner: str) -> None:
+        """`BulkWrites.probe` by Spark, which must have Delta Lake on its class path: in a local
+        warehouse, the Parquet probe of the table's staging read back and a one-row Delta commit
+        beside it (`delta.write_probe`); on an object store, that Delta commit under the table's
+        `_staging/<owner>` alone, nothing to read back here: the store is the one place both this
+        process and Spark read. Either is removed after."""
+        context = self._context
+        path = context.path
+        if isinstance(path, Path):
+            probe_staged(context, owner, None, beside=lambda spark, what: self._probe_commit(
+                spark, what, staging_dir(path, owner, "probe-delta")))
+            return
+        location = f"{path}/{STAGING}/{owner_dirname(owner)}/probe"
+        spark = context.sessions.get()
+        spark_guarded(spark, context.message_type, f"probe of {context.table}",
+                      lambda: delta.write_probe(spark, location), context.write_timeout)
+
+    def outage(self, exc: BaseException) -> str:
+        """Delta Lake missing from Spark's class path is an outage: no write of any bulk can succeed."""
+        return delta.MISSING_FROM_SPARK if delta.missing_from_spark(exc) else ""
+
+    def _probe_commit(self, spark: SparkSession, what: str, probe_table: Path) -> None:
+        """A one-row Delta table written at `probe_table` by `spark`, then removed."""
+        try:
+            spark_guarded(spark, self._context.message_type, what,
+                          lambda: delta.write_probe(spark, str(probe_table)), self._context.write_timeout)
+        finally:
+            discard(probe_table)
+
+    def _handoff(self, location: Path | str, owner: str, bulk_id: str) -> Path | None:
+        """Where the bulk's rows are handed to Spark (`mqbridge.landing.handoff`): under the table's
+        `_staging` on a local warehouse, as a Parquet table's; for an object store, a private local
+        directory when Spark's executors run in this host's driver, else None (the rows go to Spark with
+        `createDataFrame`: a cluster's or Spark Connect server's executors do not see this host's disk)."""
+        if isinstance(location, Path):
+            handoff = staging_dir(location, owner, f"{bulk_id}.rows")
+            if writes_as_this_user(self._context.sessions.get()):
+                private_staging(handoff)
+            return handoff
+        spark = self._context.sessions.get()
+        if is_connect(spark) or not str(spark.conf.get("spark.master", "")).startswith("local"):
+            return None
+        return Path(tempfile.mkdtemp(prefix="mqbridge-handoff-")) / bulk_id
+
+    def _leave_out_corrupt(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+                           results: list[MessageResult | None],
+                           ready: list[tuple[SparkSession, DataFrame]]) -> None:
+        """Parse a typed bulk's bodies by one Spark job and mark the rows Spark cannot convert PERMANENT
+        in `results`; the parsed frame of the other rows is kept by Spark (`ready`) for the commit."""
+        context = self._context
+        spark = context.sessions.get()
+        tasks, groups = spread(spark, bulk, keep)
+        parser = context.body_format
+        frame, observation = landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)
+        frame = frame.persist()
+        ready.append((spark, frame))
+        spark_guarded(spark, context.message_type, f"parse of bulk {bulk.bulk_id}", frame.count, context.write_timeout)
+        if observation is not None and parser is not None:
+            for i, reason in parser.corrupt_rows(observation).items():
+                results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)
+
+    def _job(self, spark: SparkSession, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+             location: str, bulk_id: str, transaction: TableTransaction | None,
+             ready: list[tuple[SparkSession, DataFrame]]) -> Callable[[], object]:
+        """The Spark job that commits the bulk's rows into the Delta table at `location`: from the
+        in-process driver's own objects for a raw bulk, committed through Delta's transaction API
+        (`mqbridge.landing.delta_commit`: no `txnVersion` lookup on a first attempt), else by the DataFrame API (a
+        typed bulk's parsed frame when this session made it)."""
+        tasks, groups = spread(spark, bulk, keep)
+        parser = self._context.body_format
+        if (handoff is not None and parser is None and not is_connect(spark)
+                and not failpoints.armed(*SPARK_WRITE_FAILPOINTS)):
+            return delta_commit.raw_job(spark, rows, handoff, location, tasks=tasks, groups=groups, sort=SORT_COLUMNS,
+                                        writer_options=WRITE_OPTIONS, identity=IDENTITY_COLUMN, bulk_id=bulk_id,
+                                        transaction=transaction)
+        frames = [frame for session, frame in ready if session is spark]
+        frame = frames[0] if frames else landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)[0]
+        return lambda: delta.write_frame(frame, location, bulk_id, transaction)

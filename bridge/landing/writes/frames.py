@@ -1,0 +1,71 @@
+"""A bulk's rows as the DataFrame Spark writes, whatever the table format: its tasks and files
+(`spread`), its columns (a typed type's parsed ones), its order within each file, and the test
+failpoints of a Spark write (`landed_frame`). Delta's data files are Parquet files too: both
+formats write them with `WRITE_OPTIONS`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from mqbridge import failpoints
+from mqbridge.landing.containers import SORT_COLUMNS
+from mqbridge.landing.formats import BodyFormat
+from mqbridge.landing.handoff import bulk_frame, partitioned, row_groups, scan_cores
+from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
+from mqbridge.message import Bulk
+
+#: Parquet writer options. Message ids and bodies are (nearly) all distinct: a dictionary for them
+#: is built and then thrown away page after page, ~10% of the JVM's CPU per write (bench/spark_write.py).
+WRITE_OPTIONS: dict[str, str] = {
+    "parquet.enable.dictionary#msg_id": "false",
+    "parquet.enable.dictionary#body": "false",
+}
+#: Bytes of message bodies per written Parquet file (and Spark task) of one bulk, at most.
+FILE_BYTES = 128 << 20
+#: Failpoints of a Spark write (tests only), reached through the DataFrame API's plan (`landed_frame`).
+SPARK_WRITE_FAILPOINTS = ("spark_poison_body", "spark_write_hang")
+
+
+def spread(spark: SparkSession, bulk: Bulk, keep: list[int]) -> tuple[int, int]:
+    """(tasks, row groups) of the write of the rows `keep` of `bulk`. A bulk of more than FILE_BYTES
+    is spread over a task (and file per put_date) per FILE_BYTES by a (local) shuffle. A smaller one
+    is read in one task per core where each gets at least SPLIT_BYTES (the handoff file's row groups,
+    `row_groups`): the job's wall time nearly halves on two cores, for the same JVM CPU; a small bulk
+    stays one task and one file per put_date."""
+    nbytes = sum(len(bulk.messages[i].body) for i in keep)
+    return math.ceil(nbytes / FILE_BYTES), row_groups(nbytes, scan_cores(spark))
+
+
+def landed_frame(spark: SparkSession, rows: pa.Table, handoff: Path | None, tasks: int, groups: int,
+                 parser: BodyFormat | None, *, identity: bool) -> tuple[DataFrame, Observation | None]:
+    """The landed rows of a bulk (`rows`, from `arrow_table`) as the DataFrame its write writes, in
+    its tasks (`spread`) and sorted within each; the Observation of a typed type's corrupt rows
+    (`parser`: the type's body format, None for a raw type). `identity`: the rows keep their
+    identity column (`IDENTITY_COLUMN`, a Delta table's), else it is dropped."""
+    df = bulk_frame(spark, rows, handoff, 1 if tasks > 1 else groups)
+    observation: Observation | None = None
+    if parser is None:
+        # The Arrow table's columns are already in order: dropping `_row` costs 6 py4j calls
+        # where a select of 13 columns costs 57. Each call waits for the GIL, which the
+        # listener threads keep busy, and the write is the bridge's serial bottleneck.
+        df = df.drop("_row")
+        df = df.withColumnRenamed("_identity", IDENTITY_COLUMN) if identity else df.drop("_identity")
+    else:
+        df, observation = parser.parse(df)
+        kept = [F.col("_identity").alias(IDENTITY_COLUMN)] if identity else []
+        df = df.select(*LANDED_COLUMNS[:-1], *kept, *parser.columns(), "put_date")
+    df = partitioned(df, tasks, groups)
+    # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
+    df = df.sortWithinPartitions(*SORT_COLUMNS)
+    poison = failpoints.value("spark_poison_body")
+    if poison is not None:  # test only: Spark fails the write of a bulk holding this body
+        df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
+                                    F.lit(f"failpoint spark_poison_body: {poison}")).isNull())
+    if failpoints.active("spark_write_hang"):
+        df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
+    return df, observation

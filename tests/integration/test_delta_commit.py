@@ -1,0 +1,230 @@
+"""A bulk's Delta commit through Delta's transaction API (`mqbridge.landing.delta_commit`), checked with
+a bare Spark and Delta (the session's Delta-enabled driver, no bridge) on real tables: its commit is
+a normal Delta commit (delta-rs reads its rows and its app id's version, DESCRIBE HISTORY shows a
+WRITE with the bulk id as user metadata, the table partitioned by put_date) whose SetTransaction
+Delta's own writer honours (a DataFrame write of the same version is skipped); a later attempt of a
+version already in the log is skipped, never written twice (also the bridge's own job for a raw
+bulk, `raw_job`, called again); a first attempt that skipped the lookup
+still loses to a commit of the same app id that landed after its transaction started (Delta's
+conflict check); and readers polling meanwhile (delta-rs in the test process, Spark in the driver)
+only ever see whole commits."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.delta_tables import JARS
+from tests.support.object_stores import DeltaSpark
+
+pytestmark = pytest.mark.integration
+
+deltalake = pytest.importorskip("deltalake")
+
+APP = "mqbridge:test-host:1:1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _delta_jars() -> None:
+    if not (JARS / "delta").is_dir():
+        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
+
+
+# --- run in the Delta-enabled driver (`DeltaSpark.run`): module-level functions -------------------
+
+
+def _rows(spark: Any, bulk_id: str, ids: range) -> Any:
+    return spark.createDataFrame([(i, bulk_id, f"body {i}", "2026-11-28") for i in ids],
+                                 "id LONG, bulk_id STRING, body STRING, put_date STRING") \
+        .selectExpr("id", "bulk_id", "body", "CAST(put_date AS DATE) AS put_date")
+
+
+def _count(spark: Any, path: str) -> int:
+    return int(spark.read.format("delta").load(path).count())
+
+
+def commit_facts(spark: Any, path: str) -> dict[str, Any]:
+    """A bulk committed by the transaction API (first attempt), then the same version again by a
+    later attempt and by Delta's own DataFrame writer, then the next version: what the table says."""
+    from mqbridge.landing import delta_commit
+    from mqbridge.landing.ledger import TableTransaction
+
+    facts: dict[str, Any] = {}
+    facts["first attempt committed"] = delta_commit.write_frame(
+        _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+    facts["rows after the first"] = _count(spark, path)
+    facts["later attempt of version 1 committed"] = delta_commit.write_frame(
+        _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1), first_attempt=False)
+    (_rows(spark, "bulk-1", range(0, 5)).write.format("delta").mode("append").partitionBy("put_date")
+     .option("txnAppId", APP).option("txnVersion", "1").save(path))
+    facts["rows after the repeats"] = _count(spark, path)
+    facts["later attempt of version 2 committed"] = delta_commit.write_frame(
+        _rows(spark, "bulk-2", range(5, 8)), path, "bulk-2", TableTransaction(APP, 2), first_attempt=False)
+    facts["rows at the end"] = _count(spark, path)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    facts["history"] = [(int(h["version"]), h["operation"], h["userMetadata"], dict(h["operationParameters"]))
+                        for h in history]
+    return facts
+
+
+def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
+    """Version 2's first attempt starts its transaction; then a fence of version 2 (Delta's writer,
+    as `delta.settle` writes it) commits; then the first attempt tries to commit."""
+    from mqbridge.landing import delta, delta_commit
+    from mqbridge.landing.ledger import TableTransaction
+
+    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+    pending = delta_commit.start(_rows(spark, "bulk-2", range(5, 10)), path, "bulk-2", TableTransaction(APP, 2))
+    assert pending is not None
+    delta._fence(spark, path, TableTransaction(APP, 2))
+    try:
+        pending.commit()
+        error = ""
+    except Exception as exc:
+        error = str(exc)
+    return {"error": error[:2000], "rows": _count(spark, path)}
+
+
+def commits_read_meanwhile(spark: Any, path: str, bulks: int, stop: str) -> dict[str, Any]:
+    """`bulks` bulks of 50..(50 + 10 * bulks) rows committed by the transaction API in one thread,
+    while another reads the rows per bulk_id with Spark until the last commit, then writes `stop`."""
+    import threading
+
+    from mqbridge.landing import delta_commit
+    from mqbridge.landing.ledger import TableTransaction
+
+    seen: list[dict[str, int]] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                frame = spark.read.format("delta").load(path).groupBy("bulk_id").count()
+                seen.append({row["bulk_id"]: int(row["count"]) for row in frame.collect()})
+            except Exception:  # no table yet
+                time.sleep(0.05)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    first = 0
+    try:
+        for n in range(1, bulks + 1):
+            size = 50 + 10 * n
+            delta_commit.write_frame(_rows(spark, f"bulk-{n}", range(first, first + size)), path, f"bulk-{n}",
+                                     TableTransaction(APP, n))
+            first += size
+    finally:
+        done.set()
+        reader.join()
+        Path(stop).touch()
+    return {"seen": seen}
+
+
+def raw_job_called_twice(spark: Any, path: str, handoff: str) -> dict[str, Any]:
+    """A raw bulk of 300 landed rows (`mqbridge.landing.rows`, through its handoff file) committed by
+    the bridge's job (`delta_commit.raw_job`), then that same job called again (a retry)."""
+    from datetime import UTC, datetime
+
+    from mqbridge.landing import delta_commit
+    from mqbridge.landing.containers import SORT_COLUMNS
+    from mqbridge.landing.ledger import TableTransaction
+    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+    from mqbridge.message import Bulk, Message
+
+    bulk = Bulk("orders")
+    put = datetime(2026, 11, 28, 12, tzinfo=UTC)
+    for i in range(300):
+        bulk.add(Message(msg_id=f"ID:m-{i}", body=f"body {i}".encode(), source="test", destination="/queue/q",
+                         put_timestamp=put, identity=f"ID:m-{i}"))
+    job = delta_commit.raw_job(spark, arrow_table(bulk, list(range(300))), Path(handoff), path, tasks=1, groups=1,
+                               sort=SORT_COLUMNS, writer_options={}, identity=IDENTITY_COLUMN, bulk_id="bulk-1",
+                               transaction=TableTransaction(APP, 1))
+    return {"first call": job(), "second call": job(), "rows": _count(spark, path),
+            "columns": spark.read.format("delta").load(path).columns}
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_a_transaction_api_commit_is_a_normal_delta_commit_and_a_repeated_version_is_never_written_twice(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given a new Delta table
+    path = str(tmp_path / "t")
+    # When bulk 1 is committed by the transaction API (first attempt: no lookup), then version 1 again
+    # by a later attempt and by Delta's own writer, then version 2 by a later attempt
+    outcome = delta_spark.run(commit_facts, path)
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    # Then the first attempt committed, and both repeats of version 1 were skipped: 5 rows, not 10 or 15
+    assert facts["first attempt committed"] is True and facts["rows after the first"] == 5, facts
+    assert facts["later attempt of version 1 committed"] is False, facts
+    assert facts["rows after the repeats"] == 5, facts
+    assert facts["later attempt of version 2 committed"] is True and facts["rows at the end"] == 8, facts
+    # and each is a normal Delta commit: a WRITE (append, partitioned by put_date) with the bulk id as
+    # its user metadata, whose rows and app id version delta-rs reads
+    writes = [(v, meta, params.get("partitionBy")) for v, op, meta, params in facts["history"] if op == "WRITE"]
+    assert writes == [(0, "bulk-1", '["put_date"]'), (1, "bulk-2", '["put_date"]')], facts["history"]
+    table = deltalake.DeltaTable(path)
+    assert table.transaction_version(APP) == 2
+    assert table.metadata().partition_columns == ["put_date"]
+    ids = table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(8))
+
+
+def test_the_bridges_raw_job_called_again_for_its_version_is_skipped_not_written_twice(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given the bridge's job for a raw bulk of 300 landed rows
+    # When it is called, then called again (a retry of the same version)
+    outcome = delta_spark.run(raw_job_called_twice, str(tmp_path / "t"), str(tmp_path / "handoff"))
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    # Then the second call asked the log and was skipped: 300 rows, not 600, with the landed columns
+    assert (facts["first call"], facts["second call"], facts["rows"]) == (True, False, 300), facts
+    assert "identity" in facts["columns"] and "put_date" in facts["columns"], facts
+
+
+def test_a_first_attempt_loses_to_a_fence_of_its_version_that_landed_after_its_transaction_started(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given version 2's first attempt with its transaction started (the app id registered, not looked up)
+    # When a fence of version 2 commits before it (a settle's empty commit) and it then tries to commit
+    outcome = delta_spark.run(fenced_while_writing, str(tmp_path / "t"))
+    assert outcome["ok"], outcome.get("traceback")
+    # Then Delta refuses its commit (a concurrent transaction of the same app id) and its rows are not in
+    assert "ConcurrentTransactionException" in outcome["value"]["error"], outcome["value"]
+    assert outcome["value"]["rows"] == 5, outcome["value"]
+
+
+@pytest.mark.timeout(300)
+def test_readers_polling_meanwhile_only_ever_see_whole_commits(tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given 12 bulks of different sizes committed one after the other by the transaction API, while
+    # Spark (in the writing driver) and delta-rs (in this process) read the table
+    path = tmp_path / "t"
+    stop = tmp_path / "stop"
+    bulks = 12
+    future = delta_spark.submit(commits_read_meanwhile, str(path), bulks, str(stop))
+    seen: list[dict[str, int]] = []
+    deadline = time.monotonic() + 240
+    while not stop.exists():
+        assert time.monotonic() < deadline, "waited 240 s for the 12 commits (the stop file)"
+        if (path / "_delta_log").is_dir():
+            try:
+                frame = deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=["bulk_id"])
+            except Exception:  # the log's first commit being written
+                continue
+            seen.append(dict(collections.Counter(frame.column("bulk_id").to_pylist())))
+        time.sleep(0.05)
+    outcome = future.result(timeout=120)
+    assert outcome["ok"], outcome.get("traceback")
+    # Then every bulk either reader saw was whole: as many rows as the bulk has
+    size = {f"bulk-{n}": 50 + 10 * n for n in range(1, bulks + 1)}
+    spark_seen: list[dict[str, int]] = outcome["value"]["seen"]
+    partial = [(bulk, n) for snapshot in seen + spark_seen for bulk, n in snapshot.items() if n != size[bulk]]
+    assert partial == [], partial[:5]
+    # and both read while the bulks were landing
+    total = sum(size.values())
+    for name, snapshots in (("delta-rs", seen), ("Spark", spark_seen)):
+        assert any(0 < sum(s.values()) < total for s in snapshots), f"{name} saw no table in between"
