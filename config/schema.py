@@ -30,6 +30,7 @@ from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import ledger_problem
 from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
+from mqbridge.config.tables import mixed_format_problems
 from mqbridge.config.types import TypeConfig as TypeConfig  # re-exported for `config.schema` importers
 from mqbridge.config.warehouse import ObjectStoreUri, Warehouse, object_store_problems
 from mqbridge.errors import ConfigError, KeyedError, Loc
@@ -271,6 +272,7 @@ class BridgeConfig(Model):
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         problems.extend(object_store_problems(self.spark, self.types, self.purge.interval, self.compaction))
+        problems.extend(mixed_format_problems(self.spark.table_format, self.types))
         if problems:
             raise KeyedError(problems)
         return self

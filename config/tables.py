@@ -14,7 +14,9 @@ share one table; their rows differ in the `destination` column.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 PLACEHOLDERS = ("source", "destination", "type", "subscription")
 _FIELD = re.compile(r"\{([^{}]*)\}")
@@ -65,3 +67,24 @@ def table_dirs(warehouse: Path, table: str) -> list[Path]:
         return [warehouse / table]
     return sorted(p for p in warehouse.glob(glob_pattern(table))
                   if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def mixed_format_problems(default: str, types: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """One table has one format: types whose (plain) table is the same and whose `table_format` (their
+    own, else `default`, `[spark] table_format`) differs, each pair as a problem at the later type's
+    `table_format`. Templates are left to the maintenance's check of the tables they render."""
+    first: dict[str, tuple[str, str]] = {}
+    problems: list[tuple[tuple[str, ...], str]] = []
+    for name in sorted(types):
+        table = types[name].table or name
+        if is_template(table):
+            continue
+        kind = types[name].table_format or default
+        other, other_kind = first.setdefault(table, (name, kind))
+        if other_kind != kind:
+            problems.append((("types", name, "table_format"),
+                             f'"{kind}", but type {other} lands in the same table {table!r} as "{other_kind}": '
+                             "one table has one format; set [types.X] table_format alike (or give one a table "
+                             "of its own)"))
+    return problems
+
