@@ -11,14 +11,13 @@ only ever see whole commits."""
 
 from __future__ import annotations
 
-import collections
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.delta_tables import JARS
+from tests.support.delta_tables import JARS, bulk_counts_now
 from tests.support.object_stores import DeltaSpark
 
 pytestmark = pytest.mark.integration
@@ -210,12 +209,8 @@ def test_readers_polling_meanwhile_only_ever_see_whole_commits(tmp_path: Path, d
     deadline = time.monotonic() + 240
     while not stop.exists():
         assert time.monotonic() < deadline, "waited 240 s for the 12 commits (the stop file)"
-        if (path / "_delta_log").is_dir():
-            try:
-                frame = deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=["bulk_id"])
-            except Exception:  # the log's first commit being written
-                continue
-            seen.append(dict(collections.Counter(frame.column("bulk_id").to_pylist())))
+        if (counts := bulk_counts_now(path)) is not None:
+            seen.append(counts)
         time.sleep(0.05)
     outcome = future.result(timeout=120)
     assert outcome["ok"], outcome.get("traceback")

@@ -10,7 +10,6 @@ nothing."""
 from __future__ import annotations
 
 import collections
-import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, JARS
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import S3Server, delta_jars
-from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_bridge
+from tests.support.processes import ROOT, run_until_idle, run_until_killed, run_until_said, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -142,20 +141,8 @@ def test_a_wrong_secret_is_an_outage_that_names_the_key_and_loses_nothing(
     bucket = s3_server.new_bucket("secret")
     wrong = "not-the-secret-0123456789abcdefghijklmnop"
     config = s3_config(tmp_path, q, s3_server, bucket, secret=wrong)
-    log = tmp_path / "bridge.log"
     # When it runs: it says which keys to check, within a bounded time
-    with log.open("w") as out_file:
-        proc = mqbridge("run", "--config", str(config), stdout=out_file)
-    try:
-        deadline = time.monotonic() + 180
-        while "refused the credentials" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, ("waited 180 s for the bridge to say the object store refused the "
-                                                 f"credentials; its output:\n{log.read_text()[-4000:]}")
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
-    out = log.read_text()
+    out = run_until_said(config, "refused the credentials", tmp_path / "bridge.log", 180)
     # Then the reason names the keys; every message is still on its queue (an outage is never
     # poison: nothing on the backout queue); no secret in the output
     assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
@@ -199,22 +186,10 @@ def test_an_endpoint_that_accepts_and_never_answers_is_an_outage_named_within_a_
     amq.put_many(q, sent)
     config = s3_config(tmp_path, q, s3_server, "silent-bucket")
     config.write_text(config.read_text().replace(s3_server.endpoint, silent_endpoint))
-    log = tmp_path / "bridge.log"
     # When it runs: within a bounded time it says that the endpoint does not answer
     started = time.monotonic()
-    with log.open("w") as out_file:
-        proc = mqbridge("run", "--config", str(config), stdout=out_file)
-    try:
-        deadline = started + SILENT_BOUND
-        while "does not answer" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, (f"waited {SILENT_BOUND:.0f} s for the bridge to say the endpoint "
-                                                 f"does not answer; its output:\n{log.read_text()[-4000:]}")
-            time.sleep(0.5)
-        print(f"named after {time.monotonic() - started:.0f} s (the bridge's start included)")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(180)
-    out = log.read_text()
+    out = run_until_said(config, "does not answer", tmp_path / "bridge.log", SILENT_BOUND)
+    print(f"named after {time.monotonic() - started:.0f} s (the bridge's start included)")
     # Then the reason names the endpoint and the key; every message is still on its queue (an outage,
     # never poison: nothing on the backout queue); no secret in the output
     assert (f"the object store endpoint {silent_endpoint} does not answer for bucket silent-bucket" in out

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import collections
 import re
-import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,9 +33,9 @@ from tests.support.processes import (
     ROOT,
     landed,
     leftovers,
-    mqbridge,
     run_until_idle,
     run_until_killed,
+    run_until_said,
     stomp_bridge,
     stomp_config,
 )
@@ -208,21 +206,9 @@ def test_spark_connect_without_the_s3a_jars_is_an_outage_naming_them_that_loses_
     config = (stomp_bridge(q, spark=f'remote = "{connect_server.url}"\ntable_format = "delta"\nwriter = "spark"')
               .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3_server.spark_conf())
               .write(tmp_path / "bridge.toml"))
-    log = tmp_path / "bridge.log"
     # When it runs: it says what the server lacks and how to start it, within a bounded time
-    with log.open("w") as out_file:
-        proc = mqbridge("run", "--config", str(config), stdout=out_file,
-                        env_extra={"JAVA_HOME": str(tmp_path / "no-java-here")})
-    try:
-        deadline = time.monotonic() + 180
-        while "S3A connector is not on its class path" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, ("waited 180 s for the bridge to say the Connect server has no S3A "
-                                                 f"connector; its output:\n{log.read_text()[-4000:]}")
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
-    out = log.read_text()
+    out = run_until_said(config, "S3A connector is not on its class path", tmp_path / "bridge.log", 180,
+                         env_extra={"JAVA_HOME": str(tmp_path / "no-java-here")})
     # Then the reason names the jars' command and where the server's settings are documented; every
     # message is still on its queue (an outage, never poison: nothing on the backout queue); no secret
     assert "`mqbridge jars --config <your configuration file> s3`" in out, out[-4000:]

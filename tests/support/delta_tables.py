@@ -34,6 +34,20 @@ def delta_rows(table: Path, column: str = "body") -> collections.Counter[bytes]:
     return collections.Counter(bytes(v) for v in values)
 
 
+
+def bulk_counts_now(table: Path) -> dict[str, int] | None:
+    """The rows of each bulk_id in the Delta table at `table` as delta-rs reads it now (a concurrent
+    reader's view); None while the table has no log, or its first commit is being written."""
+    import deltalake
+
+    if not (table / "_delta_log").is_dir():
+        return None
+    try:
+        frame = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["bulk_id"])
+    except Exception:  # the log's first commit being written
+        return None
+    return dict(collections.Counter(frame.column("bulk_id").to_pylist()))
+
 # --- checks that Spark itself makes, run in the session's Delta-enabled driver -------------------
 # (`DeltaSpark.run(fn, *args)` calls `fn(session, *args)` in the `delta_spark` fixture's child process)
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,28 @@ def output_within(proc: subprocess.Popen[str], timeout: float, waited_for: str) 
         out, _ = proc.communicate()
         raise AssertionError(f"{waited_for} did not happen within {timeout:.0f}s; the bridge's output (last 6000 "
                              f"characters):\n{out[-6000:]}") from None
+    return out
+
+
+def run_until_said(config: Path, said: str, log: Path, timeout: float,
+                   env_extra: dict[str, str] | None = None) -> str:
+    """Run a bridge with its output in `log` until it says `said` (then SIGTERM, and its end waited
+    for); its output. AssertionError after `timeout` seconds, or when it ends first, saying what was
+    waited for, with the end of the output. For outages: a bridge that waits out a sink outage
+    never ends by itself."""
+    with log.open("w") as out_file:
+        proc = mqbridge("run", "--config", str(config), stdout=out_file, env_extra=env_extra)
+    try:
+        deadline = time.monotonic() + timeout
+        while said not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, (f"waited {timeout:.0f} s for the bridge to say {said!r}; its "
+                                                 f"output (last 4000 characters):\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(180)
+    out = log.read_text()
+    assert said in out, f"the bridge ended (exit {proc.returncode}) without saying {said!r}:\n{out[-4000:]}"
     return out
 
 
