@@ -12,14 +12,12 @@ without the S3A jars is an outage of the sink that names them and loses nothing.
 
 from __future__ import annotations
 
-import collections
 import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import deltalake
 import pytest
 
 from mqbridge.landing.delta import session_conf
@@ -171,6 +169,14 @@ def test_a_spark_connect_server_restarted_under_load_loses_nothing(tmp_path: Pat
     assert leftovers(tmp_path / "landing" / "orders") == []
 
 
+def s3_delta_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, spark: str) -> Path:
+    """A bridge landing `queue` with Spark (`spark`: where it runs) into the Delta table `orders` under
+    s3a://<bucket>/wh, with the server's S3A settings."""
+    return (stomp_bridge(queue, spark=f'{spark}\nwriter = "spark"\ntable_format = "delta"')
+            .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3.spark_conf())
+            .write(tmp_path / "bridge.toml"))
+
+
 def test_a_standalone_cluster_lands_into_a_delta_table_on_s3_with_the_drivers_jars_and_settings(
         tmp_path: Path, amq: AmqClient, standalone: SparkStandalone, s3_server: S3Server) -> None:
     # Given a bridge whose driver runs its jobs on the cluster's executors (started without any jar of
@@ -180,16 +186,12 @@ def test_a_standalone_cluster_lands_into_a_delta_table_on_s3_with_the_drivers_ja
     sent = bodies(200, "cls3")
     amq.put_many(q, sent)
     bucket = s3_server.new_bucket("cluster")
-    config = (stomp_bridge(q, spark=f'master = "{standalone.master_url}"\nwriter = "spark"\ntable_format = "delta"\n'
-                                    f'jars_dir = "{ROOT / "jars"}"')
-              .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3_server.spark_conf())
-              .write(tmp_path / "bridge.toml"))
+    config = s3_delta_config(tmp_path, q, s3_server, bucket,
+                             f'master = "{standalone.master_url}"\njars_dir = "{ROOT / "jars"}"')
     # When it runs until its queue is idle
     out = run_until_idle(config)
     # Then every message is in the table once (read by delta-rs over the S3 API), none moved
-    table = deltalake.DeltaTable(f"s3://{bucket}/wh/orders", storage_options=s3_server.storage_options())
-    rows = collections.Counter(bytes(b) for b in table.to_pyarrow_table(columns=["body"]).column("body").to_pylist())
-    result = account(sent, rows)
+    result = account(sent, s3_server.delta_bodies(bucket))
     assert result.clean, f"{result}\n{out[-3000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
     assert s3_server.secret_key not in out
@@ -203,9 +205,7 @@ def test_spark_connect_without_the_s3a_jars_is_an_outage_naming_them_that_loses_
     sent = bodies(30, "cs3")
     amq.put_many(q, sent)
     bucket = s3_server.new_bucket("connect")
-    config = (stomp_bridge(q, spark=f'remote = "{connect_server.url}"\ntable_format = "delta"\nwriter = "spark"')
-              .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **s3_server.spark_conf())
-              .write(tmp_path / "bridge.toml"))
+    config = s3_delta_config(tmp_path, q, s3_server, bucket, f'remote = "{connect_server.url}"')
     # When it runs: it says what the server lacks and how to start it, within a bounded time
     out = run_until_said(config, "S3A connector is not on its class path", tmp_path / "bridge.log", 180,
                          env_extra={"JAVA_HOME": str(tmp_path / "no-java-here")})

@@ -19,6 +19,7 @@ tests/integration/conftest.py), each start of a JVM with the Delta jars costing 
 
 from __future__ import annotations
 
+import collections
 import glob
 import multiprocessing
 import os
@@ -109,6 +110,14 @@ class S3Server:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": S3_REGION, "AWS_ALLOW_HTTP": "true",
                 "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def delta_bodies(self, bucket: str, table: str = "wh/orders") -> collections.Counter[bytes]:
+        """The bodies in the Delta table s3a://<bucket>/<table>, read by delta-rs over the S3 API."""
+        import deltalake
+
+        frame = deltalake.DeltaTable(f"s3://{bucket}/{table}", storage_options=self.storage_options())
+        bodies = frame.to_pyarrow_table(columns=["body"]).column("body").to_pylist()
+        return collections.Counter(bytes(b) for b in bodies)
 
 
 def read_credentials(base: Path = S3_BASE) -> tuple[str, str]:
