@@ -219,7 +219,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                  ledger=landing.ledger if landing is not None else None,
                                  backout_log=backout_log, holding=bridge.holding,
                                  ledger_note="" if landing is not None else NO_LEDGER,
-                                 warehouse=config.resolve_warehouse()).locate
+                                 warehouse=config.tables_warehouse()).locate
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
                spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),
@@ -274,15 +274,16 @@ def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landin
     landing.settle = settle
     if landing.ledger.created:
         by_format: dict[str, list[tuple[str, Path | ObjectStoreUri]]] = {}
+        on_store: dict[str, list[str]] = {}  # format name -> its types, whose tables the rebuild lists
         for name, types in _transactional_types(config).items():
+            if isinstance(warehouse, ObjectStoreUri):  # listed by the rebuild, where an unreachable store is an outage
+                by_format[name], on_store[name] = [], types
+                continue
             table_format = format_named(name)
-            tables: list[tuple[str, Path | ObjectStoreUri]]
-            if isinstance(warehouse, ObjectStoreUri):  # not listed: its types name plain tables (`config.warehouse`)
-                tables = [(table, warehouse / table) for table in sorted({config.types[n].table_name for n in types})]
-            else:
-                tables = [(str(path.relative_to(warehouse)), path)
-                          for path, names in type_tables(warehouse, config.types).items()
-                          if set(types) & set(names) and table_format.holds(path)]
+            tables: list[tuple[str, Path | ObjectStoreUri]] = [
+                (str(path.relative_to(warehouse)), path)
+                for path, names in type_tables(warehouse, config.types).items()
+                if set(types) & set(names) and table_format.holds(path)]
             if tables:
                 by_format[name] = tables
         if not by_format:  # a first start: nothing landed yet that the ledger could miss
@@ -291,6 +292,10 @@ def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landin
 
         def rebuild() -> int:
             try:
+                for name, types in on_store.items():  # plain tables by name, a template's as listed (delta-rs)
+                    store = config.tables_warehouse()
+                    by_format[name] = [(str(path.relative_to(store)), path) for path
+                                       in type_tables(store, {n: config.types[n] for n in types})]
                 return sum(format_named(name).rebuild_ledger(landing.ledger, sessions.get(), tables,
                                                              config.bridge.dedupe_window)
                            for name, tables in by_format.items())

@@ -272,3 +272,25 @@ class KeyedError(ValueError):
     def __init__(self, problems: list[tuple[Loc, str]]) -> None:
         self.problems = problems
         super().__init__("; ".join(".".join(map(str, loc)) + f": {msg}" for loc, msg in problems))
+
+
+def one_line(exc: BaseException) -> str:
+    """`ExceptionClass: first line of its message`, short enough for a header or a log line.
+
+    For a Java exception that py4j did not translate, the root cause's (py4j's own text is only
+    "An error occurred while calling o63.parquet").
+    """
+    name, text = type(exc).__name__, str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            while java.getCause() is not None:
+                java = java.getCause()
+            qualified, _, text = str(java.toString()).partition(": ")
+            name = qualified.rpartition(".")[2]
+        except Exception:  # the JVM may be gone; py4j's text will do
+            name, text = type(exc).__name__, str(exc)
+    lines = text.strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    text = f"{name}: {first}" if first else name
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -27,12 +27,12 @@ from mqbridge.config.collector import CollectorSection
 from mqbridge.config.compaction import CompactionSection
 from mqbridge.config.listener import ListenerConfig, listener_problems  # ListenerConfig: also imported from here
 from mqbridge.config.monitoring import MonitoringSection
-from mqbridge.config.plaintext import ledger_problem
+from mqbridge.config.plaintext import is_loopback, ledger_problem
 from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
 from mqbridge.config.tables import mixed_format_problems
 from mqbridge.config.types import TypeConfig as TypeConfig  # re-exported for `config.schema` importers
-from mqbridge.config.warehouse import ObjectStoreUri, Warehouse, object_store_problems
+from mqbridge.config.warehouse import ObjectStoreUri, Warehouse, delta_rs_options, object_store_problems
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The plugin folders when `[bridge] plugin_dirs` is not set (None); unlike a configured folder,
@@ -125,6 +125,28 @@ def remote_secrets(remote: str) -> list[str]:
     return [value for name, value in _REMOTE_PARAM.findall(remote) if name.strip().lower() in _REMOTE_SECRETS and value]
 
 
+def connect_plaintext_problem(remote: str | None, conf: dict[str, str]) -> str | None:
+    """Why `remote` must not be sent `conf`: the bridge sets every `[spark.conf]` key on the Spark
+    Connect server's session (`mqbridge.landing.session`), so a secret among them (`SECRET_CONF_KEY`:
+    an S3 secret key, a password) would travel in clear to a server that is not this machine's
+    loopback over a channel without TLS (no `use_ssl=true`, no `token`, which implies TLS). None
+    when nothing secret is sent or the channel is safe."""
+    match = _REMOTE.fullmatch(remote) if remote else None
+    if match is None or is_loopback(match[1]):
+        return None
+    params = {name.strip().lower(): value.strip().lower() for name, value in _REMOTE_PARAM.findall(remote or "")}
+    if params.get("use_ssl") == "true" or params.get("token"):
+        return None
+    secret = sorted(key for key in conf if SECRET_CONF_KEY.search(key))
+    if not secret:
+        return None
+    return (f"the Spark Connect server {shown_remote(remote or '')} is not on this machine and the channel has no TLS, "
+            f"but [spark.conf] holds {', '.join(secret)}, which the bridge sets on the server's session: the "
+            "secret would travel in clear; add ;use_ssl=true to the URL (and give the server TLS), configure the "
+            "secret on the server itself instead of here, or set [spark] allow_plaintext_password = true to "
+            "accept the risk")
+
+
 def shown_remote(remote: str) -> str:
     """A Spark Connect URL with its credential parameters replaced by `***`."""
     return _REMOTE_PARAM.sub(
@@ -166,7 +188,9 @@ class SparkSection(Model):
                            "(`scripts/jars.sh` fetches them; the `delta` set under `<jars_dir>/delta`)")
     allow_plaintext_password: bool = Field(default=False, description="Accept S3 keys (fs.s3a.access.key, "
                                            "secret.key, session.token in `conf`) with an http:// endpoint that is not "
-                                           "loopback: the landed messages and the signed requests travel in clear")
+                                           "loopback (the landed messages and the signed requests travel in clear), "
+                                           "and secret `conf` values sent to a Spark Connect `remote` that is not "
+                                           "loopback without TLS (no use_ssl=true or token)")
 
     @property
     def shown(self) -> str:
@@ -192,6 +216,13 @@ class SparkSection(Model):
             raise ValueError(f"{shown_remote(value)!r} is not a Spark Connect URL: write sc://HOST:PORT with no "
                              "spaces, then optional /;name=value parameters (e.g. sc://spark-host:15002/;use_ssl=true)")
         return value
+
+    @model_validator(mode="after")
+    def _check_connect_plaintext(self) -> SparkSection:
+        problem = connect_plaintext_problem(self.remote, self.conf) if not self.allow_plaintext_password else None
+        if problem:
+            raise KeyedError([(("remote",), problem)])
+        return self
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -271,7 +302,7 @@ class BridgeConfig(Model):
                     type_cfg.table = name
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
-        problems.extend(object_store_problems(self.spark, self.types, self.purge.interval, self.compaction))
+        problems.extend(object_store_problems(self.spark, self.types, self.compaction))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
         if problems:
             raise KeyedError(problems)
@@ -301,6 +332,17 @@ class BridgeConfig(Model):
         as written."""
         warehouse = self.spark.warehouse
         return warehouse if isinstance(warehouse, ObjectStoreUri) else self.resolve_path(warehouse)
+
+    def tables_warehouse(self) -> Path | ObjectStoreUri:
+        """The warehouse as the commands and the maintenance read its tables: a directory made
+        absolute, or an object store's URI carrying the delta-rs `storage_options` built from the S3A
+        settings of `[spark] conf` (`config.warehouse.delta_rs_options`). ConfigError naming the key of
+        an unresolved secret among those settings (a command loaded without secrets needs them there)."""
+        warehouse = self.resolve_warehouse()
+        if not isinstance(warehouse, ObjectStoreUri):
+            return warehouse
+        self.require_resolved("spark.conf")
+        return warehouse.with_storage(delta_rs_options(warehouse, self.spark.conf))
 
     def local_warehouse(self, what: str) -> Path:
         """The warehouse directory, for `what` (a command, a feature) that reads or writes it as local

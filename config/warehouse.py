@@ -13,16 +13,21 @@ Hadoop file systems may work, but nothing here tests them.
 
 An object store or HDFS holds only what commits by the table's own transaction: Delta tables
 (`object_store_problems` refuses the rest at load, each naming the fix): Parquet directories are
-published by renames on a local file system, and the purge, the compaction, the catalog, the
-pyarrow writer and table templates still read or list a local warehouse.
+published by renames on a local file system; the pyarrow writer writes local files, and free disk
+space is not measured there. `[spark] catalog = true` registers a Delta table there by its URI (the
+metastore keeps `LOCATION 's3a://…'` as written); the tables a template (`table = "orders_{destination}"`)
+rendered are found by listing the store through delta-rs (`mqbridge.landing.tables`). The purge, the
+compaction, replay, `where`, `tables` and `ledger --verify` / `--abandon` read and maintain Delta
+tables there: Spark through S3A or HDFS, delta-rs with the `StorageOptions` an `ObjectStoreUri`
+carries (`with_storage`, built by `delta_rs_options` from the same `[spark.conf]` S3A keys).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any, Protocol
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Annotated, Any, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, GetCoreSchemaHandler
@@ -30,7 +35,6 @@ from pydantic_core import core_schema
 
 from mqbridge.config.compaction import CompactionSection
 from mqbridge.config.plaintext import is_loopback
-from mqbridge.config.tables import is_template
 from mqbridge.config.types import TypeConfig
 from mqbridge.errors import Loc
 
@@ -49,12 +53,75 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_.=-]+")
 S3A_KEYS = ("access.key", "secret.key", "session.token")
 
 
+class StorageOptions(Mapping[str, str]):
+    """delta-rs's `storage_options` for one object store (`delta_rs_options`): a read-only mapping
+    whose `repr` and `str` name its keys and never show a credential's value (they end up in
+    logs and error messages when an object holding them is printed)."""
+
+    #: The keys whose values are shown as "***".
+    SECRET_KEYS = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._values = dict(values or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'***' if k in self.SECRET_KEYS else repr(v)}" for k, v in sorted(self._values.items()))
+        return f"StorageOptions({shown})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:  # never pickled with the secret (a child process builds its own)
+        raise TypeError("StorageOptions hold credentials: they are not pickled")
+
+
 class ObjectStoreUri(str):
     """A warehouse, or a table in it, on an object store or HDFS: `s3a://bucket/prefix/orders`.
     A `str`, so that Spark, delta-rs and log lines take it as written; `uri / "orders"` is the
-    URI of a table under it. Made by `parse_warehouse`, which checks it."""
+    URI of a table under it. Made by `parse_warehouse`, which checks it.
 
-    __slots__ = ()
+    It may carry the delta-rs `storage_options` of its store (`with_storage`; `/` passes them on to
+    a table's URI), so that a reader given a table's location reaches it as Spark does. They are
+    not part of its text, its `repr`, its equality or a pickle of it."""
+
+    _storage: StorageOptions
+
+    def with_storage(self, options: Mapping[str, str]) -> ObjectStoreUri:
+        """This URI carrying delta-rs `options` (`delta_rs_options`)."""
+        uri = ObjectStoreUri(self)
+        uri._storage = options if isinstance(options, StorageOptions) else StorageOptions(options)
+        return uri
+
+    @property
+    def storage_options(self) -> StorageOptions:
+        """The delta-rs `storage_options` this URI carries (none: empty)."""
+        return getattr(self, "_storage", None) or StorageOptions()
+
+    @property
+    def name(self) -> str:
+        """The last segment of the path (a table's name), as `Path.name`."""
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+    def relative_to(self, other: str | PurePath) -> PurePosixPath:
+        """The path of this URI under `other` (a warehouse), as `Path.relative_to`; ValueError when
+        it is not under it."""
+        base = str(other).rstrip("/") + "/"
+        if not self.startswith(base):
+            raise ValueError(f"{self} is not under {other}")
+        return PurePosixPath(self[len(base):])
+
+    def __reduce__(self) -> Any:  # its text only: the storage options never travel in a pickle
+        return ObjectStoreUri, (str(self),)
 
     @property
     def scheme(self) -> str:
@@ -72,7 +139,9 @@ class ObjectStoreUri(str):
         return self.authority if self.scheme == "s3a" else None
 
     def __truediv__(self, name: str) -> ObjectStoreUri:
-        return ObjectStoreUri(f"{self.rstrip('/')}/{str(name).strip('/')}")
+        uri = ObjectStoreUri(f"{self.rstrip('/')}/{str(name).strip('/')}")
+        storage = getattr(self, "_storage", None)
+        return uri.with_storage(storage) if storage else uri
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
@@ -136,6 +205,8 @@ def _checked_uri(text: str, scheme: str) -> str:
 
 #: `[spark] warehouse`'s type: a directory or an object store's URI (`parse_warehouse`).
 Warehouse = Annotated[Path | ObjectStoreUri, BeforeValidator(parse_warehouse)]
+#: Where a table is: a local directory, or its URI on an object store or HDFS.
+Location: TypeAlias = Path | ObjectStoreUri
 
 
 def s3a_setting(conf: Mapping[str, str], bucket: str | None, name: str) -> str | None:
@@ -172,6 +243,50 @@ def s3a_keys_set(conf: Mapping[str, str], bucket: str | None) -> bool:
     return any(s3a_setting(conf, bucket, key) for key in S3A_KEYS)
 
 
+#: delta-rs's retries and timeouts on S3 (its object store client's own: 10 retries within 180 s), bounded
+#: as the bridge bounds S3A's (`mqbridge.landing.object_stores.S3A_CONF`): a command reading a table on an
+#: endpoint that is down says so within seconds (a closed port: 0.1 s with these, 3 s with delta-rs's own)
+#: rather than after minutes; a request may take a minute (a reader's whole column of a large file).
+DELTA_RS_TIMEOUTS = {"max_retries": "2", "retry_timeout": "60s", "connect_timeout": "15s", "timeout": "60s"}
+
+
+def delta_rs_options(warehouse: ObjectStoreUri, conf: Mapping[str, str]) -> StorageOptions:
+    """delta-rs's `storage_options` for `warehouse` from the S3A settings of `conf` (`[spark] conf`,
+    resolved: the keys come from `${FILE:}`/`${ENV:}` as the driver's do), so that a delta-rs reader
+    reaches the bucket as Spark does: the endpoint (the bucket in its host name unless
+    `fs.s3a.path.style.access`, as S3A sends it), its region, the keys and session token, plain http
+    allowed only for an http endpoint. None for HDFS: delta-rs's client reads the namenode from the
+    URI (and a nameservice from HADOOP_CONF_DIR, as Hadoop does)."""
+    bucket = warehouse.bucket
+    if bucket is None:
+        return StorageOptions()
+    options: dict[str, str] = {}
+    endpoint = (s3a_setting(conf, bucket, "endpoint") or "").strip()
+    path_style = (s3a_setting(conf, bucket, "path.style.access") or "false").strip().lower() == "true"
+    if endpoint:
+        url, tls = s3a_endpoint(conf, bucket)
+        if "://" not in endpoint:
+            url = f"{'https' if tls else 'http'}://{endpoint}"
+        if not path_style:  # virtual-hosted: delta-rs expects the bucket's own endpoint
+            scheme, _, rest = url.partition("://")
+            url = f"{scheme}://{bucket}.{rest}"
+        options["AWS_ENDPOINT_URL"] = url.rstrip("/")
+        if not tls:
+            options["AWS_ALLOW_HTTP"] = "true"
+    options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false" if path_style else "true"
+    region = s3a_setting(conf, bucket, "endpoint.region")
+    if region:
+        options["AWS_REGION"] = region.strip()
+    for s3a, rs in (("access.key", "AWS_ACCESS_KEY_ID"), ("secret.key", "AWS_SECRET_ACCESS_KEY"),
+                    ("session.token", "AWS_SESSION_TOKEN")):
+        value = s3a_setting(conf, bucket, s3a)
+        if value:
+            options[rs] = value
+    if s3a_keys_set(conf, bucket):  # the configured keys only: never the EC2 metadata service
+        options["AWS_EC2_METADATA_DISABLED"] = "true"
+    return StorageOptions({**DELTA_RS_TIMEOUTS, **options})
+
+
 def plaintext_s3_host(conf: Mapping[str, str], bucket: str) -> str | None:
     """The host S3A sends `bucket`'s signed requests to without TLS while keys are configured, or
     None (TLS, no keys, or the AWS endpoint)."""
@@ -189,8 +304,6 @@ class SparkSettings(Protocol):
     @property
     def table_format(self) -> str: ...
     @property
-    def catalog(self) -> bool: ...
-    @property
     def writer(self) -> str: ...
     @property
     def conf(self) -> Mapping[str, str]: ...
@@ -198,11 +311,13 @@ class SparkSettings(Protocol):
     def allow_plaintext_password(self) -> bool: ...
 
 
-def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig], purge_interval: float | None,
+def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig],
                           compaction: CompactionSection) -> list[tuple[Loc, str]]:
-    """What a configuration (`[spark]`, `[types.*]`, `[purge] interval`, `[compaction]`) asks of an
-    object-store or HDFS warehouse that is not supported there, each with its key and fix (nothing
-    for a local warehouse)."""
+    """What a configuration (`[spark]`, `[types.*]`, `[compaction]`) asks of an object-store or HDFS
+    warehouse that is not supported there, each with its key and fix (nothing for a local warehouse).
+    The retention purge, `[purge] interval` and `[compaction] interval` are supported there (Delta's
+    own DELETE, copy, OPTIMIZE and VACUUM through S3A or HDFS), and so are `[spark] catalog` (a Delta
+    table registered by its URI) and table templates (their tables listed on the store)."""
     warehouse = spark.warehouse
     if not isinstance(warehouse, ObjectStoreUri):
         return []
@@ -218,22 +333,9 @@ def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig],
         if type_cfg.table_format == "parquet":
             problems.append((("types", name, "table_format"), f'"parquet" cannot land {where}: Parquet tables are '
                              'published by renames on a local file system; set table_format = "delta"'))
-        if type_cfg.retention is not None:
-            problems.append((("types", name, "retention"), f"the retention purge is {later}: remove it (purge with "
-                             "Spark or delta-rs DELETE and VACUUM meanwhile), or use a local warehouse"))
-        if is_template(type_cfg.table):
-            problems.append((("types", name, "table"), f"a table template is {later}: the tables it rendered are "
-                             "found by listing a local warehouse (a lost ledger's rebuild needs them); name one table"))
-    if purge_interval is not None:
-        problems.append((("purge", "interval"), f"the scheduled purge is {later}: remove [purge] interval"))
-    if compaction.interval is not None:
-        problems.append((("compaction", "interval"), f"the scheduled compaction is {later}: remove [compaction] "
-                         "interval (run Delta's OPTIMIZE with Spark meanwhile)"))
     if compaction.min_free_disk is not None:
-        problems.append((("compaction", "min_free_disk"), f"free space is not measured {where}: remove it"))
-    if spark.catalog:
-        problems.append((("spark", "catalog"), f"registering tables in the catalog is {later}: set catalog = false "
-                         "(readers load the Delta table by its URI)"))
+        problems.append((("compaction", "min_free_disk"), f"free space is not measured {where}: remove it (the "
+                         "store's own quota or the namenode's capacity is the limit there)"))
     if spark.writer != "spark":
         problems.append((("spark", "writer"), f'writer = "{spark.writer}" (pyarrow writes local files) is {later}: '
                          'set writer = "spark"'))

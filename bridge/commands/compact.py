@@ -1,7 +1,8 @@
 """`mqbridge compact`: plan each container of the configured tables (drop, delete, copy-and-drop or
 compact, `mqbridge.maintenance.compaction.planner`) and carry the plans out, by hand; `--dry-run` prints the
 plan per container and changes nothing. Each table by its format (`mqbridge.table_formats`): a Delta
-table is compacted by OPTIMIZE ... ZORDER BY (put_timestamp) and purged by Delta's own commits."""
+table is compacted by OPTIMIZE ... ZORDER BY (put_timestamp) and purged by Delta's own commits, on a
+local disk, an object store or HDFS alike."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
-    warehouse = cfg.local_warehouse("`mqbridge compact`")
+    warehouse = cfg.tables_warehouse()  # a directory, or an object store's or HDFS's URI (Delta tables)
     setup_logging("WARNING")
     found = tables(cfg, args.table)
     if args.table is not None and not found:  # said before Spark starts (seconds)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from mqbridge.commands import shown_path
 from mqbridge.commands.help import parser_help
 from mqbridge.config import load_config
+from mqbridge.config.warehouse import Location
 from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
 
 
@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, secrets=False)
-    if args.verify or args.abandon is not None:  # both read the tables
-        cfg.local_warehouse("`mqbridge ledger --verify`" if args.verify else "`mqbridge ledger --abandon`")
+    if args.verify or args.abandon is not None:  # both read the tables: an object store's keys must resolve
+        cfg.tables_warehouse()
     if cfg.ledger.url is None:
         path = ledger_path(cfg.resolve_path(cfg.bridge.state_dir))
         if not path.exists():
@@ -62,7 +62,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         bulks, sizes = ledger.published_bulks(), ledger.bulk_sizes()
     finally:
         ledger.close()
-    return _verify(bulks, sizes, cfg.local_warehouse("`mqbridge ledger --verify`"))
+    return _verify(bulks, sizes, cfg.tables_warehouse())
 
 
 def _abandon(cfg: Any, bulk_id: str) -> int:
@@ -72,7 +72,7 @@ def _abandon(cfg: Any, bulk_id: str) -> int:
 
     ledger = open_ledger(cfg, owner=owner_id())  # written to: the bulk is forgotten or recorded published
     try:
-        verdict = abandon(ledger, bulk_id, cfg.local_warehouse("`mqbridge ledger --abandon`"))
+        verdict = abandon(ledger, bulk_id, cfg.tables_warehouse())
     finally:
         ledger.close()
     if verdict.action == REFUSE:
@@ -82,7 +82,7 @@ def _abandon(cfg: Any, bulk_id: str) -> int:
     return 0
 
 
-def _verify(bulks: Sequence[Any], sizes: dict[str, int], warehouse: Path) -> int:
+def _verify(bulks: Sequence[Any], sizes: dict[str, int], warehouse: Location) -> int:
     """`--verify`: each published bulk checked by the format of the table it landed in (its
     `verify`: a Parquet bulk's files and their footers, a Delta bulk's rows by bulk_id), format by
     format; with no bulk at all, the default format's check says so. 0 when all hold, else 1."""

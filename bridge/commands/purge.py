@@ -3,18 +3,20 @@ container, by delete, copy-and-drop or drop as the cost model says; `--dry-run` 
 table is purged by its format's purger (`mqbridge.table_formats`): a Delta table's containers are its
 put_date partitions, purged by Delta's own commits; for each, the output says the strategy that ran,
 and what the format says of the table after (for a Delta table the rows left and the version a reader
-can still time-travel to until VACUUM)."""
+can still time-travel to until VACUUM). A warehouse on an object store or HDFS holds Delta tables
+only: purged the same way, through S3A or HDFS."""
 
 from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.commands.endpoint import duration
 from mqbridge.commands.help import parser_help
 from mqbridge.config import load_config
+from mqbridge.config.warehouse import Location
 from mqbridge.errors import ConfigError
 from mqbridge.logsetup import setup_logging
 
@@ -49,7 +51,6 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, secrets=False)
     cfg.require_resolved("spark")  # the session's conf and Connect token; no source or ledger secret
-    cfg.local_warehouse("`mqbridge purge`")  # its containers are read and swapped as local files
     setup_logging("WARNING")
     unknown = sorted(set(args.type or ()) - set(cfg.types))
     if unknown:
@@ -82,7 +83,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_table(purger: TablePurger, path: Path, table: Path, designation: Designation,
+def _purge_table(purger: TablePurger, path: Location, table: PurePath, designation: Designation,
                  args: argparse.Namespace) -> None:
     """Plan one designation of one table, print the plan, and (unless --dry-run) run it."""
     plans = purger.plan(path, designation, args.strategy)

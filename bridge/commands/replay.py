@@ -1,7 +1,8 @@
 """`mqbridge replay`: turn landed rows back into messages on a destination of a configured source,
 read through Spark in `put_timestamp` order, each sent once across kills (`mqbridge.resend.replay`).
 A Delta table is read with Delta Lake (the jars of `[spark] jars_dir` in the command's own driver), as
-of an older version with `--as-of-version` or `--as-of-timestamp` (time travel, until VACUUM)."""
+of an older version with `--as-of-version` or `--as-of-timestamp` (time travel, until VACUUM), from a
+local warehouse, an object store or HDFS."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from mqbridge.resend.replay.identities import AS_LANDED, Reader, Renewal, count_
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
+    from mqbridge.config.warehouse import Location
     from mqbridge.resend.replay import ReplayRow, ReplayTarget
 
 
@@ -118,17 +120,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.logsetup import setup_logging
     from mqbridge.resend.replay import ReplayLedger, Selection, read_rows, replay, replay_target
-    from mqbridge.table_formats import format_of
+    from mqbridge.table_formats import command_session_conf, format_of
 
     cfg = load_config(args.config)  # the source's password: the command connects to the broker
     setup_logging("WARNING")
     if args.batch < 1:
         raise ConfigError(f"--batch {args.batch}: must be 1 or more")
     source_name = _source_of(cfg, args.source)
-    warehouse = cfg.local_warehouse("`mqbridge replay`")
-    table = (warehouse / args.table).resolve()
-    if warehouse.resolve() not in table.parents or not table.is_dir():
-        raise ConfigError(f"--table {args.table}: no such table under the warehouse {warehouse}")
+    warehouse = cfg.tables_warehouse()
+    table = table_under(warehouse, args.table)
     if args.as_of_version is not None and args.as_of_timestamp is not None:
         raise ConfigError("--as-of-version and --as-of-timestamp: give one of them")
     if args.as_of_version is not None and args.as_of_version < 0:
@@ -156,9 +156,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         ledger = ReplayLedger.in_state_dir(state_dir)
         try:
             print(f"starting Spark ({cfg.spark.shown}) to read the rows in put_timestamp order", flush=True)
-            conf = cfg.spark.conf
-            if cfg.spark.remote is None:  # its own driver reads the table: what its format needs (Delta's jars)
-                conf = table_format.session_conf(cfg.resolve_path(cfg.spark.jars_dir), conf)
+            # Its own driver reads the table: what the formats and the store need (Delta's and S3A's jars)
+            conf = command_session_conf(cfg)
             spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
                                          app_name=f"{cfg.spark.app_name}-replay", conf=conf,
                                          secrets=DriverSecrets.of(cfg), state_dir=state_dir)
@@ -174,6 +173,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replay {replay_id}: {report.sent} rows sent now in {report.batches} batches, {report.skipped} sent by "
           f"earlier runs; {rows} rows in {batches} batches in all (replay ledger {ledger.path})")
     return 0
+
+
+def table_under(warehouse: Location, name: str) -> Location:
+    """The table `name` (a type's `table`) under `warehouse`: a directory there, or (on an object store
+    or HDFS) a table its format finds there; ConfigError naming the warehouse otherwise, or when `name`
+    leads out of it."""
+    from mqbridge.table_formats import format_of
+
+    missing = ConfigError(f"--table {name}: no such table under the warehouse {warehouse}")
+    parts = name.replace("\\", "/").split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise missing
+    table = warehouse / name
+    if not format_of(table).holds(table):
+        raise missing
+    return table
 
 
 def _say(line: str) -> None:

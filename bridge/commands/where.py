@@ -20,7 +20,8 @@ from typing import Any
 from mqbridge.commands.endpoint import EndpointError, add_endpoint_options, check_options, endpoint
 from mqbridge.commands.help import parser_help
 from mqbridge.config import BridgeConfig, load_config
-from mqbridge.errors import LedgerError, StatusUnreachableError
+from mqbridge.config.warehouse import Location
+from mqbridge.errors import ConfigError, LedgerError, StatusUnreachableError
 from mqbridge.landing.ledger import Ledger, ledger_path, open_ledger_for_reading, owner_id
 from mqbridge.monitoring.lookup import ask
 from mqbridge.tracing.backout_log import BackoutLog
@@ -95,15 +96,22 @@ def from_files(config: BridgeConfig, key: str, why: str) -> dict[str, Any]:
     no running bridge answered (`why`)."""
     state_dir = config.resolve_path(config.bridge.state_dir)
     ledger, note = _open_ledger(config)
+    tables_note = ""
+    try:  # an object store's URI carrying its delta-rs options: its keys must resolve
+        warehouse: Location | None = config.tables_warehouse()
+    except ConfigError as exc:
+        warehouse, tables_note = None, f"the tables are not read, only the ledger: {exc}"
     try:
         backout_log = BackoutLog.in_state_dir(state_dir)
         doc = Locator(config.listeners, config.bridge.dedupe_window, ledger=ledger, backout_log=backout_log,
-                      ledger_note=note, warehouse=config.resolve_warehouse()).locate(key)
+                      ledger_note=note, warehouse=warehouse).locate(key)
     finally:
         if ledger is not None:
             ledger.close()
     doc["answered_by"] = "the landing ledger and the backout log"
     doc["notes"].insert(0, f"no running bridge was asked, so a message in flight is not seen: {why}")
+    if tables_note:
+        doc["notes"].append(tables_note)
     return doc
 
 

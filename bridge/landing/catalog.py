@@ -24,6 +24,10 @@ every query, so no partition is added, no schema brought along (a new column is 
 commit that added it) and no reader needs `REFRESH TABLE` after a commit, a purge or a compaction. The
 session must have Delta's catalog (the bridge's own driver has, `mqbridge.landing.delta.SESSION_CONF`).
 
+A Delta table on an object store or HDFS is registered by its URI (`LOCATION 's3a://bucket/prefix/orders'`,
+`'hdfs://…'`): the metastore keeps the URI as written, and a reader by name reaches it through its own
+S3A or HDFS settings, as a reader by path does.
+
 What is registered, and how, is the table format's (`mqbridge.table_formats`: `register`,
 `add_partition`, `catalog_partitions`), by what is on disk at the table's location.
 
@@ -42,6 +46,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.landing.catalog_refresh import refresh_swapped
 from mqbridge.table_formats import DEFAULT, format_of
 
@@ -59,10 +64,11 @@ class CatalogRegistrar:
         self._known: dict[str, set[str]] = {}  # table -> put_dates registered by this process
         self.failures = 0
 
-    def register(self, table: str, path: Path, put_dates: Iterable[str]) -> None:
-        """Make `table` (the table under `path`, as its format registers it) and these `put_date`
-        partitions (YYYY-MM-DD) known to the catalog by name."""
-        location = Path(path).absolute()
+    def register(self, table: str, path: Location, put_dates: Iterable[str]) -> None:
+        """Make `table` (the table under `path`, a directory or the URI of a Delta table on an object
+        store or HDFS, as its format registers it) and these `put_date` partitions (YYYY-MM-DD) known
+        to the catalog by name."""
+        location = path if isinstance(path, ObjectStoreUri) else Path(path).absolute()
         with self._lock:
             known = self._known.get(table)
             todo = sorted(set(put_dates) - (known or set()))

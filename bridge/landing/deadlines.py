@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mqbridge.errors import SparkWriteTimeoutError
-from mqbridge.landing.session import is_connect, one_line
+from mqbridge.errors import SparkWriteTimeoutError, one_line
+from mqbridge.landing.session import is_connect
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.landing.delta import commit_options
-from mqbridge.landing.handoff import _java_parts, handoff_file, partitioned
+from mqbridge.landing.handoff import raw_frame
 from mqbridge.landing.ledger import TableTransaction
 
 if TYPE_CHECKING:
@@ -53,15 +53,12 @@ def raw_job(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *
             sort: Sequence[str], writer_options: Mapping[str, str], identity: str, bulk_id: str,
             transaction: TableTransaction | None) -> Callable[[], object]:
     """The job that commits a raw bulk's `rows` into the Delta table at `location` through Delta's
-    transaction API (`write_frame`): the Java Dataset `mqbridge.landing.handoff.raw_write` builds (read
+    transaction API (`write_frame`): the Java Dataset `mqbridge.landing.handoff.raw_frame` builds (read
     from the handoff file, `identity` kept, spread over `tasks` or the file's `groups`, sorted by
     `sort` within each task), calling it commits. The first call for a (table, app id, version) in this
     process is a first attempt (no lookup); any later one for the same asks the log first."""
-    parts = _java_parts(spark, sort, writer_options)
-    path = handoff_file(rows, handoff, 1 if tasks > 1 else groups)
-    jdf = parts.session.read().schema(parts.schema).format("parquet").load(str(path)).drop("_row")
-    jdf = partitioned(jdf.withColumnRenamed("_identity", identity), tasks, groups)
-    jdf = jdf.sortWithinPartitions(sort[0], parts.sort_rest)
+    _, jdf = raw_frame(spark, rows, handoff, tasks=tasks, groups=groups, sort=sort, options=writer_options,
+                       identity=identity)
 
     def commit() -> bool:
         first = True

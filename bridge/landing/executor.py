@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import ObjectStoreUri
-from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError
+from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, one_line
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import tables_of
 from mqbridge.landing.formats import BodyFormat, body_format
@@ -38,7 +38,6 @@ from mqbridge.landing.session import (
     connection_lost,
     is_connect,
     jvm_gone,
-    one_line,
 )
 from mqbridge.landing.writer_choice import arrow_codec
 from mqbridge.landing.writes import BulkWrites, bulk_writes_for
@@ -249,8 +248,7 @@ class SparkExecutor:
             writing.append(table)
             self._write(bulk, rows, table, path, ledger_bulk_id, results)
             landed = [bulk.messages[i] for i in rows if (r := results[i]) is not None and r.ok]
-            if self.catalog is not None and landed and isinstance(path, Path):  # after publication: a name never
-                # shows unlanded rows (no catalog on an object store: `mqbridge.config.warehouse`)
+            if self.catalog is not None and landed:  # after publication: a name never shows unlanded rows
                 self.catalog.register(table, path, {put_date_of(m) for m in landed})
         for twin, first in twins.items():  # landed once, as the first delivery with that identity
             result = results[first]

@@ -1,6 +1,6 @@
 """How a bulk's rows reach Spark: a Parquet file pyarrow writes beside the bulk's staged output,
 which the Spark job reads (`bulk_frame`); for a raw bulk written by an in-process driver, the whole
-job is built from the driver's own Java objects (`raw_write`)."""
+job is built from the driver's own Java objects (`raw_frame`, `raw_write`)."""
 
 from __future__ import annotations
 
@@ -120,34 +120,31 @@ def _java_parts(spark: SparkSession, sort: Sequence[str], options: Mapping[str, 
 
 
 def raw_write(spark: SparkSession, rows: pa.Table, handoff: Path, target: str, *, mode: str, tasks: int,
-              sort: Sequence[str], options: Mapping[str, str], groups: int = 1,
-              identity: str | None = None, table_format: str = "parquet",
-              commit_options: Mapping[str, str] | None = None) -> Callable[[], object]:
-    """The Spark job that writes a raw bulk's `rows` (with their `_row` column) to `target`,
-    partitioned by put_date and sorted by `sort` within each task, built from the in-process
-    driver's Java objects; calling it runs the job. `tasks` > 1: spread over that many tasks by a
-    shuffle (a bulk of more than FILE_BYTES); else one task per row group of the handoff file
-    (`groups`, see `row_groups`). `identity`: the column that keeps each row's identity (a Delta
-    table's), else it is left out; `table_format` and `commit_options`: a Delta table's write and its
-    per-bulk options (the transaction), besides the session's `options`.
+              sort: Sequence[str], options: Mapping[str, str], groups: int = 1) -> Callable[[], object]:
+    """The Spark job that writes a raw bulk's `rows` to the Parquet directory `target` (`raw_frame`),
+    partitioned by put_date with the writer's `options`; calling it runs the job.
 
     The same plan as `bulk_frame` and the DataFrame API would build, in 9 py4j calls instead of
     about 80. Each call's answer must wait for the GIL, which the listener threads keep busy: with
     two Python threads busy, a write of 10,000 rows of 1 KB took 1.97 s through the DataFrame API
     and 1.10 s this way (docs/performance.md)."""
+    parts, jdf = raw_frame(spark, rows, handoff, tasks=tasks, groups=groups, sort=sort, options=options)
+    writer = jdf.write().options(parts.options).partitionBy(parts.partition).mode(mode)
+    return lambda: writer.parquet(target)
+
+
+def raw_frame(spark: SparkSession, rows: pa.Table, handoff: Path, *, tasks: int, groups: int, sort: Sequence[str],
+              options: Mapping[str, str], identity: str | None = None) -> tuple[_JavaParts, Any]:
+    """A raw bulk's `rows` (with their `_row` column) as a Java Dataset of the in-process driver, read
+    from the handoff file, sorted by `sort` within each task, and the session's `_JavaParts` (`options`
+    among them, for the writer). `tasks` > 1: spread over that many tasks by a shuffle (a bulk of more
+    than FILE_BYTES); else one task per row group of the handoff file (`groups`, see `row_groups`).
+    `identity`: the column that keeps each row's identity (a Delta table's), else it is left out."""
     parts = _java_parts(spark, sort, options)
     path = handoff_file(rows, handoff, 1 if tasks > 1 else groups)
     jdf = parts.session.read().schema(parts.schema).format("parquet").load(str(path)).drop("_row")
     jdf = jdf.withColumnRenamed("_identity", identity) if identity else jdf.drop("_identity")
-    jdf = partitioned(jdf, tasks, groups)
-    writer = jdf.sortWithinPartitions(sort[0], parts.sort_rest).write().options(parts.options)
-    writer = writer.partitionBy(parts.partition).mode(mode)
-    if table_format == "parquet":
-        return lambda: writer.parquet(target)
-    for key, value in (commit_options or {}).items():
-        writer = writer.option(key, value)
-    writer = writer.format(table_format)
-    return lambda: writer.save(target)
+    return parts, partitioned(jdf, tasks, groups).sortWithinPartitions(sort[0], parts.sort_rest)
 
 
 def partitioned(df: Any, tasks: int, groups: int) -> Any:

@@ -35,9 +35,8 @@ from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.counters import Counters
-from mqbridge.errors import LedgerUnavailableError, SinkOutageError, StuckBulkError
-from mqbridge.landing.delta import Versions, app_id
-from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
+from mqbridge.errors import LedgerUnavailableError, SinkOutageError, StuckBulkError, one_line
+from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions, app_id
 from mqbridge.landing.publication import (
     discard,
     publish,
@@ -46,7 +45,6 @@ from mqbridge.landing.publication import (
     staging_dir,
     verify_staged,
 )
-from mqbridge.landing.session import one_line
 from mqbridge.landing.stuck import advice
 from mqbridge.landing.tables import table_regex
 from mqbridge.observer import BridgeView, Observer

@@ -9,8 +9,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, StructType
 
-from mqbridge.errors import ConfigError
-from mqbridge.landing.session import one_line
+from mqbridge.errors import ConfigError, one_line
 from mqbridge.message import Bulk, Message
 
 LANDED_COLUMNS = ("msg_id", "correlation_id", "message_type", "source", "destination", "put_timestamp",

@@ -17,10 +17,15 @@ a container writes each type's files with that type's merged schema (`mqbridge.p
 The cost is one directory listing per container and about one footer read per container, whatever
 the number of files. Files an older bridge wrote after dropping a column (before this check existed)
 are not seen if a newer file of their container lacks it.
+
+On an object store or HDFS (Delta tables only) the old schema is the one the table's log keeps, read by
+delta-rs (`store_table_schemas`): no file is listed there, and Delta keeps each column's metadata, the
+declared field among it.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -32,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import ArrayType, MapType, StructField, StructType, TimestampNTZType, TimestampType
 
 from mqbridge.config.ddl import DdlError, ddl_schema
+from mqbridge.config.warehouse import ObjectStoreUri
+from mqbridge.errors import ConfigError
 from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.landing.evolution import Change, Verdict, compare
 from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
@@ -110,7 +117,7 @@ class TableVerdict:
     """The verdict on one table of a type: `old` as written in `file`, `new` as configured now."""
 
     message_type: str
-    table: Path
+    table: Path | ObjectStoreUri
     file: Path
     old: StructType
     new: StructType
@@ -125,11 +132,17 @@ class TableVerdict:
 def schema_verdicts(config: BridgeConfig) -> Iterator[TableVerdict]:
     """The verdict on each typed type's schema against each schema its tables were written with. A
     schema that does not parse is skipped: `check-config` reports it, and Spark refuses it at start.
-    Nothing on an object store or HDFS, whose files this process does not read: there Delta's own
-    schema check refuses a narrowing change at the write."""
-    warehouse = config.resolve_warehouse()
-    if not isinstance(warehouse, Path):
-        return
+    On an object store or HDFS the schemas are those of the Delta tables' logs (`store_table_schemas`);
+    a store that cannot be read now (down, its keys not loaded) is skipped with a warning: the bridge's
+    own start waits for it as for any outage, and Delta refuses a narrowing change at the write."""
+    warehouse: Path | ObjectStoreUri = config.resolve_warehouse()
+    if isinstance(warehouse, ObjectStoreUri):
+        try:
+            warehouse = config.tables_warehouse()
+        except ConfigError as exc:  # a command loaded without secrets: the store's keys are not known
+            log.warning("schema check: the tables on %s are not read (%s)", warehouse, exc)
+            return
+    sharing = collections.Counter(t.table or n for n, t in config.types.items())
     for name, type_config in config.types.items():
         if not type_config.schema_ddl:
             continue
@@ -140,9 +153,46 @@ def schema_verdicts(config: BridgeConfig) -> Iterator[TableVerdict]:
         if str(config.spark.conf.get("spark.sql.timestampType", "")).upper() == "TIMESTAMP_NTZ":
             new = _ntz(new)  # then Spark's parser reads TIMESTAMP as TIMESTAMP_NTZ, and writes it so
         for table in tables_of_type(warehouse, name, type_config.table or name):
-            for text, path in table_schemas(table, name).items():
+            if isinstance(table, ObjectStoreUri):
+                schemas = store_table_schemas(table, new if sharing[type_config.table or name] > 1 else None)
+            else:
+                schemas = table_schemas(table, name)
+            for text, path in schemas.items():
                 old = StructType.fromJson(json.loads(text))
-                yield TableVerdict(name, table, path, old, new, compare(old, new))
+                yield TableVerdict(name, Path(table) if isinstance(table, Path) else table, path, old, new,
+                                   compare(old, new))
+
+
+#: What a verdict on a store's table names as where its schema was read (`TableVerdict.file`).
+DELTA_LOG = Path("_delta_log")
+
+
+def store_table_schemas(table: ObjectStoreUri, shared_by: StructType | None = None) -> dict[str, Path]:
+    """The schema of the Delta table at `table` on an object store or HDFS, as its log keeps it (read by
+    delta-rs with the URI's storage options), its typed columns as declared (`DECLARED`), the landed
+    columns left out: {its JSON: DELTA_LOG}; {} when no table is there yet or it cannot be read now
+    (logged). The log keeps one schema for the table, the union of every type landing there: for a
+    table shared by several types (`shared_by`: the type's schema now) only the columns that type names
+    are compared, so another type's columns are not taken for dropped ones (a column the type dropped
+    is then not refused here: Delta lands NULL in it)."""
+    from mqbridge.landing import delta_read
+
+    try:
+        if not delta_read.is_delta(table):
+            return {}
+        written = StructType.fromJson(json.loads(delta_read.delta_table(table).schema().to_json()))
+    except Exception as exc:  # the store down or refusing: the start's probe says so; nothing to compare
+        log.warning("schema check: the Delta table %s is not read (%s): a refused change is found at the write",
+                    table, delta_read.error_text(exc))
+        return {}
+    names = {f.name.lower() for f in shared_by.fields} if shared_by is not None else None
+    fields = []
+    for f in written.fields:
+        if f.name.lower() in _SKIPPED or (names is not None and f.name.lower() not in names):
+            continue
+        declared = f.metadata.get(DECLARED)
+        fields.append(StructField.fromJson(json.loads(declared)) if isinstance(declared, str) else f)
+    return {StructType(fields).json(): DELTA_LOG} if fields else {}
 
 
 def _ntz(data_type: Any) -> Any:
@@ -161,8 +211,6 @@ def _ntz(data_type: Any) -> Any:
 def check_schemas(config: BridgeConfig) -> None:
     """At start, before any listener connects: log what changed compatibly, and raise
     SchemaEvolutionError (a ConfigError: `run` exits 2) naming every refused change."""
-    from mqbridge.errors import ConfigError
-
     refused: list[str] = []
     for found in schema_verdicts(config):
         refused += [found.refusal(change) for change in found.verdict.refused]

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from mqbridge.config import SparkSection, shown_remote
-from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError
+from mqbridge.errors import SparkUnavailableError, StagingMismatchError, WarehouseInvisibleError, one_line
 from mqbridge.landing import class_archive
 from mqbridge.landing.driver_secrets import DriverSecrets
 from mqbridge.landing.jvm import driver_java_conf, jvm_log_level, launch_driver_gateway
@@ -39,28 +39,6 @@ LOCAL_DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",  # no [Stage …] bars on the terminal of `mqbridge run`
 }
-
-
-def one_line(exc: BaseException) -> str:
-    """`ExceptionClass: first line of its message`, short enough for a header or a log line.
-
-    For a Java exception that py4j did not translate, the root cause's (py4j's own text is only
-    "An error occurred while calling o63.parquet").
-    """
-    name, text = type(exc).__name__, str(exc)
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            while java.getCause() is not None:
-                java = java.getCause()
-            qualified, _, text = str(java.toString()).partition(": ")
-            name = qualified.rpartition(".")[2]
-        except Exception:  # the JVM may be gone; py4j's text will do
-            name, text = type(exc).__name__, str(exc)
-    lines = text.strip().splitlines()
-    first = lines[0].strip() if lines else ""
-    text = f"{name}: {first}" if first else name
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 #: The driver JVM's default time zone (the bridge's timestamps are UTC, as is the session's). Delta Lake

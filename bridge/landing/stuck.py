@@ -29,8 +29,7 @@ then the bulk is forgotten, unless its own commit came first after all.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from mqbridge.config.warehouse import Location
 from mqbridge.errors import StuckBulkError
 from mqbridge.landing.ledger import Ledger
 from mqbridge.landing.verdicts import FORGET, PUBLISHED, REFUSE, Verdict, judge, row_bulk_id
@@ -53,11 +52,11 @@ def advice(error: StuckBulkError, config: str, waiting: str) -> str:
             f"again; or records it published if all are there). Until then {waiting}")
 
 
-def abandon(ledger: Ledger, bulk_id: str, warehouse: Path) -> Verdict:
+def abandon(ledger: Ledger, bulk_id: str, warehouse: Location) -> Verdict:
     """Decide about stuck bulk `bulk_id` and carry the verdict out, as the format of its table says
     (`TableFormat.abandon`: forgotten, or recorded published; refused, nothing changes). Raises
     LedgerError when the bulk names a path outside its table."""
     bulk = next((b for b in ledger.in_progress() if b.bulk_id == bulk_id), None)
     if bulk is None:
         return judge(bulk_id, None, ledger.state_of(bulk_id), alive=False, gone=0, rows=0)
-    return format_of_bulk(Path(warehouse) / bulk.table, bulk).abandon(ledger, bulk, Path(warehouse))
+    return format_of_bulk(warehouse / bulk.table, bulk).abandon(ledger, bulk, warehouse)

@@ -9,6 +9,10 @@ readers skip `_` names). A purge finds a type's tables from these markers, never
 warehouse alone, and restricts its designation to the type's rows (`message_type`) wherever the
 table holds, or may hold, rows of other types.
 
+On an object store or HDFS only Delta tables land, and they keep no marker: a template's tables there
+are the Delta tables whose names it can render, found by listing the warehouse through delta-rs's own
+store client (`delta_read.directories`; no Python file system under pyarrow), as an unmarked local table.
+
 A Spark append without the ledger (`exactly_once = false` with the Spark writer) writes straight
 into the table and publishes nothing, so its tables get no marker: they are treated as tables landed
 before markers existed (`tables_of_type`).
@@ -16,15 +20,18 @@ before markers existed (`tables_of_type`).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import overload
 
 from mqbridge.config import TypeConfig
 from mqbridge.config.tables import glob_pattern, is_template, sanitise
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 
 #: The marker of a table: `{"types": [...]}`, the message types that have landed into it.
 MARKER = "_mqbridge_table.json"
@@ -33,8 +40,11 @@ _VALUE = r"[a-z0-9][a-z0-9_.-]*"
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
 
-def marker_types(table: Path) -> frozenset[str] | None:
-    """The message types `table`'s marker lists, or None when it has no (readable) marker."""
+def marker_types(table: Location) -> frozenset[str] | None:
+    """The message types `table`'s marker lists, or None when it has no (readable) marker (a table on
+    an object store or HDFS never has one: only Delta tables land there, and they keep none)."""
+    if not isinstance(table, Path):
+        return None
     try:
         data = json.loads((table / MARKER).read_text(encoding="utf-8"))
         return frozenset(str(t) for t in data["types"])
@@ -112,7 +122,11 @@ def table_regex(table: str, message_type: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
-def tables_of_type(warehouse: Path, name: str, table: str) -> list[Path]:
+@overload
+def tables_of_type(warehouse: Path, name: str, table: str) -> list[Path]: ...
+@overload
+def tables_of_type(warehouse: Location, name: str, table: str) -> list[Location]: ...
+def tables_of_type(warehouse: Location, name: str, table: str) -> list[Path] | list[Location]:
     """The table directories of type `name` (configured `table`): a plain table's exact path
     (even before it exists); a template's, every directory it can render whose marker lists `name`.
 
@@ -126,7 +140,9 @@ def tables_of_type(warehouse: Path, name: str, table: str) -> list[Path]:
     if not is_template(table):
         return [warehouse / table]
     pattern = table_regex(table, name)
-    found = []
+    if isinstance(warehouse, ObjectStoreUri):
+        return _rendered_on_store(warehouse, table, pattern)
+    found: list[Path] = []
     for path in sorted(warehouse.glob(glob_pattern(table))):
         if not path.is_dir() or any(part.startswith(("_", ".")) for part in path.relative_to(warehouse).parts):
             continue
@@ -138,16 +154,36 @@ def tables_of_type(warehouse: Path, name: str, table: str) -> list[Path]:
     return found
 
 
-def type_tables(warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[Path, list[str]]:
+def _rendered_on_store(warehouse: ObjectStoreUri, table: str, pattern: re.Pattern[str]) -> list[Location]:
+    """The Delta tables on an object store or HDFS that the template `table` rendered (names matching
+    `pattern`): its directories listed level by level by delta-rs (`delta_read.directories`, one listing
+    per level of the template), each taken when it holds a Delta log. No marker there (`marker_types`):
+    a table is the type's by its name, as an unmarked local one."""
+    from mqbridge.landing.delta_read import directories, is_delta
+
+    levels = glob_pattern(table).split("/")
+    found: list[ObjectStoreUri] = [warehouse]
+    for level in levels:
+        found = [parent / child for parent in found for child in directories(parent)
+                 if fnmatch.fnmatchcase(child, level) and not child.startswith(("_", "."))]
+    return [uri for uri in found if pattern.fullmatch(uri.relative_to(warehouse).as_posix()) and is_delta(uri)]
+
+
+@overload
+def type_tables(warehouse: Path, types: Mapping[str, TypeConfig]) -> dict[Path, list[str]]: ...
+@overload
+def type_tables(warehouse: Location, types: Mapping[str, TypeConfig]) -> dict[Location, list[str]]: ...
+def type_tables(warehouse: Location,
+                types: Mapping[str, TypeConfig]) -> dict[Path, list[str]] | dict[Location, list[str]]:
     """Every table directory of the configured `types` (`tables_of_type`), with the types found in it."""
-    found: dict[Path, list[str]] = {}
+    found: dict[Location, list[str]] = {}
     for name, type_cfg in types.items():
         for path in tables_of_type(warehouse, name, type_cfg.table or name):
             found.setdefault(path, []).append(name)
-    return dict(sorted(found.items()))
+    return dict(sorted(found.items(), key=lambda item: str(item[0])))
 
 
-def holders(warehouse: Path, table: Path, types: Mapping[str, TypeConfig]) -> frozenset[str]:
+def holders(warehouse: Location, table: Location, types: Mapping[str, TypeConfig]) -> frozenset[str]:
     """The types whose rows `table` holds or may hold: those its marker lists, and every configured
     type whose table (a template's: any rendering) is this one."""
     name = table.relative_to(warehouse).as_posix()

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.maintenance.compaction.compactor import free_bytes
 from mqbridge.maintenance.compaction.planner import Plan, Policy, decide
@@ -43,7 +44,7 @@ log = logging.getLogger("mqbridge.compaction.rounds")  # the name operators conf
 class TablePlan:
     """The plans of one table's containers, with what the purge needs to carry out its actions."""
 
-    table: Path
+    table: Location
     plans: list[Plan]
     purges: dict[str, tuple[ContainerPlan, Designation]]  # by put_date
     table_format: TableFormat  # whose purger and compaction carry the plans out
@@ -53,7 +54,7 @@ class TablePlan:
 class Done:
     """One container's action carried out."""
 
-    table: Path
+    table: Location
     plan: Plan
     seconds: float
     files_after: int
@@ -74,13 +75,14 @@ class Compaction:
         self._compactions: dict[str, TableCompaction] = {}
 
     @property
-    def warehouse(self) -> Path:
+    def warehouse(self) -> Location:
         return self.factory.warehouse
 
     def low_disk(self) -> bool:
-        """Whether the warehouse's file system has less free space than `min_free_disk`."""
+        """Whether the warehouse's file system has less free space than `min_free_disk` (refused at load
+        for an object store or HDFS, where free space is not measured: `config.warehouse`)."""
         limit = self.settings.min_free_disk
-        return limit is not None and free_bytes(self.warehouse) < limit
+        return limit is not None and free_bytes(Path(self.warehouse)) < limit
 
     def purger(self, table_format: TableFormat) -> TablePurger:
         """The purger of `table_format`'s tables on this session (one per format and round)."""
@@ -99,11 +101,11 @@ class Compaction:
                 counters=self.counters, stop=self.stop)
         return self._compactions[table_format.name]
 
-    def tables(self, only: str | None = None) -> dict[Path, list[str]]:
+    def tables(self, only: str | None = None) -> dict[Location, list[str]]:
         """`tables(self.config, only)`."""
         return tables(self.config, only)
 
-    def plan(self, table: Path, types: list[str], *, low_disk: bool) -> TablePlan:
+    def plan(self, table: Location, types: list[str], *, low_disk: bool) -> TablePlan:
         """Every container of `table` with its plan, oldest first (nothing is changed)."""
         table_format = self.factory.format_of(table)
         purges = self._designated(table, types, table_format)
@@ -142,11 +144,11 @@ class Compaction:
             compaction.finish(table, compacted)
 
     # -- facts -----------------------------------------------------------------------------------
-    def _designated(self, table: Path, types: list[str],
+    def _designated(self, table: Location, types: list[str],
                     table_format: TableFormat) -> dict[str, tuple[ContainerPlan, Designation]]:
         """Per put_date, the purge's count of the rows the types' retention designates."""
         retained = {n: self.config.types[n] for n in types if self.config.types[n].retention is not None}
-        if not retained or not table.is_dir():
+        if not retained or not table_format.holds(table):
             return {}
         from mqbridge.landing.tables import holders
         from mqbridge.maintenance.purge.designation import type_designations
@@ -160,12 +162,12 @@ class Compaction:
         return found
 
 
-def tables(config: BridgeConfig, only: str | None = None) -> dict[Path, list[str]]:
+def tables(config: BridgeConfig, only: str | None = None) -> dict[Location, list[str]]:
     """The tables of the configured types (each with its types); `only`: the one under the warehouse
-    named so. Needs no Spark."""
+    named so (a directory, or an object store's URI). Needs no Spark."""
     from mqbridge.landing.tables import type_tables
 
-    warehouse = config.local_warehouse("the compaction")
+    warehouse = config.tables_warehouse()
     return {p: n for p, n in type_tables(warehouse, config.types).items() if only is None or p == warehouse / only}
 
 

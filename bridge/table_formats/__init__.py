@@ -15,20 +15,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.table_formats import delta, parquet
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, TypeConfig
-    from mqbridge.config.warehouse import ObjectStoreUri
 
 #: Every format, by its name. Parquet, the default, claims any directory no other format claims, so
 #: it is asked last (`format_of`).
 FORMATS: dict[str, TableFormat] = {f.name: f for f in (delta.FORMAT, parquet.FORMAT)}
 DEFAULT = parquet.FORMAT
+#: The format whose bulks its table's own commit publishes: the one an object store or HDFS holds.
+TRANSACTIONAL = delta.FORMAT
 
-__all__ = ["DEFAULT", "FORMATS", "CompactionDone", "TableCompaction", "TableFormat", "TablePurger",
+__all__ = ["DEFAULT", "FORMATS", "TRANSACTIONAL", "CompactionDone", "TableCompaction", "TableFormat", "TablePurger",
            "command_session_conf", "format_for", "format_named", "format_of", "format_of_bulk", "formats_configured",
            "session_conf_for", "type_format"]
 
@@ -42,20 +44,23 @@ def format_named(name: str) -> TableFormat:
             from None
 
 
-def format_of(path: Path) -> TableFormat:
-    """The format of the table on disk at the local directory `path`: the first format that claims
-    it (a directory with a `_delta_log` is a Delta table), else Parquet (also for no directory yet)."""
+def format_of(path: Location) -> TableFormat:
+    """The format of the table at `path`. A local directory: the first format that claims it (a
+    directory with a `_delta_log` is a Delta table), else Parquet (also for no directory yet). On an
+    object store or HDFS, where only a table that commits by its own transaction lands
+    (`config.warehouse`), that format, whether its table is there yet or not (its answers then say so)."""
+    if isinstance(path, ObjectStoreUri):
+        return TRANSACTIONAL
     return next((f for f in FORMATS.values() if f is not DEFAULT and f.holds(Path(path))), DEFAULT)
 
 
-def format_of_bulk(table: Path | ObjectStoreUri, bulk: Any) -> TableFormat:
+def format_of_bulk(table: Location, bulk: Any) -> TableFormat:
     """The format of the table at `table` that the ledger's `bulk` (prepared or published) landed in:
-    the one on a local disk; a bulk its table committed by its own transaction whose table is gone
-    (dropped, moved) or not on a local disk, the transactional format (whose answers then say there is
-    no such table)."""
-    found = format_of(table) if isinstance(table, Path) else DEFAULT
+    the one there (`format_of`); a bulk its table committed by its own transaction whose table is gone
+    (dropped, moved), the transactional format (whose answers then say there is no such table)."""
+    found = format_of(table)
     if found is DEFAULT and getattr(bulk, "transaction", None) is not None:
-        return next(f for f in FORMATS.values() if f.transactional)
+        return TRANSACTIONAL
     return found
 
 
@@ -87,13 +92,19 @@ def formats_configured(types: Mapping[str, TypeConfig], default: str) -> dict[st
 
 
 def command_session_conf(config: BridgeConfig) -> dict[str, str]:
-    """`[spark] conf` for a command's own Spark session (`mqbridge purge`, `compact`): with what the
-    configured formats need (`session_conf_for`), as the bridge's own driver gets it. A Spark Connect
-    server is started with them by its operator: `[spark] conf` as it is."""
+    """`[spark] conf` for a command's own Spark session (`mqbridge purge`, `compact`, `replay`): with
+    what the configured formats need (`session_conf_for`) and what the warehouse's object store or
+    HDFS needs (`mqbridge.landing.object_stores.session_conf`: S3A's jars, credentials provider and
+    timeouts), as the bridge's own driver gets them. A Spark Connect server is started with them by
+    its operator: `[spark] conf` as it is."""
+    from mqbridge.landing.object_stores import session_conf as store_session_conf
+
     section = config.spark
     if section.remote:
         return dict(section.conf)
-    return session_conf_for(config.types, section.table_format, config.resolve_path(section.jars_dir), section.conf)
+    jars_dir = config.resolve_path(section.jars_dir)
+    conf = store_session_conf(config.resolve_warehouse(), section.conf, jars_dir)
+    return session_conf_for(config.types, section.table_format, jars_dir, conf)
 
 
 def session_conf_for(types: Mapping[str, TypeConfig], default: str, jars_dir: Path,

@@ -2,6 +2,10 @@
 named for what it means, so that the landing, the purge, the compaction, replay, `where`, the catalog
 and `ledger --verify` / `--abandon` never ask "is this Delta?" themselves.
 
+Every operation on a table takes its `Location`: a local directory, or its URI on an object store or
+HDFS (`mqbridge.config.warehouse.ObjectStoreUri`, carrying what delta-rs needs to reach it). Which
+formats a store can hold is the configuration's concern (`config.warehouse.object_store_problems`).
+
 An implementation is one module of this package (`parquet`, `delta`; Iceberg would be a third) listed
 in `mqbridge.table_formats.FORMATS`. The Spark-side maintenance objects it hands out (its purger and
 its compaction) are imported when asked for, so that this package can be imported by the landing and
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from mqbridge.config.warehouse import ObjectStoreUri
+    from mqbridge.config.warehouse import Location
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
     from mqbridge.landing.ledger import Ledger, PreparedBulk, PublishedBulk
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 class TablePurger(Protocol):
     """A format's purge of a table's containers (`mqbridge.maintenance.purge.Purger`, `DeltaPurger`)."""
 
-    def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]: ...
+    def plan(self, table: Location, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]: ...
 
     def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]: ...
 
@@ -50,25 +54,25 @@ class TableCompaction(ABC):
     decides on, and the rewrite of one container; the purge's actions run through `TableFormat.purger`."""
 
     @abstractmethod
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
         """Before a table's actions: `TableFormat.recover`."""
 
     @abstractmethod
-    def facts(self, table: Path, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
+    def facts(self, table: Location, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
         """Per put_date, the facts of the table's containers; `designated` per put_date: (rows the
         retention designates, rows of the files holding designated and surviving rows)."""
 
     @abstractmethod
-    def compact(self, table: Path, plan: Plan) -> CompactionDone | None:
+    def compact(self, table: Location, plan: Plan) -> CompactionDone | None:
         """Rewrite the container of `plan` (its small files into fewer, sorted by put_timestamp); None
         when a stop came first."""
 
     @abstractmethod
-    def files_after_purge(self, table: Path, plan: Plan, container: ContainerPlan) -> int:
+    def files_after_purge(self, table: Location, plan: Plan, container: ContainerPlan) -> int:
         """How many data files the container of `plan` has after the purge's action on it."""
 
     @abstractmethod
-    def finish(self, table: Path, compacted: bool) -> None:
+    def finish(self, table: Location, compacted: bool) -> None:
         """After a table's actions (`compacted`: a container was rewritten): the format's clean-up."""
 
 
@@ -88,16 +92,16 @@ class TableFormat(ABC):
 
     # -- what is on disk ---------------------------------------------------------------------
     @abstractmethod
-    def holds(self, path: Path) -> bool:
+    def holds(self, path: Location) -> bool:
         """Whether the local directory `path` is a table of this format."""
 
     @abstractmethod
-    def containers(self, table: Path) -> list[Container]:
+    def containers(self, table: Location) -> list[Container]:
         """Every put_date partition of the table with rows, oldest first (rows, size, files,
         put_timestamp range): what `mqbridge tables` lists."""
 
     @abstractmethod
-    def describe(self, table: Path) -> str:
+    def describe(self, table: Location) -> str:
         """The table's kind in a few words, e.g. "Parquet", "Delta table, version 12"."""
 
     # -- Spark --------------------------------------------------------------------------------
@@ -107,7 +111,7 @@ class TableFormat(ABC):
         `conf` (which wins): nothing for Parquet; Delta's jars, SQL extension and catalog."""
 
     @abstractmethod
-    def read(self, spark: Any, table: Path, *, as_of_version: int | None = None,
+    def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,
              as_of_timestamp: str | None = None) -> Any:
         """The table's rows as a DataFrame, of its newest version or, where the format keeps older
         ones, as of a version or a time; ConfigError where it cannot (no time travel, no reader)."""
@@ -118,40 +122,40 @@ class TableFormat(ABC):
         `as_of_*`), so that a command refuses before it starts Spark."""
 
     @abstractmethod
-    def register(self, spark: Any, name: str, location: Path, put_dates: Iterable[str]) -> None:
+    def register(self, spark: Any, name: str, location: Location, put_dates: Iterable[str]) -> None:
         """Register the table at `location` in the session's catalog as `name` (its partitions among them)."""
 
-    def add_partition(self, spark: Any, name: str, location: Path, put_date: str) -> None:
+    def add_partition(self, spark: Any, name: str, location: Location, put_date: str) -> None:
         """Tell the catalog of a put_date partition that appeared after `register` (`catalog_partitions`)."""
         raise NotImplementedError(f"a {self.name} table's partitions are in its own metadata")
 
     # -- the ledger's bulks in the table -------------------------------------------------------
     @abstractmethod
-    def landing_of(self, table: Path, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
+    def landing_of(self, table: Location, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
         """What the table itself says of a landed message (`mqbridge where`): {} when the ledger's
         answer is all there is (the ledger's files say where its rows are)."""
 
     @abstractmethod
-    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Path) -> int:
+    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Location) -> int:
         """`mqbridge ledger --verify` of the published `bulks` of this format's tables (`sizes`: their
         identities by bulk id): print what was checked and found; 0 when all hold, 1 otherwise."""
 
     @abstractmethod
-    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> Verdict:
+    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Location) -> Verdict:
         """`mqbridge ledger --abandon` of a prepared `bulk` (`mqbridge.landing.stuck`): whether its rows
         are in its table decides (`mqbridge.landing.verdicts`); the verdict carried out. Raises
         LedgerError when the bulk names a path outside its table."""
 
     # -- recovery with Spark (a dead process's bulks; a lost ledger) -----------------------------------
     @abstractmethod
-    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Path | ObjectStoreUri) -> bool:
+    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Location) -> bool:
         """Decide a dead process's prepared `bulk` of the table at `location` by asking the table (a
         transactional format): True when its rows are in it (recorded published), False when not
         (forgotten: its messages land again). A format whose bulks are decided by their files
         (`mqbridge.landing.publication`) raises ValueError: no such bulk reaches it."""
 
     @abstractmethod
-    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Path | ObjectStoreUri]],
+    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Location]],
                        dedupe_window: float) -> int:
         """Adopt into a ledger created at this start the bulks the `tables` ((name, location) pairs)
         hold with rows received within `dedupe_window` seconds; the number of identities learnt (0
@@ -164,12 +168,12 @@ class TableFormat(ABC):
         """The purge of this format's tables on `spark` with the cost model `model`."""
 
     @abstractmethod
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
         """Before a purge of `table`: finish or undo what a killed purge or compaction left (nothing
         where the format's own commits are atomic)."""
 
     @abstractmethod
-    def purge_summary(self, purger: TablePurger, table: Path, vacuum_retention: float) -> list[str]:
+    def purge_summary(self, purger: TablePurger, table: Location, vacuum_retention: float) -> list[str]:
         """What `mqbridge purge` says of a table after its purge, beyond each container's line."""
 
     @abstractmethod

@@ -1,7 +1,9 @@
 """Delta Lake tables (`table_format = "delta"`): each bulk one commit of the table's own log carrying
 the bulk's transaction (`mqbridge.landing.delta`), read back without Spark by delta-rs
 (`mqbridge.landing.delta_read`: `mqbridge tables`, `where`, `ledger --verify`), purged and compacted by
-Delta's own commands (`mqbridge.maintenance.delta`). A directory with a `_delta_log` is one.
+Delta's own commands (`mqbridge.maintenance.delta`). A directory with a `_delta_log` is one. Every
+operation takes a local directory or a table's URI on an object store or HDFS (`Location`: delta-rs
+reaches it with the storage options the URI carries, Spark through S3A or HDFS).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.landing import delta, delta_read
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
-    from mqbridge.config.warehouse import ObjectStoreUri
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
     from mqbridge.landing.ledger import Ledger, PreparedBulk, PublishedBulk
@@ -36,19 +38,20 @@ class DeltaFormat(TableFormat):
     transactional = True
     catalog_partitions = False  # its log holds its partitions and columns
 
-    def holds(self, path: Path) -> bool:
+    def holds(self, path: Location) -> bool:
         return delta.is_delta_table(path)
 
-    def containers(self, table: Path) -> list[Container]:
+    def containers(self, table: Location) -> list[Container]:
         return delta.containers(table)
 
-    def describe(self, table: Path) -> str:
-        return f"Delta table, version {delta.table_version(table)}"
+    def describe(self, table: Location) -> str:
+        version = delta.table_version(table)
+        return f"Delta table, version {version}" if version >= 0 else "Delta table, not created yet"
 
     def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
         return delta.session_conf(jars_dir, conf)
 
-    def read(self, spark: Any, table: Path, *, as_of_version: int | None = None,
+    def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,
              as_of_timestamp: str | None = None) -> Any:
         """The table as one (`format("delta")`): the rows of its newest version, or of an older one
         (time travel reads the rows a purge deleted since, until VACUUM removes that version's files)."""
@@ -71,13 +74,13 @@ class DeltaFormat(TableFormat):
     def check_time_travel(self, table: str) -> None:
         return None  # every version its log and files still hold
 
-    def register(self, spark: Any, name: str, location: Path, put_dates: Iterable[str]) -> None:
+    def register(self, spark: Any, name: str, location: Location, put_dates: Iterable[str]) -> None:
         """`CREATE TABLE ... USING delta LOCATION`: its columns and partitions are in its log, which a
         reader by name reads at every query (the session needs Delta's catalog, `delta.SESSION_CONF`)."""
         location_text = str(location).replace("\\", "\\\\").replace("'", "\\'")
         spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` USING delta LOCATION '{location_text}'")
 
-    def landing_of(self, table: Path, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
+    def landing_of(self, table: Location, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
         """The version that committed the bulk (found in the table's log by the bulk id, around its
         publication), and the put_date of the message's row in the newest version; `in_table` false
         when that row is gone (a purge deleted it: the commit's version still holds it until VACUUM)."""
@@ -108,7 +111,7 @@ class DeltaFormat(TableFormat):
                                    "checkpoint, delta.logRetentionDuration): its version is not known")
         return found
 
-    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Path) -> int:
+    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Location) -> int:
         """Each bulk's rows in the table's newest version (those with its bulk_id, read by delta-rs) are
         as many as its identities. A bulk with fewer, in a table a commit changed rows of since it was
         published (a purge's DELETE or rewrite), is counted apart, not compared; more rows, or fewer
@@ -150,13 +153,10 @@ class DeltaFormat(TableFormat):
             print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found_text}")
         return 1
 
-    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> Verdict:
+    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Location) -> Verdict:
         """Its owner dead, the table's log decides (`mqbridge.landing.stuck`): the bulk's version
         committed, recorded published; not, the version fenced first, then the bulk forgotten unless
         its own commit came first after all; no table at all, forgotten."""
-        import os
-
-        from mqbridge.errors import LedgerError
         from mqbridge.landing.publication import discard, staging_dir
         from mqbridge.landing.verdicts import FORGET, PUBLISHED, Verdict, judge
 
@@ -165,11 +165,7 @@ class DeltaFormat(TableFormat):
             raise ValueError(f"bulk {bulk.bulk_id} has no table transaction")
         if ledger.owner_alive(bulk.owner):
             return judge(bulk.bulk_id, bulk, "prepared", alive=True, gone=0, rows=0)
-        root = Path(os.path.normpath(Path(warehouse).absolute()))
-        table = Path(os.path.normpath(root / bulk.table))
-        if root not in table.parents:  # the ledger is data: no table outside the warehouse
-            raise LedgerError(f"prepared bulk {bulk.bulk_id} of {bulk.owner} names table {bulk.table!r}, which is not "
-                              f"a directory of the warehouse {warehouse}: it is left as it is")
+        table = _table_in(warehouse, bulk)
         if delta_read.is_delta(table):
             before = -1  # a commit of the bulk is one newer than this version
             committed = delta_read.transaction_version(table, transaction.app_id)
@@ -192,17 +188,18 @@ class DeltaFormat(TableFormat):
             verdict = Verdict(FORGET, f"there is no Delta table at {table}: bulk {bulk.bulk_id} never committed; it "
                                       "is forgotten, its messages land when read again")
             ledger.forget(bulk.bulk_id)
-        discard(staging_dir(table, bulk.owner, bulk.bulk_id))
+        if isinstance(table, Path):  # nothing is staged on a store: a bulk is written from its handoff file
+            discard(staging_dir(table, bulk.owner, bulk.bulk_id))
         logging.getLogger("mqbridge.landing.stuck").info("bulk %s abandoned by an operator: %s", bulk.bulk_id,
                                                          verdict.reason)
         return verdict
 
     # -- recovery with Spark ---------------------------------------------------------------------------
-    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Path | ObjectStoreUri) -> bool:
+    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Location) -> bool:
         """The dead process's version in the log, or fenced and forgotten (`mqbridge.landing.delta.settle`)."""
         return delta.settle(ledger, bulk, spark, location)
 
-    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Path | ObjectStoreUri]],
+    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Location]],
                        dedupe_window: float) -> int:
         """Every row carries its identity and bulk id (`mqbridge.landing.delta_ledger.rebuild`)."""
         from mqbridge.landing.delta_ledger import rebuild
@@ -217,10 +214,10 @@ class DeltaFormat(TableFormat):
 
         return DeltaPurger(spark, model, vacuum_retention, counters=counters, stop=stop)
 
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
         return None  # every purge and compaction is one commit of the log: nothing is ever half done
 
-    def purge_summary(self, purger: TablePurger, table: Path, vacuum_retention: float) -> list[str]:
+    def purge_summary(self, purger: TablePurger, table: Location, vacuum_retention: float) -> list[str]:
         """The strategies that ran, the rows left, and the version to time-travel to for the rows the
         purge removed (until VACUUM deletes their files)."""
         from mqbridge.maintenance.delta.purger import DeltaPurger
@@ -248,23 +245,44 @@ class _DeltaTableCompaction(TableCompaction):
     def __init__(self, compaction: DeltaCompaction) -> None:
         self.delta = compaction
 
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
         return None
 
-    def facts(self, table: Path, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
+    def facts(self, table: Location, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
         return self.delta.facts(table, dict(designated))
 
-    def compact(self, table: Path, plan: Plan) -> CompactionDone | None:
+    def compact(self, table: Location, plan: Plan) -> CompactionDone | None:
         done = self.delta.optimize(table, plan.put_date, plan.facts.files, plan.facts.rows)
         return CompactionDone(done.seconds, done.files_after)
 
-    def files_after_purge(self, table: Path, plan: Plan, container: ContainerPlan) -> int:
+    def files_after_purge(self, table: Location, plan: Plan, container: ContainerPlan) -> int:
         # A DELETE leaves the files (deletion vectors or rewritten ones), a copy writes one
         return plan.facts.files if plan.action == "delete" else int(plan.action == "copy")
 
-    def finish(self, table: Path, compacted: bool) -> None:
+    def finish(self, table: Location, compacted: bool) -> None:
         if compacted:
             self.delta.vacuum(table)
+
+
+def _table_in(warehouse: Location, bulk: PreparedBulk) -> Location:
+    """The table of `bulk` under `warehouse`; LedgerError when the ledger names a table outside it (the
+    ledger is data: a table name with '..' or an absolute path is left as it is)."""
+    import os
+
+    from mqbridge.errors import LedgerError
+
+    refused = LedgerError(f"prepared bulk {bulk.bulk_id} of {bulk.owner} names table {bulk.table!r}, which is not "
+                          f"a directory of the warehouse {warehouse}: it is left as it is")
+    if isinstance(warehouse, ObjectStoreUri):
+        parts = bulk.table.split("/")
+        if bulk.table.startswith("/") or not bulk.table or any(p in ("", ".", "..") for p in parts):
+            raise refused
+        return warehouse / bulk.table
+    root = Path(os.path.normpath(Path(warehouse).absolute()))
+    table = Path(os.path.normpath(root / bulk.table))
+    if root not in table.parents:
+        raise refused
+    return table
 
 
 FORMAT = DeltaFormat()

@@ -13,14 +13,14 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
-    from mqbridge.config.warehouse import ObjectStoreUri
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
     from mqbridge.landing.ledger import Ledger, PreparedBulk, PublishedBulk
@@ -34,6 +34,16 @@ log = logging.getLogger("mqbridge.landing.catalog")  # the catalog's messages, b
 stuck_log = logging.getLogger("mqbridge.landing.stuck")  # `ledger --abandon`'s
 
 
+def local(table: Location) -> Path:
+    """`table` as the local directory a Parquet table is; ConfigError for a URI of an object store or HDFS
+    (Parquet tables are published by renames on a local file system: `config.warehouse` refuses them
+    there at load, so this is only reached by a table written there by something else)."""
+    if isinstance(table, ObjectStoreUri):
+        raise ConfigError(f"{table}: a Parquet table is a directory of a local warehouse, not on {table.scheme}:// "
+                          '(only Delta tables land there: table_format = "delta")')
+    return Path(table)
+
+
 class ParquetFormat(TableFormat):
     """A directory of Parquet files per put_date container (see the module docstring)."""
 
@@ -42,23 +52,25 @@ class ParquetFormat(TableFormat):
     transactional = False
     catalog_partitions = True
 
-    def holds(self, path: Path) -> bool:
-        """Any directory: Parquet is the format of a table directory no other format claims."""
-        return Path(path).is_dir()
+    def holds(self, path: Location) -> bool:
+        """Any local directory: Parquet is the format of a table directory no other format claims."""
+        return isinstance(path, Path) and path.is_dir()
 
-    def containers(self, table: Path) -> list[Container]:
+    def containers(self, table: Location) -> list[Container]:
+        table = local(table)
         from mqbridge.landing.containers import containers
 
         return containers(table)
 
-    def describe(self, table: Path) -> str:
+    def describe(self, table: Location) -> str:
         return "Parquet"
 
     def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
         return dict(conf)  # Spark reads and writes Parquet as it is
 
-    def read(self, spark: Any, table: Path, *, as_of_version: int | None = None,
+    def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,
              as_of_timestamp: str | None = None) -> Any:
+        table = local(table)
         if as_of_version is not None or as_of_timestamp is not None:
             self.check_time_travel(str(table))
         return spark.read.parquet(str(table))
@@ -68,26 +80,29 @@ class ParquetFormat(TableFormat):
                           "tables keep older versions to read)")
 
     # -- the catalog ------------------------------------------------------------------------------
-    def register(self, spark: Any, name: str, location: Path, put_dates: Iterable[str]) -> None:
+    def register(self, spark: Any, name: str, location: Location, put_dates: Iterable[str]) -> None:
         """A Parquet table at `location`: Spark infers its columns and `put_date` partitioning from the
         files; its columns brought to those of the rows just landed (`evolve`), then every partition
         already there registered (`RECOVER PARTITIONS`)."""
+        location = local(location)
         spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` USING parquet LOCATION '{quoted(location)}'")
         evolve(spark, name, location, put_dates)  # the schema of the rows just landed
         spark.sql(f"ALTER TABLE `{name}` RECOVER PARTITIONS")  # every put_date already there
 
-    def add_partition(self, spark: Any, name: str, location: Path, put_date: str) -> None:
+    def add_partition(self, spark: Any, name: str, location: Location, put_date: str) -> None:
+        location = local(location)
         spark.sql(f"ALTER TABLE `{name}` ADD IF NOT EXISTS PARTITION (put_date = '{put_date}') "
                   f"LOCATION '{quoted(location / f'put_date={put_date}')}'")
 
     # -- the ledger's bulks -------------------------------------------------------------------------
-    def landing_of(self, table: Path, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
+    def landing_of(self, table: Location, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
         return {}  # the ledger's own record of the bulk's files says where its rows are
 
-    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Path) -> int:
+    def verify(self, bulks: Sequence[Any], sizes: Mapping[str, int], warehouse: Location) -> int:
         """Every file of each published bulk is in place (or a purge or compaction removed it since),
         and each bulk no purge touched since holds one row per identity: its files' Parquet footers,
         or, in containers compacted since, its rows by bulk_id (`mqbridge.maintenance.compaction.verify`)."""
+        warehouse = local(warehouse)
         from mqbridge.maintenance.compaction.verify import compacted_bulks
         from mqbridge.maintenance.engine.swap import PURGE_SLACK
 
@@ -116,11 +131,12 @@ class ParquetFormat(TableFormat):
                 print(f"  {bulk_id}: {sizes.get(bulk_id)} identities, {found}")
         return 1
 
-    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Path) -> Verdict:
+    def abandon(self, ledger: Ledger, bulk: PreparedBulk, warehouse: Location) -> Verdict:
         """Its owner dead and some of its staged files gone (`judge`): none of its rows in the containers
         it was to land in, forgotten (its staged files that are left removed); all of them, recorded
         published; then its staging directory goes. Raises LedgerError when the bulk names a path
         outside its table (`check_bulk_paths`)."""
+        warehouse = local(warehouse)
         from mqbridge.landing.publication import check_bulk_paths, discard, gone_files, staging_dir
         from mqbridge.landing.verdicts import FORGET, PUBLISHED, REFUSE, judge
 
@@ -142,11 +158,11 @@ class ParquetFormat(TableFormat):
         return verdict
 
     # -- recovery with Spark ---------------------------------------------------------------------------
-    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Path | ObjectStoreUri) -> bool:
+    def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Location) -> bool:
         raise ValueError(f"bulk {bulk.bulk_id} of Parquet table {location}: rolled forward or back from its files "
                          "(mqbridge.landing.publication), not settled by the table")
 
-    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Path | ObjectStoreUri]],
+    def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Location]],
                        dedupe_window: float) -> int:
         return 0  # its rows carry no identity: a lost ledger over it stays at-least-once for what landed before
 
@@ -156,15 +172,17 @@ class ParquetFormat(TableFormat):
         """The rewrite engine's swap of a container (`mqbridge.maintenance.purge.Purger`)."""
         from mqbridge.maintenance.purge.purger import Purger
 
-        return Purger(spark, model, counters=counters, stop=stop)
+        # Its plan takes a local Path: a Parquet table is never on a store (`local`)
+        return cast("TablePurger", Purger(spark, model, counters=counters, stop=stop))
 
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
         """Finish or undo the swaps a killed purge or compaction of `table` left (`recover_purges`)."""
+        table = local(table)
         from mqbridge.maintenance.engine.swap import recover_purges
 
         recover_purges(table)
 
-    def purge_summary(self, purger: TablePurger, table: Path, vacuum_retention: float) -> list[str]:
+    def purge_summary(self, purger: TablePurger, table: Location, vacuum_retention: float) -> list[str]:
         return []  # each container's line says it all
 
     def compaction(self, spark: Any, model: CostModel, *, small_file_size: int, target_file_size: int,
@@ -183,10 +201,12 @@ class ParquetCompaction(TableCompaction):
         self.compactor = compactor
         self.small_file_size = small_file_size
 
-    def recover(self, table: Path) -> None:
+    def recover(self, table: Location) -> None:
+        table = local(table)
         self.format.recover(table)
 
-    def facts(self, table: Path, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
+    def facts(self, table: Location, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
+        table = local(table)
         import pyarrow.parquet as pq
 
         from mqbridge.landing.publication import unpublished_bulks
@@ -208,15 +228,16 @@ class ParquetCompaction(TableCompaction):
                                     tuple(unpublished_bulks(table, (p.name for p in files))))
         return facts
 
-    def compact(self, table: Path, plan: Plan) -> CompactionDone | None:
+    def compact(self, table: Location, plan: Plan) -> CompactionDone | None:
+        table = local(table)
         for compacted in self.compactor.run(table, [plan.put_date]):
             return CompactionDone(compacted.seconds, compacted.files_after)
         return None
 
-    def files_after_purge(self, table: Path, plan: Plan, container: ContainerPlan) -> int:
+    def files_after_purge(self, table: Location, plan: Plan, container: ContainerPlan) -> int:
         return len(data_files(container.path))
 
-    def finish(self, table: Path, compacted: bool) -> None:
+    def finish(self, table: Location, compacted: bool) -> None:
         return None
 
 

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mqbridge.config.warehouse import ObjectStoreUri
+from mqbridge.config.warehouse import Location
 from mqbridge.errors import BridgeError, ConfigError
 from mqbridge.identity import listener_scope, scoped
 from mqbridge.maintenance.engine.swap import swap_history, swaps_since
@@ -95,9 +95,9 @@ class Locator:
     holding: Callable[[str], Sequence[Held]] | None = None
     ledger_note: str = ""
     #: The root of the landed tables (`[spark] warehouse`): where a Delta table's bulk is looked up in
-    #: the table itself; None: only what the ledger holds is said; an object store's: the same, and
-    #: the answer says that its table was not read.
-    warehouse: Path | ObjectStoreUri | None = None
+    #: the table itself (a directory, or an object store's or HDFS's URI carrying what delta-rs needs
+    #: to reach it, `BridgeConfig.tables_warehouse`); None: only what the ledger holds is said.
+    warehouse: Location | None = None
 
     def locate(self, key: str) -> dict[str, Any]:
         """The answer for `key`, a JSON-able document: id, state (one of STATES), what each part
@@ -157,20 +157,17 @@ class Locator:
     def _in_table(self, identity: str, bulk: PublishedBulk, notes: list[str]) -> dict[str, Any]:
         """What the table says of a landing (its format's `landing_of`); a table that cannot be read is
         named in the notes, and the ledger's answer stands."""
+        from mqbridge.landing.delta_read import error_text
         from mqbridge.table_formats import format_of_bulk
 
         if self.warehouse is None:
             return {}
         table = self.warehouse / bulk.table
         table_format = format_of_bulk(table, bulk)
-        if isinstance(table, ObjectStoreUri):
-            notes.append(f"the {table_format.title} table {table} is not read (on {table.scheme}://, not supported by "
-                         "this lookup yet): its version and whether a purge removed the row are not said")
-            return {}
         try:
             return table_format.landing_of(table, identity, bulk)
-        except (OSError, ConfigError, ValueError) as exc:
-            notes.append(f"the {table_format.title} table {table} could not be read: {' '.join(str(exc).split())}")
+        except (OSError, ConfigError, ValueError) as exc:  # a store down or refusing: delta-rs's OSError
+            notes.append(f"the {table_format.title} table {table} could not be read: {error_text(exc)}")
         except Exception as exc:  # the format's reader's own errors (delta-rs: a corrupt log, an unsupported feature)
             log.exception("where %r: the %s table %s could not be read", identity, table_format.title, table)
             notes.append(f"the {table_format.title} table {table} could not be read: "

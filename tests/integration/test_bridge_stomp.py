@@ -76,7 +76,10 @@ def test_spark_failure_returns_messages_and_they_land_after_the_fault_clears(
     (tmp_path / "landing").mkdir()
     blocker = tmp_path / "landing" / "orders"
     blocker.write_text("not a directory")
-    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener_toml(q, "orders", threshold=None))
+    # (probes at most 2 s apart, not the default minute: the fault is cleared after the third failed
+    # probe, and the fourth, which succeeds, would otherwise come 8 s later)
+    cfg = make_config(tmp_path, RAW_TYPE.format(name="orders") + listener_toml(q, "orders", threshold=None),
+                      tables={"spark": {"probe_interval_max": "2s"}})
     bridge = build_app(cfg, spark=spark).bridge
     running = RunningBridge(bridge, until_idle=2.0)
 

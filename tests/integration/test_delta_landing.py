@@ -13,8 +13,10 @@ import shutil
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from mqbridge.landing import delta
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, JARS, bulk_counts_now, bulk_counts_until, delta_facts, delta_rows
 from tests.support.exactly_once import account, bodies
@@ -130,6 +132,12 @@ def test_concurrent_readers_only_ever_see_whole_bulks(tmp_path: Path, amq: AmqCl
     # and both readers did read while the bridge was landing (snapshots between the first and last bulk)
     for name, snapshots in (("delta-rs", seen), ("Spark", spark_seen)):
         assert any(0 < sum(s.values()) < len(sent) for s in snapshots), f"{name} saw no table in between"
+    # and the table keeps per-file statistics of the columns a reader skips files by, put_timestamp's
+    # among them (the bridge's containers read them), not of msg_id (delta.STATS_COLUMNS)
+    landed = deltalake.DeltaTable(str(table))
+    assert landed.metadata().configuration.get("delta.dataSkippingStatsColumns") == ",".join(delta.STATS_COLUMNS)
+    stats = pa.table(landed.get_add_actions(flatten=True)).column_names
+    assert "min.put_timestamp" in stats and "min.bulk_id" in stats and "min.msg_id" not in stats, stats
 
 
 def test_a_missing_delta_jar_is_a_start_up_error_naming_the_command_that_fetches_it(tmp_path: Path) -> None:

@@ -255,10 +255,12 @@ def test_errors_per_second_is_the_listener_errors_of_one_control_interval_over_i
             assert proxy.cut() == THREADS
             wait_until(lambda: proxy.accepted >= accepted + THREADS, 5.0, "every thread to reconnect")
 
+        _next_interval(run)
         for cuts in (1, 0, 2):
-            # When, within one control interval, the proxy cuts every connection `cuts` times (each
-            # cut ends every listener thread: 4 errors; they reconnect after their backoff)
-            _next_interval(run)
+            # When, within one control interval (the one that began at the summary line just seen:
+            # the first, or the one after the interval measured last), the proxy cuts every connection
+            # `cuts` times (each cut ends every listener thread: 4 errors; they reconnect after their
+            # backoff)
             _, before = metrics()
             for _ in range(cuts):
                 cut_and_reconnect()

@@ -1,12 +1,12 @@
 """Maintenance beside a dead bridge's prepared bulk, on the real parts (`mqbridge run`, `compact` and
 `ledger` processes, the shared ActiveMQ, local Spark): a bridge killed (SIGKILL) at `after_publish`,
 then `mqbridge compact`, then `mqbridge run --until-idle`: the compaction carries the killed bulk's
-file under its name, the run rolls it forward, every message once, exit 0 (three runs); a purge
+file under its name, the run rolls it forward, every message once, exit 0; a purge
 refuses a container holding such a bulk's files until the bulk is finished; a table two typed types
 share is compacted type by type, so the next start accepts both schemas; and a start-up finding a
 prepared bulk whose staged files are gone holds only that bulk's table (its sinks wait, /healthz names
 the command) while the other table lands, then `mqbridge ledger --abandon` (the command it names)
-forgets the bulk and the running bridge lands its messages exactly once (three runs)."""
+forgets the bulk and the running bridge lands its messages exactly once."""
 
 from __future__ import annotations
 
@@ -83,11 +83,10 @@ def prepared_bulks(state: Path) -> list[Any]:
 
 
 # -- kill at after_publish, then compact, then run ----------------------------------------------
-@pytest.mark.parametrize("attempt", [1, 2, 3])
 def test_a_compaction_after_a_kill_at_after_publish_leaves_the_bulk_to_roll_forward(
-        tmp_path: Path, spark: Any, amq: AmqClient, attempt: int) -> None:
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
     # Given a container of landed files, and a bridge killed after moving its next bulk's file into it
-    q = unique_queue(f"kill-compact-{attempt}")
+    q = unique_queue("kill-compact")
     config = stomp_bridge(q).set("compaction", small_files=2).write(tmp_path / "bridge.toml")
     table = tmp_path / "landing" / "orders"
     first, second = bodies(60, "first"), bodies(50, "second")
@@ -232,12 +231,11 @@ def test_compacting_a_table_two_typed_types_share_keeps_each_types_columns_and_t
 ABANDON = re.compile(r"`(mqbridge ledger --config (\S+) --abandon (\S+))`")
 
 
-@pytest.mark.parametrize("attempt", [1, 2, 3])
 def test_a_bulk_whose_staged_files_are_gone_holds_only_its_table_until_the_named_command_is_run(
-        tmp_path: Path, spark: Any, amq: AmqClient, attempt: int) -> None:
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
     # Given a bridge of two tables killed with a bulk of table `orders` prepared, whose staged files
     # are then lost (its messages were never committed: they are still on their queue)
-    q_orders, q_other = unique_queue(f"gone-orders-{attempt}"), unique_queue(f"gone-other-{attempt}")
+    q_orders, q_other = unique_queue("gone-orders"), unique_queue("gone-other")
     port = free_port()
     config = (stomp_bridge(q_orders, threads=1)
               .set("monitoring", listen=f"127.0.0.1:{port}")

@@ -49,7 +49,7 @@ def qm() -> Iterator[FakeQueueManagerServer]:
 
 
 def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types: str = "orders",
-              type_extra: str = "") -> Any:
+              type_extra: str = "", spark: dict[str, str] | None = None) -> Any:
     body = ""
     for name in types.split():
         body += f"""
@@ -57,7 +57,7 @@ def mq_config(tmp_path: Path, qm: FakeQueueManagerServer, listeners: str, types:
 bulk_size = "2MB"
 bulk_timeout = "1s"
 """ + type_extra
-    return make_config(tmp_path, body + listeners, tables={"sources.qm": fake_mq_source(qm.name)})
+    return make_config(tmp_path, body + listeners, tables={"sources.qm": fake_mq_source(qm.name), "spark": spark or {}})
 
 
 def listener(queue: str, type_: str = "orders", *, threads: int = 1, batch: int = 100, extra: str = "") -> str:
@@ -112,7 +112,10 @@ def test_spark_failure_backs_every_message_out_and_they_land_once_the_fault_clea
     blocker.write_text("not a directory")
     # (one unit holds them all: a backed-out message returns to the head of the queue, so smaller
     # units would get the same first messages again and again)
-    cfg = mq_config(tmp_path, qm, listener("ORDERS", batch=500, extra="backout_threshold = 1000"))
+    # (probes at most 2 s apart, not the default minute: the fault is cleared after the third failed
+    # probe, and the fourth, which succeeds, would otherwise come 8 s later)
+    cfg = mq_config(tmp_path, qm, listener("ORDERS", batch=500, extra="backout_threshold = 1000"),
+                    spark={"probe_interval_max": "2s"})
     bridge = mq_bridge(cfg, spark)
     running = RunningBridge(bridge, until_idle=2.0)
 

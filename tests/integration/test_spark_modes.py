@@ -67,7 +67,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStanda
 def _kill_then_finish(tmp_path: Path, spark: Any, amq: AmqClient, spark_setting: str, tag: str,
                       env_extra: dict[str, str] | None = None) -> str:
     q = unique_queue(f"modes-{tag}")
-    sent = bodies(1500, tag)
+    sent = bodies(600, tag)  # more than the first bulk (killed after its publish): the second run lands the rest
     amq.put_many(q, sent)
     config = stomp_config(tmp_path, q, spark=spark_setting)
     run_until_killed(config, "after_publish", env_extra=env_extra)
@@ -103,7 +103,7 @@ def test_spark_connect_lands_into_a_delta_table_exactly_once_across_a_kill(
         tmp_path: Path, amq: AmqClient, connect_server: SparkConnectServer, failpoint: str) -> None:
     # Given a bridge without a JVM of its own landing into a Delta table through the Connect server
     q = unique_queue(f"modes-delta-{failpoint}")
-    sent = bodies(1500, f"cd-{failpoint}")
+    sent = bodies(600, f"cd-{failpoint}")
     amq.put_many(q, sent)
     config = stomp_config(tmp_path, q, spark=f'remote = "{connect_server.url}"\ntable_format = "delta"')
     env = {"JAVA_HOME": str(tmp_path / "no-java-here")}
@@ -123,7 +123,7 @@ def test_a_standalone_cluster_lands_into_a_delta_table_exactly_once_across_a_kil
     # Given a bridge whose driver runs its jobs on the cluster's executors, landing into a Delta table
     # (the driver hands the Delta jars to the executors)
     q = unique_queue("modes-delta-cluster")
-    sent = bodies(1500, "dc")
+    sent = bodies(600, "dc")
     amq.put_many(q, sent)
     config = stomp_config(tmp_path, q, spark=f'master = "{standalone.master_url}"\nwriter = "spark"\n'
                                              f'table_format = "delta"\njars_dir = "{ROOT / "jars"}"')

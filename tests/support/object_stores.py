@@ -308,3 +308,20 @@ class DeltaSpark:
                 self._call(_stop_session, timeout=120)
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def scheduled_round(spark: Any, config: str, kind: str) -> dict[str, int]:
+    """One round of a bridge's scheduled purge (`kind` "purge") or compaction ("compaction") with the
+    configuration at `config` on `spark` (a `DeltaSpark` child's session: `DeltaSpark.run`), as the
+    bridge runs it on its own driver: the containers it purged, skipped and compacted."""
+    from mqbridge.config import load_config
+    from mqbridge.counters import Counters
+    from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
+    from mqbridge.maintenance.purge import PurgeScheduler
+
+    loaded = load_config(config, secrets=False)
+    counters = Counters()
+    scheduler = PurgeScheduler if kind == "purge" else CompactionScheduler
+    scheduler(loaded, lambda: spark, counters).run_round()
+    return {name: int(counters.total(name))
+            for name in ("purge_containers", "purge_containers_skipped", "compaction_containers")}

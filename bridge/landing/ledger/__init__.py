@@ -13,15 +13,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mqbridge.errors import LedgerError, LedgerUnavailableError
-from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk, TableTransaction
+from mqbridge.landing.ledger.base import (
+    Ledger,
+    LedgerStats,
+    PreparedBulk,
+    PublishedBulk,
+    TableTransaction,
+    Versions,
+    app_id,
+)
 from mqbridge.landing.ledger.owners import owner_alive, owner_id, this_host
 from mqbridge.landing.ledger.sqlite import SqliteLedger, ledger_path
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
 
-__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "TableTransaction", "SqliteLedger", "ledger_path",
-           "open_ledger", "open_ledger_for_reading", "owner_alive", "owner_id", "this_host"]
+__all__ = ["Ledger", "LedgerStats", "PreparedBulk", "PublishedBulk", "TableTransaction", "Versions", "app_id",
+           "SqliteLedger", "ledger_path", "open_ledger", "open_ledger_for_reading", "owner_alive", "owner_id",
+           "this_host"]
 
 
 def open_ledger(config: BridgeConfig, *, owner: str) -> Ledger:

@@ -60,6 +60,26 @@ class TableTransaction:
     version: int
 
 
+def app_id(owner: str) -> str:
+    """The `TableTransaction.app_id` of the bridge process `owner` ("host:pid:create_time"): one per
+    process, so that two bridges writing one table never skip each other's versions."""
+    return f"mqbridge:{owner}"
+
+
+class Versions:
+    """The next `TableTransaction.version` of each table for this process: 1, 2, 3... (the app id is
+    new with every process, so nothing older can be in a table's log under it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
+
+    def next(self, table: str) -> int:
+        with self._lock:
+            self._last[table] = version = self._last.get(table, 0) + 1
+            return version
+
+
 @dataclass(frozen=True)
 class PreparedBulk:
     """A bulk recorded as prepared: its files are staged, none or some already published.

@@ -1,7 +1,10 @@
 """A bulk's rows as the DataFrame Spark writes, whatever the table format: its tasks and files
 (`spread`), its columns (a typed type's parsed ones), its order within each file, and the test
-failpoints of a Spark write (`landed_frame`). Delta's data files are Parquet files too: both
-formats write them with `WRITE_OPTIONS`."""
+failpoints of a Spark write (`landed_frame`). Delta's data files are Parquet files too, but Delta's
+writer keeps only a few writer options (maxRecordsPerFile, compression; Delta 4.4's
+`TransactionalWrite.writeFiles`): `WRITE_OPTIONS` reach a Parquet table's files, not a Delta table's
+(setting them as session Hadoop settings instead measured no gain there: bench/delta_txn_commit.py
+variants q and r)."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.landing.delta import is_delta_table
 from mqbridge.maintenance.compaction.planner import Facts
@@ -43,7 +43,7 @@ ZORDER_CONF = {"spark.databricks.io.skipping.mdc.sortWithinFiles": "true",
 class Optimized:
     """What one partition's OPTIMIZE did."""
 
-    table: Path
+    table: Location
     put_date: str
     seconds: float
     files_before: int
@@ -61,7 +61,7 @@ class DeltaCompaction:
     counters: Counters = field(default_factory=Counters)
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def facts(self, table: Path, designated: dict[str, tuple[int, int]]) -> dict[str, Facts]:
+    def facts(self, table: Location, designated: dict[str, tuple[int, int]]) -> dict[str, Facts]:
         """Per put_date: the data files of the table's current version (how many are small), their
         rows and bytes, and from `designated` (per put_date: the rows the retention designates, the
         rows of the files holding designated and surviving rows). Nothing of a bulk is ever half in a
@@ -84,7 +84,7 @@ class DeltaCompaction:
                                     sum(n for _, n in files), sum(size for size, _ in files), purge[0], purge[1])
         return facts
 
-    def optimize(self, table: Path, put_date: str, files_before: int, rows: int) -> Optimized:
+    def optimize(self, table: Location, put_date: str, files_before: int, rows: int) -> Optimized:
         """OPTIMIZE one partition ordered by put_timestamp (see the module docstring): one commit."""
         start = time.perf_counter()
         before = {key: self.spark.conf.get(key, None) for key in ZORDER_CONF}
@@ -111,7 +111,7 @@ class DeltaCompaction:
         c.observe("compaction_seconds", seconds)
         return Optimized(table, put_date, seconds, files_before, files_before - removed + added)
 
-    def vacuum(self, table: Path) -> None:
+    def vacuum(self, table: Location) -> None:
         """VACUUM the table after its compaction (`[purge] vacuum_retention`)."""
         started = time.perf_counter()
         vacuum(self.spark, table, self.vacuum_retention)

@@ -34,9 +34,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mqbridge import failpoints
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.delta import is_delta_table
@@ -75,7 +76,7 @@ class DeltaRun:
     """One table's purge in the words of `mqbridge purge`: its versions before and after, the rows
     left, and the containers purged by each strategy."""
 
-    table: Path
+    table: Location
     version_before: int
     version_after: int
     rows_left: int
@@ -96,10 +97,10 @@ class DeltaPurger:
     vacuum_retention: float
     counters: Counters = field(default_factory=Counters)
     stop: threading.Event = field(default_factory=threading.Event)
-    _before: dict[Path, int] = field(default_factory=dict)
-    _done: dict[Path, dict[str, int]] = field(default_factory=dict)
+    _before: dict[Location, int] = field(default_factory=dict)
+    _done: dict[Location, dict[str, int]] = field(default_factory=dict)
 
-    def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
+    def plan(self, table: Location, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
         """The partitions of `table` with designated rows, oldest first, each with its estimate; one
         Spark job counts the rows and the designated rows of every file of the current version."""
         from pyspark.errors import AnalysisException
@@ -127,7 +128,9 @@ class DeltaPurger:
             sizes[row["put_date"]] = sizes.get(row["put_date"], 0) + int(row["size"])
         plans: list[ContainerPlan] = []
         for put_date, by_file in sorted(files.items()):
-            plan = DeltaContainerPlan(table, put_date, by_file, Estimate(0.0, 0.0, "none"), sizes[put_date], vectors)
+            # (ContainerPlan's `table` is typed for the Parquet engine's local paths; a Delta plan's may be a URI)
+            plan = DeltaContainerPlan(cast(Path, table), put_date, by_file, Estimate(0.0, 0.0, "none"), sizes[put_date],
+                                      vectors)
             if plan.designated == 0:
                 continue
             rewritten = sum(by_file[f][0] for f in plan.partial)
@@ -139,7 +142,7 @@ class DeltaPurger:
     def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
         """Purge each planned partition, one commit each, yielding its result as it is done; then
         VACUUM each table that a commit changed (`[purge] vacuum_retention`)."""
-        changed: list[Path] = []
+        changed: list[Location] = []
         for plan in plans:
             if self.stop.is_set():
                 break
@@ -161,7 +164,7 @@ class DeltaPurger:
             log.info("purge %s: VACUUM (retain %.0fs) in %.3fs", table.name, self.vacuum_retention,
                      time.perf_counter() - started)
 
-    def summary(self, table: Path) -> DeltaRun:
+    def summary(self, table: Location) -> DeltaRun:
         """The purge runs of `table` so far, with the rows the table holds now (a Spark count)."""
         after = table_version(self.spark, table) if is_delta_table(table) else -1
         rows = self.spark.read.format("delta").load(str(table)).count() if after >= 0 else 0

@@ -5,8 +5,9 @@ version and deletion-vector setting, and VACUUM (the session's settings are the 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
+
+from mqbridge.config.warehouse import Location
 
 log = logging.getLogger("mqbridge.purge.delta")  # the name operators configure
 
@@ -17,24 +18,24 @@ RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 DELTA_DEFAULT_RETENTION = 7 * 86400.0
 
 
-def sql_name(table: Path | str) -> str:
+def sql_name(table: Location | str) -> str:
     """The table at `table` as Spark SQL names it by path: delta.`<path>`."""
     return "delta.`" + str(table).replace("`", "``") + "`"
 
 
-def table_version(spark: Any, table: Path | str) -> int:
+def table_version(spark: Any, table: Location | str) -> int:
     """The current version of the Delta table at `table`."""
     [row] = spark.sql(f"DESCRIBE HISTORY {sql_name(table)} LIMIT 1").select("version").collect()
     return int(row["version"])
 
 
-def deletion_vectors(spark: Any, table: Path | str) -> bool:
+def deletion_vectors(spark: Any, table: Location | str) -> bool:
     """Whether DELETE writes deletion vectors into the table (`delta.enableDeletionVectors`)."""
     [row] = spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").select("properties").collect()
     return str((row["properties"] or {}).get("delta.enableDeletionVectors", "false")).lower() == "true"
 
 
-def vacuum(spark: Any, table: Path | str, retention: float) -> None:
+def vacuum(spark: Any, table: Location | str, retention: float) -> None:
     """VACUUM the table: the files commits removed more than `retention` seconds ago are deleted from
     the storage (time travel to the versions that read them ends). Below Delta's own 7-day default the
     safety check is turned off for this command only: the operator configured the retention."""

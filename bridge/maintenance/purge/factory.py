@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.landing.tables import holders, type_tables
 from mqbridge.maintenance.engine.costs import CostModel
@@ -34,15 +34,19 @@ class PurgeFactory:
                                             copy_row_seconds=p.copy_row_seconds,
                                             container_seconds=p.container_seconds,
                                             compact_row_seconds=config.compaction.compact_row_seconds)
-        # The purge reads and swaps local files (an object store's warehouse refuses retention at load).
-        self.warehouse = config.local_warehouse("the purge")
+        # A directory, or an object store's or HDFS's URI (its Delta tables purged by Delta's own commits).
+        self.warehouse: Location = config.tables_warehouse()
 
-    def format_of(self, table: Path) -> TableFormat:
+    def format_of(self, table: Location) -> TableFormat:
         """The format of `table` (a table of the configured types) as the types landing there say
         (`format_for`: ConfigError when they say different ones)."""
         return format_for(self.config, type_tables(self.warehouse, self.config.types).get(table, []))
 
-    def purger_for(self, table: Path, spark: Any, *, counters: Counters | None = None,
+    def holds(self, table: Location) -> bool:
+        """Whether a table of its configured format is at `table` (nothing to purge otherwise)."""
+        return self.format_of(table).holds(table)
+
+    def purger_for(self, table: Location, spark: Any, *, counters: Counters | None = None,
                    stop: threading.Event | None = None) -> TablePurger:
         """The purger of `table`, its format's (`TableFormat.purger`: the rewrite engine's swap of
         Parquet containers, Delta's own commands), with this configuration's cost model."""
@@ -51,7 +55,7 @@ class PurgeFactory:
                                             stop=stop if stop is not None else threading.Event())
 
     def designations(self, types: Mapping[str, TypeConfig], ages: Mapping[str, float | None], *,
-                     now: datetime, where: str | None = None) -> Iterator[tuple[Path, list[Designation]]]:
+                     now: datetime, where: str | None = None) -> Iterator[tuple[Location, list[Designation]]]:
         """Each table `types` land in, with the designations that purge it (`type_designations`):
         each type at its own age, and only its own rows where other types land too. Lazily, table by
         table: a table's markers are read when it is reached."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.maintenance.engine.scheduler import RoundScheduler
 from mqbridge.maintenance.purge.designation import Designation
@@ -68,8 +68,8 @@ class PurgeScheduler(RoundScheduler):
                     return
                 self._purge_table(purger, table, designation)
 
-    def _purge_table(self, purger: TablePurger, table: Path, designation: Designation) -> None:
-        if not table.is_dir():
+    def _purge_table(self, purger: TablePurger, table: Location, designation: Designation) -> None:
+        if not self.factory.holds(table):  # a local directory, or a table on an object store or HDFS
             return
         plans = []
         for plan in purger.plan(table, designation):

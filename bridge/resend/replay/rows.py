@@ -13,8 +13,9 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
+
+from mqbridge.config.warehouse import Location
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def provenance(row: ReplayRow, replay_id: str, separator: str) -> dict[str, str]
     return {f"mqbridge_{n}".replace("_", separator): v for n, v in zip(names, values, strict=True) if v is not None}
 
 
-def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayRow]:
+def read_rows(spark: Any, table: Location, selection: Selection) -> Iterator[ReplayRow]:
     """The rows of `table` that `selection` designates, oldest `put_timestamp` first (ties: by bulk,
     message id and body, so that every run of the same replay sees the same order), streamed to
     the driver a partition at a time."""
@@ -84,7 +85,7 @@ def read_rows(spark: Any, table: Path, selection: Selection) -> Iterator[ReplayR
                         put_timestamp=row.put_timestamp, headers=dict(row.headers or {}))
 
 
-def _table_frame(spark: Any, table: Path, selection: Selection) -> Any:
+def _table_frame(spark: Any, table: Location, selection: Selection) -> Any:
     """The rows of `table` as its format reads them, at the selection's version or time if any
     (ConfigError where the format keeps no older versions, or the session cannot read it)."""
     from mqbridge.table_formats import format_of

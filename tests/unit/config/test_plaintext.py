@@ -134,3 +134,26 @@ def test_the_note_is_logged_once_when_the_bridge_starts(caplog: pytest.LogCaptur
     notes = [r.getMessage() for r in caplog.records if "travels without TLS" in r.getMessage()]
     assert notes == ["sources.amq.password: the STOMP passcode travels without TLS to 127.0.0.1 (a loopback address: "
                      "it does not leave this machine)"]
+
+
+def connect(remote: str, extra: str = "") -> str:
+    return (f'{stomp("127.0.0.1")}\n[spark]\nremote = "{remote}"\n{extra}'
+            '[spark.conf]\n"spark.hadoop.fs.s3a.secret.key" = "${ENV:PW}"\n')
+
+
+def test_a_secret_spark_setting_to_a_connect_server_elsewhere_without_tls_is_refused_unless_allowed() -> None:
+    # Given a Spark Connect server on another host without TLS, and an S3 secret key among the [spark.conf]
+    # settings the bridge sets on its session
+    message = refused(connect("sc://spark-host:15002"))
+    # Then the configuration is refused naming the key, the server and the ways out
+    assert "spark.remote" in message and "spark.hadoop.fs.s3a.secret.key" in message
+    assert "sc://spark-host:15002" in message and "use_ssl=true" in message and "allow_plaintext_password" in message
+    # And accepted with TLS (use_ssl, or a token, which implies it), on loopback, or when allowed
+    for ok in (connect("sc://spark-host:15002/;use_ssl=true"), connect("sc://spark-host:15002/;token=${ENV:PW}"),
+               connect("sc://127.0.0.1:15002"), connect("sc://spark-host:15002", "allow_plaintext_password = true\n")):
+        assert parse(ok).spark.remote is not None
+
+
+def test_a_connect_server_elsewhere_without_tls_is_accepted_when_no_setting_is_secret() -> None:
+    assert parse(f'{stomp("127.0.0.1")}\n[spark]\nremote = "sc://spark-host:15002"\n'
+                 '[spark.conf]\n"spark.sql.shuffle.partitions" = "4"\n').spark.remote == "sc://spark-host:15002"

@@ -1,18 +1,23 @@
 """`[spark] warehouse` as a directory or an object store's URI (config.warehouse): `s3a://` and
 `hdfs://` kept as written (never folded into a Path), other schemes refused naming what is supported,
 credentials in the URI refused without repeating them; on an object store or HDFS, what only a local
-warehouse supports is refused at load naming its key and fix (parquet, retention, the scheduled purge
-and compaction, the catalog, the pyarrow writer, table templates); S3 keys to an http:// endpoint that
-is not loopback refused unless allowed; commands that read a local warehouse say so in one line."""
+warehouse supports is refused at load naming its key and fix (parquet, `[compaction] min_free_disk`, the
+pyarrow writer) while the retention purge, the scheduled purge and compaction, `[spark] catalog` (a
+Delta table registered by its URI) and table templates (their tables listed on the store) are
+accepted; S3 keys to an http:// endpoint that is not loopback refused unless allowed; delta-rs's
+storage options built from the S3A settings (endpoint, path style, keys, plain http), which never show
+a credential in their repr or str or travel in a pickle of the URI carrying them."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 
 from mqbridge.config import BridgeConfig, SparkSection, plaintext_notes
-from mqbridge.config.warehouse import ObjectStoreUri, parse_warehouse
+from mqbridge.config.loader import parse_config
+from mqbridge.config.warehouse import DELTA_RS_TIMEOUTS, ObjectStoreUri, delta_rs_options, parse_warehouse
 from mqbridge.errors import ConfigError
 from tests.unit.config.texts import LISTENER, SOURCE, error, parse
 
@@ -117,22 +122,39 @@ def test_a_type_of_its_own_delta_format_lands_on_an_object_store() -> None:
 
 
 @pytest.mark.parametrize(("text", "key", "said"), [
-    (config(types='[types.orders]\nretention = "30d"\n'), "types.orders.retention",
-     "the retention purge is not supported on s3a://"),
-    (config(extra='[purge]\ninterval = "1h"\n'), "purge.interval", "the scheduled purge is not supported"),
-    (config(extra='[compaction]\ninterval = "1h"\n'), "compaction.interval",
-     "the scheduled compaction is not supported"),
     (config(extra='[compaction]\nmin_free_disk = "1GB"\n'), "compaction.min_free_disk", "free space is not measured"),
-    (config(spark=S3 + "catalog = true\n"), "spark.catalog", "registering tables in the catalog is not supported"),
     (config(spark=S3 + 'writer = "arrow"\n'), "spark.writer", 'writer = "arrow" (pyarrow writes local files)'),
     (config(spark=S3 + 'writer = "auto"\n'), "spark.writer", 'writer = "auto"'),
-    (config(types='[types.orders]\ntable = "{destination}"\n'), "types.orders.table",
-     "a table template is not supported on s3a://"),
 ])
 def test_what_only_a_local_warehouse_supports_is_refused_naming_its_key(text: str, key: str, said: str) -> None:
     message = problems(text)
     assert f"{key}: {said}" in message, message
     assert "not supported" in message or "not measured" in message
+
+
+@pytest.mark.parametrize("warehouse", ["s3a://landing-bucket/mqbridge", "hdfs://namenode:8020/landing"])
+def test_the_retention_purge_and_the_scheduled_purge_and_compaction_are_accepted_on_an_object_store(
+        warehouse: str) -> None:
+    cfg = parse(config(spark=f'[spark]\nwarehouse = "{warehouse}"\ntable_format = "delta"\n',
+                       types='[types.orders]\nretention = "30d"\n',
+                       extra='[purge]\ninterval = "1h"\n[compaction]\ninterval = "1h"\n'))
+    assert cfg.types["orders"].retention == 30 * 86400.0
+    assert cfg.purge.interval == 3600.0 and cfg.compaction.interval == 3600.0
+
+
+@pytest.mark.parametrize("warehouse", ["s3a://landing-bucket/mqbridge", "hdfs://namenode:8020/landing"])
+def test_the_catalog_is_accepted_on_an_object_store_or_hdfs(warehouse: str) -> None:
+    # A Delta table there is registered by its URI (CREATE TABLE ... USING delta LOCATION 's3a://...')
+    cfg = parse(config(spark=f'[spark]\nwarehouse = "{warehouse}"\ntable_format = "delta"\ncatalog = true\n'))
+    assert cfg.spark.catalog
+
+
+@pytest.mark.parametrize("warehouse", ["s3a://landing-bucket/mqbridge", "hdfs://namenode:8020/landing"])
+def test_a_table_template_is_accepted_on_an_object_store_or_hdfs(warehouse: str) -> None:
+    # The tables it rendered are listed on the store by delta-rs (mqbridge.landing.tables)
+    cfg = parse(config(spark=f'[spark]\nwarehouse = "{warehouse}"\ntable_format = "delta"\n',
+                       types='[types.orders]\ntable = "orders_{destination}"\n'))
+    assert cfg.types["orders"].table == "orders_{destination}"
 
 
 def test_the_same_settings_stay_accepted_on_a_local_warehouse() -> None:
@@ -185,3 +207,72 @@ def test_allowed_plaintext_keys_are_accepted_and_noted_at_start() -> None:
     loopback = parse(s3_conf("http://127.0.0.1:9000"), {"S3_SECRET": SECRET})
     assert any("(a loopback address: it does not leave this machine)" in n for n in plaintext_notes(loopback))
     assert not any(SECRET in n for n in notes)
+
+
+# -- delta-rs's storage options from the S3A settings ---------------------------------------------
+def s3a(**settings: str) -> dict[str, str]:
+    return {f"spark.hadoop.fs.s3a.{k.replace('_', '.')}": v for k, v in settings.items()}
+
+
+def test_storage_options_follow_the_s3a_settings_of_a_path_style_http_endpoint() -> None:
+    uri = ObjectStoreUri("s3a://landing-bucket/mqbridge")
+    options = delta_rs_options(uri, {**s3a(endpoint="http://127.0.0.1:9000", access_key="AKIDEXAMPLE"),
+                                     "spark.hadoop.fs.s3a.secret.key": SECRET,
+                                     "spark.hadoop.fs.s3a.path.style.access": "true",
+                                     "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1"})
+    assert dict(options) == {**DELTA_RS_TIMEOUTS, "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+                             "AWS_ALLOW_HTTP": "true", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+                             "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+                             "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def test_storage_options_of_a_virtual_hosted_tls_endpoint_and_a_bucket_of_its_own() -> None:
+    uri = ObjectStoreUri("s3a://landing-bucket/mqbridge")
+    conf = {**s3a(endpoint="minio.example:9000", access_key="GENERAL"),
+            "spark.hadoop.fs.s3a.bucket.landing-bucket.access.key": "OWN",
+            "spark.hadoop.fs.s3a.bucket.landing-bucket.session.token": "token-0123"}
+    options = delta_rs_options(uri, conf)
+    assert options["AWS_ENDPOINT_URL"] == "https://landing-bucket.minio.example:9000"  # the bucket's own host
+    assert options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "true" and "AWS_ALLOW_HTTP" not in options
+    assert options["AWS_ACCESS_KEY_ID"] == "OWN" and options["AWS_SESSION_TOKEN"] == "token-0123"
+    plain = delta_rs_options(uri, {**s3a(endpoint="minio.example:9000"),
+                                   "spark.hadoop.fs.s3a.connection.ssl.enabled": "false"})
+    assert plain["AWS_ENDPOINT_URL"] == "http://landing-bucket.minio.example:9000" and plain["AWS_ALLOW_HTTP"] == "true"
+    assert "AWS_EC2_METADATA_DISABLED" not in plain  # no keys: delta-rs's own chain, as S3A's
+
+
+def test_aws_itself_and_hdfs_need_no_endpoint() -> None:
+    aws = delta_rs_options(ObjectStoreUri("s3a://landing-bucket/p"), {})
+    assert "AWS_ENDPOINT_URL" not in aws and aws["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "true"
+    assert dict(delta_rs_options(ObjectStoreUri("hdfs://namenode:8020/landing"), s3a(endpoint="x"))) == {}
+
+
+def test_storage_options_never_show_or_pickle_a_credential() -> None:
+    uri = ObjectStoreUri("s3a://landing-bucket/mqbridge")
+    options = delta_rs_options(uri, {**s3a(endpoint="http://127.0.0.1:9000", access_key="AKIDEXAMPLE",
+                                           session_token="token-0123"), "spark.hadoop.fs.s3a.secret.key": SECRET,
+                                     "spark.hadoop.fs.s3a.path.style.access": "true"})
+    table = uri.with_storage(options) / "orders"
+    assert table == "s3a://landing-bucket/mqbridge/orders" and table.storage_options == options
+    for shown in (repr(options), str(options), repr(table), str(table), f"{table}", repr(table.storage_options)):
+        assert SECRET not in shown and "AKIDEXAMPLE" not in shown and "token-0123" not in shown, shown
+    assert "AWS_SECRET_ACCESS_KEY=***" in repr(options) and "http://127.0.0.1:9000" in repr(options)
+    copied = pickle.loads(pickle.dumps(table))
+    assert copied == table and dict(copied.storage_options) == {}
+    with pytest.raises(TypeError, match="not pickled"):
+        pickle.dumps(options)
+
+
+def test_the_tables_warehouse_carries_the_options_and_names_an_unresolved_secret() -> None:
+    text = config(spark=S3 + '[spark.conf]\n"spark.hadoop.fs.s3a.endpoint" = "http://127.0.0.1:9000"\n'
+                  '"spark.hadoop.fs.s3a.access.key" = "AKIDEXAMPLE"\n'
+                  '"spark.hadoop.fs.s3a.secret.key" = "${ENV:S3_SECRET}"\n')
+    warehouse = parse(text, {"S3_SECRET": SECRET}).tables_warehouse()
+    assert isinstance(warehouse, ObjectStoreUri) and warehouse == "s3a://landing-bucket/mqbridge"
+    assert (warehouse / "orders").storage_options["AWS_SECRET_ACCESS_KEY"] == SECRET
+    unresolved = parse_config(text, "demo.toml", env={}, secrets=False)
+    with pytest.raises(ConfigError, match="spark.conf") as info:
+        unresolved.tables_warehouse()
+    assert SECRET not in str(info.value)
+    local = parse(config(spark='[spark]\nwarehouse = "data/landing"\n'))
+    assert local.tables_warehouse() == Path.cwd() / "data" / "landing"

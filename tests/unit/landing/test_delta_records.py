@@ -17,7 +17,7 @@ from mqbridge.counters import Counters
 from mqbridge.errors import ConfigError, LedgerUnavailableError, SinkOutageError
 from mqbridge.landing import delta
 from mqbridge.landing.landing import Landing
-from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
+from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions
 from mqbridge.landing.publication import recover, roll_forward
 
 
@@ -60,7 +60,7 @@ def test_adopted_bulks_are_published_once_and_recognised(ledger: Ledger) -> None
 
 
 def test_versions_grow_per_table() -> None:
-    versions = delta.Versions()
+    versions = Versions()
     assert [versions.next("a"), versions.next("a"), versions.next("b"), versions.next("a")] == [1, 2, 1, 3]
 
 
