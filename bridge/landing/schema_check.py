@@ -73,10 +73,15 @@ def file_schema(path: str | os.PathLike[str]) -> StructType | None:
     raw = (pq.read_metadata(path).metadata or {}).get(SPARK_ROW_METADATA)
     if raw is None:
         return None
-    written = StructType.fromJson(json.loads(raw))
+    return typed_columns(StructType.fromJson(json.loads(raw)))
+
+
+def typed_columns(written: StructType, names: set[str] | None = None) -> StructType:
+    """The typed columns of a schema Spark wrote (a footer's, a Delta log's), each as declared
+    (`DECLARED`), the landed columns left out; only those in `names` (lower case) when given."""
     fields = []
     for f in written.fields:
-        if f.name.lower() in _SKIPPED:
+        if f.name.lower() in _SKIPPED or (names is not None and f.name.lower() not in names):
             continue
         declared = f.metadata.get(DECLARED)
         fields.append(StructField.fromJson(json.loads(declared)) if isinstance(declared, str) else f)
@@ -185,14 +190,8 @@ def store_table_schemas(table: ObjectStoreUri, shared_by: StructType | None = No
         log.warning("schema check: the Delta table %s is not read (%s): a refused change is found at the write",
                     table, delta_read.error_text(exc))
         return {}
-    names = {f.name.lower() for f in shared_by.fields} if shared_by is not None else None
-    fields = []
-    for f in written.fields:
-        if f.name.lower() in _SKIPPED or (names is not None and f.name.lower() not in names):
-            continue
-        declared = f.metadata.get(DECLARED)
-        fields.append(StructField.fromJson(json.loads(declared)) if isinstance(declared, str) else f)
-    return {StructType(fields).json(): DELTA_LOG} if fields else {}
+    typed = typed_columns(written, {f.name.lower() for f in shared_by.fields} if shared_by is not None else None)
+    return {typed.json(): DELTA_LOG} if typed.fields else {}
 
 
 def _ntz(data_type: Any) -> Any:

@@ -13,17 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mqbridge.errors import LedgerError, LedgerUnavailableError
-from mqbridge.landing.ledger.base import (
-    Ledger,
-    LedgerStats,
-    PreparedBulk,
-    PublishedBulk,
-    TableTransaction,
-    Versions,
-    app_id,
-)
+from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk
 from mqbridge.landing.ledger.owners import owner_alive, owner_id, this_host
 from mqbridge.landing.ledger.sqlite import SqliteLedger, ledger_path
+from mqbridge.landing.ledger.transactions import TableTransaction, Versions, app_id
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig

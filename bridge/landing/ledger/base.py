@@ -39,6 +39,7 @@ from typing import Any
 from mqbridge.errors import DuplicateIdentityError, LedgerError, LedgerUnavailableError
 from mqbridge.landing.ledger.owners import judged_by_pid, owner_alive
 from mqbridge.landing.ledger.schema import ADD_COUNTS
+from mqbridge.landing.ledger.transactions import TableTransaction
 
 log = logging.getLogger(__name__)
 
@@ -49,37 +50,6 @@ PRUNE_BATCH_BULKS = 50
 
 
 # -- records ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TableTransaction:
-    """How a table format that commits by its own transaction (Delta Lake) recognises one bulk's
-    commit: the writer's application id and a version, which the table's log keeps for every commit
-    that carries them (Delta's `txnAppId` / `txnVersion`). Recorded by `Ledger.prepare` before the
-    write, so that recovery asks the table whether that version committed instead of moving files."""
-
-    app_id: str
-    version: int
-
-
-def app_id(owner: str) -> str:
-    """The `TableTransaction.app_id` of the bridge process `owner` ("host:pid:create_time"): one per
-    process, so that two bridges writing one table never skip each other's versions."""
-    return f"mqbridge:{owner}"
-
-
-class Versions:
-    """The next `TableTransaction.version` of each table for this process: 1, 2, 3... (the app id is
-    new with every process, so nothing older can be in a table's log under it)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[str, int] = {}
-
-    def next(self, table: str) -> int:
-        with self._lock:
-            self._last[table] = version = self._last.get(table, 0) + 1
-            return version
-
-
 @dataclass(frozen=True)
 class PreparedBulk:
     """A bulk recorded as prepared: its files are staged, none or some already published.
