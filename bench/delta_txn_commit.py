@@ -142,11 +142,11 @@ def _timed_start(*args: Any, **kwargs: Any) -> Any:
 
 def _timed_commit(self: Any) -> int:
     """PendingCommit.commit's two calls, each timed."""
-    none = self._jvm.scala.Option.empty()
+    none = self.jvm.scala.Option.empty()
     began = time.perf_counter()
-    data = self._command.writeAndReturnCommitData(self._txn, self._jspark, none, False)
+    data = self.command.writeAndReturnCommitData(self.txn, self.jspark, none, False)
     wrote = time.perf_counter()
-    committed = self._txn.commitIfNeeded(data.actions(), self._operation, data.stringTags())
+    committed = self.txn.commitIfNeeded(data.actions(), self.operation, data.stringTags())
     PY_TIMES["write"], PY_TIMES["commit"] = wrote - began, time.perf_counter() - wrote
     return int(committed.get()) if committed.isDefined() else -1
 

@@ -124,7 +124,8 @@ def delta_report(commits: list[DeltaCommit], start: float, end: float, writes: f
             f"(the rest {write - seconds / len(over_n):.2f} s); {rows / len(over_n):,.0f} rows each, "
             f"{seconds / max(rows, 1) * 1e6:.0f} us per row\n"
             f"    a commit's parts (mean of {len(placed)}, by the table's file times): until its data files are "
-            f"written {data:.2f} s, then its log entry {log_entry:.3f} s, then until the write returns "
+            f"written {data:.2f} s (below 0: written before its turn, `delta_commit.stage_raw`), then its log "
+            f"entry {log_entry:.3f} s, then until the write returns "
             f"{after:.3f} s (of it until the checksum file {checksum:.3f} s)")
     late = [c for c in commits if c.version is not None and c.version >= 3]
     checkpointing = [c for c in late if c.checkpoint_written is not None and c.log_written is not None]

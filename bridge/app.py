@@ -44,9 +44,10 @@ from mqbridge.landing import (
 from mqbridge.landing.ledger import PreparedBulk, open_ledger, owner_id
 from mqbridge.landing.object_stores import object_store_outage
 from mqbridge.landing.object_stores import session_conf as store_session_conf
-from mqbridge.landing.schema_check import check_schemas
+from mqbridge.landing.schema_verdicts import check_schemas
 from mqbridge.lint import start_warnings
 from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
+from mqbridge.maintenance.entries import request_deleter
 from mqbridge.maintenance.purge.scheduler import PurgeScheduler
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
@@ -220,6 +221,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
                                  backout_log=backout_log, holding=bridge.holding,
                                  ledger_note="" if landing is not None else NO_LEDGER,
                                  warehouse=config.tables_warehouse()).locate
+        monitor.delete_entries = request_deleter(config, sessions.get)  # POST /tables/delete (its token)
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
                spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),

@@ -8,6 +8,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -158,6 +159,8 @@ class Bulk:
     created: float = field(default_factory=time.monotonic)
     flush_reason: str = ""
     _oldest: float = math.inf  # the smallest received_monotonic added
+    #: Set by the collector while the bulk is on a worker: see `files_written`.
+    on_files_written: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.bulk_id:
@@ -177,6 +180,15 @@ class Bulk:
     def oldest(self) -> float:
         """Monotonic receive time of the oldest message (flush condition 3)."""
         return self._oldest if self.messages else self.created
+
+    def files_written(self) -> None:
+        """Said by a writer once the bulk's Spark job has written its files and only its commit, in its
+        table's turn, is left (a Delta table's, `mqbridge.landing.writes.delta`): the collector then
+        counts the bulk out of its type's `writes_per_type`, so that the next bulk's Spark job runs
+        while this one commits. Once; nothing for a bulk no collector handed out (a triage's part)."""
+        tell, self.on_files_written = self.on_files_written, None
+        if tell is not None:
+            tell()
 
 
 def put_date_of(message: Message) -> str:

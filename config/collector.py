@@ -15,4 +15,5 @@ class CollectorSection(Model):
     workers: int = Field(default=2, ge=1, description="Threads forwarding bulks to executors")
     writes_per_type: int = Field(default=1, ge=1, description="Bulks of one type written at a time: their Spark "
                                  "jobs overlap, their publication is one after another (2 was slower on 2 cores: "
-                                 "docs/performance.md)")
+                                 "docs/performance.md); a Delta bulk counts only while its job writes its files, "
+                                 "not while it commits")

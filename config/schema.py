@@ -260,6 +260,14 @@ class PurgeSection(Model):
                                        "purge or compaction, VACUUM removes the files they dropped from the table "
                                        "this long ago (Delta's default 7d); time travel to a version before a purge "
                                        "works until then")
+    min_free_disk: Size | None = Field(default=None, gt=0, description="Free bytes the purge keeps on the "
+                                       "warehouse's file system: below it, after the retentions and row caps, the "
+                                       "oldest rows of every type purged are designated until enough is freed "
+                                       "(a local warehouse only); None: not checked")
+    keep_younger_than: Duration = Field(default=parse_duration("1d"), ge=0, description="Rows whose "
+                                        "put_timestamp or received_timestamp is within this age are never "
+                                        "designated by a row cap ([types.X] max_rows) or min_free_disk, so that a "
+                                        "burst never purges fresh data (a retention designates by its own age)")
 
 
 class BridgeConfig(Model):
@@ -302,7 +310,7 @@ class BridgeConfig(Model):
                     type_cfg.table = name
         problems.extend(listener_problems(self.listeners, self.sources, self.types))
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
-        problems.extend(object_store_problems(self.spark, self.types, self.compaction))
+        problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
         if problems:
             raise KeyedError(problems)

@@ -49,6 +49,9 @@ class TypeConfig(Model):
     retention: Duration | None = Field(default=None, gt=0, description="Rows whose put_timestamp and "
                                        "received_timestamp are both older than this are designated by `mqbridge "
                                        "purge`; None: kept until purged by hand")
+    max_rows: int | None = Field(default=None, ge=1, description="Rows of this type a table may hold (each of its "
+                                 "tables, for a table template): the purge designates the oldest beyond it, none "
+                                 "younger than [purge] keep_younger_than; None: no cap")
     results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
                                    "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
     _name: str = PrivateAttr("")

@@ -311,9 +311,16 @@ class SparkSettings(Protocol):
     def allow_plaintext_password(self) -> bool: ...
 
 
-def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig],
-                          compaction: CompactionSection) -> list[tuple[Loc, str]]:
-    """What a configuration (`[spark]`, `[types.*]`, `[compaction]`) asks of an object-store or HDFS
+class PurgeSettings(Protocol):
+    """What `object_store_problems` reads of `[purge]` (`config.schema.PurgeSection`)."""
+
+    @property
+    def min_free_disk(self) -> int | None: ...
+
+
+def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig], compaction: CompactionSection,
+                          purge: PurgeSettings | None = None) -> list[tuple[Loc, str]]:
+    """What a configuration (`[spark]`, `[types.*]`, `[compaction]`, `[purge]`) asks of an object-store or HDFS
     warehouse that is not supported there, each with its key and fix (nothing for a local warehouse).
     The retention purge, `[purge] interval` and `[compaction] interval` are supported there (Delta's
     own DELETE, copy, OPTIMIZE and VACUUM through S3A or HDFS), and so are `[spark] catalog` (a Delta
@@ -335,6 +342,10 @@ def object_store_problems(spark: SparkSettings, types: Mapping[str, TypeConfig],
                              'published by renames on a local file system; set table_format = "delta"'))
     if compaction.min_free_disk is not None:
         problems.append((("compaction", "min_free_disk"), f"free space is not measured {where}: remove it (the "
+                         "store's own quota or the namenode's capacity is the limit there)"))
+    if purge is not None and purge.min_free_disk is not None:
+        problems.append((("purge", "min_free_disk"), f"free space is not measured {where}, so no rows can be "
+                         "designated by it: remove it, and cap the tables with [types.X] max_rows instead (the "
                          "store's own quota or the namenode's capacity is the limit there)"))
     if spark.writer != "spark":
         problems.append((("spark", "writer"), f'writer = "{spark.writer}" (pyarrow writes local files) is {later}: '

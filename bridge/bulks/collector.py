@@ -95,6 +95,7 @@ class BulkCollector(BulkWorkers):
         self._active: dict[str, Bulk] = {}  # insertion order = age order (count flush)
         self._queue: list[Bulk] = []  # the to-be-processed list, FIFO
         self._executing: list[Bulk] = []  # the bulks on a worker right now
+        self._committing: list[Bulk] = []  # of them, those that only commit now (`Bulk.files_written`)
         self._held: Counter[str] = Counter()  # the message-id list
         self._stats = CollectorStats()
         now = clock()

@@ -47,6 +47,7 @@ class BulkIntake:
     _active: dict[str, Bulk]
     _queue: list[Bulk]
     _executing: list[Bulk]
+    _committing: list[Bulk]
     _held: Counter[str]
     _stats: CollectorStats
     _sizers: dict[str, TypeSizer]
@@ -141,7 +142,10 @@ class BulkIntake:
             self._forward_locked(next(iter(self._active.values())), "count")
 
     def _writing_locked(self, message_type: str) -> int:
-        return sum(1 for b in self._executing if b.message_type == message_type)
+        """Bulks of the type in their write, but for those whose files are written and which only
+        commit now (`Bulk.files_written`)."""
+        return sum(1 for b in self._executing
+                   if b.message_type == message_type and not any(b is c for c in self._committing))
 
     def _sink_idle_locked(self, message_type: str) -> bool:
         """Whether a bulk of the type closed now would be written at once: fewer of its bulks are

@@ -84,7 +84,17 @@ class BulkWorkers(BulkIntake, ResultDelivery):
             log.debug("bulk %s absorbed queued bulks %s: %d messages, %d bytes", bulk.bulk_id,
                      ", ".join(b.bulk_id for b in same), len(bulk), bulk.nbytes)
         self._executing.append(bulk)
+        bulk.on_files_written = lambda: self._files_written(bulk)
         return bulk
+
+    def _files_written(self, bulk: Bulk) -> None:
+        """`Bulk.files_written`: the bulk only commits now, so it no longer holds a write slot of its type
+        (`_writing_locked`); the next bulk of the type may be taken."""
+        with self._changed:
+            self._committing.append(bulk)
+            if not self._stopping:
+                self._check_due_locked(self._clock())
+            self._changed.notify_all()
 
     def _run(self, bulk: Bulk, executor: Executor) -> None:
         messages = list(bulk.messages)  # the executor may touch the bulk; fan out what we took
@@ -130,6 +140,8 @@ class BulkWorkers(BulkIntake, ResultDelivery):
                 for message in messages[delivered:]:
                     self._release_locked(message)
                 self._executing = [b for b in self._executing if b is not bulk]  # by identity, not ==
+                self._committing = [b for b in self._committing if b is not bulk]
+                bulk.on_files_written = None
                 if not self._stopping:  # the sink is free: the type's growing bulk may be due now
                     self._check_due_locked(self._clock())
                 self._changed.notify_all()

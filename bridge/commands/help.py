@@ -105,16 +105,20 @@ exit codes:
     "tables": (
         "List each type's table under the warehouse and its containers (put_date partitions): rows, "
         "size, files, oldest and newest put_timestamp, read from the Parquet footers. Needs no secrets "
-        "and no Spark.",
+        "and no Spark. `mqbridge tables delete` deletes a type's rows by identity or SQL (see its --help).",
         """example:
   mqbridge tables --config bridge.toml
+  mqbridge tables delete --config bridge.toml --type orders --identity ID-1 --reason "erasure request"
 
 exit codes:
   0  listed
   2  configuration error"""),
     "purge": (
         "Remove designated rows (older than a retention or --older-than, or matching --where) from each "
-        "container, by delete, copy-and-drop or drop, as the cost model says. Starts a Spark session "
+        "container, by delete, copy-and-drop or drop, as the cost model says. Without --older-than and "
+        "--where, a type's max_rows (its oldest rows beyond the cap) and then [purge] min_free_disk (the "
+        "oldest rows of every type until the disk has that free) designate too, never a row younger than "
+        "[purge] keep_younger_than. Starts a Spark session "
         "(local or the [spark] remote); --dry-run prints the plan and estimates and changes nothing.",
         """example:
   mqbridge purge --config bridge.toml --older-than 30d --dry-run

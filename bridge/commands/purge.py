@@ -21,7 +21,7 @@ from mqbridge.errors import ConfigError
 from mqbridge.logsetup import setup_logging
 
 if TYPE_CHECKING:
-    from mqbridge.maintenance.purge import Designation
+    from mqbridge.maintenance.purge import Designation, PurgeFactory
     from mqbridge.table_formats import TablePurger
 
 
@@ -47,6 +47,7 @@ def add_parser(sub: Any) -> None:
 def cmd_purge(args: argparse.Namespace) -> int:
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.maintenance.purge import PurgeFactory
+    from mqbridge.maintenance.purge.limits import Limits
     from mqbridge.table_formats import command_session_conf
 
     cfg = load_config(args.config, secrets=False)
@@ -64,23 +65,45 @@ def cmd_purge(args: argparse.Namespace) -> int:
                                  app_name=f"{cfg.spark.app_name}-purge", conf=command_session_conf(cfg),
                                  secrets=DriverSecrets.of(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
     now = datetime.now(timezone.utc)
-    ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
+    by_hand = args.older_than is not None or args.where is not None
+    limits = Limits(factory, spark, now=now)
+    if by_hand:  # the designation given here, instead of the configured rules
+        ages = {n: args.older_than if args.older_than is not None else t.retention for n, t in types.items()}
+        tables = factory.designations(types, ages, now=now, where=args.where)
+    else:  # each type's retention and max_rows (the free-space floor after them)
+        tables = factory.table_designations(types, limits, now=now)
     # Each type at its own age; of a table other types share (or may), only the named types' rows.
-    for path, designations in factory.designations(types, ages, now=now, where=args.where):
+    for path, designations in tables:
         table = path.relative_to(factory.warehouse)
         if not designations:
-            print(f"{table}: no retention and no --older-than or --where: nothing designated")
+            print(f"{table}: no retention and no --older-than or --where: nothing designated" if by_hand or not
+                  any(types[n].max_rows for n in types) else f"{table}: nothing designated by retention or max_rows")
             continue
-        table_format = factory.format_of(path)
-        purger = factory.purger_for(path, spark)
-        if not args.dry_run:
-            table_format.recover(path)  # a purge or compaction killed mid-run: finished or rolled back
-        for designation in designations:
-            _purge_table(purger, path, table, designation, args)
-        if not args.dry_run:
-            for line in table_format.purge_summary(purger, path, cfg.purge.vacuum_retention):
-                print(f"{table}: {line}")
+        _purge_designations(factory, spark, path, designations, args)
+    if not by_hand and cfg.purge.min_free_disk is not None:
+        if args.dry_run:
+            print("dry run: the free space is measured before the rules above have run")
+        found = limits.free_space_designations(types)
+        if not found:
+            print("min_free_disk: the warehouse has enough free space: nothing designated")
+        for path, designation in found:
+            _purge_designations(factory, spark, path, [designation], args)
     return 0
+
+
+def _purge_designations(factory: PurgeFactory, spark: Any, path: Location, designations: list[Designation],
+                        args: argparse.Namespace) -> None:
+    """Purge one table by `designations` (recovering a killed run first) and print what was done."""
+    table = path.relative_to(factory.warehouse)
+    table_format = factory.format_of(path)
+    purger = factory.purger_for(path, spark)
+    if not args.dry_run:
+        table_format.recover(path)  # a purge or compaction killed mid-run: finished or rolled back
+    for designation in designations:
+        _purge_table(purger, path, table, designation, args)
+    if not args.dry_run:
+        for line in table_format.purge_summary(purger, path, factory.config.purge.vacuum_retention):
+            print(f"{table}: {line}")
 
 
 def _purge_table(purger: TablePurger, path: Location, table: PurePath, designation: Designation,

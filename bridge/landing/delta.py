@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
@@ -78,16 +77,6 @@ DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2",
                 "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)}
 #: The user metadata of a fence's empty commit (`settle`), followed by the app id and version.
 FENCE_MARK = "mqbridge-fence"
-
-
-def table_format(config: TypeConfig, default: str) -> str:
-    """The table format of a type: its own `table_format`, else `[spark] table_format`."""
-    return config.table_format or default
-
-
-def delta_types(types: Mapping[str, TypeConfig], default: str) -> list[str]:
-    """The names of the types that land into Delta tables."""
-    return sorted(name for name, cfg in types.items() if table_format(cfg, default) == "delta")
 
 
 def jar_files(jars_dir: Path) -> list[Path]:

@@ -61,16 +61,99 @@ def raw_job(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *
                        identity=identity)
 
     def commit() -> bool:
-        first = True
-        if transaction is not None:
-            key = (str(location), transaction.app_id)
-            with _attempted_lock:
-                first = transaction.version > _attempted.get(key, 0)
-                _attempted[key] = max(transaction.version, _attempted.get(key, 0))
+        first = _first_attempt(location, transaction)
         return write_frame(jdf, location, bulk_id, transaction, first_attempt=first, writer_options=writer_options,
                            spark=spark)
 
     return commit
+
+
+def _first_attempt(location: str, transaction: TableTransaction | None) -> bool:
+    """Whether this is the first commit this process begins of `transaction` in the table at `location`
+    (recorded as begun); a bulk without a transaction has only first attempts."""
+    if transaction is None:
+        return True
+    key = (str(location), transaction.app_id)
+    with _attempted_lock:
+        first = transaction.version > _attempted.get(key, 0)
+        _attempted[key] = max(transaction.version, _attempted.get(key, 0))
+    return first
+
+
+def stage_raw(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *, tasks: int, groups: int,
+              sort: Sequence[str], writer_options: Mapping[str, str], identity: str,
+              bulk_id: str) -> StagedCommit | None:
+    """Write a raw bulk's data files into the existing Delta table at `location` by one Spark job (the
+    frame `raw_job` commits), without committing them: `StagedCommit.commit` does, in the table's turn,
+    so that this job overlaps the commit of the bulk before it (`Bulk.files_written`). None,
+    and nothing written, when the table has no commit yet: its first commit creates it, in its turn."""
+    _, jdf = raw_frame(spark, rows, handoff, tasks=tasks, groups=groups, sort=sort, options=writer_options,
+                       identity=identity)
+    pending = start(jdf, location, bulk_id, None, writer_options=writer_options, spark=spark)
+    assert pending is not None  # no transaction: nothing to look up
+    if pending.read_version < 0:
+        return None
+    return StagedCommit(spark, location, pending)
+
+
+class StagedCommit:
+    """A raw bulk's data files, written into a Delta table by their Spark job outside the table's turn,
+    and not yet in its log (`stage_raw`): no reader sees them until `commit` adds them on a transaction
+    started then, in the table's turn, with the bulk's SetTransaction. Files that are never committed
+    (the process killed before, a retry, a schema change) stay unreferenced, invisible to every reader;
+    `discard` removes them, and VACUUM removes what a kill left."""
+
+    def __init__(self, spark: SparkSession, location: str, pending: PendingCommit) -> None:
+        self.spark, self.location = spark, location
+        jvm, self._pending = pending.jvm, pending
+        none = jvm.scala.Option.empty()
+        txn = pending.txn
+        self._data = pending.command.writeAndReturnCommitData(txn, pending.jspark, none, False)
+        #: The write changed the table's metadata (its schema merged with a new column): it was
+        #: proposed on the snapshot of the job's start, which a commit in between may have changed,
+        #: so the bulk must be written again in its turn (`DeltaWrites`).
+        self.changes_metadata = not txn.metadata().equals(txn.snapshot().metadata())
+        #: The job's SQL metrics (rows, files, bytes written), which Delta reports in the commit's
+        #: operation metrics (DESCRIBE HISTORY): registered again on the committing transaction.
+        self._metrics = jvm.java.util.HashMap()
+        for name in jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                txn.getMetricsForOperation(pending.operation)).keySet():
+            metric = txn.getMetric(name)
+            if metric.isDefined():
+                self._metrics.put(name, metric.get())
+
+    def commit(self, transaction: TableTransaction | None) -> bool:
+        """Commit the staged files, with `transaction`'s SetTransaction, on a transaction of the table's
+        current snapshot, as `write_frame` commits (a first attempt registers the app id as read; a
+        later one looks it up): True when committed; False when the version was already in the log
+        (the files discarded)."""
+        pending = self._pending
+        jvm = pending.jvm
+        delta = jvm.org.apache.spark.sql.delta
+        txn = delta.DeltaLog.forTable(pending.jspark, self.location).startTransaction()
+        actions = jvm.java.util.ArrayList(jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._data.actions()))
+        if transaction is not None:
+            if _first_attempt(self.location, transaction):
+                txn.readTxn().addOne(transaction.app_id)
+            elif txn.txnVersion(transaction.app_id) >= transaction.version:
+                self.discard()
+                return False
+            now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(jvm.java.lang.System.currentTimeMillis()))
+            actions.add(delta.actions.SetTransaction(transaction.app_id, transaction.version, now))
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        txn.registerSQLMetrics(pending.jspark, utils.toScalaMap(self._metrics))
+        txn.commitIfNeeded(utils.toSeq(actions), pending.operation, self._data.stringTags())
+        return True
+
+    def discard(self) -> None:
+        """Remove the staged data files (best effort: a file left is unreferenced, and VACUUM's)."""
+        pending = self._pending
+        delta_log = pending.txn.deltaLog()
+        conf = pending.jspark.sessionState().newHadoopConf()
+        for action in pending.jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._data.actions()):
+            if action.getClass().getSimpleName() == "AddFile":
+                path = action.absolutePath(delta_log)
+                path.getFileSystem(conf).delete(path, False)
 
 
 def write_frame(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transaction: TableTransaction | None,
@@ -97,14 +180,19 @@ class PendingCommit:
     and not yet written: `commit` writes the files and commits them."""
 
     def __init__(self, jvm: Any, jspark: Any, txn: Any, command: Any, operation: Any) -> None:
-        self._jvm, self._jspark, self._txn, self._command, self._operation = jvm, jspark, txn, command, operation
+        self.jvm, self.jspark, self.txn, self.command, self.operation = jvm, jspark, txn, command, operation
+
+    @property
+    def read_version(self) -> int:
+        """The version of the snapshot the transaction started on; -1 when the table has no commit yet."""
+        return int(self.txn.readVersion())
 
     def commit(self) -> int:
         """Write the bulk's data files (one Spark job) and commit them with the SetTransaction and the
         user metadata; the table's new version."""
-        none = self._jvm.scala.Option.empty()
-        data = self._command.writeAndReturnCommitData(self._txn, self._jspark, none, False)
-        committed = self._txn.commitIfNeeded(data.actions(), self._operation, data.stringTags())
+        none = self.jvm.scala.Option.empty()
+        data = self.command.writeAndReturnCommitData(self.txn, self.jspark, none, False)
+        committed = self.txn.commitIfNeeded(data.actions(), self.operation, data.stringTags())
         return int(committed.get()) if committed.isDefined() else -1
 
 

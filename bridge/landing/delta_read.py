@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
+from mqbridge.landing.object_stores import message_line
 from mqbridge.landing.rows import IDENTITY_COLUMN
 
 if TYPE_CHECKING:
@@ -317,14 +318,11 @@ def fence(table: Location | str, transaction: TableTransaction, mark: str) -> No
                                                                                      transaction.version)]))
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def error_text(exc: BaseException) -> str:
     """A reader's error as one line: delta-rs's chain of causes (one per line, marked with coloured
-    arrows) joined by ": ". It names the store's URL and what failed, never the storage options."""
-    lines = [line.strip().lstrip("\u21b3").strip() for line in _ANSI.sub("", str(exc)).splitlines()]
-    return ": ".join(line for line in lines if line) or type(exc).__name__
+    arrows) joined by ": " (`object_stores.message_line`). It names the store's URL and what failed,
+    never the storage options."""
+    return message_line(str(exc)) or type(exc).__name__
 
 
 def iso_version_time(commit: Commit) -> str:

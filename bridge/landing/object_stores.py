@@ -29,6 +29,7 @@ fixed words, the bucket and the endpoint, never from the exception's text: no se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -125,12 +126,14 @@ _NO_ANSWER = ("ApiCallTimeoutException", "ApiCallAttemptTimeoutException", "Read
 _HDFS_NO_ANSWER = ("timeout while waiting for channel to be ready for read", "failed on socket timeout exception")
 _HDFS_NOT_SERVING = {"SafeModeException": "in safe mode", "StandbyException": "a standby namenode",
                      "NameNode still not started": "still starting"}
-_S3A_MARKS = ("s3a://", "org.apache.hadoop.fs.s3a", "software.amazon.awssdk")
+#: delta-rs's S3 client (the commands' readers; the listing of a template's tables) names neither s3a:// nor
+#: a Java class: its errors start "Generic S3 error" (`error_chain` keeps the causes it lists after).
+_S3A_MARKS = ("s3a://", "org.apache.hadoop.fs.s3a", "software.amazon.awssdk", "Generic S3 error")
 #: Hadoop without the S3A connector (a Spark Connect server, or a cluster's executors, started without
 #: the jars of `FETCH_COMMAND`).
 _NO_CONNECTOR = ('No FileSystem for scheme "s3a"', "ClassNotFoundException: org.apache.hadoop.fs.s3a.S3AFileSystem",
                  "Class org.apache.hadoop.fs.s3a.S3AFileSystem not found")
-_HDFS_MARKS = ("hdfs://", "org.apache.hadoop.ipc", "org.apache.hadoop.hdfs", "Call From ")
+_HDFS_MARKS = ("hdfs://", "org.apache.hadoop.ipc", "org.apache.hadoop.hdfs", "Call From ", "HdfsObjectStore error")
 
 
 def object_store_outage(exc: BaseException, warehouse: Path | ObjectStoreUri,
@@ -197,16 +200,17 @@ def _hdfs_outage(text: str, warehouse: ObjectStoreUri) -> str:
 
 def error_chain(exc: BaseException) -> list[str]:
     """`exc` and the errors it came from, each as "class: message", outermost first: the Python
-    exceptions (`__cause__`, `__context__`) and, for a Java error raised through py4j, the Java
-    exception and its causes (read from the JVM; skipped when it is gone)."""
+    exceptions (`__cause__`, `__context__`; a delta-rs error with the causes it lists, `message_line`)
+    and, for a Java error raised through py4j, the Java exception and its causes (read from the JVM;
+    skipped when it is gone)."""
     chain: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(chain) < 40:
-        chain.append(f"{type(seen).__name__}: {_first_line(str(seen))}")
+        chain.append(f"{type(seen).__name__}: {message_line(str(seen))}")
         java = getattr(seen, "java_exception", None)
         try:
             while java is not None and len(chain) < 40:
-                chain.append(f"{java.getClass().getName()}: {_first_line(str(java.getMessage() or ''))}")
+                chain.append(f"{java.getClass().getName()}: {message_line(str(java.getMessage() or ''))}")
                 java = java.getCause()
         except Exception:  # noqa: S110 (the JVM is gone: the Python texts are what there is)
             pass
@@ -214,6 +218,18 @@ def error_chain(exc: BaseException) -> list[str]:
     return chain
 
 
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: How delta-rs marks each cause of an error on a line of its own ("Generic S3 error" / "↳ Error
+#: performing list request" / … / "↳ Connection refused (os error 111)"), coloured.
+_CAUSE = "\u21b3"
+
+
+def message_line(text: str) -> str:
+    """An error's message as one line: its first line, then each cause delta-rs lists on the lines after
+    it (`_CAUSE`), joined by ": ". A delta-rs error names the store's URL and what failed, never its
+    storage options; its first line alone ("Generic S3 error") says neither."""
+    lines = [line.strip() for line in _ANSI.sub("", text).strip().splitlines()]
+    if not lines:
+        return ""
+    causes = [line.lstrip(_CAUSE).strip() for line in lines[1:] if line.startswith(_CAUSE)]
+    return ": ".join(part for part in (lines[0], *causes) if part)

@@ -1,5 +1,6 @@
-"""The schema a typed table was written with, and the check of a configuration's schemas against it
-(`schema_refusals`), run by `mqbridge check-config` and by `mqbridge run` before any listener connects.
+"""The schema a typed table was written with, read without Spark: what the check of a configuration's
+schemas (`mqbridge.landing.schema_verdicts`, run by `mqbridge check-config` and by `mqbridge run` before
+any listener connects) compares them with, and what a purge or compaction reads a container with.
 
 Where the "old" schema is: in the table's own Parquet footers, read with pyarrow (no Spark, so
 `check-config` stays cheap and `run` checks before Spark has started). Why there and not in the
@@ -18,34 +19,26 @@ The cost is one directory listing per container and about one footer read per co
 the number of files. Files an older bridge wrote after dropping a column (before this check existed)
 are not seen if a newer file of their container lacks it.
 
-On an object store or HDFS (Delta tables only) the old schema is the one the table's log keeps, read by
-delta-rs (`store_table_schemas`): no file is listed there, and Delta keeps each column's metadata, the
-declared field among it.
+That is a Parquet table's. Which schemas a table was written with is its format's answer
+(`TableFormat.written_schemas`): a Delta table's, on a local disk, an object store or HDFS alike, is the
+one its log keeps, read by delta-rs (`log_schemas`): no data file is listed (a file its log removed may
+still be on disk until VACUUM), and Delta keeps each column's metadata, the declared field among it.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pyspark.sql.types import ArrayType, MapType, StructField, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import StructField, StructType
 
-from mqbridge.config.ddl import DdlError, ddl_schema
-from mqbridge.config.warehouse import ObjectStoreUri
-from mqbridge.errors import ConfigError
+from mqbridge.config.warehouse import Location
 from mqbridge.landing.containers import PARTITION, data_files
-from mqbridge.landing.evolution import Change, Verdict, compare
 from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
-from mqbridge.landing.tables import file_types, tables_of_type
-
-if TYPE_CHECKING:
-    from mqbridge.config import BridgeConfig
+from mqbridge.landing.tables import file_types
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +46,6 @@ log = logging.getLogger(__name__)
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 #: The key of a typed column's metadata holding its declared field (JSON of a StructField).
 DECLARED = "mqbridge.declared"
-#: What to do about a refused change: in every message, so the operator need not look it up.
-FIX = ("keep the old column and type in `schema` (a body without the column lands NULL in it), or land "
-       "the new schema into a new table: set `table` to a new name (or move the table's directory "
-       "away); see docs/spark-and-tables.md \"Changing a type's schema\"")
 _SKIPPED = frozenset(c.lower() for c in (*LANDED_COLUMNS, "_row", "_identity", IDENTITY_COLUMN))
 
 
@@ -117,69 +106,19 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-@dataclass(frozen=True)
-class TableVerdict:
-    """The verdict on one table of a type: `old` as written in `file`, `new` as configured now."""
-
-    message_type: str
-    table: Path | ObjectStoreUri
-    file: Path
-    old: StructType
-    new: StructType
-    verdict: Verdict
-
-    def refusal(self, change: Change) -> str:
-        """One refused change, naming the type, the table, the column, the old and the new type."""
-        return (f"types.{self.message_type}.schema: table {self.table}: {change.line()} (written as "
-                f"{self.old.simpleString()} in {self.file.name}; configured now: {self.new.simpleString()})")
-
-
-def schema_verdicts(config: BridgeConfig) -> Iterator[TableVerdict]:
-    """The verdict on each typed type's schema against each schema its tables were written with. A
-    schema that does not parse is skipped: `check-config` reports it, and Spark refuses it at start.
-    On an object store or HDFS the schemas are those of the Delta tables' logs (`store_table_schemas`);
-    a store that cannot be read now (down, its keys not loaded) is skipped with a warning: the bridge's
-    own start waits for it as for any outage, and Delta refuses a narrowing change at the write."""
-    warehouse: Path | ObjectStoreUri = config.resolve_warehouse()
-    if isinstance(warehouse, ObjectStoreUri):
-        try:
-            warehouse = config.tables_warehouse()
-        except ConfigError as exc:  # a command loaded without secrets: the store's keys are not known
-            log.warning("schema check: the tables on %s are not read (%s)", warehouse, exc)
-            return
-    sharing = collections.Counter(t.table or n for n, t in config.types.items())
-    for name, type_config in config.types.items():
-        if not type_config.schema_ddl:
-            continue
-        try:
-            new = ddl_schema(type_config.schema_ddl)
-        except DdlError:
-            continue
-        if str(config.spark.conf.get("spark.sql.timestampType", "")).upper() == "TIMESTAMP_NTZ":
-            new = _ntz(new)  # then Spark's parser reads TIMESTAMP as TIMESTAMP_NTZ, and writes it so
-        for table in tables_of_type(warehouse, name, type_config.table or name):
-            if isinstance(table, ObjectStoreUri):
-                schemas = store_table_schemas(table, new if sharing[type_config.table or name] > 1 else None)
-            else:
-                schemas = table_schemas(table, name)
-            for text, path in schemas.items():
-                old = StructType.fromJson(json.loads(text))
-                yield TableVerdict(name, Path(table) if isinstance(table, Path) else table, path, old, new,
-                                   compare(old, new))
-
-
-#: What a verdict on a store's table names as where its schema was read (`TableVerdict.file`).
+#: What a verdict on a Delta table names as where its schema was read (`schema_verdicts.TableVerdict.file`).
 DELTA_LOG = Path("_delta_log")
 
 
-def store_table_schemas(table: ObjectStoreUri, shared_by: StructType | None = None) -> dict[str, Path]:
-    """The schema of the Delta table at `table` on an object store or HDFS, as its log keeps it (read by
-    delta-rs with the URI's storage options), its typed columns as declared (`DECLARED`), the landed
-    columns left out: {its JSON: DELTA_LOG}; {} when no table is there yet or it cannot be read now
-    (logged). The log keeps one schema for the table, the union of every type landing there: for a
-    table shared by several types (`shared_by`: the type's schema now) only the columns that type names
-    are compared, so another type's columns are not taken for dropped ones (a column the type dropped
-    is then not refused here: Delta lands NULL in it)."""
+def log_schemas(table: Location, shared_by: StructType | None = None) -> dict[str, Path]:
+    """The schema of the Delta table at `table` (a local directory, or on an object store or HDFS: read
+    with the URI's storage options), as its log keeps it (read by delta-rs), its typed columns as
+    declared (`DECLARED`), the landed columns left out: {its JSON: DELTA_LOG}; {} when no table is there
+    yet or it cannot be read now (logged: delta-rs missing, the store down). The log keeps one schema for
+    the table, the union of every type landing there: for a table shared by several types (`shared_by`:
+    the type's schema now) only the columns that type names are compared, so another type's columns are
+    not taken for dropped ones (a column the type dropped is then not refused here: Delta lands NULL in
+    it)."""
     from mqbridge.landing import delta_read
 
     try:
@@ -192,32 +131,6 @@ def store_table_schemas(table: ObjectStoreUri, shared_by: StructType | None = No
         return {}
     typed = typed_columns(written, {f.name.lower() for f in shared_by.fields} if shared_by is not None else None)
     return {typed.json(): DELTA_LOG} if typed.fields else {}
-
-
-def _ntz(data_type: Any) -> Any:
-    """`data_type` with every TIMESTAMP (with local time zone) as TIMESTAMP_NTZ."""
-    if isinstance(data_type, TimestampType):
-        return TimestampNTZType()
-    if isinstance(data_type, StructType):
-        return StructType([StructField(f.name, _ntz(f.dataType), f.nullable, f.metadata) for f in data_type.fields])
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_ntz(data_type.elementType), data_type.containsNull)
-    if isinstance(data_type, MapType):
-        return MapType(_ntz(data_type.keyType), _ntz(data_type.valueType), data_type.valueContainsNull)
-    return data_type
-
-
-def check_schemas(config: BridgeConfig) -> None:
-    """At start, before any listener connects: log what changed compatibly, and raise
-    SchemaEvolutionError (a ConfigError: `run` exits 2) naming every refused change."""
-    refused: list[str] = []
-    for found in schema_verdicts(config):
-        refused += [found.refusal(change) for change in found.verdict.refused]
-        for change in (*found.verdict.added, *found.verdict.widened):
-            log.info("types.%s.schema: table %s: %s (compatible: readers see one merged schema)",
-                     found.message_type, found.table, change.line())
-    if refused:
-        raise ConfigError("schema change refused: " + "; ".join(refused) + f" — {FIX}")
 
 
 def read_schema(files: list[Path]) -> StructType | None:

@@ -17,10 +17,10 @@ from pathlib import Path
 from mqbridge.config import BridgeConfig, MqSourceConfig, StompSourceConfig
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError, Loc
-from mqbridge.landing.delta import delta_types, jar_files
 from mqbridge.landing.object_stores import s3a_jars
 from mqbridge.lint.findings import Finding
 from mqbridge.strict_modes import check_trusted
+from mqbridge.table_formats import format_named, formats_configured
 
 #: Modules of pyspark's `connect` extra (pyspark.sql.connect.utils.check_dependencies).
 _CONNECT_MODULES = ("grpc", "grpc_status", "google.protobuf", "zstandard")
@@ -143,23 +143,32 @@ def _drivers(config: BridgeConfig) -> Iterator[Finding]:
         if missing:
             yield Finding(("spark", "remote"), f"Spark Connect needs {', '.join(missing)}, not installed",
                           'pip install "mqbridge[connect]"')
-    if config.spark.remote is None and delta_types(config.types, config.spark.table_format):
-        try:
-            jar_files(_resolved(config, config.spark.jars_dir))
-        except ConfigError as exc:
-            yield Finding(("spark", "jars_dir"), str(exc))
+    yield from _table_formats(config)
     warehouse = config.spark.warehouse
     if config.spark.remote is None and isinstance(warehouse, ObjectStoreUri) and warehouse.scheme == "s3a":
         try:
             s3a_jars(_resolved(config, config.spark.jars_dir))
         except ConfigError as exc:
             yield Finding(("spark", "jars_dir"), str(exc))
-    if delta_types(config.types, config.spark.table_format) and not _installed("deltalake"):
-        yield Finding(("spark", "table_format"), "Delta tables are read back (mqbridge tables, where, replay) with "
-                      "delta-rs, which is not installed", 'pip install "mqbridge[delta]"', "warning")
     if config.ledger.url is not None and not _installed("psycopg"):
         yield Finding(("ledger", "url"), "a PostgreSQL ledger needs psycopg, which is not installed",
                       'pip install "mqbridge[postgresql]"')
+
+
+def _table_formats(config: BridgeConfig) -> Iterator[Finding]:
+    """What each table format the types land in needs here, as the format says: the jars of the
+    bridge's own Spark driver (its `session_conf`: Delta's; a Spark Connect server brings its own) and
+    the package its tables are read back with (`reader_missing`: delta-rs for Delta)."""
+    for name in formats_configured(config.types, config.spark.table_format):
+        table_format = format_named(name)
+        if config.spark.remote is None:
+            try:
+                table_format.session_conf(_resolved(config, config.spark.jars_dir), {})
+            except ConfigError as exc:
+                yield Finding(("spark", "jars_dir"), str(exc))
+        missing = table_format.reader_missing()
+        if missing is not None:
+            yield Finding(("spark", "table_format"), missing[0], missing[1], "warning")
 
 
 def _resolved(config: BridgeConfig, path: Path | str) -> Path:

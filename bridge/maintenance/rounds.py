@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
-from mqbridge.maintenance.compaction.compactor import free_bytes
 from mqbridge.maintenance.compaction.planner import Plan, Policy, decide
 from mqbridge.maintenance.engine.costs import Estimate
+from mqbridge.maintenance.engine.free_space import free_bytes
 from mqbridge.maintenance.purge.designation import Designation
 from mqbridge.maintenance.purge.factory import PurgeFactory
 from mqbridge.maintenance.purge.purger import ContainerPlan

@@ -15,6 +15,13 @@ plane is off: without a token anyone who reaches the port could stop the bridge'
 `metrics_public`), 401 without the right token, 404 for a listener the bridge does not have (naming
 those it has), 409 for an ambiguous queue name or a command the listener's state does not allow,
 400 for a thread count out of range.
+
+    POST /tables/delete               delete landed rows (`mqbridge tables delete`, mqbridge.maintenance.entries)
+
+Its body is a JSON object: `{"type": "orders", "identity": ["4711"]` or `"where": "SQL"`, `"reason":
+"why", "dry_run": false}`; the answer is 200 with what went per table, once the rows are deleted (a
+Spark job: seconds to minutes), 400 for a request that names no rows, no reason or an unknown type,
+422 when a table cannot evaluate the condition. Behind the same token; logged with the caller.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +44,19 @@ ACTIONS = ("pause", "resume", "stop", "start")
 USAGE = ("POST /listeners/<name>/pause, /resume, /stop, /start or /threads/<n>, where <name> is the queue "
          "(or source:queue), URL-encoded")
 TEXT = "text/plain; charset=utf-8"
+
+
+#: The path of the deletion of landed rows, and the largest body it reads.
+TABLES_DELETE = "/tables/delete"
+MAX_BODY = 1 << 20
+DELETE_USAGE = ('POST /tables/delete with a JSON body {"type": NAME, "identity": [ID, ...] or "where": SQL, '
+                '"reason": TEXT, "dry_run": false}')
+
+
+#: What `POST /tables/delete` needs of the bridge (`mqbridge.maintenance.entries.request_deleter`): the
+#: request and its caller in, the answer's JSON document out; ConfigError for a bad request, PurgeError
+#: when a table refuses the condition.
+EntryDeleter = Callable[[dict[str, Any], str], dict[str, Any]]
 
 
 class ListenerCommands(Protocol):
@@ -84,15 +105,9 @@ def answer_post(access: Access, commands: ListenerCommands | None, path: str, au
            client: str) -> Reply:
     """The answer to `POST path` from `client` with this `Authorization` header."""
     shown = path.split("?", 1)[0]
-    if access.token is None:
-        log.info("monitoring: %s POST %s refused: no [monitoring] token, the control plane is off", client, shown)
-        return _text(403, "the control plane is off: it needs [monitoring] token (see docs/security.md); without a "
-                          "token anyone who reaches this port could pause or stop the bridge's listeners")
-    denial = access.check(shown, authorization)
-    if denial is not None:
-        log.info("monitoring: %s POST %s refused: %s", client, shown, denial.reason)
-        return _text(401, "authentication required: Authorization: Bearer <token>",
-                     {"WWW-Authenticate": denial.challenge})
+    refused = _refused(access, shown, authorization, client)
+    if refused is not None:
+        return refused
     parsed = parse(path)
     if parsed is None or commands is None:
         return _text(404, f"not found: {USAGE}")
@@ -107,4 +122,44 @@ def answer_post(access: Access, commands: ListenerCommands | None, path: str, au
         return _text(400, str(exc))
     document = outcome.as_dict()
     log.info("monitoring: %s POST %s: %s: %s", client, shown, document["listener"], document["message"])
+    return Reply(200, "application/json", json.dumps(document).encode())
+
+
+def _refused(access: Access, shown: str, authorization: str | None, client: str) -> Reply | None:
+    """The refusal of a control-plane request without a configured token or the right one, or None."""
+    if access.token is None:
+        log.info("monitoring: %s POST %s refused: no [monitoring] token, the control plane is off", client, shown)
+        return _text(403, "the control plane is off: it needs [monitoring] token (see docs/security.md); without a "
+                          "token anyone who reaches this port could pause or stop the bridge's listeners")
+    denial = access.check(shown, authorization)
+    if denial is not None:
+        log.info("monitoring: %s POST %s refused: %s", client, shown, denial.reason)
+        return _text(401, "authentication required: Authorization: Bearer <token>",
+                     {"WWW-Authenticate": denial.challenge})
+    return None
+
+
+def answer_tables_delete(access: Access, deleter: EntryDeleter | None, path: str, authorization: str | None,
+                         client: str, body: bytes) -> Reply:
+    """The answer to `POST /tables/delete` from `client` with this `Authorization` header and `body`."""
+    from mqbridge.errors import ConfigError, PurgeError
+
+    shown = path.split("?", 1)[0]
+    refused = _refused(access, shown, authorization, client)
+    if refused is not None:
+        return refused
+    if deleter is None:
+        return _text(404, "not found: this bridge deletes no rows (no tables configured)")
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        return _text(400, f"the body is not a JSON object: {DELETE_USAGE}")
+    try:
+        document = deleter(request, client)
+    except ConfigError as exc:
+        return _text(400, f"{exc}: {DELETE_USAGE}")
+    except PurgeError as exc:
+        return _text(422, str(exc))
     return Reply(200, "application/json", json.dumps(document).encode())

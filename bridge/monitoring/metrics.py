@@ -131,6 +131,7 @@ def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], 
         for name in LISTENER_SERIES:
             counters.inc(name, 0, listener=label, queue=queue)
         counters.inc("listener_restarts", 0, listener=label)
+        counters.inc("listener_errors", 0, listener=label)  # watched by MqbridgeListenerErrors
     counters.inc("plugin_fallbacks", 0)
     if ledger:
         counters.inc("ledger_publish_retries", 0)

@@ -10,6 +10,8 @@
                Answered from state: never waits on Spark for more than health.PING_WAIT
     POST /listeners/<name>/...  the control plane: pause, resume, stop, start a listener, or set its
                thread count (mqbridge.monitoring.control); only with a token
+    POST /tables/delete  the control plane: delete landed rows by identity or SQL (`mqbridge tables
+               delete`); only with a token
     /messages/<id>  JSON: where a message is (mqbridge.monitoring.lookup); needs the token, always
 
 The server binds exactly the configured address (127.0.0.1:9464 by default, never all
@@ -38,7 +40,15 @@ from mqbridge.errors import BridgeError
 from mqbridge.monitoring import lookup
 from mqbridge.monitoring.access import Access, server_context
 from mqbridge.monitoring.backlog_metrics import BacklogMetrics
-from mqbridge.monitoring.control import ListenerCommands, answer_post
+from mqbridge.monitoring.control import (
+    MAX_BODY,
+    TABLES_DELETE,
+    EntryDeleter,
+    ListenerCommands,
+    Reply,
+    answer_post,
+    answer_tables_delete,
+)
 from mqbridge.monitoring.health import SparkProbe, health_problems
 from mqbridge.monitoring.metrics import BridgeMetrics, process_info
 from mqbridge.monitoring.page import PAGE
@@ -118,12 +128,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 -- the control plane (mqbridge.monitoring.control)
         monitor = self.server.monitor
-        reply = answer_post(monitor.access, monitor.control, self.path, self.headers.get("Authorization"),
-                            self.address_string())
+        if self.path.split("?", 1)[0].rstrip("/") == TABLES_DELETE:
+            reply = self._tables_delete(monitor)
+        else:
+            reply = answer_post(monitor.access, monitor.control, self.path, self.headers.get("Authorization"),
+                                self.address_string())
         try:
             self._send(reply.code, reply.content_type, reply.body, reply.headers)
         except (BrokenPipeError, ConnectionResetError):
             log.debug("monitoring: %s POST: the client closed the connection first", self.address_string())
+
+    def _tables_delete(self, monitor: MonitoringServer) -> Reply:
+        """`POST /tables/delete`: its body read (at most MAX_BODY bytes), then answered."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            return Reply(400, "text/plain; charset=utf-8", f"Content-Length: 0 to {MAX_BODY} bytes\n".encode())
+        return answer_tables_delete(monitor.access, monitor.delete_entries, self.path,
+                                    self.headers.get("Authorization"), self.address_string(),
+                                    self.rfile.read(length) if length else b"")
 
     def _send(self, code: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
@@ -180,6 +205,9 @@ class MonitoringServer(Observer):
         self._thread: threading.Thread | None = None
         #: Where a message is (`mqbridge.tracing.where.Locator.locate`, set by the composition root): /messages/<id>.
         self.locate: Callable[[str], dict[str, Any]] | None = None
+        #: Deletes landed rows (`mqbridge.maintenance.entries.request_deleter`, set by the composition root):
+        #: POST /tables/delete.
+        self.delete_entries: EntryDeleter | None = None
 
     @classmethod
     def for_bridge(cls, bridge: BridgeView, section: MonitoringSection, *,

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
     from mqbridge.config.warehouse import Location
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
@@ -104,11 +106,28 @@ class TableFormat(ABC):
     def describe(self, table: Location) -> str:
         """The table's kind in a few words, e.g. "Parquet", "Delta table, version 12"."""
 
+    @abstractmethod
+    def written_schemas(self, table: Location, message_type: str,
+                        shared_by: StructType | None = None) -> dict[str, Path]:
+        """The distinct schemas `message_type`'s rows were written with in the table at `table` (the
+        JSON of their typed columns as declared, `mqbridge.landing.schema_check`), each with where it
+        was read ({} when the table is not there yet, or cannot be read now: logged): what the schema
+        check compares a type's configured schema with. `shared_by`: the type's schema now, when other
+        types land in the table too (a format that keeps one schema for the table compares only the
+        columns the type names)."""
+
+    def reader_missing(self) -> tuple[str, str] | None:
+        """Why the commands that read this format's tables back without Spark (`mqbridge tables`,
+        `where`, `replay`, `ledger --verify`) cannot on this machine, and the fix, as (problem, fix)
+        (`check-config` warns); None when they can (Parquet: pyarrow, a dependency)."""
+        return None
+
     # -- Spark --------------------------------------------------------------------------------
     @abstractmethod
     def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
         """The settings a Spark driver of the bridge's own needs to read and write this format besides
-        `conf` (which wins): nothing for Parquet; Delta's jars, SQL extension and catalog."""
+        `conf` (which wins): nothing for Parquet; Delta's jars, SQL extension and catalog. ConfigError
+        naming the command that fetches a jar that is missing (`check-config` reports it)."""
 
     @abstractmethod
     def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,

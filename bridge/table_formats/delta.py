@@ -8,6 +8,7 @@ reaches it with the storage options the URI carries, Spark through S3A or HDFS).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,6 +21,8 @@ from mqbridge.landing import delta, delta_read
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
     from mqbridge.landing.ledger import Ledger, PreparedBulk, PublishedBulk
@@ -47,6 +50,22 @@ class DeltaFormat(TableFormat):
     def describe(self, table: Location) -> str:
         version = delta.table_version(table)
         return f"Delta table, version {version}" if version >= 0 else "Delta table, not created yet"
+
+    def written_schemas(self, table: Location, message_type: str,
+                        shared_by: StructType | None = None) -> dict[str, Path]:
+        """The one schema the table's log keeps, read by delta-rs on a local disk and a store alike
+        (`mqbridge.landing.schema_check.log_schemas`): the union of every type landing there, so for a
+        shared table only the columns of `shared_by` are compared."""
+        from mqbridge.landing.schema_check import log_schemas
+
+        return log_schemas(table, shared_by)
+
+    def reader_missing(self) -> tuple[str, str] | None:
+        """delta-rs (`deltalake`, the `delta` extra) reads them back."""
+        if importlib.util.find_spec("deltalake") is not None:
+            return None
+        return ("Delta tables are read back (mqbridge tables, where, replay) with delta-rs, which is not installed",
+                'pip install "mqbridge[delta]"')
 
     def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
         return delta.session_conf(jars_dir, conf)

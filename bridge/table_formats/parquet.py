@@ -21,6 +21,8 @@ from mqbridge.landing.containers import PARTITION, data_files
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
     from mqbridge.counters import Counters
     from mqbridge.landing.containers import Container
     from mqbridge.landing.ledger import Ledger, PreparedBulk, PublishedBulk
@@ -64,6 +66,15 @@ class ParquetFormat(TableFormat):
 
     def describe(self, table: Location) -> str:
         return "Parquet"
+
+    def written_schemas(self, table: Location, message_type: str,
+                        shared_by: StructType | None = None) -> dict[str, Path]:
+        """From the footers Spark wrote: the newest file of the type in each container
+        (`mqbridge.landing.schema_check.table_schemas`; each file's types are in its footer, so a shared
+        table's other types are not read)."""
+        from mqbridge.landing.schema_check import table_schemas
+
+        return table_schemas(local(table), message_type)
 
     def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
         return dict(conf)  # Spark reads and writes Parquet as it is

@@ -146,6 +146,68 @@ def raw_job_called_twice(spark: Any, path: str, handoff: str) -> dict[str, Any]:
             "columns": spark.read.format("delta").load(path).columns}
 
 
+def _raw_bulk(first: int, count: int) -> Any:
+    """A raw bulk of `count` landed rows (`mqbridge.landing.rows`) with ids from `first`."""
+    from datetime import UTC, datetime
+
+    from mqbridge.message import Bulk, Message
+
+    bulk = Bulk("orders")
+    put = datetime(2026, 11, 28, 12, tzinfo=UTC)
+    for i in range(first, first + count):
+        bulk.add(Message(msg_id=f"ID:m-{i}", body=f"body {i}".encode(), source="test", destination="/queue/q",
+                         put_timestamp=put, identity=f"ID:m-{i}"))
+    return bulk
+
+
+def staged_then_committed(spark: Any, path: str, handoff: str) -> dict[str, Any]:
+    """Bulk 1 committed (the table made); bulks 2 and 3 staged (`delta_commit.stage_raw`: their files
+    written, both on the snapshot of version 1's commit) and only then committed in order, with the same
+    app id; bulk 4 staged and committed as a later attempt of version 3; a frame with a new column staged."""
+    import os
+
+    from mqbridge.landing import delta_commit
+    from mqbridge.landing.containers import SORT_COLUMNS
+    from mqbridge.landing.ledger import TableTransaction
+    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+
+    def files_on_disk() -> int:
+        return sum(name.endswith(".parquet") for _, _, names in os.walk(path) for name in names)
+
+    def rows_of(first: int, count: int) -> Any:
+        return arrow_table(_raw_bulk(first, count), list(range(count)))
+
+    common = {"tasks": 1, "groups": 1, "sort": SORT_COLUMNS, "writer_options": {}, "identity": IDENTITY_COLUMN}
+    facts: dict[str, Any] = {}
+    delta_commit.raw_job(spark, rows_of(0, 100), Path(handoff) / "1", path, bulk_id="bulk-1",
+                         transaction=TableTransaction(APP, 1), **common)()
+    facts["staged before the table exists"] = delta_commit.stage_raw(
+        spark, rows_of(0, 1), Path(handoff) / "0", path + "-new", bulk_id="bulk-0", **common)
+    committed_files = files_on_disk()
+    second = delta_commit.stage_raw(spark, rows_of(100, 20), Path(handoff) / "2", path, bulk_id="bulk-2", **common)
+    third = delta_commit.stage_raw(spark, rows_of(120, 30), Path(handoff) / "3", path, bulk_id="bulk-3", **common)
+    assert second is not None and third is not None
+    facts["files staged"] = files_on_disk() - committed_files
+    facts["rows while staged"] = _count(spark, path)
+    facts["second committed"] = second.commit(TableTransaction(APP, 2))
+    facts["third committed"] = third.commit(TableTransaction(APP, 3))
+    facts["rows after both"] = _count(spark, path)
+    before_repeat = files_on_disk()
+    repeat = delta_commit.stage_raw(spark, rows_of(150, 40), Path(handoff) / "4", path, bulk_id="bulk-4", **common)
+    assert repeat is not None
+    facts["repeat of version 3 committed"] = repeat.commit(TableTransaction(APP, 3))
+    facts["files left by the repeat"] = files_on_disk() - before_repeat
+    facts["rows at the end"] = _count(spark, path)
+    pending = delta_commit.start(spark.read.format("delta").load(path).limit(3).selectExpr("*", "'x' AS extra"), path,
+                                 "bulk-5", None)
+    assert pending is not None
+    facts["a new column changes the metadata"] = delta_commit.StagedCommit(spark, path, pending).changes_metadata
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    facts["user metadata"] = [h["userMetadata"] for h in history]
+    facts["rows by history"] = [int((h["operationMetrics"] or {}).get("numOutputRows", -1)) for h in history]
+    return facts
+
+
 # --- the tests ------------------------------------------------------------------------------------
 
 
@@ -223,3 +285,30 @@ def test_readers_polling_meanwhile_only_ever_see_whole_commits(tmp_path: Path, d
     total = sum(size.values())
     for name, snapshots in (("delta-rs", seen), ("Spark", spark_seen)):
         assert any(0 < sum(s.values()) < total for s in snapshots), f"{name} saw no table in between"
+
+
+def test_staged_files_stay_invisible_until_their_commit_and_commit_in_order_under_one_app_id(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given a Delta table with bulk 1 committed
+    path = str(tmp_path / "t")
+    # When bulks 2 and 3 are staged (their Spark jobs write their files) before either commits, then
+    # committed in order with the same app id, and a bulk staged for version 3 again is committed
+    outcome = delta_spark.run(staged_then_committed, path, str(tmp_path / "handoff"))
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    # Then nothing is staged before the table's first commit, and staged files are on disk but in no
+    # reader's view until their commit
+    assert facts["staged before the table exists"] is None, facts
+    assert facts["files staged"] >= 2 and facts["rows while staged"] == 100, facts
+    # and both commit although a commit of their app id landed after the files were written
+    assert (facts["second committed"], facts["third committed"], facts["rows after both"]) == (True, True, 150), facts
+    # and the repeat of version 3 is skipped, its files removed: never written twice
+    assert facts["repeat of version 3 committed"] is False and facts["files left by the repeat"] == 0, facts
+    assert facts["rows at the end"] == 150, facts
+    assert facts["user metadata"] == ["bulk-1", "bulk-2", "bulk-3"], facts
+    assert facts["rows by history"] == [100, 20, 30], facts  # the job's metrics in each commit's history
+    table = deltalake.DeltaTable(path)
+    assert table.transaction_version(APP) == 3
+    assert len(set(table.to_pyarrow_table(columns=["msg_id"]).column("msg_id").to_pylist())) == 150
+    # and a write that adds a column says so (the bridge writes such a bulk again in its turn)
+    assert facts["a new column changes the metadata"] is True, facts

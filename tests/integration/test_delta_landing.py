@@ -21,7 +21,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, JARS, bulk_counts_now, bulk_counts_until, delta_facts, delta_rows
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import DeltaSpark
-from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_config
+from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_bridge, stomp_config
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +36,34 @@ def _delta_jars() -> None:
 
 def delta_config(tmp_path: Path, queue: str) -> Path:
     return stomp_config(tmp_path, queue, spark=DELTA_SPARK)
+
+
+@pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare"])
+def test_overlapping_writes_killed_at_a_step_land_every_message_once_and_staged_files_stay_unseen(
+        tmp_path: Path, amq: AmqClient, failpoint: str) -> None:
+    # Given a Delta table that exists (50 messages landed), 600 more messages, and a bridge writing two
+    # bulks of the type at a time (`writes_per_type = 2`: a bulk's files are written by its Spark job
+    # before its turn, `delta_commit.stage_raw`, while the bulk before it commits) that dies at the failpoint
+    q = unique_queue(f"delta-overlap-{failpoint}")
+    first = bodies(50, f"{failpoint}-first")
+    amq.put_many(q, first)
+    config = stomp_bridge(q, spark=DELTA_SPARK).set("collector", writes_per_type=2).write(tmp_path / "bridge.toml")
+    run_until_idle(config)
+    sent = bodies(600, failpoint)
+    amq.put_many(q, sent)
+    run_until_killed(config, failpoint)
+    table = tmp_path / "landing" / "orders"
+    if failpoint == "after_stage":  # the killed bulk's files were written before its turn, and not committed
+        in_log = {Path(f).name for f in deltalake.DeltaTable(str(table)).file_uris()}
+        on_disk = {f.name for f in table.rglob("*.parquet") if not any(p.startswith("_") for p in f.parts)}
+        assert on_disk - in_log, (sorted(on_disk), sorted(in_log))
+    # When it is started again and runs until idle
+    out = run_until_idle(config)
+    # Then every message is in the Delta table exactly once: the files a killed bulk had written and
+    # never committed are in no reader's view
+    result = account(first + sent, delta_rows(table))
+    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
 @pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])

@@ -3,9 +3,9 @@ server (S3Proxy, `scripts/s3.sh`) and `hdfs://…` on Hadoop's own mini cluster 
 started by the session's fixtures. A real `mqbridge run` with its own Spark driver, the Delta and S3A
 jars, the secret key only through `${FILE:…}`, on a real ActiveMQ; killed with SIGKILL at each step of
 the landing protocol, started again: every message in the table exactly once as delta-rs (an
-independent reader) sees it. And a wrong secret, or an endpoint that accepts connections and never
-answers (a few lines of Python here), is an outage of the sink, named within a bounded time, that loses
-nothing."""
+independent reader) sees it. And a wrong secret, an endpoint that accepts connections and never
+answers (a few lines of Python here), or a closed port while a lost ledger's rebuild lists the tables a
+template rendered (delta-rs), is an outage of the sink, named within a bounded time, that loses nothing."""
 
 from __future__ import annotations
 
@@ -125,6 +125,31 @@ def test_a_wrong_secret_is_an_outage_that_names_the_key_and_loses_nothing(
     assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
     assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
     assert wrong not in out and s3_server.secret_key not in out
+
+
+def test_a_store_refusing_the_listing_of_a_templates_tables_is_an_outage_of_the_ledgers_rebuild(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server) -> None:
+    # Given messages and a first start (a new ledger, rebuilt from the tables before any message is
+    # answered for) of a bridge whose type's table is a template, so that the rebuild lists the store for
+    # the tables it rendered (delta-rs's client), and whose S3 endpoint is a closed local port
+    q = unique_queue("s3-closed-listing")
+    sent = bodies(20, "closed")
+    amq.put_many(q, sent)
+    with socket.socket() as probe:  # a port nothing listens on: bound, then closed again
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    config = (stomp_bridge(q, spark=DELTA_SPARK).set("spark", warehouse="s3a://closed-bucket/wh")
+              .set("spark.conf", **{**s3_server.spark_conf(), "spark.hadoop.fs.s3a.endpoint": closed})
+              .add("types.orders", 'table = "t_{destination}"').write(tmp_path / "bridge.toml"))
+    # When it runs: the rebuild's listing fails
+    out = run_until_said(config, "the ledger cannot be rebuilt", tmp_path / "bridge.log", 180)
+    # Then the rebuild names the store's outage as the sink's write would (not delta-rs's text as it is)
+    line = next(line for line in out.splitlines() if "the ledger cannot be rebuilt" in line)
+    assert (f"the object store endpoint {closed} is unreachable for bucket closed-bucket (connection refused): "
+            "check that it runs and [spark.conf] spark.hadoop.fs.s3a.endpoint") in line, line
+    # ... and every message is still on its queue (an outage, never poison); no secret in the output
+    assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
+    assert s3_server.secret_key not in out
 
 
 @pytest.fixture()

@@ -1,21 +1,26 @@
 """The seeds on a Delta table where the data lives. On the S3 server (S3Proxy, `scripts/s3.sh`): a real
 `mqbridge run` lands 300 messages from the shared ActiveMQ, 100 of them put ten days ago (a producer's
-`timestamp` header, which ActiveMQ keeps: two put_date partitions); `mqbridge where` and `ledger --verify`
-read the table with delta-rs (the S3 options built from the same `[spark.conf]` S3A keys, the secret from
-`${FILE:…}`); with `[spark] catalog = true` the bridge registers it by its s3a:// URI, and another
-driver's catalog registers it alike and reads it by name (a Hive metastore keeps such a LOCATION as
-well: checked by hand); a second type whose table is a template (`q_{destination}`) lands two queues
-into two rendered tables, which `mqbridge tables` finds by listing the store (delta-rs);
-`mqbridge purge --strategy copy` replaces a partition by its survivors, the bridge's
-scheduled compaction compacts the other (OPTIMIZE) and its scheduled purge drops both by the type's
-retention (Delta's DELETE), and `mqbridge replay --as-of-version` reads the version before the purges
-(time travel). On HDFS (Hadoop's mini cluster, `scripts/hdfs.sh`), a table of two bulks as the bridge
-lands them (written by delta-rs, recorded in the ledger): the scheduled purge drops the partition its
-retention designates, `where` and `tables` read what is left. The scheduled rounds run on the session's
-Spark driver with Delta and S3A (`delta_spark`). Every row is accounted for like a total-queue checker
-by delta-rs over the store's own API: exactly the designated rows leave, every other row stays, once.
-First, bare delta-rs calls with those options against the S3 server and the mini cluster (no Spark):
-the check the readers rely on."""
+`timestamp` header, which ActiveMQ keeps: two put_date partitions); `mqbridge where` and `ledger
+--verify` read the table with delta-rs (the S3 options built from the same `[spark.conf]` S3A keys, the
+secret from `${FILE:…}`); with `[spark] catalog = true` the bridge registers it by its s3a:// URI, and
+another driver's catalog registers it alike and reads it by name (a Hive metastore keeps such a LOCATION
+as well: checked by hand); a second type whose table is a template (`q_{destination}`) lands two queues
+into two rendered tables, which `mqbridge tables` finds by listing the store (delta-rs); `mqbridge purge
+--strategy copy` replaces a partition by its survivors, `mqbridge compact` compacts the other
+(OPTIMIZE), the bridge's scheduled purge drops both by the type's retention (Delta's DELETE), and
+`mqbridge replay --as-of-version` reads the version before the purges (time travel); then `mqbridge
+ledger --abandon` decides a dead bridge's two prepared bulks by the log on S3 (one committed: recorded
+published; one not: its version fenced by delta-rs, forgotten, and a late Spark commit of that version
+skipped by Delta). On HDFS (Hadoop's mini cluster, `scripts/hdfs.sh`), a table of two bulks as the
+bridge lands them (written by delta-rs, recorded in the ledger): the scheduled purge drops the partition
+its retention designates, `where` and `tables` read what is left, and `tables` finds the two tables a
+template (`h_{destination}`) rendered there by listing HDFS (delta-rs). The scheduled rounds run on the
+session's Spark driver with Delta and S3A (`delta_spark`). Every row is accounted for like a total-queue
+checker by delta-rs over the store's own API: exactly the designated rows leave, every other row stays,
+once. First, bare delta-rs calls with those options against the S3 server and the mini cluster (no
+Spark): the check the readers rely on, and that the S3 server honours the conditional put
+(`If-None-Match`) by which delta-rs creates a version's log file, so that a commit never writes over
+another (the fence)."""
 
 from __future__ import annotations
 
@@ -26,9 +31,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from mqbridge.config.warehouse import ObjectStoreUri, delta_rs_options
+from mqbridge.landing.delta import FENCE_MARK
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, JARS, SMALL_TABLE_CONF
 from tests.support.exactly_once import account, bodies
@@ -98,8 +105,6 @@ def read_by_name(spark: Any, name: str, location: str) -> dict[str, Any]:
 
 def test_delta_rs_reads_and_writes_tables_on_the_s3_server_and_hdfs_with_the_options_of_the_s3a_keys(
         s3_server: S3Server, hdfs_cluster: str) -> None:
-    import pyarrow as pa
-
     # Given delta-rs's options built from the S3A settings a bridge is configured with
     bucket = s3_server.new_bucket("bare")
     uri = ObjectStoreUri(f"s3a://{bucket}/wh")
@@ -116,8 +121,26 @@ def test_delta_rs_reads_and_writes_tables_on_the_s3_server_and_hdfs_with_the_opt
     with pytest.raises(OSError, match="(?i)403|forbidden|signature|access denied"):
         deltalake.DeltaTable(f"{uri}/t", storage_options=wrong)
 
+    # When a writer whose snapshot is stale (version 0 of a table at version 1) commits: delta-rs creates
+    # the version's log file by a conditional put (If-None-Match: *), what `ledger --abandon`'s fence and
+    # every delta-rs commit on S3 rely on to never write over another commit
+    deltalake.write_deltalake(f"{uri}/t", pa.table({"n": [4]}), mode="append", storage_options=dict(options))
+    stale = deltalake.DeltaTable(f"{uri}/t", version=0, storage_options=dict(options))
+    # Then the server refuses it for version 1, which exists: without retries the commit fails ...
+    with pytest.raises(deltalake.exceptions.CommitFailedError):
+        deltalake.write_deltalake(stale, pa.table({"n": [5]}), mode="append",
+                                  commit_properties=deltalake.CommitProperties(max_commit_retries=0))
+    # ... with them it lands as version 2; version 1 kept its rows (nothing was written over)
+    deltalake.write_deltalake(stale, pa.table({"n": [6]}), mode="append")
+    table = deltalake.DeltaTable(f"{uri}/t", storage_options=dict(options))
+    assert table.version() == 2 and sorted(table.to_pyarrow_table().column("n").to_pylist()) == [1, 2, 3, 4, 6]
+    # ... and without a conditional put delta-rs does not commit at all (it never falls back to a plain put)
+    with pytest.raises(OSError, match="conditional put is disabled"):
+        deltalake.write_deltalake(f"{uri}/t", pa.table({"n": [7]}), mode="append",
+                                  storage_options={**dict(options), "conditional_put": "disabled"})
 
-def test_where_verify_purge_the_scheduled_rounds_and_replay_work_on_a_delta_table_on_s3(
+
+def test_where_verify_purge_compact_replay_and_abandon_work_on_a_delta_table_on_s3(
         tmp_path: Path, amq: AmqClient, s3_server: S3Server, delta_spark: DeltaSpark) -> None:
     # Given 100 messages put ten days ago and 200 put now, landed by a bridge into a Delta table on
     # S3 in several commits (the secret key only in a file read by ${FILE:…}), registered in its catalog
@@ -194,16 +217,21 @@ def test_where_verify_purge_the_scheduled_rounds_and_replay_work_on_a_delta_tabl
     code, out = command(config, "ledger", "--verify")
     assert code == 0 and "with rows deleted since by purges: not compared" in out, out
 
-    # When a round of the bridge's scheduled compaction runs, then one of its scheduled purge with a
-    # retention that designates every row (each on a Spark driver with Delta and S3A)
-    rounds = bridge.set("compaction", interval="1h").set("purge", interval="1h")
-    compacted = delta_spark.run(scheduled_round, str(rounds.write(config)), "compaction", timeout=600)
+    # When two more small commits land in the old partition (by delta-rs, as the bridge's: however the
+    # run split its bulks, that partition has small files now) and `mqbridge compact` runs (its own Spark
+    # driver with Delta and S3A; the bridge's scheduled compaction carries out the same plans,
+    # `maintenance.rounds.Compaction`)
+    late = [bodies(5, "late-a"), bodies(5, "late-b")]
+    for sent in late:
+        commit_rows(location, "orders", q, sent, OLD_DAY, s3_server.storage_options())
+    code, out = command(config, "compact", "--table", "orders")
     # Then the old partition's small files are compacted into one (OPTIMIZE), no row changed
-    assert compacted["ok"], compacted.get("traceback")
-    assert compacted["value"]["compaction_containers"] == 1, compacted["value"]
-    assert account([b for b in old + new if b not in deleted], rows()).clean
-    purged = delta_spark.run(scheduled_round, str(rounds.set("types.orders", retention="1s").write(config)),
-                             "purge", timeout=600)
+    assert code == 0 and "orders: 2 containers" in out and out.count("1 files after") == 1, out[-4000:]
+    assert account([b for b in old + new if b not in deleted] + late[0] + late[1], rows()).clean
+    # When a round of the bridge's scheduled purge runs with a retention that designates every row (on
+    # the session's Spark driver with Delta and S3A)
+    rounds = bridge.set("purge", interval="1h").set("types.orders", retention="1s")
+    purged = delta_spark.run(scheduled_round, str(rounds.write(config)), "purge", timeout=600)
     # ... and both partitions are dropped (Delta's DELETE) by the retention: the table is empty
     assert purged["ok"], purged.get("traceback")
     assert purged["value"]["purge_containers"] == 2, purged["value"]
@@ -219,8 +247,69 @@ def test_where_verify_purge_the_scheduled_rounds_and_replay_work_on_a_delta_tabl
     # Then every message landed arrives once, the purged ones too
     assert code == 0 and "300 rows sent now" in out, out[-4000:]
     assert account(old + new, collections.Counter(bytes(f.body) for f in amq.drain(destination))).clean
+    replayed_out = out
+
+    # Given a bridge that died with two bulks prepared for the table on S3: one killed after its commit,
+    # one before it (its writer, a Spark Connect server or a cluster, may still finish that commit)
+    app = f"mqbridge:s3-abandon-{uuid.uuid4().hex[:8]}"
+    committed, never = prepare_as_dead_owner(tmp_path / "state", app, 2)
+    table = deltalake.DeltaTable(location, storage_options=s3_server.storage_options())
+    deltalake.write_deltalake(  # an empty commit carrying the bulk's id and transaction, as the bridge's does
+        table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append", partition_by=["put_date"],
+        commit_properties=deltalake.CommitProperties(custom_metadata={"userMetadata": committed},
+                                                     app_transactions=[deltalake.Transaction(app, 1)]))
+    # When an operator abandons each (`ledger --abandon`: the table's log on S3 decides, by delta-rs)
+    code, out = command(config, "ledger", "--abandon", committed)
+    # Then the one whose commit is in the log is recorded published ...
+    assert code == 0 and f"holds the commit of bulk {committed}" in out and "recorded published" in out, out
+    code, out = command(config, "ledger", "--abandon", never)
+    # ... and the other one's version is fenced in the log first (an empty commit carrying it), then it is
+    # forgotten: its messages land when read again
+    assert code == 0 and "never committed" in out and "fenced" in out, out
+    fenced = deltalake.DeltaTable(location, storage_options=s3_server.storage_options())
+    assert fenced.transaction_version(app) == 2 and fenced.history(1)[0]["userMetadata"].startswith(FENCE_MARK)
+    # When the dead bridge's writer finishes the forgotten bulk's commit after all (Spark through S3A,
+    # rows of the table's own schema, as that bulk's transaction)
+    finished = delta_spark.run(append_as_transaction, f"s3a://{bucket}/wh/orders", before_purge, app, 2)
+    # Then Delta skips it: no version, no row (its messages land once, when read again)
+    assert finished["ok"], finished.get("traceback")
+    assert finished["value"] == {"rows_given": 5, "versions_added": 0, "rows_now": 0}, finished["value"]
     # And the secret was in no output and on no command line
-    assert s3_server.secret_key not in landed_out + out
+    assert s3_server.secret_key not in landed_out + replayed_out + out
+
+
+def prepare_as_dead_owner(state_dir: Path, app: str, count: int) -> list[str]:
+    """`count` bulks of table `orders` recorded prepared in the ledger under `state_dir` by an owner that
+    is gone (this host, a pid that started at another time), bulk n with version n of transaction `app`;
+    their ids."""
+    import os
+
+    from mqbridge.landing.ledger import SqliteLedger, TableTransaction, ledger_path
+    from mqbridge.landing.ledger.owners import this_host
+
+    ledger = SqliteLedger.open(ledger_path(state_dir), owner=f"{this_host()}:{os.getpid()}:1.00")
+    ids = [f"orders-dead-{uuid.uuid4().hex[:8]}-{n}" for n in range(1, count + 1)]
+    try:
+        for version, bulk_id in enumerate(ids, start=1):
+            ledger.prepare(bulk_id, "orders", (), [f"{bulk_id}-message"], transaction=TableTransaction(app, version))
+    finally:
+        ledger.close()
+    return ids
+
+
+def append_as_transaction(spark: Any, location: str, as_of: int, app: str, version: int) -> dict[str, int]:
+    """In the `delta_spark` driver: 5 rows of version `as_of` of the Delta table at `location` appended to
+    it as Spark's write of the transaction (`app`, `version`) (`txnAppId` / `txnVersion`, as the bridge's
+    commits): the rows it was given, the versions it added and the rows in the table after."""
+    def newest() -> int:
+        return int(spark.sql(f"DESCRIBE HISTORY delta.`{location}` LIMIT 1").collect()[0]["version"])
+
+    before = newest()
+    rows = spark.read.format("delta").option("versionAsOf", str(as_of)).load(location).limit(5)
+    given = rows.count()
+    rows.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", str(version)).save(location)
+    return {"rows_given": given, "versions_added": newest() - before,
+            "rows_now": spark.read.format("delta").load(location).count()}
 
 
 def land_by_hand(table: str, state_dir: Path) -> tuple[list[str], list[str]]:
@@ -259,16 +348,39 @@ def land_by_hand(table: str, state_dir: Path) -> tuple[list[str], list[str]]:
     return landed[0], landed[1]
 
 
+def commit_rows(table: str, message_type: str, destination: str, sent: list[bytes], put: datetime,
+                storage_options: dict[str, str] | None = None) -> None:
+    """The messages `sent` of `message_type` from `destination`, put and received at `put`, as the bridge
+    lands them (`mqbridge.landing.rows`), in one commit of the Delta table at `table` (written by delta-rs)."""
+    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+    from mqbridge.message import Bulk, Message
+
+    bulk = Bulk(message_type)
+    for body in sent:
+        bulk.add(Message(msg_id=body.split(b":")[0].decode(), body=body, source="amq", destination=destination,
+                         message_type=message_type, put_timestamp=put, received_timestamp=put))
+    rows = arrow_table(bulk, list(range(len(sent)))).drop_columns(["_row"])
+    rows = rows.rename_columns([IDENTITY_COLUMN if c == "_identity" else c for c in rows.column_names])
+    deltalake.write_deltalake(table, rows, mode="append", partition_by=["put_date"], storage_options=storage_options)
+
+
 def test_the_scheduled_retention_purge_where_and_tables_work_on_a_delta_table_on_hdfs(
         tmp_path: Path, hdfs_cluster: str, delta_spark: DeltaSpark) -> None:
     # Given a Delta table on HDFS of two put_date partitions (40 rows received ten days ago, 60 now),
     # both bulks published in the ledger, and a type whose retention (5 days) designates the old one
+    # ... and a second type whose table is a template (`h_{destination}`), rendered into two tables
     warehouse = f"{hdfs_cluster}/mqbridge-seeds-{uuid.uuid4().hex[:8]}"
     config = (purge_bridge().set("spark", warehouse=warehouse, table_format="delta", jars_dir=str(JARS),
                                  writer="spark")
               .set("spark.conf", **SMALL_TABLE_CONF).set("purge", interval="1h")
-              .set("types.orders", retention="5d").write(tmp_path / "bridge.toml"))
+              .set("types.orders", retention="5d").set("types.queued")
+              .add("types.queued", 'table = "h_{destination}"')
+              .write(tmp_path / "bridge.toml"))
     old, new = land_by_hand(f"{warehouse}/orders", tmp_path / "state")
+    rendered = {f"h_{name}": bodies(5 + n, name) for n, name in enumerate(("eu", "us"))}
+    for table, sent in rendered.items():
+        commit_rows(f"{warehouse}/{table}", "queued", f"/queue/{table.removeprefix('h_')}", sent,
+                    datetime.now(timezone.utc))
 
     # When a round of the bridge's scheduled purge runs (on a Spark driver with Delta)
     purged = delta_spark.run(scheduled_round, str(config), "purge", timeout=600)
@@ -285,4 +397,8 @@ def test_the_scheduled_retention_purge_where_and_tables_work_on_a_delta_table_on
     doc = json.loads(out[out.index("{"):])
     assert code == 0 and doc["landed"]["in_table"] is True and doc["landed"]["delta_version"] == 1, out
     code, out = command(config, "tables")
-    assert code == 0 and "Delta table, version" in out and out.count("put_date=") == 1 and " 60 rows" in out, out
+    assert code == 0 and "  orders  (Delta table, version" in out and " 60 rows" in out, out
+    # ... and the two tables the template rendered, found by listing HDFS (delta-rs), each with its rows
+    for table, sent in rendered.items():
+        assert f"  {table}  (Delta table, version 0" in out and f" {len(sent)} rows" in out, out
+    assert out.count("; types: queued)") == 2 and out.count("put_date=") == 3, out

@@ -75,7 +75,7 @@ def test_a_real_prometheus_scrapes_a_bridge_and_finds_every_dashboard_metric(tmp
             # and every rule is loaded and evaluates without error
             groups = prom.api("rules")["groups"]
             rules = [rule for group in groups for rule in group["rules"]]
-            assert len(rules) == 14 and all(rule["health"] == "ok" for rule in rules), rules
+            assert len(rules) == 16 and all(rule["health"] == "ok" for rule in rules), rules
             # and a message moved to the backout queue fires the alert that watches for it
             amq.put_many(q, [b"{broken"])
             wait_until(lambda: any(a["labels"]["alertname"] == "MqbridgeBackoutQueueGrowing"

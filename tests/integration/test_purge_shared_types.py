@@ -26,7 +26,8 @@ from mqbridge.landing.containers import data_files
 from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import SqliteLedger, owner_id
-from mqbridge.landing.schema_check import check_schemas, read_container
+from mqbridge.landing.schema_check import read_container
+from mqbridge.landing.schema_verdicts import check_schemas
 from mqbridge.landing.tables import file_types
 from mqbridge.maintenance.engine.swap import fresh_name, record_purge
 from mqbridge.message import Bulk, Message

@@ -20,7 +20,8 @@ from mqbridge.config.ddl import ddl_schema
 from mqbridge.errors import ConfigError
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.executor import SparkExecutor
-from mqbridge.landing.schema_check import check_schemas, file_schema, table_schemas
+from mqbridge.landing.schema_check import file_schema, table_schemas
+from mqbridge.landing.schema_verdicts import check_schemas
 from mqbridge.lint import lint_text
 from mqbridge.lint.findings import KeyLines
 from mqbridge.maintenance.compaction.compactor import Compactor

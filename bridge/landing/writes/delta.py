@@ -56,14 +56,26 @@ class DeltaWrites:
         rows = arrow_table(bulk, keep)
         handoff = self._handoff(location, owner, ledger_bulk_id)
         ready: list[tuple[SparkSession, DataFrame]] = []  # a typed bulk's frame, parsed and kept by Spark
+        staged: list[delta_commit.StagedCommit] = []  # a raw bulk's files, written before its turn
         what = f"Delta commit of bulk {ledger_bulk_id}"
         try:
             if context.body_format is not None:
                 self._leave_out_corrupt(bulk, keep, rows, handoff, results, ready)
             landed = [i for i in keep if results[i] is None]
             if landed:
+                self._stage(bulk, keep, rows, handoff, str(location), ledger_bulk_id, staged)
+                if staged:
+                    bulk.files_written()  # only the commit is left: the type's next bulk may start its job
+
                 def write(transaction: TableTransaction | None) -> None:
                     spark = context.sessions.get()
+                    files = staged.pop() if staged else None
+                    if files is not None and files.spark is spark and not files.changes_metadata:
+                        spark_guarded(spark, context.message_type, what, lambda: files.commit(transaction),
+                                      context.write_timeout)
+                        return
+                    if files is not None and files.spark is spark:
+                        files.discard()  # written on a schema this bulk changes: written again below
                     job = self._job(spark, bulk, keep, rows, handoff, str(location), ledger_bulk_id, transaction, ready)
                     spark_guarded(spark, context.message_type, what, job, context.write_timeout)
 
@@ -74,6 +86,9 @@ class DeltaWrites:
                     else:
                         write(None)
         finally:
+            for files in staged:  # never committed (the bulk failed before its turn's write)
+                with contextlib.suppress(Exception):
+                    files.discard()
             for _, frame in ready:
                 with contextlib.suppress(Exception):  # a session whose JVM is gone took it along
                     frame.unpersist()
@@ -144,6 +159,29 @@ class DeltaWrites:
         if observation is not None and parser is not None:
             for i, reason in parser.corrupt_rows(observation).items():
                 results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)
+
+    def _stage(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None, location: str,
+               bulk_id: str, staged: list[delta_commit.StagedCommit]) -> None:
+        """Write a raw bulk's data files into its existing table before its turn (`delta_commit.stage_raw`),
+        into `staged`, where `_job` would commit them through the transaction API; the bulk then says
+        so (`Bulk.files_written`), and the collector starts the next bulk of the type, whose Spark job
+        overlaps this bulk's commit (its turn only commits). A failed job raises here, before the
+        ledger prepares anything, as a failed Parquet staging does."""
+        context = self._context
+        spark = context.sessions.get()
+        if (handoff is None or context.body_format is not None or is_connect(spark)
+                or failpoints.armed(*SPARK_WRITE_FAILPOINTS)):
+            return
+        tasks, groups = spread(spark, bulk, keep)
+
+        def job() -> None:
+            files = delta_commit.stage_raw(spark, rows, handoff, location, tasks=tasks, groups=groups,
+                                           sort=SORT_COLUMNS, writer_options=WRITE_OPTIONS, identity=IDENTITY_COLUMN,
+                                           bulk_id=bulk_id)
+            if files is not None:
+                staged.append(files)
+
+        spark_guarded(spark, context.message_type, f"Delta files of bulk {bulk_id}", job, context.write_timeout)
 
     def _job(self, spark: SparkSession, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
              location: str, bulk_id: str, transaction: TableTransaction | None,

@@ -8,7 +8,7 @@ nothing of the purge policy.
 
 from __future__ import annotations
 
-from mqbridge.maintenance.compaction.compactor import Compacted, Compactor, free_bytes
+from mqbridge.maintenance.compaction.compactor import Compacted, Compactor
 from mqbridge.maintenance.compaction.planner import ACTIONS, Facts, Plan, Policy, decide
 
-__all__ = ["ACTIONS", "Compacted", "Compactor", "Facts", "Plan", "Policy", "decide", "free_bytes"]
+__all__ = ["ACTIONS", "Compacted", "Compactor", "Facts", "Plan", "Policy", "decide"]

@@ -29,7 +29,6 @@ yet and the marker is still in the live container).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -174,13 +173,3 @@ def _rewritable(table: Path, files: list[Path]) -> tuple[list[list[Path]], list[
     return groups.typed, [*carried, *groups.mixed]
 
 
-def free_bytes(path: Path) -> int:
-    """Free bytes (for an unprivileged user) of the file system `path` (or its nearest existing
-    parent) is on."""
-    import shutil
-
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    with contextlib.suppress(OSError):
-        return shutil.disk_usage(path).free
-    return 0

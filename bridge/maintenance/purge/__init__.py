@@ -2,7 +2,8 @@
 bridge). The rewrite and the swap are the engine's (`mqbridge.maintenance.engine`).
 
 The modules: `designation` (the rows that go: a retention's age, and/or SQL, restricted to a type's
-rows where types share a table), `purger` (one run over a table's containers by drop, delete or
+rows where types share a table), `limits` (the cutoffs of a type's row cap and of the free-space
+floor, from the rows counted by age), `purger` (one run over a table's containers by drop, delete or
 copy, whichever the learned cost model says is cheaper), `scheduler` (the `PurgeScheduler` of a
 running bridge, with the threshold below which a container waits) and `factory` (the `PurgeFactory`
 the command, the scheduler and the compaction's rounds make their cost model, purgers and

@@ -11,16 +11,24 @@ from datetime import datetime, timedelta, timezone
 
 from mqbridge.errors import PurgeError
 
+#: A row's age as the purge reads it, in microseconds since the epoch: the later of its put and its
+#: receipt (NULL, never designated, when both are NULL).
+AGE_MICROS = "unix_micros(greatest(put_timestamp, received_timestamp))"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
 
 @dataclass(frozen=True)
 class Designation:
     """What a purge designates: rows put and received before `cutoff`, and/or rows matching `where`
     (Spark SQL); of a table shared with other types, only rows whose `message_type` is one of
-    `message_types` (empty: every row of the table)."""
+    `message_types` (empty: every row of the table). `rules`: the configured rules that chose the
+    cutoff, in words (a retention, a row cap, the free-space floor: `mqbridge.maintenance.purge.limits`),
+    said by `describe` instead of the bare cutoff."""
 
     cutoff: datetime | None = None
     where: str | None = None
     message_types: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cutoff is None and not self.where:
@@ -34,25 +42,34 @@ class Designation:
             # A row is as old as the later of its put and its receipt: a producer's clock (or a put
             # time read in the wrong unit) never makes a row received within the retention look old.
             # `greatest` skips NULLs; unix_micros: independent of the session time zone.
-            micros = int(self.cutoff.astimezone(timezone.utc).timestamp() * 1_000_000)
-            parts.append(f"unix_micros(greatest(put_timestamp, received_timestamp)) < {micros}")
+            parts.append(f"{AGE_MICROS} < {micros(self.cutoff)}")
         if self.where:
             parts.append(f"({self.where})")
         if self.message_types:
-            names = ", ".join(_sql_string(t) for t in self.message_types)
+            names = ", ".join(sql_string(t) for t in self.message_types)
             parts.append(f"message_type IN ({names})")
         return f"coalesce({' AND '.join(parts)}, false)"
 
     def describe(self) -> str:
         """The designation in words, for the command's output and the logs."""
         cutoff = self.cutoff.isoformat(timespec="seconds") if self.cutoff else ""
-        parts = [f"put before {cutoff} (and received before it)"] if cutoff else []
+        parts = list(self.rules) if self.rules else [f"put before {cutoff} (and received before it)"] if cutoff else []
         parts += [f"where {self.where}"] if self.where else []
         parts += [f"of type {', '.join(self.message_types)}"] if self.message_types else []
         return " and ".join(parts)
 
 
-def _sql_string(value: str) -> str:
+def micros(moment: datetime) -> int:
+    """`moment` in microseconds since the epoch, exactly (a float timestamp loses the last digit)."""
+    return (moment.astimezone(timezone.utc) - EPOCH) // timedelta(microseconds=1)
+
+
+def moment(micros_since_epoch: int) -> datetime:
+    """The UTC datetime of `micros_since_epoch` (the inverse of `micros`)."""
+    return EPOCH + timedelta(microseconds=micros_since_epoch)
+
+
+def sql_string(value: str) -> str:
     """`value` as a Spark SQL string literal."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 

@@ -21,6 +21,7 @@ from mqbridge.table_formats import TableFormat, TablePurger, format_for
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig, TypeConfig
+    from mqbridge.maintenance.purge.limits import Limits
 
 
 class PurgeFactory:
@@ -62,3 +63,13 @@ class PurgeFactory:
         for table, names in type_tables(self.warehouse, types).items():
             yield table, type_designations(names, ages, holders(self.warehouse, table, self.config.types),
                                            now=now, where=where)
+
+    def table_designations(self, types: Mapping[str, TypeConfig], limits: Limits, *,
+                           now: datetime) -> Iterator[tuple[Location, list[Designation]]]:
+        """Each table `types` land in, with the designations of their configured rules: each type's
+        `retention` and, when a type has one, its `max_rows` (`Limits.designations`, which counts the
+        rows by age with Spark). The free-space floor comes after these have run
+        (`Limits.free_space_designations`)."""
+        if any(t.max_rows for t in types.values()):
+            return limits.designations(types)
+        return self.designations(types, {name: t.retention for name, t in types.items()}, now=now)

@@ -1,13 +1,16 @@
-"""The scheduled purge: `[purge] interval` runs each type's retention on its own thread while the
-listeners keep landing (off by default).
+"""The scheduled purge: `[purge] interval` runs each type's retention and row cap, and the free-space
+floor, on its own thread while the listeners keep landing (off by default).
 
 Every `interval` the thread purges, table by table, the rows whose `put_timestamp` and
 `received_timestamp` are both older than their type's `retention` (a row that arrived within the
-retention stays, whatever time its producer stamped; types without one are skipped), exactly as
-`mqbridge purge` would with no `--where`: the same cost model and learned costs, the same swap under
-the table lock (landing waits at most one swap), the same recovery; each table by its format's purger
-(`mqbridge.table_formats`: a Delta table by Delta's own commits instead of the swap). A failed round is logged and
-the next one runs as planned (the thread: `mqbridge.maintenance.engine.scheduler.RoundScheduler`).
+retention stays, whatever time its producer stamped; types without one are skipped) and the oldest
+rows beyond a type's `max_rows`; then, while the warehouse's free space is below `[purge]
+min_free_disk`, the oldest rows of every type (`mqbridge.maintenance.purge.limits`: the rules and
+their order). Exactly as `mqbridge purge` would with no `--where`: the same cost model and learned
+costs, the same swap under the table lock (landing waits at most one swap), the same recovery; each
+table by its format's purger (`mqbridge.table_formats`: a Delta table by Delta's own commits instead
+of the swap). A failed round is logged and the next one runs as planned (the thread:
+`mqbridge.maintenance.engine.scheduler.RoundScheduler`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from mqbridge.counters import Counters
 from mqbridge.maintenance.engine.scheduler import RoundScheduler
 from mqbridge.maintenance.purge.designation import Designation
 from mqbridge.maintenance.purge.factory import PurgeFactory
+from mqbridge.maintenance.purge.limits import Limits
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -52,28 +56,38 @@ class PurgeScheduler(RoundScheduler):
         self.factory = PurgeFactory(config)
 
     def run_round(self) -> None:
-        """Purge every table of every type with a retention, once."""
-        types = {name: t for name, t in self.config.types.items() if t.retention is not None}
+        """Purge every table of every type with a retention or a row cap, once; then, with `[purge]
+        min_free_disk`, the oldest rows of every type while the free space is below it
+        (`mqbridge.maintenance.purge.limits`: the rules and their order)."""
+        types = {name: t for name, t in self.config.types.items() if t.retention is not None or t.max_rows}
         spark = self._session()
         self._tag_jobs(spark)
         now = datetime.now(timezone.utc)
         self.counters.inc("purge_runs")
-        ages = {name: t.retention for name, t in types.items()}
-        # Each type at its own retention, and only its own rows where others may land too.
-        for table, designations in self.factory.designations(types, ages, now=now):
+        limits = Limits(self.factory, spark, now=now)
+        # Each type at its own retention and row cap, and only its own rows where others may land too.
+        for table, designations in self.factory.table_designations(types, limits, now=now):
             # The table's format's purger: the engine's swap, or a Delta table's own commits.
             purger = self.factory.purger_for(table, spark, counters=self.counters, stop=self._stop)
             for designation in designations:
                 if self._stop.is_set():
                     return
                 self._purge_table(purger, table, designation)
+        # Measured after the rules above ran: what they freed counts.
+        for table, designation in limits.free_space_designations(self.config.types):
+            if self._stop.is_set():
+                return
+            purger = self.factory.purger_for(table, spark, counters=self.counters, stop=self._stop)
+            # Low on disk, a designated container is purged whatever [purge] threshold says.
+            self._purge_table(purger, table, designation, urgent=True)
 
-    def _purge_table(self, purger: TablePurger, table: Location, designation: Designation) -> None:
+    def _purge_table(self, purger: TablePurger, table: Location, designation: Designation, *,
+                     urgent: bool = False) -> None:
         if not self.factory.holds(table):  # a local directory, or a table on an object store or HDFS
             return
         plans = []
         for plan in purger.plan(table, designation):
-            if due(plan.designated, plan.rows, self.threshold):
+            if urgent or due(plan.designated, plan.rows, self.threshold):
                 plans.append(plan)
                 continue
             # The seed's rule: purging pays once enough of a container is designated; until then
@@ -81,6 +95,9 @@ class PurgeScheduler(RoundScheduler):
             log.info("purge %s put_date=%s: designated %d/%d, below the threshold %.2f: not purged this round",
                      table.name, plan.put_date, plan.designated, plan.rows, self.threshold)
             self.counters.inc("purge_containers_skipped")
+        if plans:
+            log.info("purge %s: designated: %s; %d containers to purge", table.name, designation.describe(),
+                     len(plans))
         for result in purger.run(plans, designation):
             e = result.plan.estimate
             log.info("purge %s put_date=%s: designated %d/%d, estimated delete %.3fs copy-and-drop %.3fs, "

@@ -80,6 +80,54 @@ def test_writes_per_type_bulks_of_one_type_overlap_and_no_more(make: Factory) ->
     assert sorted(m for batch in executor.batches for m in batch) == ["a1", "a2", "a3"]
 
 
+class FilesFirstExecutor(RecordingExecutor):
+    """A writer whose bulks say their files are written (`Bulk.files_written`, as a Delta table's
+    writer does after its Spark job) before they wait at the gate, their commit."""
+
+    def execute(self, bulk: Bulk) -> list[MessageResult]:
+        bulk.files_written()
+        bulk.files_written()  # said twice: counted once
+        return super().execute(bulk)
+
+
+def second_bulk_behind_a_writing_one(make: Factory, executor: RecordingExecutor,
+                                     concurrency: Concurrency) -> tuple[BulkCollector, Results]:
+    """Bulk a1 of type a executing (held at the gate), then bulk a2 of the type forwarded, with
+    `writes_per_type` 1 and workers to spare."""
+    collector, _ = make(("a",), workers=3, writes_per_type=1, executors={"a": executor})
+    results = Results()
+    collector.submit(msg("a1"), results)
+    collector.flush()
+    wait_until(lambda: concurrency.running["a"] == 1, DEADLINE, "a1 executing")
+    collector.submit(msg("a2"), results)
+    collector.flush()
+    return collector, results
+
+
+def test_a_bulk_whose_files_are_written_frees_its_write_slot_while_it_commits(make: Factory) -> None:
+    concurrency = Concurrency()
+    executor = FilesFirstExecutor(gated=True, concurrency=concurrency)
+    # Given a bulk of type a whose files are written, waiting for its commit
+    # When the next bulk of the type is forwarded
+    collector, results = second_bulk_behind_a_writing_one(make, executor, concurrency)
+    # Then it is written at once, beside it (writes_per_type 1)
+    wait_until(lambda: concurrency.running["a"] == 2, DEADLINE, "a2 executing beside a1")
+    assert collector.stats().in_flight_bulks == 2
+    executor.gate.set()
+    wait_until(lambda: results.count() == 2, DEADLINE, "2 results")
+    assert executor.batches == [["a1"], ["a2"]]
+
+
+def test_a_bulk_that_does_not_say_its_files_are_written_holds_its_slot_to_the_end(make: Factory) -> None:
+    concurrency = Concurrency()
+    executor = RecordingExecutor(gated=True, concurrency=concurrency)
+    collector, results = second_bulk_behind_a_writing_one(make, executor, concurrency)
+    assert (collector.stats().in_flight_bulks, collector.stats().queued_bulks) == (1, 1)
+    executor.gate.set()
+    wait_until(lambda: results.count() == 2, DEADLINE, "2 results")
+    assert concurrency.max_type == {"a": 1}
+
+
 def test_queued_bulks_of_a_type_are_coalesced(make: Factory, caplog: pytest.LogCaptureFixture) -> None:
     executor = RecordingExecutor(gated=True)
     collector, _ = make(("a",), workers=2, executors={"a": executor})

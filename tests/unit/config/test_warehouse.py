@@ -1,8 +1,8 @@
 """`[spark] warehouse` as a directory or an object store's URI (config.warehouse): `s3a://` and
 `hdfs://` kept as written (never folded into a Path), other schemes refused naming what is supported,
 credentials in the URI refused without repeating them; on an object store or HDFS, what only a local
-warehouse supports is refused at load naming its key and fix (parquet, `[compaction] min_free_disk`, the
-pyarrow writer) while the retention purge, the scheduled purge and compaction, `[spark] catalog` (a
+warehouse supports is refused at load naming its key and fix (parquet, `[compaction]` and `[purge]
+min_free_disk`, the pyarrow writer) while the retention purge, the scheduled purge and compaction, `[spark] catalog` (a
 Delta table registered by its URI) and table templates (their tables listed on the store) are
 accepted; S3 keys to an http:// endpoint that is not loopback refused unless allowed; delta-rs's
 storage options built from the S3A settings (endpoint, path style, keys, plain http), which never show
@@ -123,6 +123,7 @@ def test_a_type_of_its_own_delta_format_lands_on_an_object_store() -> None:
 
 @pytest.mark.parametrize(("text", "key", "said"), [
     (config(extra='[compaction]\nmin_free_disk = "1GB"\n'), "compaction.min_free_disk", "free space is not measured"),
+    (config(extra='[purge]\nmin_free_disk = "1GB"\n'), "purge.min_free_disk", "free space is not measured"),
     (config(spark=S3 + 'writer = "arrow"\n'), "spark.writer", 'writer = "arrow" (pyarrow writes local files)'),
     (config(spark=S3 + 'writer = "auto"\n'), "spark.writer", 'writer = "auto"'),
 ])

@@ -19,6 +19,7 @@ from mqbridge.landing import delta
 from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions
 from mqbridge.landing.publication import recover, roll_forward
+from mqbridge.table_formats import formats_configured
 
 
 def test_a_prepared_bulk_keeps_its_table_transaction_and_no_files(ledger: Ledger) -> None:
@@ -110,7 +111,7 @@ def test_a_delta_type_may_have_retention_compaction_and_the_catalog() -> None:
 
 def test_a_type_may_choose_its_own_table_format() -> None:
     config = parse_config(BASE.replace('table_format = "delta"', "") + '[types.orders]\ntable_format = "delta"')
-    assert delta.delta_types(config.types, config.spark.table_format) == ["orders"]
+    assert formats_configured(config.types, config.spark.table_format) == {"delta": ["orders"]}
     assert config.spark.table_format == "parquet"
 
 

@@ -254,3 +254,43 @@ def test_the_chain_of_python_exceptions_is_read_outermost_first() -> None:
         assert chain == ["RuntimeError: listObjects() on s3a://landing-bucket/x failed",
                          "ConnectionRefusedError: Connection refused"]
         assert "(connection refused)" in object_store_outage(exc, S3, ENDPOINT)
+
+
+# -- delta-rs's errors (the commands' readers; the listing of a template's tables by a lost ledger's rebuild) --
+#: Recorded (deltalake 1.6.6, `delta_read.directories` with the bridge's options): a closed port, S3Proxy
+#: refusing a wrong secret and naming a missing bucket, a closed namenode port; as `str(exc)` gives them
+#: (one cause per line, each marked with a coloured arrow).
+_ARROW = "\n          \x1b[31m\u21b3\x1b[0m "
+RS_REFUSED = OSError(_ARROW.join([
+    "Generic S3 error", "Error performing list request",
+    "Error performing GET http://127.0.0.1:41234/landing-bucket?delimiter=%2F&list-type=2&prefix=mqbridge%2F in "
+    "259.17ms, after 2 retries, max_retries", "2, retry_timeout", "60s  - HTTP error", "error sending request",
+    "client error (Connect)", "tcp connect error", "Connection refused (os error 111)"]) + "\n")
+RS_WRONG_SECRET = OSError(_ARROW.join([
+    "Generic S3 error", "Error performing list request",
+    "Error performing GET http://127.0.0.1:41234/landing-bucket?delimiter=%2F&list-type=2&prefix=mqbridge%2F in "
+    "2.98ms - Server returned non-2xx status code", "403 Forbidden", "<?xml version='1.0' encoding='UTF-8'?><Error>"
+    "<Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match the signature "
+    "you provided. Check your key and signing method.</Message></Error>"]))
+RS_NO_BUCKET = OSError(_ARROW.join([
+    "Generic S3 error", "Error performing list request",
+    "Error performing GET http://127.0.0.1:41234/landing-bucket?delimiter=%2F&list-type=2&prefix=mqbridge%2F in "
+    "8.59ms - Server returned non-2xx status code", "404 Not Found", "<?xml version='1.0' encoding='UTF-8'?><Error>"
+    "<Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>"]))
+RS_HDFS_REFUSED = OSError(_ARROW.join([
+    "Generic HdfsObjectStore error", "IO error occurred while communicating with HDFS",
+    "Connection refused (os error 111)"]) + "\n")
+
+
+def test_delta_rs_errors_are_read_with_the_causes_it_lists() -> None:
+    assert error_chain(RS_HDFS_REFUSED) == ["OSError: Generic HdfsObjectStore error: IO error occurred while "
+                                            "communicating with HDFS: Connection refused (os error 111)"]
+
+
+def test_a_store_failing_under_delta_rs_is_named_as_an_outage_like_under_spark() -> None:
+    assert object_store_outage(RS_REFUSED, S3, ENDPOINT) == outage_of_chain(REFUSED, S3, ENDPOINT)
+    assert object_store_outage(RS_WRONG_SECRET, S3, ENDPOINT) == outage_of_chain(WRONG_SECRET, S3, ENDPOINT)
+    assert object_store_outage(RS_NO_BUCKET, S3, ENDPOINT) == outage_of_chain(MISSING_BUCKET, S3, ENDPOINT)
+    assert object_store_outage(RS_HDFS_REFUSED, HDFS) == ("the HDFS namenode 127.0.0.1:9820 is unreachable "
+                                                          "(connection refused) (warehouse = hdfs://127.0.0.1:9820/"
+                                                          "mqbridge)")

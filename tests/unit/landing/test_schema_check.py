@@ -1,7 +1,8 @@
-"""Where the old schema of a typed table comes from (`mqbridge.landing.schema_check`): Parquet footers
-read with pyarrow, no Spark. The files here are written by pyarrow with the footer metadata Spark
-writes (`org.apache.spark.sql.parquet.row.metadata`); tests/integration/test_schema_evolution.py reads
-footers Spark wrote itself."""
+"""Where the old schema of a typed table comes from (`mqbridge.landing.schema_check`), as the table's
+format says (`TableFormat.written_schemas`): a Parquet table's footers read with pyarrow, a Delta table's
+log read by delta-rs, no Spark. The files here are written by pyarrow with the footer metadata Spark
+writes (`org.apache.spark.sql.parquet.row.metadata`), the Delta tables by delta-rs;
+tests/integration/test_schema_evolution.py reads footers Spark wrote itself."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from mqbridge.config.ddl import ddl_schema
 from mqbridge.errors import ConfigError
 from mqbridge.landing.schema_check import (
     SPARK_ROW_METADATA,
-    check_schemas,
     declared_metadata,
     file_schema,
     table_schemas,
 )
+from mqbridge.landing.schema_verdicts import check_schemas, schema_verdicts
 from mqbridge.lint import lint_text
 from tests.support.configs import typed_orders
 
@@ -119,3 +120,19 @@ def test_an_unparseable_schema_is_left_to_the_ddl_check(tmp_path: Path) -> None:
     check_schemas(parse_config(config(tmp_path, "id STRANGE")))  # Spark's own parser refuses it at start
     [finding] = lint_text(config(tmp_path, "id STRANGE"), "bridge.toml").errors
     assert "not a Spark DDL column list" in finding.problem
+
+
+def test_a_local_delta_tables_schema_is_read_from_its_log(tmp_path: Path) -> None:
+    # Given a local Delta table written with qty BIGINT by another engine (delta-rs: no Spark footer)
+    deltalake = pytest.importorskip("deltalake")
+    rows = pa.table({"msg_id": ["m1"], "order_id": ["a1"], "qty": pa.array([1], pa.int64())})
+    deltalake.write_deltalake(str(tmp_path / "landing" / "orders"), rows)
+    text = config(tmp_path, "order_id STRING, qty INT").replace("[types.orders]",
+                                                                '[types.orders]\ntable_format = "delta"')
+    # Then the schema its log keeps is the one compared: a narrowed column is refused, naming the log
+    [found] = schema_verdicts(parse_config(text))
+    assert found.file.name == "_delta_log" and found.old == ddl_schema("order_id STRING, qty BIGINT")
+    with pytest.raises(ConfigError, match=r"column 'qty': bigint -> int: narrowed.* in _delta_log"):
+        check_schemas(parse_config(text))
+    # ... an added nullable column is accepted
+    check_schemas(parse_config(text.replace("qty INT", "qty BIGINT, channel STRING")))

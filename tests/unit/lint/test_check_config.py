@@ -165,3 +165,25 @@ def test_paths_in_findings_are_normalised(tmp_path: Path, capsys: pytest.Capture
     path.write_text(BASE.replace('kind = "stomp"', 'kind = "stomp"\nssl = true\nca_certs = "../ca.pem"'))
     assert main(["check-config", str(path)]) == 1
     assert f"sources.amq.ca_certs: {tmp_path.resolve() / 'ca.pem'}: no such file" in capsys.readouterr().out
+
+
+def test_a_delta_type_needs_what_its_table_format_says(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a type landing into Delta tables, no Delta jars under jars_dir, and delta-rs not installed
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deltalake" else found(name, *a))
+    text = BASE.replace("[types.orders]", f'[spark]\njars_dir = "{tmp_path / "jars"}"\n[types.orders]\n'
+                                          'table_format = "delta"')
+    # When it is checked
+    code, lines = check(tmp_path, capsys, text)
+    # Then the format's jars are an error naming the command that fetches them, its reader a warning
+    assert code == 1
+    assert any("spark.jars_dir: [spark] table_format = \"delta\" needs the Delta Lake jars in" in line
+               and "run `mqbridge jars" in line for line in lines), lines
+    assert any("warning: spark.table_format: Delta tables are read back (mqbridge tables, where, replay) with "
+               'delta-rs, which is not installed — pip install "mqbridge[delta]"' in line for line in lines), lines
+    # ... and a Parquet type needs neither
+    code, lines = check(tmp_path, capsys, text.replace('table_format = "delta"', ""))
+    assert code == 0, lines
