@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mqbridge.errors import ConfigError, PurgeError
-from mqbridge.landing.rows import IDENTITY_COLUMN
 from mqbridge.maintenance.purge.designation import sql_string
 
 if TYPE_CHECKING:
@@ -60,9 +59,9 @@ class Deleted:
                 f"where {self.condition}")
 
 
-def designating(identities: Sequence[str], where: str | None, *, delta: bool) -> str:
-    """The Spark SQL condition of the rows `identities` or `where` designate in a table (`delta`:
-    one with the identity column); exactly one of the two is given."""
+def designating(identities: Sequence[str], where: str | None, *, identity_column: str | None) -> str:
+    """The Spark SQL condition of the rows `identities` or `where` designate in a table whose rows
+    carry their identity in `identity_column` (None: they carry none); exactly one of the two is given."""
     if bool(identities) == bool(where and where.strip()):
         raise ConfigError("give the rows to delete by --identity or by --where (one of the two)")
     if where:
@@ -70,11 +69,11 @@ def designating(identities: Sequence[str], where: str | None, *, delta: bool) ->
     if len(identities) > MAX_IDENTITIES:
         raise ConfigError(f"{len(identities)} identities: at most {MAX_IDENTITIES} a request; split it")
     listed = ", ".join(sql_string(i) for i in identities)
-    if not delta:
+    if identity_column is None:
         return f"msg_id IN ({listed})"
     # As the ledger keeps it, or without its scope prefix ("SOURCE:QUEUE|id": what the producer knows).
-    return (f"({IDENTITY_COLUMN} IN ({listed}) OR "
-            f"substring({IDENTITY_COLUMN}, instr({IDENTITY_COLUMN}, '|') + 1) IN ({listed}))")
+    return (f"({identity_column} IN ({listed}) OR "
+            f"substring({identity_column}, instr({identity_column}, '|') + 1) IN ({listed}))")
 
 
 def who(caller: str | None = None) -> str:
@@ -110,8 +109,7 @@ def delete_entries(config: BridgeConfig, spark: Any, message_type: str, *, ident
     for path, names in type_tables(factory.warehouse, {message_type: config.types[message_type]}).items():
         table_format = factory.format_of(path)
         table = str(path.relative_to(factory.warehouse))
-        delta = table_format.name == "delta"
-        condition = designating(identities, where, delta=delta)
+        condition = designating(identities, where, identity_column=table_format.identity_column)
         [designation] = type_designations(names, {}, holders(factory.warehouse, path, config.types), now=now,
                                           where=condition)
         assert isinstance(designation, Designation)
@@ -121,8 +119,9 @@ def delete_entries(config: BridgeConfig, spark: Any, message_type: str, *, ident
         purger = factory.purger_for(path, spark)
         if not dry_run:
             table_format.recover(path)  # a purge or compaction killed mid-run: finished or rolled back first
-        # A Delta table by Delta's DELETE (a partition all designated: every file dropped, still a DELETE).
-        plans = purger.plan(path, designation, "delete" if delta else "auto")
+        # A transactional table by its own DELETE (a partition all designated: every file dropped, still a
+        # DELETE); a Parquet table by the cost model's choice.
+        plans = purger.plan(path, designation, "delete" if table_format.transactional else "auto")
         designated = sum(plan.designated for plan in plans)
         log.warning("tables delete%s: type %s, table %s: %d rows in %d containers designated %s; requested by %s; "
                     "reason: %s", " (dry run)" if dry_run else "", message_type, table, designated, len(plans),

@@ -91,6 +91,8 @@ class TableFormat(ABC):
     #: Whether the catalog must be told of each put_date partition as it appears (the table's own
     #: metadata holds them otherwise).
     catalog_partitions: bool
+    #: The column each row's identity (what the ledger dedupes on) lands in; None where rows carry none.
+    identity_column: str | None
 
     # -- what is on disk ---------------------------------------------------------------------
     @abstractmethod

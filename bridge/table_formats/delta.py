@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.landing import delta, delta_read
+from mqbridge.landing.rows import IDENTITY_COLUMN
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class DeltaFormat(TableFormat):
     title = "Delta"
     transactional = True
     catalog_partitions = False  # its log holds its partitions and columns
+    identity_column = IDENTITY_COLUMN
 
     def holds(self, path: Location) -> bool:
         return delta.is_delta_table(path)

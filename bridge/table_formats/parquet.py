@@ -53,6 +53,7 @@ class ParquetFormat(TableFormat):
     title = "Parquet"
     transactional = False
     catalog_partitions = True
+    identity_column = None
 
     def holds(self, path: Location) -> bool:
         """Any local directory: Parquet is the format of a table directory no other format claims."""

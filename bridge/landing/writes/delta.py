@@ -160,6 +160,13 @@ class DeltaWrites:
             for i, reason in parser.corrupt_rows(observation).items():
                 results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)
 
+    def _by_transaction_api(self, spark: SparkSession, handoff: Path | None) -> bool:
+        """Whether a bulk goes through Delta's transaction API (`mqbridge.landing.delta_commit`): a raw
+        bulk (no body format) handed off by file to the in-process driver's own objects (not Spark
+        Connect), unless a failpoint acts inside Spark's job (the DataFrame writer's path has them)."""
+        return (handoff is not None and self._context.body_format is None and not is_connect(spark)
+                and not failpoints.armed(*SPARK_WRITE_FAILPOINTS))
+
     def _stage(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None, location: str,
                bulk_id: str, staged: list[delta_commit.StagedCommit]) -> None:
         """Write a raw bulk's data files into its existing table before its turn (`delta_commit.stage_raw`),
@@ -169,8 +176,7 @@ class DeltaWrites:
         ledger prepares anything, as a failed Parquet staging does."""
         context = self._context
         spark = context.sessions.get()
-        if (handoff is None or context.body_format is not None or is_connect(spark)
-                or failpoints.armed(*SPARK_WRITE_FAILPOINTS)):
+        if handoff is None or not self._by_transaction_api(spark, handoff):
             return
         tasks, groups = spread(spark, bulk, keep)
 
@@ -192,8 +198,7 @@ class DeltaWrites:
         typed bulk's parsed frame when this session made it)."""
         tasks, groups = spread(spark, bulk, keep)
         parser = self._context.body_format
-        if (handoff is not None and parser is None and not is_connect(spark)
-                and not failpoints.armed(*SPARK_WRITE_FAILPOINTS)):
+        if handoff is not None and self._by_transaction_api(spark, handoff):
             return delta_commit.raw_job(spark, rows, handoff, location, tasks=tasks, groups=groups, sort=SORT_COLUMNS,
                                         writer_options=WRITE_OPTIONS, identity=IDENTITY_COLUMN, bulk_id=bulk_id,
                                         transaction=transaction)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mqbridge.errors import ConfigError, PurgeError
+from mqbridge.landing.rows import IDENTITY_COLUMN
 from mqbridge.maintenance.entries import designating, request_deleter, who
 from mqbridge.monitoring.access import Access
 from mqbridge.monitoring.control import answer_tables_delete
@@ -18,17 +19,17 @@ AUTH = f"Bearer {TOKEN}"
 
 
 def test_an_identity_matches_a_delta_tables_identity_scoped_or_not_and_a_parquet_tables_msg_id() -> None:
-    delta = designating(["o-1", "it's"], None, delta=True)
+    delta = designating(["o-1", "it's"], None, identity_column=IDENTITY_COLUMN)
     assert delta == ("(identity IN ('o-1', 'it\\'s') OR "
                      "substring(identity, instr(identity, '|') + 1) IN ('o-1', 'it\\'s'))")
-    assert designating(["ID:1"], None, delta=False) == "msg_id IN ('ID:1')"
-    assert designating([], " amount < 0 ", delta=False) == "amount < 0"
+    assert designating(["ID:1"], None, identity_column=None) == "msg_id IN ('ID:1')"
+    assert designating([], " amount < 0 ", identity_column=None) == "amount < 0"
 
 
 @pytest.mark.parametrize(("identities", "where"), [([], None), ([], "  "), (["a"], "amount < 0")])
 def test_a_request_names_its_rows_by_identity_or_where_exactly_one(identities: list[str], where: str | None) -> None:
     with pytest.raises(ConfigError, match="--identity or by --where"):
-        designating(identities, where, delta=True)
+        designating(identities, where, identity_column=IDENTITY_COLUMN)
 
 
 def test_who_names_the_os_user_and_the_control_plane_caller() -> None:
