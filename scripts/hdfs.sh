@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start/stop Hadoop's own HDFS mini cluster (org.apache.hadoop.test.MiniDFSClusterManager from
-# hadoop-client-minicluster 3.5.0, the Hadoop of Spark 4.2): one namenode and one datanode in one JVM,
+# hadoop-client-minicluster 3.4.2, the Hadoop of Spark 4.1): one namenode and one datanode in one JVM,
 # every port on 127.0.0.1, the namenode's RPC on ${MQBRIDGE_HDFS_PORT:-9820}, so a warehouse is
 # hdfs://127.0.0.1:9820/<path>. State (name and data directories, log, pid file, the cluster's
 # core-site.xml) lives under ${MQBRIDGE_HDFS_BASE:-.hdfs}; each start formats a fresh file system.
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 BASE="$(realpath -m "${MQBRIDGE_HDFS_BASE:-.hdfs}")"
 PORT="${MQBRIDGE_HDFS_PORT:-9820}"
-JAR="jars/hdfs-test/hadoop-client-minicluster-3.5.0.jar"
+JAR="jars/hdfs-test/hadoop-client-minicluster-3.4.2.jar"
 PIDFILE="$BASE/hdfs.pid"
 START_TIMEOUT_S=120
 

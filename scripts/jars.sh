@@ -3,14 +3,14 @@
 # Parquet on a local file system into a folder that mqbridge hands to Spark (`[spark] jars_dir`,
 # default: the folder `jars` of this project).
 #
-#   scripts/jars.sh [--dir DIR] [SET ...]     SET: delta (default), s3, hdfs-test, all
+#   scripts/jars.sh [--dir DIR] [SET ...]     SET: delta (default), iceberg, s3, hdfs-test, all
 #
 # delta is what a user's install fetches too: `mqbridge jars` (mqbridge.landing.jar_sets pins it, Delta
-# Lake 4.4.0 for the Spark 4.2 that pyproject.toml pins), run here from the venv. The test sets are fixed
+# Lake 4.4.0 for the Spark 4.1 that pyproject.toml pins), run here from the venv. The test sets are fixed
 # lists of Maven coordinates below, fetched with the machine's Maven client without their dependencies
 # except where a coordinate ends in "+": Spark already ships Scala, Hadoop's client, Parquet and Jackson,
-# and a second copy of those on the class path breaks it. Spark 4.2 ships Hadoop 3.5.0, so hadoop-aws is
-# 3.5.0 too.
+# and a second copy of those on the class path breaks it. Spark 4.1 ships Hadoop 3.4.2, so hadoop-aws is
+# 3.4.2 too.
 # A host without internet: run this on one that has it and copy the folder (its files are plain jars).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,26 +30,26 @@ coordinates() {
     case "$1" in
         s3) echo "${S3_COORDINATES:-}" ;;
         hdfs-test) echo "${HDFS_TEST_COORDINATES:-}" ;;
-        *) echo "jars.sh: unknown set '$1' (delta, s3, hdfs-test, all)" >&2; exit 2 ;;
+        *) echo "jars.sh: unknown set '$1' (delta, iceberg, s3, hdfs-test, all)" >&2; exit 2 ;;
     esac
 }
-# s3: S3A (hadoop-aws 3.5.0) and the parts of the AWS SDK v2 it loads, at the versions its pom names
-# (SDK 2.35.4, analytics accelerator 1.3.1). Not the SDK's `bundle` (686 MB, copied into every
+# s3: S3A (hadoop-aws 3.4.2) and the parts of the AWS SDK v2 it loads, at the versions its pom names
+# (SDK 2.29.52, analytics accelerator 1.2.1). Not the SDK's `bundle` (686 MB, copied into every
 # session's scratch space: +5 s per session start) but its modules (12 MB) without their own Netty,
-# Apache HttpClient, commons-codec/-logging and SLF4J: Spark ships newer ones (Netty 4.2.13, HttpClient
+# Apache HttpClient, commons-codec/-logging and SLF4J: Spark ships newer ones (Netty 4.2.7, HttpClient
 # 4.5.14), and S3A reads, writes, renames (the transfer manager's async copy) and Delta commits work on
 # them (tests/integration/test_object_store_facts.py).
 S3_SDK_MODULES="annotations apache-client arns auth aws-core aws-query-protocol aws-xml-protocol checksums
     checksums-spi crt-core endpoints-spi http-auth http-auth-aws http-auth-aws-eventstream http-auth-spi
     http-client-spi identity-spi json-utils metrics-spi netty-nio-client profiles protocol-core regions
-    retries retries-spi s3 s3-transfer-manager sdk-core third-party-jackson-core utils utils-lite"
-S3_COORDINATES="org.apache.hadoop:hadoop-aws:3.5.0
-    software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1
+    retries retries-spi s3 s3-transfer-manager sdk-core third-party-jackson-core utils"
+S3_COORDINATES="org.apache.hadoop:hadoop-aws:3.4.2
+    software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.2.1
     software.amazon.eventstream:eventstream:1.0.1 org.reactivestreams:reactive-streams:1.0.4
-    $(for m in $S3_SDK_MODULES; do printf 'software.amazon.awssdk:%s:2.35.4 ' "$m"; done)"
+    $(for m in $S3_SDK_MODULES; do printf 'software.amazon.awssdk:%s:2.29.52 ' "$m"; done)"
 # hdfs-test: Hadoop's mini cluster (one shaded jar; its other classes come from Spark's
 # hadoop-client-api/-runtime) that scripts/hdfs.sh starts for the tests of hdfs:// warehouses.
-HDFS_TEST_COORDINATES="org.apache.hadoop:hadoop-client-minicluster:3.5.0"
+HDFS_TEST_COORDINATES="org.apache.hadoop:hadoop-client-minicluster:3.4.2"
 
 if ! command -v mvn >/dev/null 2>&1; then
     echo "jars.sh: installing maven (apt-get)"
@@ -59,8 +59,8 @@ fi
 
 fetch_set() {
     local name="$1" target="$dir/$1" work coords
-    if [ "$name" = delta ]; then  # pinned in mqbridge.landing.jar_sets, fetched as a user's install does
-        .venv/bin/python -m mqbridge jars --dir "$dir" delta
+    if [ "$name" = delta ] || [ "$name" = iceberg ]; then  # pinned in mqbridge.landing.jar_sets, fetched as a user's install does
+        .venv/bin/python -m mqbridge jars --dir "$dir" "$name"
         return
     fi
     coords="$(coordinates "$name")"
@@ -95,7 +95,7 @@ fetch_set() {
 
 for s in "${sets[@]}"; do
     if [ "$s" = all ]; then
-        for t in delta s3 hdfs-test; do fetch_set "$t"; done
+        for t in delta iceberg s3 hdfs-test; do fetch_set "$t"; done
     else
         fetch_set "$s"
     fi

@@ -64,7 +64,7 @@ exit codes:
     "jars": (
         "Fetch the Java libraries (jars) that a table format needs in Spark into [spark] jars_dir (or --dir), "
         "each from a Maven repository over HTTPS and checked against its published SHA-1: the delta set is "
-        "Delta Lake for Spark 4.2 (`table_format = \"delta\"`). `run` hands them to its own Spark driver; a "
+        "Delta Lake for Spark 4.1 (`table_format = \"delta\"`). `run` hands them to its own Spark driver; a "
         "Spark Connect server or cluster must be started with them. On a host without internet, run it where "
         "there is and copy the folder, or name a mirror with --repository.",
         """example:

@@ -1,7 +1,7 @@
 """Schema evolution of a typed table: may a type's new `schema` land beside the files written with
 the old one? A pure function (`compare`) of two Spark schemas, returning a `Verdict` with reasons.
 
-The rules are what Spark 4.2's Parquet reader accepts when it reads old files with the new schema
+The rules are what Spark 4.1's Parquet reader accepts when it reads old files with the new schema
 (by name through the catalog, or `spark.read.schema(...)`), measured on pyspark 4.2 with both the
 vectorized and the row-based reader (docs/spark-and-tables.md "Changing a type's schema"):
 
@@ -147,7 +147,7 @@ def _types(old: DataType, new: DataType, name: str, added: list[Change], widened
 
 
 def widens(old: DataType, new: DataType) -> bool:
-    """Whether Spark 4.2 reads Parquet values of primitive type `old` as `new` without loss."""
+    """Whether Spark 4.1 reads Parquet values of primitive type `old` as `new` without loss."""
     old, new = _physical(old), _physical(new)
     if type(old) in _INTEGERS:
         if type(new) in _INTEGERS:

@@ -9,7 +9,7 @@ Each body is checked twice, because neither check alone is strict enough:
   `from_xml` (the root element is the row, attributes are columns named with `attributePrefix`, the
   text of an element that also has attributes or child elements the column named `valueTag`),
   `from_csv` (delimiter, quote; a header line is checked in Python and cut off here), or for fixed
-  width `substring`, `trim` and `try_cast` per field. Spark 4.2 flags a value that does not convert
+  width `substring`, `trim` and `try_cast` per field. Spark 4.1 flags a value that does not convert
   to its column's type as a corrupt record instead of yielding null; a missing value is null.
 The bulk is parsed once: the write job itself reports the corrupt rows through an Observation; for
 those rows only (CASE WHEN is lazy) each field is parsed alone to name the culprits.

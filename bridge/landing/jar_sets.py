@@ -45,18 +45,23 @@ _AWS_SDK_MODULES = (
     "checksums-spi", "crt-core", "endpoints-spi", "http-auth", "http-auth-aws", "http-auth-aws-eventstream",
     "http-auth-spi", "http-client-spi", "identity-spi", "json-utils", "metrics-spi", "netty-nio-client", "profiles",
     "protocol-core", "regions", "retries", "retries-spi", "s3", "s3-transfer-manager", "sdk-core",
-    "third-party-jackson-core", "utils", "utils-lite")
+    "third-party-jackson-core", "utils")
 
-#: The jar sets by name. Delta Lake 4.4.0 is built for Spark 4.2.0 (`delta-spark_4.2_2.13`). `s3`: Hadoop's
-#: S3A connector for an `s3a://` warehouse, at the Hadoop version Spark 4.2 ships (3.5.0), with the AWS SDK
+#: The jar sets by name. Delta Lake 4.4.0 for Spark 4.1 (`delta-spark_4.1_2.13`). `s3`: Hadoop's
+#: S3A connector for an `s3a://` warehouse, at the Hadoop version Spark 4.1 ships (3.4.2), with the AWS SDK
 #: modules and versions its pom names (`mqbridge.landing.object_stores`); HDFS's client is in Spark already.
+#: `iceberg`: Apache Iceberg 1.12.0's Spark runtime for Spark 4.1 (one shaded jar; Iceberg publishes none for
+#: Spark 4.2 yet, and 4.1's does not load on 4.2), with the JDBC drivers of its JDBC catalog: SQLite (the
+#: embedded catalog in `state_dir`) and PostgreSQL.
 JAR_SETS: dict[str, tuple[Jar, ...]] = {
-    "delta": (Jar("io.delta", "delta-spark_4.2_2.13", "4.4.0"), Jar("io.delta", "delta-storage", "4.4.0")),
-    "s3": (Jar("org.apache.hadoop", "hadoop-aws", "3.5.0"),
-           Jar("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.3.1"),
+    "delta": (Jar("io.delta", "delta-spark_4.1_2.13", "4.4.0"), Jar("io.delta", "delta-storage", "4.4.0")),
+    "iceberg": (Jar("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0"),
+                Jar("org.xerial", "sqlite-jdbc", "3.54.1.0"), Jar("org.postgresql", "postgresql", "42.7.14")),
+    "s3": (Jar("org.apache.hadoop", "hadoop-aws", "3.4.2"),
+           Jar("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.2.1"),
            Jar("software.amazon.eventstream", "eventstream", "1.0.1"),
            Jar("org.reactivestreams", "reactive-streams", "1.0.4"),
-           *(Jar("software.amazon.awssdk", module, "2.35.4") for module in _AWS_SDK_MODULES)),
+           *(Jar("software.amazon.awssdk", module, "2.29.52") for module in _AWS_SDK_MODULES)),
 }
 
 

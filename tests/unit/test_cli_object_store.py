@@ -25,8 +25,8 @@ WAREHOUSE = "s3a://landing-bucket/mqbridge"
 
 def write(tmp_path: Path, jars: bool = True) -> Path:
     jars_dir = tmp_path / "jars"
-    for folder, name in (("delta", "delta-spark_4.2_2.13-4.4.0.jar"), ("delta", "delta-storage-4.4.0.jar"),
-                         ("s3", "hadoop-aws-3.5.0.jar")):
+    for folder, name in (("delta", "delta-spark_4.1_2.13-4.4.0.jar"), ("delta", "delta-storage-4.4.0.jar"),
+                         ("s3", "hadoop-aws-3.4.2.jar")):
         if jars or folder == "delta":
             (jars_dir / folder).mkdir(parents=True, exist_ok=True)
             (jars_dir / folder / name).write_bytes(b"")

@@ -70,7 +70,7 @@ def test_missing_delta_jars_are_a_start_up_error_naming_the_command(tmp_path: Pa
     (tmp_path / "delta" / "delta-storage-4.4.0.jar").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"lacks delta-spark: run `mqbridge jars --config"):
         delta.jar_files(tmp_path)
-    (tmp_path / "delta" / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    (tmp_path / "delta" / "delta-spark_4.1_2.13-4.4.0.jar").write_bytes(b"")
     given = {"spark.jars": "/x/other.jar", "spark.databricks.delta.snapshotPartitions": "8"}
     conf = delta.session_conf(tmp_path, given)
     assert conf["spark.jars"].split(",")[0] == "/x/other.jar" and len(conf["spark.jars"].split(",")) == 3
@@ -83,7 +83,7 @@ def test_vacuum_lists_files_in_as_many_tasks_as_the_driver_host_has_cores_unless
     # VACUUM's listing runs `parallelPartitionDiscovery.parallelism` tasks (10,000 by default, checked with
     # Spark: tests/integration/test_delta_vacuum_listing.py).
     (tmp_path / "delta").mkdir()
-    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.2_2.13-4.4.0.jar"):
+    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
         (tmp_path / "delta" / jar).write_bytes(b"")
     key = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert delta.session_conf(tmp_path, {})[key] == str(max(2, os.cpu_count() or 2))

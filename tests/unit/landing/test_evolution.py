@@ -1,6 +1,6 @@
 """The pure comparison of a type's old and new schema (`mqbridge.landing.evolution.compare`): which
 changes may land beside the files written before, and why the others are refused. The widening rules
-are the ones measured with Spark 4.2's Parquet readers (tests/integration/test_schema_evolution.py
+are the ones measured with Spark 4.1's Parquet readers (tests/integration/test_schema_evolution.py
 reads them back with real Spark)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The bridge's own Spark driver on an object store or HDFS (mqbridge.landing.object_stores): the S3A and
 HDFS client settings it starts with, under `[spark] conf`, which wins key by key; the credentials
 provider of the configured keys only; the S3A jars, a missing one a start-up error naming the command;
-and the outage reasons read from the error chains S3A and HDFS really raise (recorded from Spark 4.2 /
-Hadoop 3.5.0 against S3Proxy and a closed port, tests/integration/test_object_store_errors.py),
+and the outage reasons read from the error chains S3A and HDFS really raise (recorded from Spark 4.1 /
+Hadoop 3.4.2 against S3Proxy and a closed port, tests/integration/test_object_store_errors.py),
 never holding a secret."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ENDPOINT = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:41234"}
 @pytest.fixture
 def jars_dir(tmp_path: Path) -> Path:
     (tmp_path / "s3").mkdir()
-    for name in ("hadoop-aws-3.5.0.jar", "s3-2.35.4.jar"):
+    for name in ("hadoop-aws-3.4.2.jar", "s3-2.29.52.jar"):
         (tmp_path / "s3" / name).write_bytes(b"")
     return tmp_path
 
@@ -51,7 +51,7 @@ def test_s3a_gets_bounded_retries_the_jars_and_the_configured_keys_only(jars_dir
     conf = session_conf(S3, {**KEYS, "spark.jars": "/opt/extra.jar"}, jars_dir)
     assert {k: conf[k] for k in S3A_CONF} == S3A_CONF
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == SIMPLE_PROVIDER
-    assert conf["spark.jars"] == f"/opt/extra.jar,{jars_dir}/s3/hadoop-aws-3.5.0.jar,{jars_dir}/s3/s3-2.35.4.jar"
+    assert conf["spark.jars"] == f"/opt/extra.jar,{jars_dir}/s3/hadoop-aws-3.4.2.jar,{jars_dir}/s3/s3-2.29.52.jar"
     assert not any(k.startswith("spark.hadoop.ipc.") for k in conf)
 
 
@@ -90,8 +90,8 @@ def test_missing_s3a_jars_are_a_start_up_error_naming_the_command(tmp_path: Path
 
 
 def test_the_bridge_starts_its_driver_with_delta_and_the_object_store_settings(tmp_path: Path) -> None:
-    for folder, names in (("delta", ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")),
-                          ("s3", ("hadoop-aws-3.5.0.jar",))):
+    for folder, names in (("delta", ("delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")),
+                          ("s3", ("hadoop-aws-3.4.2.jar",))):
         (tmp_path / folder).mkdir()
         for name in names:
             (tmp_path / folder / name).write_bytes(b"")
@@ -106,7 +106,7 @@ def test_the_bridge_starts_its_driver_with_delta_and_the_object_store_settings(t
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == SIMPLE_PROVIDER
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert [Path(j).name for j in conf["spark.jars"].split(",")] == [
-        "hadoop-aws-3.5.0.jar", "delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]
+        "hadoop-aws-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]
     assert cfg.spark.conf.get("spark.hadoop.fs.s3a.retry.limit") is None  # the configuration itself is unchanged
 
 

@@ -126,7 +126,7 @@ def test_a_spark_driver_gets_what_the_configured_formats_need(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="mqbridge jars"):
         session_conf_for(_config("parquet", orders="delta").types, "parquet", tmp_path, conf)
     (tmp_path / "delta").mkdir()
-    for jar in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"):
+    for jar in ("delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"):
         (tmp_path / "delta" / jar).touch()
     with_delta = session_conf_for(_config("parquet", orders="delta").types, "parquet", tmp_path, conf)
     assert with_delta["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
