@@ -152,7 +152,7 @@ def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
     return out
 
 
-def run_until_idle(config: Path, idle: str = "3s", timeout: float = 300,
+def run_until_idle(config: Path, idle: str = "2s", timeout: float = 300,
                    env_extra: dict[str, str] | None = None) -> str:
     """Run to the end (`--until-idle`), expecting exit 0; its output."""
     proc = mqbridge("run", "--config", str(config), "--until-idle", idle, env_extra=env_extra)
