@@ -78,7 +78,7 @@ def create_spark_session(master: str = "local[*]", remote: str | None = None, ap
             # (see SparkSessions.reset); with no options, so that nothing is sent to the server
             # before the short retry policy is in place (pyspark's own retries an unreachable
             # server for about 10 minutes, which would hang the start).
-            spark = SparkSession.builder.remote(remote).create()
+            spark: SparkSession = SparkSession.builder.remote(remote).create()
             _fail_fast(spark)
             _set_connect_conf(spark, settings)
         else:
