@@ -212,6 +212,7 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     backlog = BacklogPoller.for_config(config, backlog_probe)
     if backlog is not None:
         bridge.observers.append(backlog)
+    bridge.controls.move_plugins = plugins.move  # `mqbridge listener plugins` (mqbridge.plugins.pinning)
     monitor = MonitoringServer.for_bridge(bridge, config.monitoring, session=lambda: sessions.current,
                                           control=bridge.controls)
     if monitor is not None:
@@ -224,7 +225,8 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
         monitor.delete_entries = request_deleter(config, sessions.get)  # POST /tables/delete (its token)
     warmup = _spark_warmup(config, sessions, landing) if executors is None else None
     return App(config=config, bridge=bridge, plugins=plugins, monitor=monitor, landing=landing, warmup=warmup,
-               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf),
+               spark_sinks=spark_written(sessions, config.types, config.spark.writer, config.spark.conf,
+                                         config.spark.table_format),
                backout_log=backout_log)
 
 
@@ -274,6 +276,7 @@ def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landin
         return format_of_bulk(location, bulk).settle(landing.ledger, bulk, sessions.get(), location)
 
     landing.settle = settle
+    landing.rolled_back = lambda bulk: format_of_bulk(warehouse / bulk.table, bulk).rolled_back
     if landing.ledger.created:
         by_format: dict[str, list[tuple[str, Path | ObjectStoreUri]]] = {}
         on_store: dict[str, list[str]] = {}  # format name -> its types, whose tables the rebuild lists
@@ -332,7 +335,7 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
     if not spark_needed(config, sessions):
         return None
     checks = schema_checks(config.types)
-    if (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf)
+    if (spark_writes_bulks(sessions, config.types, config.spark.writer, config.spark.conf, config.spark.table_format)
             or (config.purge.interval is not None and landing is not None)):
         owner = landing.owner if landing is not None else owner_id()
         warehouse = config.resolve_warehouse()

@@ -27,6 +27,7 @@ from mqbridge.errors import ConfigError
 if TYPE_CHECKING:
     from mqbridge.backlog.probe import BacklogProbe, ProbeFactory
     from mqbridge.config import SourceConfig
+    from mqbridge.outbound.stored import Sender
     from mqbridge.resend.redrive import Redrive
     from mqbridge.resend.replay.identities import Renewal
     from mqbridge.resend.replay.runner import ReplayTarget, ReplayTargetFactory
@@ -55,11 +56,14 @@ class Driver:
     redrive: Callable[[], Redrive] | None = None
     #: The replay sender (`mqbridge replay`); None: a replay cannot send to this kind.
     replay: Callable[[], ReplayTargetFactory] | None = None
+    #: The sender of stored results (`mqbridge.outbound.stored`): (source name, config, client name) ->
+    #: a Sender on a connection of its own; None: the kind sends no stored results.
+    results: Callable[[], Callable[[str, SourceConfig, str], Sender]] | None = None
 
     def parts(self) -> dict[str, bool]:
         """Which optional parts this kind has, by name (for errors naming the kinds that have one)."""
         return {"backlog": self.backlog is not None, "redrive": self.redrive is not None,
-                "replay": self.replay is not None}
+                "replay": self.replay is not None, "results": self.results is not None}
 
 
 @cache
@@ -102,6 +106,12 @@ def probe_for(name: str, config: SourceConfig) -> BacklogProbe | None:
     (the memory broker has no outside queue) or the factory has none for this source (Artemis)."""
     load = driver_for(config.kind).backlog
     return load()(name, config) if load is not None else None
+
+
+def stored_sender_of(kind: str) -> Callable[[str, SourceConfig, str], Sender] | None:
+    """The stored-result sender factory of source kind `kind` (`mqbridge.outbound.stored`); None if it has none."""
+    load = driver_for(kind).results
+    return load() if load is not None else None
 
 
 def redrive_of(kind: str) -> Redrive:

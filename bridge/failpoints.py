@@ -29,6 +29,11 @@ Inside an IBM MQ source commit (`mqbridge.listeners.mq`):
     after_results_put     the unit's PAN reports and derived messages (mqbridge.emit) are put
                           under syncpoint; no MQCMIT yet. Reached only by a unit that put one
 
+Killing point of the stored results (`mqbridge.outbound.stored`), on their sender thread:
+
+    after_stored_result   a message's "stored" result is confirmed by the broker; its bulk has not
+                          necessarily landed, its final result is not sent (first one only)
+
 One point changes behaviour instead of killing (`active`), the first time it is reached:
 
     spark_write_hang      the next bulk write never ends: by Spark until its job group is cancelled
@@ -95,7 +100,7 @@ POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit
           "after_source_ack", "after_source_commit", "purge_before_swap", "purge_after_swap",
           "compact_before_swap", "compact_mid_swap",
           "redrive_before_commit", "redrive_after_commit",
-          "replay_before_commit", "replay_after_commit")
+          "replay_before_commit", "replay_after_commit", "after_stored_result")
 _fired: set[str] = set()
 
 #: Test only: a Spark filter that keeps every row and never ends (Java's Thread.sleep through SQL

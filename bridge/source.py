@@ -16,6 +16,7 @@ from mqbridge.message import Message
 from mqbridge.outbound.outbox import Derived
 from mqbridge.outbound.reply_to import FirstTimes, ReplyAllowList
 from mqbridge.outbound.stations import Stations
+from mqbridge.outbound.stored import StoredResults
 from mqbridge.records import DeliveryTracker, InDoubtLog, PoisonLog
 from mqbridge.tracing.backout_log import BackoutLog
 
@@ -145,6 +146,8 @@ class QueueShared:
     backout_log: BackoutLog | None = None
     #: Where the results of this queue's messages also go, by type (`mqbridge.outbound.stations`). None: nowhere.
     stations: Stations | None = None
+    #: The stored results of this queue's messages (`mqbridge.outbound.stored`). None: none wanted.
+    stored: StoredResults | None = None
     #: The bridge's counters, for what only an adapter can count (STOMP on RabbitMQ: landed redeliveries
     #: that may be duplicates, `mqbridge_possible_duplicates_total`). None: not counted (tests).
     counters: Counters | None = None

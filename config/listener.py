@@ -72,6 +72,19 @@ class ListenerConfig(Model):
     message_type: str = Field(min_length=1, description="Default message type (a [types.<name>] entry)")
     preprocessors: Annotated[list[PreprocessorRef], BeforeValidator(_preprocessors_from_toml)] = Field(
         default_factory=list, description="Ordered preprocessor chain")
+    plugins: Literal["follow", "pinned"] | Annotated[int, Field(ge=1)] = Field(
+        default="follow", description="Which plugin generation its chain runs (docs/plugins.md#pinning-and-a-canary): "
+        "follow (every reload), pinned (the one it started with, until the bridge restarts)"
+        ", or a number N (follows reloads up to generation N and stays there; generation 1 is "
+        "the one loaded at start)")
+    plugins_canary: bool = Field(default=False, description="A reload is swapped in on this listener first and "
+                                 "promoted to the others after plugins_canary_units units of work and "
+                                 "plugins_canary_time without a message the new generation raised on; rolled "
+                                 "back at the first such message (needs plugins = \"follow\")")
+    plugins_canary_units: int = Field(default=10, ge=1, description="With plugins_canary: units of work the "
+                                      "new generation must get through before it is promoted")
+    plugins_canary_time: Duration = Field(default=parse_duration("60s"), description="With plugins_canary: "
+                                          "time on the new generation before it is promoted")
     backout_threshold: int | None = Field(
         default=None, ge=0, description="Deliveries before a message is moved to the backout queue; 0 disables; "
                                         f"unset: {DEFAULT_BACKOUT_THRESHOLD} (IBM MQ: the queue's BOTHRESH)")
@@ -153,6 +166,15 @@ def listener_problems(listeners: Sequence[ListenerConfig], sources: Mapping[str,
         first = seen.setdefault((listener.source, listener.queue, listener.selector or ""), index)
         if first != index:
             problems.append((where, f"same source, queue and selector as listeners[{first}]; raise its threads"))
+        if listener.plugins_canary and listener.plugins != "follow":
+            problems.append(((*where, "plugins_canary"), f"needs plugins = \"follow\" (it is {listener.plugins!r}): "
+                             "a canary takes each reload first"))
+        plugins_of = next((i for i, o in enumerate(listeners[:index]) if (o.source, o.queue) ==
+                           (listener.source, listener.queue) and (o.plugins, o.plugins_canary) !=
+                           (listener.plugins, listener.plugins_canary)), None)
+        if plugins_of is not None:
+            problems.append(((*where, "plugins"), f"plugins and plugins_canary must equal those of "
+                             f"listeners[{plugins_of}]: listeners on one queue share its chain's generation"))
         # They share one name (source:queue) for control, counters and metrics: one thread count.
         sharing = next((i for i, o in enumerate(listeners[:index]) if (o.source, o.queue) ==
                         (listener.source, listener.queue) and o.threads != listener.threads), None)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mqbridge.config.iceberg import bind as bind_iceberg_catalog
 from mqbridge.config.messages import problems_of
 from mqbridge.config.schema import BridgeConfig
 from mqbridge.errors import ConfigError, Loc
@@ -125,6 +126,7 @@ def check_text(text: str, path: str = "<string>", env: Mapping[str, str] | None 
     conf = (resolved.get("spark") or {}).get("conf") if isinstance(resolved.get("spark"), dict) else None
     config._referenced_conf = frozenset(
         key for key, value in (conf or {}).items() if _REFERENCE.search(str(original_conf.get(key, ""))))
+    bind_iceberg_catalog(config.iceberg_catalog())  # the Iceberg table format's catalog (config.iceberg)
     return Checked(config, [], unresolved, raw)
 
 

@@ -144,6 +144,10 @@ def render() -> str:
         if model is None:
             continue
         out += [f"## `[{name}]`", "", *(_doc(model) or [_cell(field.description or ""), ""]), *table(model), ""]
+        for sub, sub_field in model.model_fields.items():  # its own sub-tables, e.g. [spark.iceberg]
+            sub_model = _section_model(sub_field)
+            if sub_model is not None:
+                out += [f"### `[{name}.{sub}]`", "", *_doc(sub_model), *table(sub_model), ""]
     out += ["## `[types.NAME]`", "", "One table per message type; a listener's `message_type` names one.", ""]
     out += [*table(typing.get_args(fields["types"].annotation)[1]), ""]
     out += ["## `[sources.NAME]`", "", "One table per broker or queue manager; `kind` says which.", ""]

@@ -25,6 +25,7 @@ from mqbridge.config.base import (
 )
 from mqbridge.config.collector import CollectorSection
 from mqbridge.config.compaction import CompactionSection
+from mqbridge.config.iceberg import IcebergCatalog, IcebergSection, iceberg_problems
 from mqbridge.config.listener import ListenerConfig, listener_problems  # ListenerConfig: also imported from here
 from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import is_loopback, ledger_problem
@@ -154,7 +155,7 @@ def shown_remote(remote: str) -> str:
 
 
 #: The table formats a type can land in (`[spark] table_format`, `[types.X] table_format`).
-TableFormat = Literal["parquet", "delta"]
+TableFormat = Literal["parquet", "delta", "iceberg"]
 
 
 class SparkSection(Model):
@@ -182,8 +183,9 @@ class SparkSection(Model):
                                               "ends with exit code 1 once a sink has been unavailable this long")
     table_format: TableFormat = Field(default="parquet", description="How a table is kept: `parquet` (a directory of "
                                       "Parquet files the bridge publishes by renames) or `delta` (a Delta Lake table, "
-                                      "each bulk one commit of its own transaction log); `[types.X] table_format` "
-                                      "overrides it per type")
+                                      "each bulk one commit of its own transaction log) or `iceberg` (an Apache "
+                                      "Iceberg table of the `[spark.iceberg]` catalog, each bulk one snapshot); "
+                                      "`[types.X] table_format` overrides it per type")
     jars_dir: Path = Field(default=Path("jars"), description="Where the Java libraries of the table formats are "
                            "(`scripts/jars.sh` fetches them; the `delta` set under `<jars_dir>/delta`)")
     allow_plaintext_password: bool = Field(default=False, description="Accept S3 keys (fs.s3a.access.key, "
@@ -191,6 +193,8 @@ class SparkSection(Model):
                                            "loopback (the landed messages and the signed requests travel in clear), "
                                            "and secret `conf` values sent to a Spark Connect `remote` that is not "
                                            "loopback without TLS (no use_ssl=true or token)")
+    iceberg: IcebergSection = Field(default_factory=IcebergSection, description="The Iceberg catalog of the "
+                                    "types with table_format = \"iceberg\" (config.iceberg)")
 
     @property
     def shown(self) -> str:
@@ -312,6 +316,7 @@ class BridgeConfig(Model):
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
+        problems.extend(iceberg_problems(self.spark, self.types, self.compaction))
         if problems:
             raise KeyedError(problems)
         return self
@@ -362,6 +367,14 @@ class BridgeConfig(Model):
                               "yet (read its Delta tables with Spark or delta-rs)")
         return warehouse
 
+    def iceberg_catalog(self) -> IcebergCatalog | None:
+        """`[spark.iceberg]` resolved against this file (`config.iceberg.IcebergCatalog`); None when the
+        warehouse is not a local directory (no Iceberg type may land there)."""
+        warehouse = self.resolve_warehouse()
+        if isinstance(warehouse, ObjectStoreUri):
+            return None
+        return IcebergCatalog(self.spark.iceberg, self.resolve_path(self.bridge.state_dir), warehouse)
+
     @property
     def unresolved(self) -> dict[str, str]:
         """The secret references loaded without their values (key path -> why): a command that
@@ -390,6 +403,8 @@ class BridgeConfig(Model):
                 found["ledger.url.password"] = password[1]
         for n, token in enumerate(remote_secrets(self.spark.remote or "")):
             found[f"spark.remote.token[{n}]"] = token
+        if self.spark.iceberg.password is not None:
+            found["spark.iceberg.password"] = self.spark.iceberg.password.get_secret_value()
         if self.monitoring.token is not None:
             found["monitoring.token"] = self.monitoring.token.get_secret_value()
         for key in self.secret_conf_keys():

@@ -27,8 +27,8 @@ class TypeConfig(Model):
                                           "to keep up with the intake within it")
     table: str = Field(default="", description="Directory under the warehouse, or a template such as "
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
-    table_format: Literal["parquet", "delta"] | None = Field(
-        default=None, description="This type's table format (parquet or delta); None: `[spark] table_format`")
+    table_format: Literal["parquet", "delta", "iceberg"] | None = Field(
+        default=None, description="This type's table format (parquet, delta or iceberg); None: `[spark] table_format`")
     format: Format = Field(default="raw", description="raw: bodies as they came; json, xml, csv or fixed: parsed "
                            "in Spark with `schema` into columns (docs/formats.md); a body that does not parse fails "
                            "alone, with the parser's reason")
@@ -54,6 +54,10 @@ class TypeConfig(Model):
                                  "younger than [purge] keep_younger_than; None: no cap")
     results_to: str | None = Field(default=None, min_length=1, description="Also send each final result (landed, "
                                    "moved) here, in the unit of work: a STOMP destination or an IBM MQ queue")
+    stored_result: bool = Field(default=False, description="Also send a result with result = \"stored\" (stored, "
+                                "not yet landed) where the final results go (the reply-to with confirm = "
+                                "\"reply-to\", results_to) when a message joins a bulk; STOMP sources only; at most "
+                                "one per message with a stable identity (docs/how-it-works.md)")
     _name: str = PrivateAttr("")
 
     @field_validator("table")

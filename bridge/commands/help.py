@@ -188,7 +188,8 @@ exit codes:
         "Control a listener of a running bridge over its authenticated control plane (the monitoring "
         "endpoint, which must have a [monitoring] token): pause (finish the units of work in flight, take "
         "no new one, connections stay up), resume, stop (finish them, end the threads, close the "
-        "connections), start, or set its thread count, without a restart. NAME is the listener's queue as "
+        "connections), start, set its thread count, or move it to another plugin generation (plugins N, "
+        "latest or follow), without a restart. NAME is the listener's queue as "
         "configured, or SOURCE:QUEUE when two sources share the queue name. Each ACTION waits until it is "
         "in effect; `mqbridge listener ACTION --help` says more. The state shows in /status, the status "
         "page and mqbridge_listener_state; a reload (SIGHUP) keeps it, a restart does not.",
@@ -196,6 +197,7 @@ exit codes:
   mqbridge listener pause --config /etc/mqbridge/bridge.toml /queue/orders
   mqbridge listener resume --config /etc/mqbridge/bridge.toml /queue/orders
   mqbridge listener threads -c bridge.toml amq:/queue/orders 4
+  mqbridge listener plugins -c bridge.toml /queue/payments latest
   mqbridge listener stop --url https://bridge1:9464 --cacert ca.pem --token-file monitoring.token ORDERS
 
 exit codes:

@@ -1,4 +1,4 @@
-"""`mqbridge listener pause|resume|stop|start|threads`: run-time control of a running bridge's
+"""`mqbridge listener pause|resume|stop|start|threads|plugins`: run-time control of a running bridge's
 listeners over its authenticated control plane (`mqbridge.monitoring.control`), reached as
 `mqbridge status` reaches it (`mqbridge.commands.endpoint`)."""
 
@@ -16,7 +16,8 @@ from mqbridge.monitoring.control_client import EXIT_DONE, EXIT_NOT_IN_EFFECT, ru
 EXIT_CODES = """exit codes:
   0  in effect (with --wait 0: accepted)
   1  the bridge refused it: no such listener, a queue name two sources share, a thread count out of
-     range, or a command its state does not allow (resume a stopped listener)
+     range, or a command its state does not allow (resume a stopped listener; plugins: a generation
+     no longer loaded, a canary listener)
   2  configuration error (or options that do not go together)
   3  nothing answers at the endpoint, or it refused the request (401: no or a wrong token; 403: the
      bridge has no [monitoring] token, so its control plane is off)
@@ -53,6 +54,17 @@ ACTIONS: dict[str, tuple[str, str, str]] = {
         "count finish their units of work and end. It replaces [[listeners]] threads until the bridge "
         "restarts. Waits until the listener has that many threads connected.",
         "  mqbridge listener threads --config /etc/mqbridge/bridge.toml /queue/orders 4"),
+    "plugins": (
+        "move the listener to another plugin generation (N, latest or follow), without a restart",
+        "Move a listener to another generation of the preprocessor plugins (docs/plugins.md, \"Pinning and a "
+        "canary\"): N pins it to generation N, which must still be loaded (one some listener runs); latest pins "
+        "it to the promoted generation, the one listeners that follow reloads run; follow lets it take every "
+        "reload again. Its next unit of work takes the new generation's chain; units of work in flight finish "
+        "on the one they started with. A canary listener (plugins_canary) cannot be moved. In effect when the "
+        "bridge answers; a restart applies the configured plugins key again.",
+        "  mqbridge listener plugins --config /etc/mqbridge/bridge.toml /queue/payments latest\n"
+        "  mqbridge listener plugins -c bridge.toml /queue/payments 3        # back to generation 3\n"
+        "  mqbridge listener plugins -c bridge.toml /queue/payments follow   # take every reload again"),
 }
 
 NAME_HELP = "the listener: its queue as configured, or SOURCE:QUEUE when two sources share the queue name"
@@ -64,8 +76,9 @@ COMMON = ("The state lives in the running process: a reload (SIGHUP) keeps it, a
 
 def add_parser(sub: Any) -> None:
     """Add `listener` and its actions to the subparsers `sub`."""
-    listener = sub.add_parser("listener", help="pause, resume, stop or start a running bridge's listener, or "
-                                               "change its thread count", **parser_help("listener"))
+    listener = sub.add_parser("listener", help="pause, resume, stop or start a running bridge's listener, "
+                                               "change its thread count or move its plugin generation",
+                              **parser_help("listener"))
     actions = listener.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, (short, description, examples) in ACTIONS.items():
         parser = actions.add_parser(action, help=short, description=textwrap.fill(f"{description} {COMMON}", 90),
@@ -74,6 +87,10 @@ def add_parser(sub: Any) -> None:
         parser.add_argument("name", metavar="NAME", help=NAME_HELP)
         if action == "threads":
             parser.add_argument("count", type=int, metavar="N", help="the thread count, 1 to 64")
+        if action == "plugins":
+            parser.add_argument("to", metavar="N|latest|follow",
+                                help="a plugin generation still loaded, latest (pinned to the promoted one) or "
+                                     "follow (every reload)")
         add_endpoint_options(parser)
         parser.add_argument("--wait", type=duration, default=60.0, metavar="DURATION",
                             help="wait this long for the command to be in effect (default 60s; 0: do not wait)")
@@ -86,7 +103,8 @@ def cmd_listener(args: argparse.Namespace) -> int:
     except EndpointError as exc:
         print(f"mqbridge listener {args.action}: {exc}", file=sys.stderr)
         return exc.code
-    code, text = run_command(url, args.name, args.action, getattr(args, "count", None), wait=args.wait,
+    argument = args.to if args.action == "plugins" else getattr(args, "count", None)
+    code, text = run_command(url, args.name, args.action, argument, wait=args.wait,
                              timeout=args.timeout, credentials=credentials)
     print(text, file=sys.stdout if code in (EXIT_DONE, EXIT_NOT_IN_EFFECT) else sys.stderr)
     return code

@@ -9,7 +9,7 @@ identities either (`Ledger.prune`). Each bulk becomes a published bulk of the ne
 (`Ledger.adopt`); the bridge's Delta transaction versions need no rebuilding, since every process
 writes under an app id of its own (`mqbridge.landing.delta.app_id`). Parquet tables carry no
 identity column: a lost ledger over them stays at-least-once for the messages landed before (the
-start says so).
+start says so). Iceberg tables' rows carry both too (`adopt_rows` serves their rebuild as well).
 """
 
 from __future__ import annotations
@@ -25,9 +25,27 @@ from mqbridge.landing.ledger import Ledger
 from mqbridge.landing.rows import IDENTITY_COLUMN
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+
+
+def adopt_rows(ledger: Ledger, frame: DataFrame, name: str, cutoff: float) -> tuple[int, int]:
+    """Adopt into `ledger` each bulk of table `name` whose rows (`frame`: a table whose rows carry
+    their identity and bulk id, Delta's or Iceberg's) were received after `cutoff` (epoch seconds), as
+    published; the bulks adopted and the identities learnt."""
+    from pyspark.sql import functions as F
+
+    bulks = (frame.where(F.col("received_timestamp") >= F.lit(cutoff).cast("timestamp"))
+             .groupBy("bulk_id")
+             .agg(F.collect_list(IDENTITY_COLUMN).alias("identities"), F.max("received_timestamp").alias("newest")))
+    adopted = learnt = 0
+    for row in bulks.toLocalIterator():
+        newest = row["newest"].timestamp() if row["newest"] is not None else time.time()
+        if ledger.adopt(f"{row['bulk_id']}~{name}", name, row["identities"], newest):
+            adopted += 1
+            learnt += len(row["identities"])
+    return adopted, learnt
 
 
 def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Path | ObjectStoreUri]],
@@ -35,8 +53,6 @@ def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Pat
     """Adopt into `ledger` every bulk of the Delta `tables` ((name, path or object store URI) pairs;
     those without a Delta table are skipped) with rows received within `dedupe_window` seconds; the
     number of identities learnt."""
-    from pyspark.sql import functions as F
-
     cutoff = time.time() - dedupe_window
     learnt = 0
     for name, path in tables:
@@ -54,16 +70,8 @@ def rebuild(ledger: Ledger, spark: SparkSession, tables: Iterable[tuple[str, Pat
             log.warning("ledger rebuild: Delta table %s has no %s column (landed before it existed): its messages "
                         "cannot be recognised if delivered again", path, IDENTITY_COLUMN)
             continue
-        bulks = (frame.where(F.col("received_timestamp") >= F.lit(cutoff).cast("timestamp"))
-                 .groupBy("bulk_id")
-                 .agg(F.collect_list(IDENTITY_COLUMN).alias("identities"),
-                      F.max("received_timestamp").alias("newest")))
-        adopted = 0
-        for row in bulks.toLocalIterator():
-            newest = row["newest"].timestamp() if row["newest"] is not None else time.time()
-            if ledger.adopt(f"{row['bulk_id']}~{name}", name, row["identities"], newest):
-                adopted += 1
-                learnt += len(row["identities"])
+        adopted, identities = adopt_rows(ledger, frame, name, cutoff)
+        learnt += identities
         log.warning("ledger rebuild: table %s: %d bulks adopted from its Delta log in %.1fs", name, adopted,
                     time.monotonic() - started)
     return learnt

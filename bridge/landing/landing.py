@@ -90,6 +90,8 @@ class Landing(Observer):
     #: Decides a dead process's prepared bulk of a table that commits by transaction (True: its rows
     #: are in the table), `mqbridge.landing.delta.settle` with a Spark session; None: none such tables.
     settle: Callable[[PreparedBulk], bool] | None = None
+    #: How `settle` undid a bulk that never committed, by its table's format (`TableFormat.rolled_back`).
+    rolled_back: Callable[[PreparedBulk], str] | None = None
     #: Rebuilds a ledger created at this start from the Delta tables (`rebuild`), the number of identities.
     pending_rebuild: Callable[[], int] | None = None
     _versions: Versions = field(default_factory=Versions)
@@ -193,8 +195,9 @@ class Landing(Observer):
                         bulk.bulk_id, bulk.table)
             self.counters.inc("recovery_rolled_forward")
         else:
-            log.warning("bulk %s of a process that is gone never committed into table %s: fenced and rolled "
-                        "back, its messages land as they come again", bulk.bulk_id, bulk.table)
+            how = self.rolled_back(bulk) if self.rolled_back is not None else "fenced and rolled back"
+            log.warning("bulk %s of a process that is gone never committed into table %s: %s, its messages land "
+                        "as they come again", bulk.bulk_id, bulk.table, how)
             self.counters.inc("recovery_rolled_back")
         return True
 

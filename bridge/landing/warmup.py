@@ -44,7 +44,7 @@ def spark_needed(config: BridgeConfig, sessions: SparkSessions) -> bool:
     bulks (`spark_writes_bulks`), registers tables in its catalog, or runs the scheduled purge (which
     needs the ledger's exactly-once landing, see `mqbridge.app`)."""
     spark = config.spark
-    return (spark_writes_bulks(sessions, config.types, spark.writer, spark.conf) or spark.catalog
+    return (spark_writes_bulks(sessions, config.types, spark.writer, spark.conf, spark.table_format) or spark.catalog
             or (config.purge.interval is not None and config.bridge.exactly_once))
 
 

@@ -34,15 +34,18 @@ def arrow_codec(writer: str, sessions: SparkSessions, conf: Mapping[str, str]) -
 
 
 def spark_written(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
-                  conf: Mapping[str, str]) -> list[str]:
-    """The types whose bulks Spark writes: typed types (json, xml, csv, fixed), and every type with
-    Spark Connect, `writer = "spark"` or a codec pyarrow lacks; pyarrow writes the others in this process."""
+                  conf: Mapping[str, str], table_format: str = "parquet") -> list[str]:
+    """The types whose bulks Spark writes: typed types (json, xml, csv, fixed), every type landing in a
+    Delta or Iceberg table (its own or `table_format`, `[spark]`'s: pyarrow writes no Delta commit and no
+    Iceberg snapshot), and every type with Spark Connect, `writer = "spark"` or a codec pyarrow lacks;
+    pyarrow writes the others (raw bulks into Parquet tables) in this process."""
     codec = arrow_codec(writer, sessions, {**DEFAULT_CONF, **dict(conf)})
-    return [name for name, type_cfg in types.items() if codec is None or type_cfg.format != "raw"]
+    return [name for name, type_cfg in types.items()
+            if codec is None or type_cfg.format != "raw" or (type_cfg.table_format or table_format) != "parquet"]
 
 
 def spark_writes_bulks(sessions: SparkSessions, types: Mapping[str, TypeConfig], writer: str,
-                       conf: Mapping[str, str]) -> bool:
+                       conf: Mapping[str, str], table_format: str = "parquet") -> bool:
     """Whether Spark writes any type's bulks (`spark_written`); else pyarrow writes every bulk in this
     process, which sees each file it writes."""
-    return bool(spark_written(sessions, types, writer, conf))
+    return bool(spark_written(sessions, types, writer, conf, table_format))

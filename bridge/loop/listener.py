@@ -56,6 +56,7 @@ from mqbridge.loop.unit_plan import (
 from mqbridge.loop.unit_report import report_committed
 from mqbridge.message import Message
 from mqbridge.outbound.outbox import Derived, OutboxAllow, unit_outbox
+from mqbridge.outbound.stored import StoredResults
 from mqbridge.put_time import settle_unit
 from mqbridge.records import DeliveryTracker, PoisonLog
 from mqbridge.source import BackoutMove, Source, with_derived
@@ -90,6 +91,7 @@ class ListenerThread(threading.Thread):
         poison: PoisonLog | None = None,
         sink_gate: Callable[[str], IntakeGate | None] | None = None,
         backout_log: BackoutLog | None = None,
+        stored: StoredResults | None = None,
     ) -> None:
         super().__init__(name=f"listener-{spec.name}", daemon=True)
         # Closed by the memory guard or by the breaker of a sink this listener feeds: wait before
@@ -100,6 +102,7 @@ class ListenerThread(threading.Thread):
         self._fed: set[str] = {spec.message_type}
         self.dedupe = dedupe  # the landing ledger (exactly-once), or None (at-least-once)
         self.backout_log = backout_log  # where committed moves are recorded (`mqbridge where`)
+        self.stored = stored  # "stored" results when messages join a bulk (`mqbridge.outbound.stored`)
         self.spec = spec
         # Its connections (`[[listeners]] in_flight`, each holding at most one unit of work) and,
         # as `source`, the one whose unit is being read or finished.
@@ -336,6 +339,8 @@ class ListenerThread(threading.Thread):
             raise
         if submitted:
             self._feeding({m.message_type for m in submitted})
+            if self.stored is not None:  # accepted into bulks: "stored, not yet landed" (never blocks)
+                self.stored.joined(submitted)
         return results
 
     def _feeding(self, types: set[str]) -> None:

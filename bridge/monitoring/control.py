@@ -5,6 +5,8 @@
     POST /listeners/<name>/stop       finish the units of work in flight, end the threads, close connections
     POST /listeners/<name>/start      start the threads again (also those that halted)
     POST /listeners/<name>/threads/<n>  run n threads (1 to 64)
+    POST /listeners/<name>/plugins/<to>  move it to plugin generation <to>: a number (one still loaded),
+                                      `latest` (pinned to the promoted one) or `follow` (every reload)
 
 `<name>` is the listener's queue as configured, or `source:queue` when two sources share the queue
 name, URL-encoded as one path segment (`%2Fqueue%2Forders`; left unencoded it is read too). The
@@ -13,8 +15,9 @@ control thread applies it within 0.25 s and `/status` (`listener_controls`) says
 Refusals are plain text, one line saying why: 403 when `[monitoring] token` is not set (the control
 plane is off: without a token anyone who reaches the port could stop the bridge's intake, even with
 `metrics_public`), 401 without the right token, 404 for a listener the bridge does not have (naming
-those it has), 409 for an ambiguous queue name or a command the listener's state does not allow,
-400 for a thread count out of range.
+those it has), 409 for an ambiguous queue name or a command the listener's state does not allow
+(a plugin generation no longer loaded, a canary listener to pin), 400 for a thread count out of
+range or a plugin generation that is none. Refusals are logged at INFO with the caller, as commands are.
 
     POST /tables/delete               delete landed rows (`mqbridge tables delete`, mqbridge.maintenance.entries)
 
@@ -41,8 +44,10 @@ log = logging.getLogger(__name__)
 PREFIX = "/listeners/"
 #: The actions of `POST /listeners/<name>/<action>` (threads takes a count: `/threads/<n>`).
 ACTIONS = ("pause", "resume", "stop", "start")
-USAGE = ("POST /listeners/<name>/pause, /resume, /stop, /start or /threads/<n>, where <name> is the queue "
-         "(or source:queue), URL-encoded")
+#: The actions that take an argument in the last segment: `/threads/<n>`, `/plugins/<to>`.
+WITH_ARGUMENT = ("threads", "plugins")
+USAGE = ("POST /listeners/<name>/pause, /resume, /stop, /start, /threads/<n> or /plugins/<generation|latest|"
+         "follow>, where <name> is the queue (or source:queue), URL-encoded")
 TEXT = "text/plain; charset=utf-8"
 
 
@@ -62,8 +67,9 @@ EntryDeleter = Callable[[dict[str, Any], str], dict[str, Any]]
 class ListenerCommands(Protocol):
     """What the control plane needs of the bridge: `mqbridge.supervision.control.ListenerControls` is one."""
 
-    def command(self, name: str, action: str, threads: int | None = None) -> Any:
-        """Apply `action`; an object with `as_dict()`, or a ControlError."""
+    def command(self, name: str, action: str, threads: int | None = None, *, target: str | None = None) -> Any:
+        """Apply `action` (`threads` the count of threads, `target` the generation of plugins); an
+        object with `as_dict()`, or a ControlError."""
 
 
 @dataclass(frozen=True)
@@ -80,25 +86,28 @@ def _text(code: int, line: str, headers: dict[str, str] | None = None) -> Reply:
     return Reply(code, TEXT, f"{line}\n".encode(), headers or {})
 
 
-def parse(path: str) -> tuple[str, str, int | None] | None:
-    """(listener name, action, thread count) of a control path, or None if it is not one. The
+def parse(path: str) -> tuple[str, str, int | str | None] | None:
+    """(listener name, action, argument) of a control path, or None if it is not one: the argument
+    is the thread count of `threads` (an int), the target of `plugins` (as given), else None. The
     name may be one URL-encoded segment or several raw ones (`/listeners//queue/orders/pause`)."""
     path = path.split("?", 1)[0]
     if not path.startswith(PREFIX):
         return None
     parts = path[len(PREFIX):].rstrip("/").split("/")
+    argument: int | str | None = None
     if len(parts) >= 2 and parts[-1] in ACTIONS:
-        raw, action, threads = parts[:-1], parts[-1], None
-    elif len(parts) >= 3 and parts[-2] == "threads":
-        raw, action = parts[:-2], "threads"
-        try:
-            threads = int(parts[-1])
-        except ValueError:
-            return None
+        raw, action = parts[:-1], parts[-1]
+    elif len(parts) >= 3 and parts[-2] in WITH_ARGUMENT:
+        raw, action, argument = parts[:-2], parts[-2], urllib.parse.unquote(parts[-1])
+        if action == "threads":
+            try:
+                argument = int(argument)
+            except ValueError:
+                return None
     else:
         return None
     name = urllib.parse.unquote("/".join(raw))
-    return (name, action, threads) if name else None
+    return (name, action, argument) if name else None
 
 
 def answer_post(access: Access, commands: ListenerCommands | None, path: str, authorization: str | None,
@@ -111,18 +120,27 @@ def answer_post(access: Access, commands: ListenerCommands | None, path: str, au
     parsed = parse(path)
     if parsed is None or commands is None:
         return _text(404, f"not found: {USAGE}")
-    name, action, threads = parsed
+    name, action, argument = parsed
     try:
-        outcome = commands.command(name, action, threads)
+        if action == "plugins":
+            outcome = commands.command(name, action, target=str(argument))
+        else:
+            outcome = commands.command(name, action, argument if isinstance(argument, int) else None)
     except UnknownListenerError as exc:
-        return _text(404, str(exc))
+        return _refusal(404, client, shown, exc)
     except (AmbiguousListenerError, ControlConflictError) as exc:
-        return _text(409, str(exc))
+        return _refusal(409, client, shown, exc)
     except ControlError as exc:
-        return _text(400, str(exc))
+        return _refusal(400, client, shown, exc)
     document = outcome.as_dict()
     log.info("monitoring: %s POST %s: %s: %s", client, shown, document["listener"], document["message"])
     return Reply(200, "application/json", json.dumps(document).encode())
+
+
+def _refusal(code: int, client: str, shown: str, exc: ControlError) -> Reply:
+    """A command the bridge refuses: logged with its caller (as accepted ones are), answered with why."""
+    log.info("monitoring: %s POST %s refused (%d): %s", client, shown, code, exc)
+    return _text(code, str(exc))
 
 
 def _refused(access: Access, shown: str, authorization: str | None, client: str) -> Reply | None:

@@ -50,6 +50,10 @@ HELP = {
                             "IBM MQ default: the connected queue manager only); the message was committed without"),
     "results_to_stations": ("Results sent to a type's results_to ([types.X] results_to) in a committed unit of "
                             "work"),
+    "stored_results_sent": ("\"Stored, not yet landed\" results sent when messages joined a bulk ([types.X] "
+                            "stored_result), confirmed by the broker"),
+    "stored_results_dropped": ("\"Stored\" results not sent (the sender behind, the destination refused or "
+                               "unreachable, the stored-results log failed); final results are unaffected"),
     "messages_consumed_by_preprocessors": "Messages a preprocessor consumed (committed, not landed)",
     "messages_duplicated_risk": "Landed messages whose unit of work was backed out "
                                 "(exactly_once = false: they land again)",
@@ -89,6 +93,8 @@ HELP = {
     "sink_probes": "Probe writes to unavailable sinks, by result (ok closes the breaker)",
     "recovery_stale_dirs_removed": "Staging and _temporary directories of dead processes removed at start",
     "plugin_fallbacks": "Times a new plugin generation that raised on every message was replaced by the last good one",
+    "plugin_canary_promotions": "Plugin generations promoted from the canary listener(s) to the others",
+    "plugin_canary_rollbacks": "Plugin generations rolled back on the canary listener(s) (the others never ran them)",
     "purge_runs": "Scheduled retention rounds started ([purge] interval)",
     "purge_failures": "Scheduled retention rounds that failed (logged; the next round runs as planned)",
     "purge_containers": "Containers (put_date partitions) purged, by strategy: delete, copy or drop",

@@ -285,10 +285,15 @@ class MonitoringServer(Observer):
         """The /status document."""
         doc = self.bridge.status()
         counters = self.bridge.counters
+        generations = (doc.get("plugins") or {}).get("listeners") or {}  # mqbridge.plugins.pinning
         for entry in doc["listeners"]:
             label = f"{entry['source']}:{entry['queue']}"
             entry["listener_committed_per_second"] = self.rates.rates.get(label)
             entry["listener_messages"] = {name: counters.total(name, listener=label) for name in LISTENER_COUNTS}
+            if label in generations:
+                entry["plugin_generation"] = generations[label]["generation"]
+                entry["plugins"] = generations[label]["plugins"]  # follow, pinned, "up to N"
+                entry["plugins_canary"] = generations[label]["canary"]
         doc["version"] = __version__
         doc["spark"]["master"] = self.bridge.config.spark.shown
         doc["spark"]["mode"] = self.bridge.config.spark.mode

@@ -223,8 +223,20 @@ def _plugin_lines(status: dict[str, Any]) -> list[str]:
         return []
     names = ", ".join(p.get("name", "?") for p in plugins.get("plugins", [])) or "none"
     errors = len(plugins.get("errors", []))
-    return [f"plugins    generation {plugins.get('generation')}: {names}; {errors} load errors"
-            + (f"; reload rejected: {plugins['reload_error']}" if plugins.get("reload_error") else "")]
+    out = [f"plugins    generation {plugins.get('generation')}: {names}; {errors} load errors"
+           + (f"; reload rejected: {plugins['reload_error']}" if plugins.get("reload_error") else "")]
+    # Which generation each listener runs (mqbridge.plugins.pinning): follow, pinned, up to N, canary.
+    for name, entry in sorted((plugins.get("listeners") or {}).items()):
+        mode = str(entry.get("plugins")) + (", canary" if entry.get("canary") else "")
+        out.append(f"plugins    {name}: generation {entry.get('generation')} ({mode})")
+    canary = plugins.get("canary")
+    if canary:
+        out.append(f"plugins    canary on trial: generation {canary.get('generation')} on "
+                   f"{', '.join(canary.get('listeners') or [])}, {canary.get('clean_units')}/"
+                   f"{canary.get('units_needed')} clean units, {canary.get('seconds')}/{canary.get('seconds_needed')}s")
+    if plugins.get("canary_note"):
+        out.append(f"plugins    last canary decision: {plugins['canary_note']}")
+    return out
 
 
 def _process_lines(status: dict[str, Any]) -> list[str]:

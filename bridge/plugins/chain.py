@@ -84,14 +84,15 @@ class Judge(Protocol):
     def fallback_spec(self, spec: ChainSpec) -> ChainSpec | None:
         """The last good generation's chain for `spec`'s listener entry while `spec` is on trial."""
 
-    def record(self, spec: ChainSpec, succeeded: int, blamed: int) -> None:
-        """How `spec` did on one unit of work (see `PreprocessorChain.record`)."""
+    def record(self, spec: ChainSpec, succeeded: int, blamed: int, failed: int = 0) -> None:
+        """How `spec` did on one unit of work (see `PreprocessorChain.record`); `failed`: the
+        messages it raised on, blamed or not."""
 
 
 class PreprocessorChain:
     """One unit of work's snapshot of a listener's chain (implements `mqbridge.loop.preprocess.Chain`)."""
 
-    __slots__ = ("judge", "spec", "unit")
+    __slots__ = ("failed", "judge", "spec", "unit")
 
     def __init__(self, spec: ChainSpec, unit: int = 0, judge: Judge | None = None) -> None:
         self.spec = spec
@@ -99,6 +100,8 @@ class PreprocessorChain:
         #: order units took their snapshot (so also across a generation swap).
         self.unit = unit
         self.judge = judge
+        #: Messages this snapshot raised on (classify or process): a canary is rolled back on one.
+        self.failed = 0
 
     @property
     def listener(self) -> str:
@@ -131,6 +134,7 @@ class PreprocessorChain:
                 try:
                     answer = classify(copy_message(message))
                 except Exception as exc:
+                    self.failed += 1
                     raise PreprocessorError(
                         f"preprocessor {step.name!r} (plugin {step.plugin}) failed to classify message "
                         f"{message.msg_id}: {type(exc).__name__}: {exc}", step.name) from exc
@@ -142,6 +146,7 @@ class PreprocessorChain:
             try:
                 answer = hook(message=copy_message(message), listener=spec.listener)
             except Exception as exc:
+                self.failed += 1
                 plugin = _blame(hook, exc.__traceback__, spec.plugin_names)
                 raise PreprocessorError(
                     f"mqbridge_classify of plugin {plugin} failed on message {message.msg_id}: "
@@ -163,17 +168,20 @@ class PreprocessorChain:
                 try:
                     out = step.instance.process(current)
                 except Exception as exc:
+                    self.failed += 1
                     raise PreprocessorError(
                         f"preprocessor {step.name!r} (plugin {step.plugin}) failed on message "
                         f"{message.msg_id}: {type(exc).__name__}: {exc}", step.name) from exc
                 if out is None:
                     return None
                 if not isinstance(out, Message):
+                    self.failed += 1
                     raise PreprocessorError(
                         f"preprocessor {step.name!r} (plugin {step.plugin}) returned "
                         f"{type(out).__name__}, not a Message or None", step.name)
                 if out.msg_id != message.msg_id:
                     # The listener matches results and commits by message id.
+                    self.failed += 1
                     raise PreprocessorError(
                         f"preprocessor {step.name!r} (plugin {step.plugin}) changed msg_id "
                         f"{message.msg_id!r} to {out.msg_id!r}; it must stay the source's id", step.name)
@@ -217,9 +225,10 @@ class PreprocessorChain:
 
     def record(self, succeeded: int, blamed: int) -> None:
         """How this chain did on one unit of work: messages it got through, and messages it raised
-        on that the last good generation got through (`blamed`)."""
-        if self.judge is not None and (succeeded or blamed):
-            self.judge.record(self.spec, succeeded, blamed)
+        on that the last good generation got through (`blamed`). The judge also hears how many
+        messages it raised on in all (`failed`)."""
+        if self.judge is not None and (succeeded or blamed or self.failed):
+            self.judge.record(self.spec, succeeded, blamed, self.failed)
 
 
 def _second_parameter(hook: Callable[..., Any]) -> str | None:

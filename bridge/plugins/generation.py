@@ -42,6 +42,10 @@ class ChainRequest:
     listener: str  # "amq:/queue/orders"
     label: str  # "listeners[0] (amq:/queue/orders)", for errors
     refs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    plugins: str | int = "follow"  # which generation it runs: follow | pinned | a number (mqbridge.plugins.pinning)
+    canary: bool = False  # a reload is swapped in here first
+    canary_units: int = 10  # clean units of work before a canary's generation is promoted
+    canary_seconds: float = 60.0  # and time since it was swapped in
 
     @property
     def key(self) -> str:
@@ -54,7 +58,9 @@ def requests_from_config(config: BridgeConfig) -> list[ChainRequest]:
     for index, listener in enumerate(config.listeners):
         name = f"{listener.source}:{listener.queue}"
         refs = tuple((ref.name, dict(ref.options)) for ref in listener.preprocessors)
-        requests.append(ChainRequest(name, f"listeners[{index}] ({name})", refs))
+        requests.append(ChainRequest(name, f"listeners[{index}] ({name})", refs, listener.plugins,
+                                     listener.plugins_canary, listener.plugins_canary_units,
+                                     listener.plugins_canary_time))
     return requests
 
 

@@ -7,6 +7,11 @@ validate it and swap it in under a lock. The bridge calls it on every control ti
 and on a reload request (`on_reload`, SIGHUP). A unit of work takes one snapshot
 (`chain_provider(listener)()`), so it finishes on the generation it started with. A generation whose
 chains cannot be built is never swapped in.
+
+Which generation a listener entry's snapshot comes from is `mqbridge.plugins.pinning`'s decision:
+the *promoted* generation (`current`) for entries that follow reloads, the one an entry is pinned
+to, or, while a reload is on trial on the canary entries, the new one for those. A generation
+stays loaded (its drop-in modules in `sys.modules`) while any entry runs it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from mqbridge.plugins.generation import (
     Kept,
     requests_from_config,
 )
+from mqbridge.plugins.pinning import CanaryAndPins, CanaryTrial, Pins, canary_trial
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -52,8 +58,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class PluginHost(Observer):
-    """Owns the plugin generations of one bridge (see the module docstring); a bridge observer."""
+class PluginHost(CanaryAndPins, Observer):
+    """Owns the plugin generations of one bridge (see the module docstring); a bridge observer.
+    Which generation each listener entry runs (`move`, a canary's promotion or rollback) is
+    `CanaryAndPins`'s, in mqbridge.plugins.pinning."""
 
 
     def __init__(self, plugin_dirs: Sequence[Path] = (), requests: Sequence[ChainRequest] = (), *,
@@ -91,6 +99,10 @@ class PluginHost(Observer):
         self._rejected: dict[str, tuple[Any, str]] = {}
         self._top = 0
         self.fallback_note = ""  # the last fallback, for the status page
+        self._pins = Pins(self.requests)  # which generation each entry runs (mqbridge.plugins.pinning)
+        self._canary: CanaryTrial | None = None  # a reload running on the canary entries only
+        self.canary_note = ""  # the last promotion or rollback, for the status page
+        self._rolled_back: CanaryTrial | None = None  # units already on it fall back to its good generation
 
     @classmethod
     def from_config(cls, config: BridgeConfig, *, counters: Counters | None = None) -> PluginHost:
@@ -177,22 +189,41 @@ class PluginHost(Observer):
         with self._lock:
             self._current = gen
             self._top = gen.number
+            self._pins.start(gen)
         self.counters.set("plugin_generation", gen.number)
         log.info("plugins: %s", ", ".join(f"{p.name} ({p.candidate.source.value})"
                                           for p in gen.plugins.values()) or "none")
 
     def close(self) -> None:
-        """Forget the drop-in modules of the current generation (at shutdown, or in tests)."""
-        if self._current is not None:
-            forget_modules(self._current.module_names())
+        """Forget the drop-in modules of every loaded generation (at shutdown, or in tests)."""
+        if self._current is None:
+            return
+        with self._lock:
+            live = self._live()
+        for gen in live:
+            forget_modules(gen.module_names())
 
     def chain(self, listener: str) -> PreprocessorChain:
         """A snapshot of the chain of `listener` (its name, `source:queue`) for one unit of work."""
         with self._lock:
-            gen = self.current
+            gen = self._running(listener)
             self._unit_seq += 1
             unit = self._unit_seq
         return PreprocessorChain(gen.chains[listener], unit, judge=self)
+
+    def _release(self, retired: Generation) -> None:
+        """Forget the drop-in modules of `retired` that no loaded generation uses any more, and put
+        back those of loaded generations that an earlier release took out."""
+        with self._lock:
+            live = self._live()
+        if any(g is retired for g in live):
+            return
+        in_use = set[str]().union(*(g.module_names() for g in live))
+        forget_modules(retired.module_names() - in_use)
+        for gen in live:
+            for plugin in gen.plugins.values():
+                if plugin.module_name and plugin.module_name not in sys.modules:
+                    sys.modules[plugin.module_name] = plugin.obj  # type: ignore[assignment]
 
     def chain_provider(self, listener: str) -> Callable[[], PreprocessorChain]:
         """What the threads of listener `listener` (`source:queue`) call once per unit of work."""
@@ -211,44 +242,71 @@ class PluginHost(Observer):
             return False
 
     def _check(self) -> bool:
-        current = self.current
-        gen = self._build(current)
+        with self._lock:
+            current = self.current
+            newest = self._canary.generation if self._canary is not None else current
+        gen = self._build(newest)
         if gen is None:
             return False
         if gen.problems:
             self.reload_error = "; ".join(gen.problems)
             self.counters.inc("plugin_reload_failures")
-            forget_modules(gen.module_names() - current.module_names())
+            with self._lock:
+                in_use = set[str]().union(*(g.module_names() for g in self._live()))
+            forget_modules(gen.module_names() - in_use)
             self._report("rejected", log.error, [f"plugin reload rejected, keeping generation "
-                                                 f"{current.number}: {self.reload_error}"])
+                                                 f"{newest.number}: {self.reload_error}"])
             return False
         self.reload_error = ""
         self._report("rejected", log.error, [])
-        if {k: id(p.obj) for k, p in gen.plugins.items()} == {k: id(p.obj) for k, p in current.plugins.items()}:
+        if {k: id(p.obj) for k, p in gen.plugins.items()} == {k: id(p.obj) for k, p in newest.plugins.items()}:
             return False  # only errors changed: every plugin runs the version it ran before
         with self._lock:
-            self._current = gen
             self._top = gen.number
-            self._probation.start(gen, current)
+            trial = canary_trial(self.requests.values(), gen, current)
+            if trial is not None:
+                self._canary = trial  # a canary generation not yet promoted is replaced
+            else:
+                self._current = gen
+                self._pins.promote(gen)
+                self._probation.start(gen, current)
         self.reloaded_at = time.time()
-        forget_modules(current.module_names() - gen.module_names())
+        self._release(newest)
         self.counters.inc("plugin_reloads")
-        self.counters.set("plugin_generation", gen.number)
-        changed = sorted(p.name for k, p in gen.plugins.items() if current.plugins.get(k) is not p)
-        removed = sorted(p.name for k, p in current.plugins.items() if k not in gen.plugins)
-        log.info("plugins reloaded: generation %d (new or changed: %s; removed: %s)", gen.number,
-                 ", ".join(changed) or "none", ", ".join(removed) or "none")
+        changed = sorted(p.name for k, p in gen.plugins.items() if newest.plugins.get(k) is not p)
+        removed = sorted(p.name for k, p in newest.plugins.items() if k not in gen.plugins)
+        what = f"new or changed: {', '.join(changed) or 'none'}; removed: {', '.join(removed) or 'none'}"
+        if trial is None:
+            self.counters.set("plugin_generation", gen.number)
+            log.info("plugins reloaded: generation %d (%s)", gen.number, what)
+        else:
+            log.info("plugins reloaded: generation %d (%s) on the canary listener(s) %s only; the others stay on "
+                     "generation %d until it got %d units of work through and %gs passed without raising",
+                     gen.number, what, ", ".join(sorted(trial.listeners)), current.number, trial.units, trial.seconds)
         return True
 
     # -- run-time fallback (the chains' Judge) ----------------------------------------------
     def fallback_spec(self, spec: ChainSpec) -> ChainSpec | None:
-        """The last good generation's chain while `spec` (of a newly swapped-in generation) is on
-        trial; else None."""
+        """The last good generation's chain while `spec` (of a newly swapped-in generation, or the
+        canary's) is on trial, or after its canary generation was rolled back; else None."""
+        for trial in (self._canary, self._rolled_back):
+            if trial is not None and trial.runs(spec.listener, spec.generation):
+                return trial.good.chains.get(spec.listener)
         return self._probation.fallback_spec(spec)
 
-    def record(self, spec: ChainSpec, succeeded: int, blamed: int) -> None:
-        """One unit's outcome on `spec`: a success ends its trial; `fallback_after` blamed messages
-        without one swap the last good generation back in."""
+    def record(self, spec: ChainSpec, succeeded: int, blamed: int, failed: int = 0) -> None:
+        """One unit's outcome on `spec`. On a canary's generation: any message it raised on rolls it
+        back; a unit without one counts towards its promotion. Otherwise a success ends its trial,
+        and `fallback_after` blamed messages without one swap the last good generation back in."""
+        canary = self._canary
+        if canary is not None and canary.runs(spec.listener, spec.generation):
+            if failed or blamed:
+                self._roll_back(canary, spec, max(failed, blamed))
+            elif succeeded:
+                with self._lock:
+                    canary.clean_units += 1
+                self._maybe_promote()
+            return
         trial = self._probation.record(spec, succeeded, blamed)
         if trial is not None:
             self._fall_back(trial, spec)
@@ -259,16 +317,14 @@ class PluginHost(Observer):
             if self._current is not bad:
                 return  # another reload came first
             self._current = good
+            self._pins.replace(bad, good)
             self._probation.clear()
         why = (f"raised on each of the first {trial.blamed} messages of {spec.listener} after generation "
                f"{bad.number} was swapped in, and got none through")
         for plugin in trial.changed:
             if plugin.candidate.fingerprint is not None:
                 self._rejected[plugin.key] = (plugin.candidate.fingerprint, f"version rejected: it {why}")
-        forget_modules(bad.module_names() - good.module_names())
-        for plugin in good.plugins.values():  # retired by the swap; back in sys.modules while in use
-            if plugin.module_name:
-                sys.modules[plugin.module_name] = plugin.obj  # type: ignore[assignment]
+        self._release(bad)
         previous = [describe(good.plugins[p.key]) for p in trial.changed if p.key in good.plugins]
         self.fallback_note = (f"plugin {trial.describe()} {why}: fell back to generation {good.number}"
                               + (f" ({', '.join(previous)})" if previous else ""))
@@ -280,8 +336,9 @@ class PluginHost(Observer):
 
     # -- the bridge's observer ---------------------------------------------------------------
     def on_tick(self, bridge: BridgeView) -> None:
-        """Every control tick: rescan the folders."""
+        """Every control tick: rescan the folders; promote a canary's generation whose time is up."""
         self.check_for_changes()
+        self._maybe_promote()
 
     def on_reload(self, bridge: BridgeView) -> None:
         """A reload request (SIGHUP): rescan now, exactly like a tick."""
@@ -315,7 +372,19 @@ class PluginHost(Observer):
             "reloaded_at": self.reloaded_at,
             "fallback": self.fallback_note,
             "on_trial": self._probation.status(),
+            "listeners": self.listener_generations(),
+            "canary": self._canary.as_dict() if self._canary is not None else None,
+            "canary_note": self.canary_note,
         }
+
+    def listener_generations(self) -> dict[str, dict[str, Any]]:
+        """Each listener entry (`source:queue`): the generation its next unit runs, its `plugins`
+        mode (follow, pinned, "up to N") and whether it is a canary."""
+        if self._current is None:
+            return {}
+        with self._lock:
+            return {key: {"generation": self._running(key).number, "plugins": self._pins.mode(key),
+                          "canary": request.canary} for key, request in self.requests.items()}
 
     def describe(self) -> list[dict[str, Any]]:
         """Every plugin: name, source, version or mtime, preprocessors, path, state and `kept`

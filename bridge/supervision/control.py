@@ -1,5 +1,5 @@
-"""Run-time control of listeners (`mqbridge listener pause|resume|stop|start|threads`): the state an
-operator gives each listener entry of a running bridge, which the control thread then follows.
+"""Run-time control of listeners (`mqbridge listener pause|resume|stop|start|threads|plugins`): the
+state an operator gives each listener entry of a running bridge, which the control thread then follows.
 
     running   its threads read units of work (every listener starts so)
     paused    its threads finish the units of work they hold and take no new one; their connections
@@ -7,7 +7,9 @@ operator gives each listener entry of a running bridge, which the control thread
               memory guard's)
     stopped   its threads finish their units of work and end; their connections are closed
 
-and its thread count, which replaces `[[listeners]] threads` until the process ends.
+and its thread count, which replaces `[[listeners]] threads` until the process ends. `plugins` moves
+the entry to another plugin generation (`mqbridge.plugins.pinning`): it is handed on to the plugin
+host, which applies it at once (the entry's next unit of work takes that generation's chain).
 
 A command comes from a request thread of the monitoring endpoint (`mqbridge.monitoring.control`):
 it only changes this state, under a lock, and closes or opens the listener's gate, so that no
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +40,10 @@ log = logging.getLogger("mqbridge.control")  # the name operators configure
 RUNNING, PAUSED, STOPPED = "running", "paused", "stopped"
 STATES = (RUNNING, PAUSED, STOPPED)
 #: The commands, as `mqbridge listener` and the endpoint name them.
-ACTIONS = ("pause", "resume", "stop", "start", "threads")
+ACTIONS = ("pause", "resume", "stop", "start", "threads", "plugins")
+#: What `plugins` hands its target to: the plugin host's `move(listener, target)`, which returns one
+#: line saying what it did and raises a ControlError kind (and PluginError) when it refuses.
+PluginMover = Callable[[str, str], str]
 #: The thread counts a command may set (those of `[[listeners]] threads`).
 MIN_THREADS, MAX_THREADS = 1, 64
 
@@ -93,6 +98,8 @@ class ListenerControls:
     def __init__(self, listeners: Iterable[tuple[str, str, int]]) -> None:
         """`listeners`: (source, queue, configured threads) of each `[[listeners]]` entry."""
         self._lock = threading.Lock()
+        #: Set by the composition root (`PluginHost.move`); None: `plugins` is refused.
+        self.move_plugins: PluginMover | None = None
         self.entries: dict[str, ListenerControl] = {}
         for source, queue, threads in listeners:
             name = f"{source}:{queue}"
@@ -120,11 +127,14 @@ class ListenerControls:
         raise UnknownListenerError(f"no listener {name!r}; this bridge's listeners are "
                                    f"{', '.join(self.entries) or 'none'} (name one by its queue, or as source:queue)")
 
-    def command(self, name: str, action: str, threads: int | None = None) -> Outcome:
+    def command(self, name: str, action: str, threads: int | None = None, *, target: str | None = None) -> Outcome:
         """Apply `action` to the listener `name` (see the module docstring); ControlError (or one
-        of its kinds) when it cannot be applied as given. Logged when it changes something."""
+        of its kinds) when it cannot be applied as given. Logged when it changes something.
+        `threads` is the count of `threads`, `target` the generation of `plugins`."""
         if action not in ACTIONS:
             raise ControlError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
+        if action == "plugins":
+            return self._move_plugins(name, target)
         with self._lock:
             entry = self.resolve(name)
             before = (entry.state, entry.threads)
@@ -137,6 +147,21 @@ class ListenerControls:
         if changed:
             log.warning("listener %s: %s", entry.name, message)
         return outcome
+
+    def _move_plugins(self, name: str, target: str | None) -> Outcome:
+        """`plugins`: the plugin host moves the entry (outside this lock: the host has its own, and
+        the move is in effect when it returns). Logged by the host, at INFO."""
+        with self._lock:
+            entry = self.resolve(name)
+        if self.move_plugins is None:
+            raise ControlError("plugins: this bridge has no plugin host to move a listener's generation")
+        if not target:
+            raise ControlError("plugins: name the generation: a number, 'latest' or 'follow'")
+        message = self.move_plugins(entry.name, target).removeprefix(f"{entry.name}: ")  # the outcome names it
+        with self._lock:
+            entry.last_command = f"plugins {target}"
+            entry.changed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            return Outcome(entry.name, "plugins", entry.state, entry.threads, True, message)
 
     @staticmethod
     def _apply(entry: ListenerControl, action: str, threads: int | None) -> str:

@@ -22,7 +22,7 @@ from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
 from mqbridge.counters import Counters, RateMeter
-from mqbridge.drivers import open_source
+from mqbridge.drivers import open_source, stored_sender_of
 from mqbridge.errors import BridgeError, FatalError, RetryLater
 from mqbridge.gate import AllOpenGate
 from mqbridge.identity import listener_scope
@@ -31,6 +31,7 @@ from mqbridge.loop.in_flight import Held, held
 from mqbridge.loop.listener import Chain, ListenerSpec, ListenerThread, PlainChain
 from mqbridge.observer import Event, Observer
 from mqbridge.outbound.stations import Stations
+from mqbridge.outbound.stored import StoredLog, StoredResults, stored_results_of
 from mqbridge.source import QueueShared, Source, SourceContext
 from mqbridge.supervision.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.supervision.decision import Decision, decide
@@ -111,6 +112,7 @@ class Bridge:
         self.observers = list(observers)
         self._dedupe = dedupe  # the landing ledger; None: at-least-once
         self.backout_log = backout_log  # where moves to a backout queue are recorded; None: nowhere
+        self._stored_log: StoredLog | None = None  # claimed stored results (`mqbridge.outbound.stored`)
         self.shared: dict[tuple[str, str], QueueShared] = {}  # per (source, queue), across restarts
         self.slots: list[Slot] = []
         #: Set by a signal or service control handler to stop; only ever set, never cleared.
@@ -134,8 +136,20 @@ class Bridge:
             for index in range(1, cfg.threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared(
-                backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg), counters=self.counters))
+                backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg), counters=self.counters,
+                stored=self._stored_results(cfg)))
         self.reconcile()
+
+    def _stored_results(self, cfg: ListenerConfig) -> StoredResults | None:
+        """The stored results of listener `cfg`'s messages (`mqbridge.outbound.stored`), None if no type wants them."""
+        if not any(t.stored_result for t in self.config.types.values()):
+            return None
+        if self._stored_log is None:
+            self._stored_log = StoredLog(self.config.resolve_path(self.config.bridge.state_dir)
+                                         / "stored_results.sqlite3", self.config.bridge.dedupe_window)
+        source = self.config.sources[cfg.source]
+        return stored_results_of(self.config.types, cfg, source, self._stored_log,
+                                 stored_sender_of(source.kind), self.config.bridge.name, self.counters)
 
     # -- supervision -----------------------------------------------------------------------
     def _spawn(self, slot: Slot) -> None:
@@ -168,7 +182,7 @@ class Bridge:
                                 shared.tracker, dedupe=self._dedupe,
                                 gate=AllOpenGate(gates), poison=shared.poison,
                                 sink_gate=self.breakers.gate if self.breakers is not None else None,
-                                backout_log=self.backout_log)
+                                backout_log=self.backout_log, stored=shared.stored)
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
         self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
@@ -487,6 +501,9 @@ class Bridge:
             thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
         drained = self.collector.close(max(0.0, deadline - time.monotonic()))
+        for shared in self.shared.values():  # what is queued of the stored results, within the deadline
+            if shared.stored is not None:
+                shared.stored.close(max(0.0, deadline - time.monotonic()))
         if stuck:
             log.error("shutdown timeout: listener threads still busy: %s; their unacknowledged "
                       "messages return to the source when the process exits", ", ".join(stuck))

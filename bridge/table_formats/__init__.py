@@ -1,7 +1,7 @@
 """The table-format seam: what the landing, the purge, the compaction, replay, `where`, the catalog and
 `ledger --verify` need from a landed table, one implementation per format (`TableFormat`, `base`):
-Parquet directories (`parquet`, the default) and Delta Lake tables (`delta`). A third format is one
-more module listed in `FORMATS`.
+Parquet directories (`parquet`, the default), Delta Lake tables (`delta`) and Apache Iceberg tables
+(`iceberg`, of the configuration's catalog). Another format is one more module listed in `FORMATS`.
 
 The lookups: `format_named` (a name of the configuration), `format_of` (what is on disk at a path),
 `format_of_bulk` (the table a ledger bulk landed in), `format_for` (what the configuration says for the
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
-from mqbridge.table_formats import delta, parquet
+from mqbridge.table_formats import delta, iceberg, parquet
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Every format, by its name. Parquet, the default, claims any directory no other format claims, so
 #: it is asked last (`format_of`).
-FORMATS: dict[str, TableFormat] = {f.name: f for f in (delta.FORMAT, parquet.FORMAT)}
+FORMATS: dict[str, TableFormat] = {f.name: f for f in (delta.FORMAT, iceberg.FORMAT, parquet.FORMAT)}
 DEFAULT = parquet.FORMAT
 #: The format whose bulks its table's own commit publishes: the one an object store or HDFS holds.
 TRANSACTIONAL = delta.FORMAT

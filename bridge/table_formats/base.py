@@ -6,8 +6,8 @@ Every operation on a table takes its `Location`: a local directory, or its URI o
 HDFS (`mqbridge.config.warehouse.ObjectStoreUri`, carrying what delta-rs needs to reach it). Which
 formats a store can hold is the configuration's concern (`config.warehouse.object_store_problems`).
 
-An implementation is one module of this package (`parquet`, `delta`; Iceberg would be a third) listed
-in `mqbridge.table_formats.FORMATS`. The Spark-side maintenance objects it hands out (its purger and
+An implementation is one module of this package (`parquet`, `delta`, `iceberg`) listed in
+`mqbridge.table_formats.FORMATS`. The Spark-side maintenance objects it hands out (its purger and
 its compaction) are imported when asked for, so that this package can be imported by the landing and
 the maintenance modules without importing the other at start-up.
 """
@@ -93,6 +93,9 @@ class TableFormat(ABC):
     catalog_partitions: bool
     #: The column each row's identity (what the ledger dedupes on) lands in; None where rows carry none.
     identity_column: str | None
+    #: How recovery says a dead process's prepared bulk that never committed was undone (a
+    #: transactional format's, logged by `Landing`): Delta fences the bulk's version first.
+    rolled_back: str = "fenced and rolled back"
 
     # -- what is on disk ---------------------------------------------------------------------
     @abstractmethod

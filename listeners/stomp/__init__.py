@@ -38,6 +38,7 @@ from mqbridge.listeners.stomp.source import POSSIBLE_DUPLICATES, StompSource
 
 if TYPE_CHECKING:
     from mqbridge.backlog import ProbeFactory
+    from mqbridge.listeners.stomp.stored import StompStoredSender
     from mqbridge.resend.redrive import Redrive
     from mqbridge.resend.replay import ReplayTargetFactory
 
@@ -57,7 +58,13 @@ def _replay() -> ReplayTargetFactory:
     return StompReplayTarget
 
 
-DRIVER = Driver(kind="stomp", source=StompSource, backlog=_backlog, redrive=_redrive, replay=_replay)
+def _results() -> type[StompStoredSender]:
+    from mqbridge.listeners.stomp.stored import StompStoredSender
+    return StompStoredSender
+
+
+DRIVER = Driver(kind="stomp", source=StompSource, backlog=_backlog, redrive=_redrive, replay=_replay,
+                results=_results)
 
 __all__ = ["DRIVER", "POSSIBLE_DUPLICATES", "REQUEUE_COUNT", "REQUEUE_ID", "REQUEUE_REASON", "REQUEUE_REDELIVERED",
            "REQUEUE_TIMESTAMP", "StompSource"]

@@ -8,9 +8,11 @@ writer of the type's table format, chosen once by `bulk_writes_for`, writes and 
   `<table>/_staging/<owner>/<bulk>` by Spark or pyarrow, its footers verified, and published by renames.
 - `delta` (`writes/delta.py`): a Delta Lake table; a bulk is one Delta commit carrying its
   transaction (`txnAppId`/`txnVersion`), so that the table itself says whether it landed.
+- `iceberg` (`writes/iceberg.py`): an Apache Iceberg table of the configuration's catalog; a bulk is
+  one append whose snapshot carries its id, which recovery looks up in the table's snapshots.
 
 What both use (a bulk's rows as Spark's DataFrame, its tasks and files, the turns writers of one
-table take) is in `writes/frames.py` and `writes/table_turns.py`. A third format is one module with
+table take) is in `writes/frames.py` and `writes/table_turns.py`. Another format is one module with
 a class implementing `BulkWrites` and one line in `WRITERS`.
 """
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 WRITERS: dict[str, str] = {
     "parquet": "mqbridge.landing.writes.parquet:ParquetWrites",
     "delta": "mqbridge.landing.writes.delta:DeltaWrites",
+    "iceberg": "mqbridge.landing.writes.iceberg:IcebergWrites",
 }
 
 

@@ -23,7 +23,13 @@ from mqbridge.landing.publication import STAGING, discard, owner_dirname, privat
 from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
 from mqbridge.landing.session import is_connect, writes_as_this_user
 from mqbridge.landing.writes import WriteContext
-from mqbridge.landing.writes.frames import SPARK_WRITE_FAILPOINTS, WRITE_OPTIONS, landed_frame, spread
+from mqbridge.landing.writes.frames import (
+    SPARK_WRITE_FAILPOINTS,
+    WRITE_OPTIONS,
+    landed_frame,
+    leave_out_corrupt,
+    spread,
+)
 from mqbridge.landing.writes.parquet import probe_staged
 from mqbridge.landing.writes.table_turns import table_turns
 from mqbridge.message import Bulk, MessageResult
@@ -60,7 +66,7 @@ class DeltaWrites:
         what = f"Delta commit of bulk {ledger_bulk_id}"
         try:
             if context.body_format is not None:
-                self._leave_out_corrupt(bulk, keep, rows, handoff, results, ready)
+                leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready)
             landed = [i for i in keep if results[i] is None]
             if landed:
                 self._stage(bulk, keep, rows, handoff, str(location), ledger_bulk_id, staged)
@@ -142,23 +148,6 @@ class DeltaWrites:
         if is_connect(spark) or not str(spark.conf.get("spark.master", "")).startswith("local"):
             return None
         return Path(tempfile.mkdtemp(prefix="mqbridge-handoff-")) / bulk_id
-
-    def _leave_out_corrupt(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
-                           results: list[MessageResult | None],
-                           ready: list[tuple[SparkSession, DataFrame]]) -> None:
-        """Parse a typed bulk's bodies by one Spark job and mark the rows Spark cannot convert PERMANENT
-        in `results`; the parsed frame of the other rows is kept by Spark (`ready`) for the commit."""
-        context = self._context
-        spark = context.sessions.get()
-        tasks, groups = spread(spark, bulk, keep)
-        parser = context.body_format
-        frame, observation = landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)
-        frame = frame.persist()
-        ready.append((spark, frame))
-        spark_guarded(spark, context.message_type, f"parse of bulk {bulk.bulk_id}", frame.count, context.write_timeout)
-        if observation is not None and parser is not None:
-            for i, reason in parser.corrupt_rows(observation).items():
-                results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)
 
     def _by_transaction_api(self, spark: SparkSession, handoff: Path | None) -> bool:
         """Whether a bulk goes through Delta's transaction API (`mqbridge.landing.delta_commit`): a raw

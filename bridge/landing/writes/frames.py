@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -17,10 +18,14 @@ from pyspark.sql import functions as F
 
 from mqbridge import failpoints
 from mqbridge.landing.containers import SORT_COLUMNS
+from mqbridge.landing.deadlines import spark_guarded
 from mqbridge.landing.formats import BodyFormat
 from mqbridge.landing.handoff import bulk_frame, partitioned, row_groups, scan_cores
 from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
-from mqbridge.message import Bulk
+from mqbridge.message import Bulk, MessageResult
+
+if TYPE_CHECKING:
+    from mqbridge.landing.session import SparkSessions
 
 #: Parquet writer options. Message ids and bodies are (nearly) all distinct: a dictionary for them
 #: is built and then thrown away page after page, ~10% of the JVM's CPU per write (bench/spark_write.py).
@@ -72,3 +77,36 @@ def landed_frame(spark: SparkSession, rows: pa.Table, handoff: Path | None, task
     if failpoints.active("spark_write_hang"):
         df = df.where(failpoints.HANG_FILTER)  # test only: a write that never ends, until cancelled
     return df, observation
+
+
+class ParseContext(Protocol):
+    """What `leave_out_corrupt` reads of a writer's context (a `mqbridge.landing.writes.WriteContext`)."""
+
+    @property
+    def sessions(self) -> SparkSessions: ...
+
+    @property
+    def message_type(self) -> str: ...
+
+    @property
+    def write_timeout(self) -> float: ...
+
+    @property
+    def body_format(self) -> BodyFormat | None: ...
+
+
+def leave_out_corrupt(context: ParseContext, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+                      results: list[MessageResult | None], ready: list[tuple[SparkSession, DataFrame]]) -> None:
+    """Parse a typed bulk's bodies by one Spark job and mark the rows Spark cannot convert PERMANENT in
+    `results`; the parsed frame of the other rows is kept by Spark (`ready`) for the table format's
+    write, which then writes only what parsed (Delta's commit, Iceberg's append)."""
+    spark = context.sessions.get()
+    tasks, groups = spread(spark, bulk, keep)
+    parser = context.body_format
+    frame, observation = landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)
+    frame = frame.persist()
+    ready.append((spark, frame))
+    spark_guarded(spark, context.message_type, f"parse of bulk {bulk.bulk_id}", frame.count, context.write_timeout)
+    if observation is not None and parser is not None:
+        for i, reason in parser.corrupt_rows(observation).items():
+            results[i] = MessageResult.permanent(bulk.messages[i].msg_id, reason, bulk.bulk_id)

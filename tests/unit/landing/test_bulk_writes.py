@@ -18,10 +18,11 @@ from mqbridge.landing.executor import SparkExecutor
 from mqbridge.landing.session import SparkSessions
 from mqbridge.landing.writes import WRITERS, BulkWrites, bulk_writes_for
 from mqbridge.landing.writes.delta import DeltaWrites
+from mqbridge.landing.writes.iceberg import IcebergWrites
 from mqbridge.landing.writes.parquet import ParquetWrites
 
 #: The writer class each configured table format must get (typed: mypy checks each implements `BulkWrites`).
-EXPECTED: dict[str, type[BulkWrites]] = {"parquet": ParquetWrites, "delta": DeltaWrites}
+EXPECTED: dict[str, type[BulkWrites]] = {"parquet": ParquetWrites, "delta": DeltaWrites, "iceberg": IcebergWrites}
 
 
 def refused_start(**_settings: Any) -> Any:
@@ -69,7 +70,7 @@ def test_only_the_delta_writer_knows_delta_lake_missing_from_spark(tmp_path: Pat
 
 def test_an_unknown_table_format_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
-        executor(tmp_path, "iceberg")
+        executor(tmp_path, "orc")
     message = str(refused.value)
-    assert "'iceberg'" in message and "orders" in message
+    assert "'orc'" in message and "orders" in message
     assert all(f'"{name}"' in message for name in EXPECTED), message

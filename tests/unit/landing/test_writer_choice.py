@@ -10,7 +10,7 @@ from mqbridge.config import SparkSection, TypeConfig
 from mqbridge.errors import ConfigError
 from mqbridge.landing.arrow_writer import codec_of
 from mqbridge.landing.session import DEFAULT_CONF, SparkSessions
-from mqbridge.landing.writer_choice import arrow_codec, spark_writes_bulks
+from mqbridge.landing.writer_choice import arrow_codec, spark_writes_bulks, spark_written
 
 
 def choice(writer: str, *, remote: str | None = None, codec: str | None = None) -> str | None:
@@ -58,3 +58,15 @@ def test_the_start_up_probe_is_for_warehouses_spark_writes_into(writer: str, rem
     types = {f"t{i}": TypeConfig(format=f, schema="a STRING" if f == "json" else None)  # type: ignore[arg-type]
              for i, f in enumerate(formats)}
     assert spark_writes_bulks(SparkSessions(section), types, writer, {}) is expected
+
+
+@pytest.mark.parametrize(("spark_format", "type_format"), [("delta", None), ("iceberg", None), ("parquet", "delta"),
+                                                           ("parquet", "iceberg")])
+def test_raw_types_landing_in_delta_or_iceberg_tables_are_written_by_spark(spark_format: str,
+                                                                           type_format: str | None) -> None:
+    """pyarrow writes no Delta commit and no Iceberg snapshot: `writer = "auto"` does not take them for its own."""
+    section = SparkSection(warehouse=Path("landing"))
+    types = {"raw": TypeConfig(table_format=type_format), "plain": TypeConfig()}  # type: ignore[arg-type]
+    written = spark_written(SparkSessions(section), types, "auto", {}, spark_format)
+    assert written == (["raw", "plain"] if spark_format != "parquet" else ["raw"])
+    assert spark_writes_bulks(SparkSessions(section), {"plain": TypeConfig()}, "auto", {}, "parquet") is False

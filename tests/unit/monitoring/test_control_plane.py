@@ -1,11 +1,14 @@
 """The control plane of the monitoring endpoint (POST /listeners/<name>/..., mqbridge.monitoring.control)
 and `mqbridge listener` (mqbridge.commands.listener), on a real socket in front of a running bridge of
 the in-memory source: off without a token, 401 without the right one even with public metrics, the
-refusals and their texts, and the command line's waiting and exit codes."""
+refusals and their texts, and the command line's waiting and exit codes; `plugins` (a listener moved
+to another plugin generation) with its refusals: an unknown listener, a generation no longer loaded,
+a canary, a target that is none."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,8 +55,8 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     started: list[tuple[RunningBridge, MonitoringServer]] = []
 
     def start(*, token: str | None = TOKEN, public: bool = False, shared: bool = False,
-              port: int = 0) -> tuple[Bridge, str]:
-        cfg, _broker = memory_config(extra=SHARED if shared else "")
+              port: int = 0, extra: str = "") -> tuple[Bridge, str]:
+        cfg, _broker = memory_config(extra=(SHARED if shared else "") + extra)
         executor = SlowExecutor()
         bridge = memory_app(cfg, executor).bridge
         bridge.executor = executor  # type: ignore[attr-defined]  # the test's handle
@@ -85,14 +88,18 @@ def post(url: str, path: str, token: str | None = TOKEN) -> tuple[int, str]:
     ("/listeners/amq:/queue/orders/start?x=1", ("amq:/queue/orders", "start", None)),
     ("/listeners/orders/threads/three", None), ("/listeners/orders/explode", None), ("/listeners/pause", None),
     ("/listeners//pause", None), ("/status", None),
+    ("/listeners/amq%3A%2Fqueue%2Fpay/plugins/latest", ("amq:/queue/pay", "plugins", "latest")),
+    ("/listeners/orders/plugins/3/", ("orders", "plugins", "3")),  # checked by the plugin host
+    ("/listeners/orders/plugins", None),
 ])
-def test_control_paths(path: str, parsed: tuple[str, str, int | None] | None) -> None:
+def test_control_paths(path: str, parsed: tuple[str, str, int | str | None] | None) -> None:
     assert parse(path) == parsed
 
 
 def test_the_client_encodes_the_name_as_one_segment() -> None:
     assert command_path("amq:/queue/orders", "pause") == "/listeners/amq%3A%2Fqueue%2Forders/pause"
     assert parse(command_path("amq:/queue/a b", "threads", 4)) == ("amq:/queue/a b", "threads", 4)
+    assert parse(command_path("amq:/queue/a b", "plugins", "follow")) == ("amq:/queue/a b", "plugins", "follow")
 
 
 def test_without_a_token_the_control_plane_is_off_and_says_why(serve: Serve) -> None:
@@ -136,6 +143,62 @@ def test_commands_with_the_token_answer_json_and_refusals_name_the_reason(serve:
     assert fetch(url + "/listeners/orders/pause", token=TOKEN).status == 404  # a GET changes nothing
     states = {c["name"]: c["state"] for c in json.loads(fetch(url + "/status", token=TOKEN).text)["listener_controls"]}
     assert states == {"mem:orders": PAUSED, "other:orders": STOPPED}
+
+
+#: A canary listener beside `mem:orders` (plugin pinning, mqbridge.plugins.pinning).
+CANARY = ('\n[sources.canary]\nkind = "memory"\nbroker = "control-plane-canary"\n[[listeners]]\nsource = "canary"\n'
+          'queue = "orders"\nmessage_type = "orders"\nbackout_queue = "orders.backout"\nwait = "50ms"\n'
+          'plugins_canary = true\n')
+
+
+def test_plugins_moves_a_listener_and_refusals_name_the_problem(serve: Serve,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    bridge, url = serve(extra=CANARY)
+    with caplog.at_level(logging.INFO, logger="mqbridge.monitoring.control"):
+        assert post(url, "/listeners/nothing/plugins/latest") == (
+            404, "no listener 'nothing'; this bridge's listeners are mem:orders, canary:orders (name one by its "
+                 "queue, or as source:queue)\n")
+        assert post(url, "/listeners/mem:orders/plugins/7") == (
+            409, "plugin generation 7 is not loaded any more (loaded: 1); 'latest' is 1\n")
+        assert post(url, "/listeners/canary:orders/plugins/latest") == (
+            409, "canary:orders is a canary listener (plugins_canary): it takes every reload first and cannot be "
+                 "pinned\n")
+        status, text = post(url, "/listeners/mem:orders/plugins/soon")
+        assert status == 400 and text.startswith("'soon' is not a plugin generation: a number, 'latest'")
+        status, text = post(url, "/listeners/mem%3Aorders/plugins/latest")
+    # Then a move answers what it did; every refusal and the move are logged with the caller
+    assert status == 200
+    assert json.loads(text) == {"listener": "mem:orders", "action": "plugins", "state": RUNNING, "threads": 1,
+                                "changed": True, "message": "plugins pinned, generation 1 (was 1)"}
+    logged = [r.getMessage() for r in caplog.records if r.name == "mqbridge.monitoring.control"]
+    assert [line.split(" ", 3)[1] for line in logged] == ["127.0.0.1"] * 5
+    assert "POST /listeners/mem:orders/plugins/7 refused (409): plugin generation 7 is not loaded" in logged[1]
+    assert logged[-1].endswith("POST /listeners/mem%3Aorders/plugins/latest: mem:orders: plugins pinned, "
+                               "generation 1 (was 1)")
+    status_doc = json.loads(fetch(url + "/status", token=TOKEN).text)
+    assert status_doc["plugins"]["listeners"]["mem:orders"]["plugins"] == "pinned"
+    assert [c["last_command"] for c in status_doc["listener_controls"]] == ["plugins latest", ""]
+    assert post(url, "/listeners/orders/plugins/follow") == (
+        409, "'orders' is the queue of 2 listeners: name one as source:queue (mem:orders, canary:orders)\n")
+    assert post(url, "/listeners/mem:orders/plugins/follow")[0] == 200
+    assert bridge.status()["plugins"]["listeners"]["mem:orders"]["plugins"] == "follow"
+
+
+def test_mqbridge_listener_plugins_says_the_generation_in_effect_or_why_not(
+        serve: Serve, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _bridge, url = serve()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    endpoint = ["--url", url, "--token-file", str(token_file)]
+    assert main(["listener", "plugins", *endpoint, "orders", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert "mem:orders: plugins pinned, generation 1 (was 1)\n" in out
+    assert "mem:orders: in effect: plugin generation 1 (pinned) from its next unit of work" in out
+    assert main(["listener", "plugins", *endpoint, "orders", "2"]) == 1
+    assert ("mqbridge listener plugins: plugin generation 2 is not loaded any more (loaded: 1); 'latest' is 1"
+            in capsys.readouterr().err)
+    assert main(["listener", "plugins", *endpoint, "orders", "follow", "--wait", "0"]) == 0
+    assert capsys.readouterr().out == "mem:orders: plugins follow, generation 1 (was 1)\n"
 
 
 def test_mqbridge_listener_waits_until_a_command_is_in_effect(serve: Serve, tmp_path: Path,
@@ -212,7 +275,7 @@ def test_mqbridge_listener_with_config_uses_its_listen_address_and_token(serve: 
 
 
 def test_every_listener_action_has_help_with_an_example_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    for action in ("pause", "resume", "stop", "start", "threads"):
+    for action in ("pause", "resume", "stop", "start", "threads", "plugins"):
         with pytest.raises(SystemExit) as info:
             main(["listener", action, "--help"])
         assert info.value.code == 0

@@ -91,6 +91,27 @@ def test_commands_the_state_does_not_allow_and_thread_counts_out_of_range_are_re
     assert c.get("amq:/queue/orders").wanted == 5 and c.get("amq:/queue/orders").wants(5)
 
 
+def test_plugins_needs_a_plugin_host_and_a_target_and_hands_the_move_to_it() -> None:
+    c = controls()
+    with pytest.raises(ControlError, match="no plugin host"):
+        c.command("/queue/orders", "plugins", target="latest")
+    moves: list[tuple[str, str]] = []
+
+    def move(listener: str, target: str) -> str:
+        moves.append((listener, target))
+        return f"{listener}: plugins pinned"
+
+    c.move_plugins = move
+    with pytest.raises(ControlError, match="name the generation: a number, 'latest' or 'follow'"):
+        c.command("/queue/orders", "plugins")
+    with pytest.raises(AmbiguousListenerError):
+        c.command("/queue/refunds", "plugins", target="3")
+    outcome = c.command("/queue/orders", "plugins", target="3")
+    assert moves == [("amq:/queue/orders", "3")]
+    assert (outcome.listener, outcome.message, outcome.state) == ("amq:/queue/orders", "plugins pinned", RUNNING)
+    assert c.get("amq:/queue/orders").last_command == "plugins 3"
+
+
 def test_progress_says_what_the_threads_still_have_to_do() -> None:
     entry = controls().get("amq:/queue/orders")
     assert progress(entry, up=2, at_gate=0, alive=2, retiring=0, halted=0) == ""

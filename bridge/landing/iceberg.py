@@ -1,0 +1,277 @@
+"""Apache Iceberg tables with Spark: each bulk ONE append (one snapshot) of the table
+`mqbridge.<namespace>.<table>` of the `[spark.iceberg]` catalog, whose snapshot summary carries the
+bulk's id (`mqbridge.bulk-id`) and its ledger transaction (`mqbridge.app-id`, `mqbridge.version`).
+
+The protocol is the Delta one (`Landing.commit`: prepare, append, mark published, source commit),
+but Iceberg has no idempotent append and nothing to fence a version with: recovery of a dead
+process's prepared bulk (`settle`) looks its id up in the table's snapshots, published if found,
+forgotten if not. That answer holds only once no writer of the dead process can still commit. The
+bridge lands Iceberg tables by its own local driver only (a Spark Connect `remote` is refused,
+`config.iceberg`), whose JVM exits when its Python parent dies (PythonGatewayServer reads its stdin
+until EOF; tests/integration/test_iceberg_facts.py measures it): each process records its driver
+JVM (`record_driver`, before its first append) and `settle` waits until the dead owner's recorded JVM
+is gone. A dead owner on another host sharing a PostgreSQL ledger is taken for dead after its lease,
+longer than its JVM outlives it.
+
+The jars are the `iceberg` set (`mqbridge jars iceberg`): the runtime and the JDBC drivers of the
+JDBC catalog (SQLite for the embedded catalog, `<warehouse>/_iceberg/catalog.db`; PostgreSQL). The
+catalog's password is a `spark.sql.catalog.mqbridge.jdbc.password` setting: named like a credential,
+it reaches the driver JVM in a private properties file, never on its command line
+(`mqbridge.landing.driver_secrets`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from mqbridge.config.iceberg import (
+    APP_ID_PROPERTY,
+    BULK_ID_PROPERTY,
+    ICEBERG_CATALOG,
+    VERSION_PROPERTY,
+    IcebergCatalog,
+)
+from mqbridge.errors import ConfigError, LedgerUnavailableError
+from mqbridge.landing.schema_check import DECLARED
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField
+
+    from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
+
+log = logging.getLogger(__name__)
+
+#: The jar set (`mqbridge.landing.jar_sets`, under `[spark] jars_dir`) and the command that fetches it.
+JAR_SET = "iceberg"
+FETCH_COMMAND = "mqbridge jars iceberg"
+#: The jars the set must hold (prefixes of their file names).
+REQUIRED_JARS = ("iceberg-spark-runtime-", "sqlite-jdbc-", "postgresql-")
+#: Iceberg's SQL extension (its CALL procedures, metadata tables): listed with any other (Delta's).
+EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+#: How a typed column's comment starts: its declared field's JSON follows (`declared_comment`).
+DECLARED_COMMENT = "mqbridge.declared="
+#: Properties of a table the bridge creates: a typed type's new column is added by its append
+#: (`merge-schema`, which needs `accept-any-schema`); format version 2 (row-level deletes for a purge).
+TABLE_PROPERTIES = {"format-version": "2", "write.spark.accept-any-schema": "true"}
+#: How long `settle` waits for a dead process's driver JVM to exit before it leaves the bulk undecided.
+DRIVER_EXIT_WAIT = 60.0
+_DRIVER_POLL = 0.2
+
+
+def jar_files(jars_dir: Path) -> list[Path]:
+    """The Iceberg jars under `<jars_dir>/iceberg`; ConfigError naming the command that fetches them
+    when the folder or one of them is missing (a start-up error, before any listener connects)."""
+    folder = Path(jars_dir) / JAR_SET
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise ConfigError(f"table_format = \"iceberg\" needs the Iceberg jars in {folder}, which lacks "
+                          f"{', '.join(p.rstrip('_-') for p in missing)}: run `{FETCH_COMMAND}` (or copy that folder "
+                          "from a host that ran it; `[spark] jars_dir` says where it is)")
+    return jars
+
+
+def catalog_conf(catalog: IcebergCatalog) -> dict[str, str]:
+    """The Spark settings of the catalog `mqbridge` (`spark.sql.catalog.mqbridge.*`). The embedded
+    SQLite catalog's folder (`<warehouse>/_iceberg`) is made (0700) here: SQLite does not make it."""
+    section = catalog.section
+    prefix = f"spark.sql.catalog.{ICEBERG_CATALOG}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": section.catalog,
+            f"{prefix}.uri": catalog.uri, f"{prefix}.warehouse": str(catalog.warehouse)}
+    if section.catalog == "jdbc" and section.uri is None:
+        catalog.sqlite_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    password = section.password.get_secret_value() if section.password is not None else None
+    if section.catalog == "jdbc":
+        if section.user is not None:
+            conf[f"{prefix}.jdbc.user"] = section.user
+        if password is not None:
+            conf[f"{prefix}.jdbc.password"] = password
+    elif section.catalog == "rest" and section.user is not None:
+        conf[f"{prefix}.rest.auth.type"] = "basic"
+        conf[f"{prefix}.rest.auth.basic.username"] = section.user
+        if password is not None:
+            conf[f"{prefix}.rest.auth.basic.password"] = password
+    return conf
+
+
+def session_conf(jars_dir: Path, conf: Mapping[str, str], catalog: IcebergCatalog) -> dict[str, str]:
+    """The Spark settings a session that writes Iceberg tables gets besides `conf` (`[spark] conf`,
+    which wins, except that the jars and the SQL extensions are merged with its own): the jars, the
+    extension and the catalog (`catalog_conf`)."""
+    jars = [str(j) for j in jar_files(jars_dir)]
+    given = [j for j in conf.get("spark.jars", "").split(",") if j]
+    extensions = [e for e in conf.get("spark.sql.extensions", "").split(",") if e]
+    return {**catalog_conf(catalog), **conf, "spark.jars": ",".join([*given, *(j for j in jars if j not in given)]),
+            "spark.sql.extensions": ",".join([*extensions, *([EXTENSION] if EXTENSION not in extensions else [])])}
+
+
+#: Why a Spark without Iceberg cannot write an Iceberg type: an outage of its sink.
+MISSING_FROM_SPARK = (f"Spark cannot write Iceberg tables: the Iceberg runtime or its catalog `{ICEBERG_CATALOG}` is "
+                      f"not in the session (the bridge's own driver gets the jars of `{FETCH_COMMAND}` and the "
+                      "[spark.iceberg] catalog)")
+
+
+def missing_from_spark(exc: BaseException) -> bool:
+    """Whether `exc` says Spark has no Iceberg runtime or no catalog `mqbridge`."""
+    text = str(exc)
+    return (("CATALOG_NOT_FOUND" in text and ICEBERG_CATALOG in text)
+            or ("ClassNotFoundException" in text and "org.apache.iceberg" in text))
+
+
+def snapshot_options(bulk_id: str, transaction: TableTransaction | None) -> dict[str, str]:
+    """The options of a bulk's append: its schema merged (a typed type's new column added), and the
+    snapshot properties that tell recovery which bulk the snapshot is."""
+    options = {"merge-schema": "true", f"snapshot-property.{BULK_ID_PROPERTY}": bulk_id}
+    if transaction is not None:
+        options |= {f"snapshot-property.{APP_ID_PROPERTY}": transaction.app_id,
+                    f"snapshot-property.{VERSION_PROPERTY}": str(transaction.version)}
+    return options
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def declared_comment(field: StructField) -> str | None:
+    """The comment of a typed column: its declared field (`DECLARED_COMMENT` and the JSON of the
+    field as the type's schema declares it, `mqbridge.landing.schema_check.DECLARED`), or None for a
+    landed column. Iceberg keeps no Spark column metadata, and Spark's `from_json` makes every column
+    nullable, and Iceberg widens a SMALLINT to an int: the comment is what the schema check compares."""
+    declared = field.metadata.get(DECLARED)
+    return f"{DECLARED_COMMENT}{declared}" if isinstance(declared, str) else None
+
+
+def _column(field: StructField) -> str:
+    comment = declared_comment(field)
+    return f"`{field.name}` {field.dataType.simpleString()}" + (f" COMMENT '{_quoted(comment)}'" if comment else "")
+
+
+def ensure_table(spark: SparkSession, catalog: IcebergCatalog, table: str, frame: DataFrame) -> None:
+    """Create the namespace and the table `table` (at `<warehouse>/<table>`, partitioned by put_date,
+    with `frame`'s columns, each typed one commented with its declared field, `declared_comment`) if
+    they are missing; add the typed columns `frame` has and the table lacks (a type's schema added a
+    column), commented alike (the append's `merge-schema` would add them without the comment)."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
+    identifier = catalog.identifier(table)
+    columns = ", ".join(_column(f) for f in frame.schema.fields)
+    properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {identifier} ({columns}) USING iceberg "
+              f"PARTITIONED BY (put_date) LOCATION '{_quoted(str(catalog.warehouse / table))}' "
+              f"TBLPROPERTIES ({properties})")
+    present = {f.name.lower() for f in spark.table(identifier).schema.fields}
+    missing = [f for f in frame.schema.fields if f.name.lower() not in present]
+    if missing:
+        spark.sql(f"ALTER TABLE {identifier} ADD COLUMNS ({', '.join(_column(f) for f in missing)})")
+
+
+def append(frame: DataFrame, catalog: IcebergCatalog, table: str, bulk_id: str,
+           transaction: TableTransaction | None) -> None:
+    """Append `frame` (the landed columns and the identity) to the table `table` (made before,
+    `ensure_table`) as one snapshot carrying the bulk (`snapshot_options`)."""
+    frame.writeTo(catalog.identifier(table)).options(**snapshot_options(bulk_id, transaction)).append()
+
+
+def committed(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id: str) -> bool | None:
+    """Whether a snapshot of the table `table` carries `bulk_id`; None when there is no such table."""
+    if not spark.catalog.tableExists(f"{ICEBERG_CATALOG}.{catalog.namespace}.{table}"):
+        return None
+    rows = spark.sql(f"SELECT count(*) AS n FROM {catalog.identifier(table)}.snapshots "
+                     f"WHERE summary['{BULK_ID_PROPERTY}'] = '{_quoted(bulk_id)}'").collect()
+    return int(rows[0]["n"]) > 0
+
+
+def write_probe(spark: SparkSession, catalog: IcebergCatalog) -> None:
+    """The catalog answers: its namespace created if missing, and listed (the probe of an Iceberg
+    sink: a write of the table itself would add a snapshot to it)."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
+    spark.sql(f"SHOW TABLES IN {ICEBERG_CATALOG}.{catalog.namespace}").collect()
+
+
+# -- the dead process's driver ---------------------------------------------------------------------
+def _drivers_dir(catalog: IcebergCatalog) -> Path:
+    return catalog.state_dir / "iceberg" / "drivers"
+
+
+def _record_file(catalog: IcebergCatalog, owner: str) -> Path:
+    return _drivers_dir(catalog) / (owner.replace("/", "_").replace(":", "_") + ".json")
+
+
+def record_driver(spark: SparkSession, catalog: IcebergCatalog, owner: str) -> None:
+    """Record the driver JVM of `spark` as `owner`'s (its pid and start time), before the owner's
+    first append, so that `settle` can wait for it to be gone once the owner is dead."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: refused with Iceberg types (config.iceberg)
+        return
+    record_process(catalog, owner, int(jvm.java.lang.ProcessHandle.current().pid()))
+
+
+def record_process(catalog: IcebergCatalog, owner: str, pid: int) -> None:
+    """Record the process `pid` (this host's) as the driver JVM of `owner` (see `record_driver`)."""
+    record = {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    path = _record_file(catalog, owner)
+    if path.exists() and json.loads(path.read_text(encoding="utf-8")) == record:
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(partial, path)
+    for other in path.parent.glob("*.json"):  # records of JVMs that are gone tell nothing any more
+        if other != path and not _record_alive(other):
+            other.unlink(missing_ok=True)
+
+
+def driver_alive(catalog: IcebergCatalog, owner: str) -> bool:
+    """Whether the driver JVM recorded for `owner` (`record_driver`) still runs on this host."""
+    return _record_alive(_record_file(catalog, owner))
+
+
+def _record_alive(path: Path) -> bool:
+    """Whether the process a driver record at `path` names still runs (the same pid and start time)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        process = psutil.Process(int(record["pid"]))
+        same = abs(process.create_time() - float(record["create_time"])) < 0.01
+        return same and bool(process.status() != psutil.STATUS_ZOMBIE)
+    except (OSError, ValueError, KeyError, psutil.Error):
+        return False
+
+
+def await_driver_gone(catalog: IcebergCatalog, owner: str, timeout: float = DRIVER_EXIT_WAIT) -> None:
+    """Wait until the dead `owner`'s driver JVM is gone (it exits once its parent's pipe closes);
+    LedgerUnavailableError after `timeout` seconds (the bulk is decided later)."""
+    deadline = time.monotonic() + timeout
+    while driver_alive(catalog, owner):
+        if time.monotonic() >= deadline:
+            raise LedgerUnavailableError(f"the Spark driver JVM of the dead bridge process {owner} still runs after "
+                                         f"{timeout:.0f}s: its bulks are decided once it is gone")
+        time.sleep(_DRIVER_POLL)
+    _record_file(catalog, owner).unlink(missing_ok=True)
+
+
+def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, catalog: IcebergCatalog) -> bool:
+    """Decide a prepared bulk by the table's snapshots (see the module docstring): True when one
+    carries its id (recorded published), False when none does (forgotten: its messages land again
+    when they come back). A dead owner's driver JVM is waited for first; this process's own bulk (its
+    append raised) is asked at once: its append ran in this process's driver, and returned."""
+    if bulk.owner != ledger.owner:
+        await_driver_gone(catalog, bulk.owner)
+    if committed(spark, catalog, bulk.table, bulk.bulk_id):
+        ledger.mark_published(bulk.bulk_id)
+        return True
+    ledger.forget(bulk.bulk_id)
+    return False
+
+
+__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "EXTENSION", "JAR_SET", "MISSING_FROM_SPARK",
+           "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf", "committed", "declared_comment",
+           "driver_alive", "ensure_table", "jar_files", "missing_from_spark", "record_driver", "record_process",
+           "session_conf", "settle", "snapshot_options", "write_probe"]

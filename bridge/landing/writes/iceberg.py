@@ -1,0 +1,134 @@
+"""Bulks into an Apache Iceberg table (`mqbridge.landing.iceberg`) of the `[spark.iceberg]` catalog, in a
+local warehouse: each bulk ONE append by Spark, read from the bulk's handoff file, whose snapshot
+carries the bulk's id and transaction, so that recovery asks the table's snapshots whether it landed
+(`Landing.commit`, `iceberg.settle`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+
+from mqbridge.config.iceberg import IcebergCatalog, bound
+from mqbridge.errors import ConfigError
+from mqbridge.landing import iceberg
+from mqbridge.landing.deadlines import spark_guarded
+from mqbridge.landing.ledger import TableTransaction, owner_id
+from mqbridge.landing.publication import discard, private_staging, staging_dir
+from mqbridge.landing.rows import arrow_table
+from mqbridge.landing.session import writes_as_this_user
+from mqbridge.landing.writes import WriteContext
+from mqbridge.landing.writes.frames import landed_frame, leave_out_corrupt, spread
+from mqbridge.landing.writes.table_turns import table_turns
+from mqbridge.message import Bulk, MessageResult
+
+if TYPE_CHECKING:
+    from mqbridge.config.warehouse import ObjectStoreUri
+
+
+class IcebergWrites:
+    """Writes the bulks of one message type into Iceberg tables, one append per bulk, by Spark only."""
+
+    name = "iceberg"
+
+    def __init__(self, context: WriteContext) -> None:
+        self._context = context
+        self.arrow: str | None = None
+        self._recorded: object | None = None  # the session whose driver JVM is recorded (`iceberg.record_driver`)
+        self._tables: set[tuple[SparkSession, str]] = set()  # made by this writer (`_ensure_table`)
+
+    def write(self, bulk: Bulk, keep: list[int], table: str, location: Path | ObjectStoreUri,
+              ledger_bulk_id: str, results: list[MessageResult | None]) -> list[int]:
+        """Land the rows `keep` of `bulk` as one append to the Iceberg table `table`: a typed bulk's rows
+        Spark cannot convert are found first and left out (the ledger prepares exactly the rows the
+        append holds); then `Landing.commit` prepares the bulk with its transaction and runs the append,
+        built again on the current session at each attempt."""
+        if not isinstance(location, Path):
+            raise ConfigError(f"table {table}: Iceberg tables land in a local warehouse, not {location}")
+        context = self._context
+        messages = bulk.messages
+        landing = context.landing
+        owner = landing.owner if landing is not None else owner_id()
+        rows = arrow_table(bulk, keep)
+        handoff = staging_dir(location, owner, f"{ledger_bulk_id}.rows")
+        ready: list[tuple[SparkSession, DataFrame]] = []
+        what = f"Iceberg append of bulk {ledger_bulk_id}"
+        try:
+            spark = context.sessions.get()
+            if writes_as_this_user(spark):
+                private_staging(handoff)
+            if context.body_format is not None:
+                leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready)
+            landed = [i for i in keep if results[i] is None]
+            if landed:
+                def frame_of(spark: SparkSession) -> DataFrame:
+                    frames = [frame for session, frame in ready if session is spark]
+                    if frames:
+                        return frames[0]
+                    tasks, groups = spread(spark, bulk, keep)
+                    frame = landed_frame(spark, rows, handoff, tasks, groups, context.body_format, identity=True)[0]
+                    ready.append((spark, frame))
+                    return frame
+
+                def write(transaction: TableTransaction | None) -> None:
+                    spark = context.sessions.get()
+                    self._record_driver(spark, owner)
+                    frame = frame_of(spark)
+                    spark_guarded(spark, context.message_type, what,
+                                  lambda: iceberg.append(frame, self._catalog, table, ledger_bulk_id,
+                                                         transaction), context.write_timeout)
+
+                # The table made before the bulk is prepared: a prepared bulk's table is always there, so
+                # recovery finds it an Iceberg table (`format_of`) whatever the step the process died at.
+                self._ensure_table(spark, table, frame_of(spark))
+
+                with table_turns(location).lock:  # one append of a table at a time from this process
+                    if landing is not None:
+                        landing.commit(ledger_bulk_id, table,
+                                       [messages[i].identity or messages[i].msg_id for i in landed], write)
+                    else:
+                        write(None)
+        finally:
+            for _, frame in ready:
+                with contextlib.suppress(Exception):
+                    frame.unpersist()
+            discard(handoff)
+            for empty in (handoff.parent, handoff.parents[1]):  # no staging left where the bulk's was the last
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
+        return landed
+
+    def probe(self, owner: str) -> None:
+        """`BulkWrites.probe` by Spark: the catalog answers (`iceberg.write_probe`), and the session's
+        driver JVM is recorded as this process's (`iceberg.record_driver`)."""
+        context = self._context
+        spark = context.sessions.get()
+        self._record_driver(spark, owner)
+        spark_guarded(spark, context.message_type, f"probe of {context.table}",
+                      lambda: iceberg.write_probe(spark, self._catalog), context.write_timeout)
+
+    def outage(self, exc: BaseException) -> str:
+        """Iceberg missing from Spark (its jars, its catalog) is an outage: no bulk can be written."""
+        return iceberg.MISSING_FROM_SPARK if iceberg.missing_from_spark(exc) else ""
+
+    @property
+    def _catalog(self) -> IcebergCatalog:
+        """The loaded configuration's catalog (`config.iceberg.bound`), asked at each use."""
+        return bound()
+
+    def _ensure_table(self, spark: SparkSession, table: str, frame: DataFrame) -> None:
+        """`iceberg.ensure_table` once per session and table (a typed type's new column is added by
+        the append itself, `merge-schema`)."""
+        if (spark, table) in self._tables:
+            return
+        spark_guarded(spark, self._context.message_type, f"creation of Iceberg table {table}",
+                      lambda: iceberg.ensure_table(spark, self._catalog, table, frame), self._context.write_timeout)
+        self._tables.add((spark, table))
+
+    def _record_driver(self, spark: SparkSession, owner: str) -> None:
+        if self._recorded is not spark:
+            iceberg.record_driver(spark, self._catalog, owner)
+            self._recorded = spark
+

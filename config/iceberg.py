@@ -1,0 +1,195 @@
+"""`[spark.iceberg]`: the Iceberg catalog of the types with `table_format = "iceberg"`, and what the
+rest of a configuration may not ask of those types yet.
+
+The bridge's Spark driver reaches the catalog as the Spark catalog `ICEBERG_CATALOG` ("mqbridge");
+Java's JdbcCatalog keeps that name in its `catalog_name` column, so a reader without Spark (pyiceberg's
+SqlCatalog, `mqbridge.landing.iceberg_read`) loads it under the same name. A type's table is
+`mqbridge.<namespace>.<table>`, its data and metadata at `<warehouse>/<table>`.
+
+`IcebergCatalog` is the section with what it is resolved against (the state directory of the embedded
+SQLite catalog, the warehouse): the configuration binds it when it is loaded (`bind` / `bound`), and
+the Iceberg table format (`mqbridge.table_formats.iceberg`) reads it from there, because the
+table-format seam hands a format a table's location only.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, model_validator
+
+from mqbridge.config.base import Model
+from mqbridge.config.plaintext import is_loopback
+from mqbridge.errors import ConfigError, KeyedError, Loc
+
+#: The Spark catalog (and pyiceberg catalog) name under which the bridge's Iceberg tables are kept.
+ICEBERG_CATALOG = "mqbridge"
+#: The folder of the embedded SQLite catalog under the warehouse (not a table: no type's table is named so).
+CATALOG_DIR = "_iceberg"
+#: The snapshot summary keys of a bulk's append (`snapshot-property.<key>` options of the append): the
+#: bulk's id, and the ledger's transaction of it. Written by `mqbridge.landing.iceberg`, read by
+#: `mqbridge.landing.iceberg_read`.
+BULK_ID_PROPERTY = "mqbridge.bulk-id"
+APP_ID_PROPERTY = "mqbridge.app-id"
+VERSION_PROPERTY = "mqbridge.version"
+#: What a configuration is told when it asks an Iceberg type for what this step does not build.
+NOT_BUILT = "not built yet for Iceberg tables"
+
+
+class IcebergSection(Model):
+    """`[spark.iceberg]`: the Iceberg catalog (used only when a type has `table_format = "iceberg"`)."""
+
+    catalog: Literal["jdbc", "hive", "rest"] = Field(default="jdbc", description="The catalog's kind: jdbc (SQLite "
+                                                     "or PostgreSQL), hive (a Hive metastore), rest (an Iceberg REST "
+                                                     "catalog)")
+    uri: str | None = Field(default=None, description="Where the catalog is: jdbc:postgresql://HOST:5432/DB, "
+                            "thrift://HOST:9083 (hive), http(s)://HOST/... (rest); None with jdbc: the embedded "
+                            "SQLite catalog <warehouse>/_iceberg/catalog.db, beside the tables it describes (one host)")
+    user: str | None = Field(default=None, description="The catalog's user (jdbc)")
+    password: SecretStr | None = Field(default=None, description="The catalog's password (use ${ENV:...} or "
+                                       "${FILE:...}); never logged, never on a command line")
+    namespace: str = Field(default="mqbridge", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$",
+                           description="The namespace (database) holding the bridge's tables")
+    allow_plaintext_password: bool = Field(default=False, description="Accept a password to a catalog that is not "
+                                           "loopback without TLS (jdbc:postgresql without sslmode=require/verify-*, "
+                                           "http://)")
+
+    @model_validator(mode="after")
+    def _check(self) -> IcebergSection:
+        problems: list[tuple[Loc, str]] = []
+        if self.uri is None and self.catalog != "jdbc":
+            problems.append((("uri",), f'catalog = "{self.catalog}" needs its uri (hive: thrift://HOST:9083, '
+                             "rest: https://HOST/...)"))
+        if self.uri is not None and not self.uri.startswith(_SCHEMES[self.catalog]):
+            problems.append((("uri",), f'a {self.catalog} catalog\'s uri starts with '
+                             f'{" or ".join(_SCHEMES[self.catalog])} (e.g. {_EXAMPLES[self.catalog]})'))
+        if self.password is not None and self.catalog == "hive":
+            problems.append((("password",), "a Hive metastore takes no password (it authenticates by Kerberos, "
+                             "not by [spark.iceberg] password): remove it"))
+        if self.password is not None and self.catalog == "rest" and not self.user:
+            problems.append((("user",), "a REST catalog's password is sent by HTTP basic authentication, which "
+                             "takes a user as well: set [spark.iceberg] user"))
+        problem = plaintext_problem(self) if not problems else None
+        if problem:
+            problems.append((("password",), problem))
+        if problems:
+            raise KeyedError(problems)
+        return self
+
+
+_SCHEMES = {"jdbc": ("jdbc:sqlite:", "jdbc:postgresql:"), "hive": ("thrift://",), "rest": ("http://", "https://")}
+_EXAMPLES = {"jdbc": "jdbc:postgresql://db:5432/iceberg", "hive": "thrift://metastore:9083",
+             "rest": "https://catalog.example.com/iceberg"}
+_TLS_SSLMODES = ("require", "verify-ca", "verify-full")
+
+
+def plaintext_problem(section: IcebergSection) -> str | None:
+    """Why the catalog's password would travel in clear to a host that is not loopback (and
+    `allow_plaintext_password` is not set), or None."""
+    if section.password is None or section.allow_plaintext_password or section.uri is None:
+        return None
+    uri = section.uri
+    if uri.startswith("jdbc:sqlite:"):
+        return None
+    if uri.startswith("jdbc:"):
+        uri = uri[len("jdbc:"):]
+        query = urlsplit(uri).query.lower()
+        tls = any(f"sslmode={mode}" in query for mode in _TLS_SSLMODES) or "ssl=true" in query
+    else:
+        tls = uri.startswith("https://")
+    host = urlsplit(uri).hostname or ""
+    if tls or is_loopback(host):
+        return None
+    return (f"a password to the Iceberg catalog at {host or uri!r} without TLS would travel in clear: use TLS "
+            "(jdbc:postgresql://...?sslmode=verify-full, https://), or set [spark.iceberg] "
+            "allow_plaintext_password = true to accept the risk")
+
+
+def iceberg_problems(spark: Any, types: Any, compaction: Any) -> list[tuple[Loc, str]]:
+    """What a configuration asks of its Iceberg types that is refused (each with its key and why): a
+    Spark Connect `remote` (a server would go on committing a dead bridge's append, which no fence
+    stops: Iceberg has no idempotent append), a `retention` / `max_rows` / `[compaction]` (the purge
+    and the compaction are not built yet for Iceberg tables), an object store or HDFS warehouse."""
+    names = sorted(n for n, t in types.items() if (t.table_format or spark.table_format) == "iceberg")
+    if not names:
+        return []
+    problems: list[tuple[Loc, str]] = []
+    if spark.remote:
+        problems.append((("spark", "remote"), f"Iceberg tables (types {', '.join(names)}) are landed by the bridge's "
+                         "own Spark driver only: a Spark Connect server would go on committing a dead bridge's bulk "
+                         "after recovery decided it had not landed (Iceberg has no idempotent append to fence it); "
+                         "remove remote, or land these types as delta"))
+    if not isinstance(spark.warehouse, Path):
+        problems.append((("spark", "warehouse"), f"Iceberg tables on {spark.warehouse} are {NOT_BUILT}: use a local "
+                         "warehouse directory, or land these types as delta"))
+    for name in names:
+        for key in ("retention", "max_rows"):
+            if getattr(types[name], key) is not None:
+                problems.append((("types", name, key), f"the purge is {NOT_BUILT} (type {name} lands in one): "
+                                 "remove it"))
+    if compaction.interval is not None:
+        problems.append((("compaction", "interval"), f"the compaction is {NOT_BUILT} (types {', '.join(names)} land "
+                         "in them): remove [compaction] interval, or land these types as delta"))
+    return problems
+
+
+@dataclass(frozen=True)
+class IcebergCatalog:
+    """The catalog of a loaded configuration: `[spark.iceberg]` with the state directory (of the
+    embedded SQLite catalog) and the warehouse (the catalog's warehouse; each table's location is
+    `<warehouse>/<table>`) made absolute."""
+
+    section: IcebergSection
+    state_dir: Path
+    warehouse: Path
+
+    @property
+    def uri(self) -> str:
+        """The catalog's URI: the configured one, else the embedded SQLite catalog's."""
+        return self.section.uri or f"jdbc:sqlite:{self.sqlite_path}"
+
+    @property
+    def sqlite_path(self) -> Path:
+        """Where the embedded SQLite catalog is (used when no uri is configured): beside the tables it
+        describes, under the (local) warehouse, not under `state_dir`. The catalog's pointer to each
+        table's current metadata file is the table's commit point, which the table's files alone do not
+        tell (a failed commit can leave a newer metadata file no snapshot of the table ever reached):
+        a wiped or replaced state_dir must not lose it, since the ledger is then rebuilt from the tables."""
+        return self.warehouse / CATALOG_DIR / "catalog.db"
+
+    @property
+    def namespace(self) -> str:
+        return self.section.namespace
+
+    def identifier(self, table: str) -> str:
+        """The Spark identifier of the table `table` (a directory name under the warehouse)."""
+        return f"{ICEBERG_CATALOG}.{self.section.namespace}.`{table}`"
+
+
+_bound: IcebergCatalog | None = None
+_bound_lock = threading.Lock()
+
+
+def bind(catalog: IcebergCatalog | None) -> None:
+    """Make `catalog` the one the Iceberg table format uses (done when a configuration is loaded)."""
+    global _bound
+    with _bound_lock:
+        _bound = catalog
+
+
+def bound() -> IcebergCatalog:
+    """The catalog of the loaded configuration; ConfigError when no configuration was loaded."""
+    with _bound_lock:
+        catalog = _bound
+    if catalog is None:
+        raise ConfigError("Iceberg tables need the configuration's [spark.iceberg] catalog, and no configuration "
+                          "was loaded in this process")
+    return catalog
+
+
+__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "CATALOG_DIR", "ICEBERG_CATALOG", "NOT_BUILT", "VERSION_PROPERTY",
+           "IcebergCatalog", "IcebergSection", "bind", "bound", "iceberg_problems", "plaintext_problem"]

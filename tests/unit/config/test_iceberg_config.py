@@ -1,0 +1,146 @@
+"""`table_format = "iceberg"` and `[spark.iceberg]` (config.iceberg): accepted in `[spark]` and per type;
+refused with a reason for what this step does not build (a Spark Connect `remote`, the purge and the
+compaction, an object-store warehouse) and for a catalog password that would travel in clear; and the
+catalog's Spark settings (`mqbridge.landing.iceberg.session_conf`), whose password is named like a
+credential (so it reaches the driver JVM in a private file, never on its command line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbridge.config import BridgeConfig, parse_config
+from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
+from mqbridge.config.schema import SECRET_CONF_KEY
+from mqbridge.errors import ConfigError
+from mqbridge.landing import iceberg
+
+BASE = """
+[sources.src]
+kind = "stomp"
+[[listeners]]
+source = "src"
+queue = "ORDERS"
+message_type = "orders"
+backout_queue = "ORDERS.BACKOUT"
+"""
+SECRET = "catalog-secret-42"
+
+
+def parse(text: str, tmp_path: Path | None = None) -> BridgeConfig:
+    path = str(tmp_path / "bridge.toml") if tmp_path is not None else "bridge.toml"
+    return parse_config(BASE + text, path, env={"PW": SECRET})
+
+
+def refused(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    message = str(info.value)
+    assert SECRET not in message and "\n" not in message
+    return message
+
+
+def test_iceberg_is_a_table_format_of_spark_and_of_a_type() -> None:
+    config = parse('[spark]\ntable_format = "iceberg"\n[types.orders]\n[types.other]\ntable_format = "iceberg"\n')
+    assert config.spark.table_format == "iceberg" and config.types["other"].table_format == "iceberg"
+    assert config.spark.iceberg.catalog == "jdbc" and config.spark.iceberg.namespace == "mqbridge"
+
+
+def test_the_embedded_catalog_is_sqlite_under_the_warehouse_and_bound_when_loaded(tmp_path: Path) -> None:
+    """Beside the tables it describes, not under state_dir: a wiped state_dir keeps the tables' catalog."""
+    config = parse('[bridge]\nstate_dir = "st"\n[spark]\ntable_format = "iceberg"\nwarehouse = "wh"\n'
+                   "[types.orders]\n", tmp_path)
+    catalog = bound()
+    assert catalog == config.iceberg_catalog()
+    assert catalog.uri == f"jdbc:sqlite:{tmp_path / 'wh' / '_iceberg' / 'catalog.db'}"
+    assert catalog.identifier("orders") == f"{ICEBERG_CATALOG}.mqbridge.`orders`"
+
+
+def test_a_spark_connect_remote_is_refused_with_iceberg_types_and_says_why() -> None:
+    message = refused('[spark]\nremote = "sc://127.0.0.1:15002"\n[types.orders]\ntable_format = "iceberg"\n')
+    assert "spark.remote" in message and "no idempotent append" in message
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("[types.orders]\ntable_format = \"iceberg\"\nretention = \"7d\"\n", "types.orders.retention"),
+    ("[types.orders]\ntable_format = \"iceberg\"\nmax_rows = 10\n", "types.orders.max_rows"),
+    ("[types.orders]\ntable_format = \"iceberg\"\n[compaction]\ninterval = \"1h\"\n", "compaction.interval"),
+])
+def test_the_purge_and_the_compaction_are_refused_for_iceberg_types(text: str, key: str) -> None:
+    message = refused(text)
+    assert key in message and "not built yet for Iceberg tables" in message
+
+
+def test_the_purge_of_parquet_types_beside_iceberg_ones_is_accepted() -> None:
+    config = parse('[types.orders]\ntable_format = "iceberg"\n[types.old]\nretention = "7d"\n')
+    assert config.types["old"].retention is not None
+
+
+def test_an_object_store_warehouse_is_refused_for_iceberg_types() -> None:
+    message = refused('[spark]\nwarehouse = "s3a://bucket/landing"\ntable_format = "iceberg"\n'
+                      'writer = "spark"\n[types.orders]\n')
+    assert "spark.warehouse" in message and "not built yet for Iceberg tables" in message
+
+
+@pytest.mark.parametrize("uri", ["jdbc:postgresql://db.example.com:5432/iceberg",
+                                 "jdbc:postgresql://db.example.com:5432/iceberg?sslmode=prefer",
+                                 "http://catalog.example.com/iceberg"])
+def test_a_password_to_a_remote_catalog_without_tls_is_refused(uri: str) -> None:
+    kind = "rest" if uri.startswith("http") else "jdbc"
+    message = refused(f'[spark.iceberg]\ncatalog = "{kind}"\nuri = "{uri}"\nuser = "u"\npassword = "${{ENV:PW}}"\n'
+                      "[types.orders]\n")
+    assert "spark.iceberg.password" in message and "allow_plaintext_password" in message
+
+
+@pytest.mark.parametrize("uri", ["jdbc:postgresql://db.example.com:5432/iceberg?sslmode=verify-full",
+                                 "jdbc:postgresql://127.0.0.1:5432/iceberg"])
+def test_a_password_over_tls_or_to_loopback_is_accepted(uri: str) -> None:
+    config = parse(f'[spark.iceberg]\nuri = "{uri}"\nuser = "u"\npassword = "${{ENV:PW}}"\n[types.orders]\n')
+    assert config.secrets()["spark.iceberg.password"] == SECRET
+
+
+def test_allow_plaintext_password_accepts_the_risk() -> None:
+    parse('[spark.iceberg]\nuri = "jdbc:postgresql://db.example.com/x"\npassword = "${ENV:PW}"\n'
+          "allow_plaintext_password = true\n[types.orders]\n")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('catalog = "hive"\n', "needs its uri"),
+    ('catalog = "rest"\nuri = "thrift://h:9083"\n', "starts with http:// or https://"),
+    ('uri = "postgresql://h/db"\n', "starts with jdbc:sqlite: or jdbc:postgresql:"),
+    ('namespace = "a.b"\n', "namespace"),
+    ('catalog = "hive"\nuri = "thrift://h:9083"\npassword = "${ENV:PW}"\n', "a Hive metastore takes no password"),
+    ('catalog = "rest"\nuri = "https://h/ice"\npassword = "${ENV:PW}"\n', "set [spark.iceberg] user"),
+])
+def test_a_catalog_that_cannot_be_reached_as_written_is_refused(text: str, said: str) -> None:
+    assert said in refused(f"[spark.iceberg]\n{text}[types.orders]\n")
+
+
+def test_the_session_gets_the_jars_the_merged_extensions_and_the_catalog_with_its_password_a_secret(
+        tmp_path: Path) -> None:
+    jars = tmp_path / "jars" / "iceberg"
+    jars.mkdir(parents=True)
+    for name in ("iceberg-spark-runtime-4.1_2.13-1.12.0.jar", "sqlite-jdbc-3.54.1.0.jar", "postgresql-42.7.14.jar"):
+        (jars / name).touch()
+    config = parse('[spark.iceberg]\nuri = "jdbc:postgresql://127.0.0.1/x"\nuser = "u"\npassword = "${ENV:PW}"\n'
+                   "[types.orders]\n", tmp_path)
+    catalog = config.iceberg_catalog()
+    assert catalog is not None
+    conf = iceberg.session_conf(tmp_path / "jars", {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                                                    "spark.jars": "/x.jar"}, catalog)
+    assert conf["spark.sql.extensions"] == f"io.delta.sql.DeltaSparkSessionExtension,{iceberg.EXTENSION}"
+    assert conf["spark.jars"].split(",")[0] == "/x.jar" and len(conf["spark.jars"].split(",")) == 4
+    assert conf["spark.sql.catalog.mqbridge"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.mqbridge.uri"] == "jdbc:postgresql://127.0.0.1/x"
+    secret_keys = [k for k, v in conf.items() if v == SECRET]
+    assert secret_keys == ["spark.sql.catalog.mqbridge.jdbc.password"]
+    assert all(SECRET_CONF_KEY.search(k) for k in secret_keys)
+
+
+def test_a_missing_iceberg_jar_is_a_configuration_error_naming_the_command(tmp_path: Path) -> None:
+    config = parse("[types.orders]\n", tmp_path)
+    catalog = config.iceberg_catalog()
+    assert catalog is not None
+    with pytest.raises(ConfigError, match="mqbridge jars iceberg"):
+        iceberg.session_conf(tmp_path / "jars", {}, catalog)
