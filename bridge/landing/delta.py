@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from mqbridge.config.warehouse import Location, ObjectStoreUri
-from mqbridge.errors import ConfigError
+from mqbridge.landing import jar_sets
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 
 if TYPE_CHECKING:
@@ -83,15 +83,8 @@ def jar_files(jars_dir: Path) -> list[Path]:
     """The Delta Lake jars under `<jars_dir>/delta`. Raises ConfigError naming the command that
     fetches them when the folder or one of the jars is missing (a start-up error, before any
     listener connects)."""
-    folder = Path(jars_dir) / JAR_SET
-    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
-    if missing:
-        raise ConfigError(f"[spark] table_format = \"delta\" needs the Delta Lake jars in {folder}, which lacks "
-                          f"{', '.join(p.rstrip('_-') for p in missing)}: run `{FETCH_COMMAND}` (or copy that folder "
-                          "from a host that ran it, or fetch from a mirror with --repository; `[spark] jars_dir` says "
-                          "where it is)")
-    return jars
+    return jar_sets.present(jars_dir, JAR_SET, REQUIRED_JARS,
+                            "[spark] table_format = \"delta\" needs the Delta Lake jars", FETCH_COMMAND)
 
 
 def session_conf(jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:

@@ -39,7 +39,8 @@ from mqbridge.config.iceberg import (
     VERSION_PROPERTY,
     IcebergCatalog,
 )
-from mqbridge.errors import ConfigError, LedgerUnavailableError
+from mqbridge.errors import LedgerUnavailableError
+from mqbridge.landing import jar_sets
 from mqbridge.landing.schema_check import DECLARED
 
 if TYPE_CHECKING:
@@ -70,14 +71,8 @@ _DRIVER_POLL = 0.2
 def jar_files(jars_dir: Path) -> list[Path]:
     """The Iceberg jars under `<jars_dir>/iceberg`; ConfigError naming the command that fetches them
     when the folder or one of them is missing (a start-up error, before any listener connects)."""
-    folder = Path(jars_dir) / JAR_SET
-    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
-    if missing:
-        raise ConfigError(f"table_format = \"iceberg\" needs the Iceberg jars in {folder}, which lacks "
-                          f"{', '.join(p.rstrip('_-') for p in missing)}: run `{FETCH_COMMAND}` (or copy that folder "
-                          "from a host that ran it; `[spark] jars_dir` says where it is)")
-    return jars
+    return jar_sets.present(jars_dir, JAR_SET, REQUIRED_JARS,
+                            "table_format = \"iceberg\" needs the Iceberg jars", FETCH_COMMAND)
 
 
 def catalog_conf(catalog: IcebergCatalog) -> dict[str, str]:

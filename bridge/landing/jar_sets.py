@@ -65,6 +65,23 @@ JAR_SETS: dict[str, tuple[Jar, ...]] = {
 }
 
 
+def present(jars_dir: Path, name: str, required: tuple[str, ...], needed_by: str, command: str) -> list[Path]:
+    """The jars of the set `name` under `<jars_dir>/<name>`; ConfigError naming the `command` that fetches
+    them when the folder or a jar whose file name starts with one of `required` is missing (a start-up
+    error, before any listener connects). `needed_by`: what needs them, e.g. 'table_format = "delta"
+    needs the Delta Lake jars'."""
+    from mqbridge.errors import ConfigError
+
+    folder = Path(jars_dir) / name
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [prefix for prefix in required if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise ConfigError(f"{needed_by} in {folder}, which lacks {', '.join(p.rstrip('_-') for p in missing)}: run "
+                          f"`{command}` (or copy that folder from a host that ran it, or fetch from a mirror with "
+                          "--repository; `[spark] jars_dir` says where it is)")
+    return jars
+
+
 class FetchError(Exception):
     """A jar could not be fetched or did not match its checksum."""
 

@@ -266,16 +266,16 @@ class _NotBuiltCompaction(TableCompaction):
 def _table(location: Location) -> Any:
     """The Iceberg table at `location` as pyiceberg loads it through the bound catalog
     (`mqbridge.landing.iceberg_read`); None when the catalog or the table is not there yet."""
-    from mqbridge.landing import iceberg_read
+    from mqbridge.landing import iceberg_catalog
 
     catalog = bound()
     section = catalog.section
-    properties = iceberg_read.pyiceberg_properties(section.catalog, catalog.uri, section.user, section.password,
+    properties = iceberg_catalog.pyiceberg_properties(section.catalog, catalog.uri, section.user, section.password,
                                                    catalog.warehouse)
     try:
-        opened = iceberg_read.open_catalog(properties)
-        return iceberg_read.load_table(opened, (catalog.namespace, _name_of(location)))
-    except iceberg_read.IcebergTableMissingError:
+        opened = iceberg_catalog.open_catalog(properties)
+        return iceberg_catalog.load_table(opened, (catalog.namespace, _name_of(location)))
+    except iceberg_catalog.IcebergTableMissingError:
         return None
 
 

@@ -34,6 +34,7 @@ from tests.support.processes import ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 iceberg_read = pytest.importorskip("mqbridge.landing.iceberg_read")
+iceberg_catalog = pytest.importorskip("mqbridge.landing.iceberg_catalog")
 pytest.importorskip("pyiceberg")
 
 NAMESPACE = "mqbridge"
@@ -190,12 +191,12 @@ def written(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) 
 
 
 def sqlite_properties(base: Path) -> Any:
-    return iceberg_read.pyiceberg_properties("jdbc", f"jdbc:sqlite:{base}/catalog.db", warehouse=base / "warehouse")
+    return iceberg_catalog.pyiceberg_properties("jdbc", f"jdbc:sqlite:{base}/catalog.db", warehouse=base / "warehouse")
 
 
 @pytest.fixture(scope="module")
 def catalog(written: dict[str, Any]) -> Any:
-    return iceberg_read.open_catalog(sqlite_properties(written["base"]))
+    return iceberg_catalog.open_catalog(sqlite_properties(written["base"]))
 
 
 def test_bare_pyiceberg_reads_what_java_jdbc_catalog_wrote(written: dict[str, Any]) -> None:
@@ -220,19 +221,19 @@ def test_bare_pyiceberg_reads_what_java_jdbc_catalog_wrote(written: dict[str, An
 
 
 def test_open_catalog_and_table_exists(written: dict[str, Any], catalog: Any) -> None:
-    assert iceberg_read.table_exists(catalog, ORDERS)
-    assert iceberg_read.table_exists(catalog, EMPTY)
-    assert not iceberg_read.table_exists(catalog, (NAMESPACE, "nowhere"))
-    assert not iceberg_read.table_exists(catalog, ("no_namespace", "orders"))
-    with pytest.raises(iceberg_read.IcebergTableMissingError, match=r"mqbridge\.mqbridge\.nowhere"):
-        iceberg_read.load_table(catalog, (NAMESPACE, "nowhere"))
+    assert iceberg_catalog.table_exists(catalog, ORDERS)
+    assert iceberg_catalog.table_exists(catalog, EMPTY)
+    assert not iceberg_catalog.table_exists(catalog, (NAMESPACE, "nowhere"))
+    assert not iceberg_catalog.table_exists(catalog, ("no_namespace", "orders"))
+    with pytest.raises(iceberg_catalog.IcebergTableMissingError, match=r"mqbridge\.mqbridge\.nowhere"):
+        iceberg_catalog.load_table(catalog, (NAMESPACE, "nowhere"))
 
 
 def test_a_missing_sqlite_catalog_is_not_created(tmp_path: Path) -> None:
     """No SQLite file: the table is missing (no table landed yet), and the reader creates no file."""
-    properties = iceberg_read.pyiceberg_properties("jdbc", f"jdbc:sqlite:{tmp_path}/catalog.db")
-    with pytest.raises(iceberg_read.IcebergTableMissingError, match="is not there yet"):
-        iceberg_read.open_catalog(properties)
+    properties = iceberg_catalog.pyiceberg_properties("jdbc", f"jdbc:sqlite:{tmp_path}/catalog.db")
+    with pytest.raises(iceberg_catalog.IcebergTableMissingError, match="is not there yet"):
+        iceberg_catalog.open_catalog(properties)
     assert not (tmp_path / "catalog.db").exists()
 
 
@@ -241,7 +242,7 @@ def test_snapshots_carry_the_bulks(written: dict[str, Any], catalog: Any) -> Non
     it (`<table>.snapshots`: how recovery finds a bulk), and pyiceberg reads the same snapshots."""
     spark = written["orders"]["snapshots"]
     assert [(s[3], s[4], s[5]) for s in spark] == [("b-1", "app-A", "1"), ("b-2", "app-A", "2"), (None, None, None)]
-    table = iceberg_read.load_table(catalog, ORDERS)
+    table = iceberg_catalog.load_table(catalog, ORDERS)
     found = iceberg_read.snapshots(table)
     assert [(s.snapshot_id, round(s.committed_at * 1000), s.operation, s.bulk_id, s.app_id,
              str(s.version) if s.version is not None else None) for s in found] == [tuple(s) for s in spark]
@@ -252,7 +253,7 @@ def test_snapshots_carry_the_bulks(written: dict[str, Any], catalog: Any) -> Non
     assert iceberg_read.snapshot_of_bulk(table, "b-2") == found[1]
     assert iceberg_read.snapshot_of_bulk(table, "b-9") is None
     assert sorted(iceberg_read.bulk_ids(table)) == ["b-1", "b-2"]
-    empty = iceberg_read.load_table(catalog, EMPTY)
+    empty = iceberg_catalog.load_table(catalog, EMPTY)
     assert iceberg_read.snapshot_facts(empty) == iceberg_read.SnapshotFacts(None, 0)
     assert iceberg_read.snapshots(empty) == []
 
@@ -264,7 +265,7 @@ def _micros(value: datetime | None) -> int:
 
 def test_containers_per_put_date(written: dict[str, Any], catalog: Any) -> None:
     """Rows, bytes, files and put_timestamp bounds per put_date, from the manifests, as Spark counts them."""
-    found = iceberg_read.containers(iceberg_read.load_table(catalog, ORDERS))
+    found = iceberg_read.containers(iceberg_catalog.load_table(catalog, ORDERS))
     spark = written["orders"]
     assert [c.put_date for c in found] == sorted(spark["dates"]) == ["2026-11-01", "2026-11-02", "2026-11-03"]
     for container in found:
@@ -275,20 +276,20 @@ def test_containers_per_put_date(written: dict[str, Any], catalog: Any) -> None:
         assert container.bytes == sum(f.stat().st_size for f in container.files)
     files = sorted(f for c in found for f in c.files)
     assert [str(f) for f in files] == [p.removeprefix("file:") for p, _ in spark["files"]]
-    assert iceberg_read.containers(iceberg_read.load_table(catalog, EMPTY)) == []
+    assert iceberg_read.containers(iceberg_catalog.load_table(catalog, EMPTY)) == []
 
 
 def test_containers_count_merge_on_read_deletes(written: dict[str, Any], catalog: Any) -> None:
     """A partition with a position delete file: its rows are the live rows, as Spark counts them."""
     assert written["delete_files"] == 1
-    [container] = iceberg_read.containers(iceberg_read.load_table(catalog, DELETES))
+    [container] = iceberg_read.containers(iceberg_catalog.load_table(catalog, DELETES))
     assert container.rows == written["deletes"]["dates"]["2026-11-05"][0] == 4
 
 
 def test_typed_schema_leaves_out_the_landed_columns(catalog: Any) -> None:
     import pyarrow as pa
 
-    schema = iceberg_read.typed_schema(iceberg_read.load_table(catalog, ORDERS))
+    schema = iceberg_read.typed_schema(iceberg_catalog.load_table(catalog, ORDERS))
     assert schema.names == ["order_id", "amount"]
     assert pa.types.is_string(schema.field("order_id").type) or pa.types.is_large_string(schema.field("order_id").type)
     assert not schema.field("order_id").nullable  # NOT NULL: Iceberg's `required`
@@ -329,7 +330,7 @@ def test_the_written_schema_is_the_declared_one_and_a_narrowing_change_is_refuse
 
 
 def test_rows_of_identities_and_bulks(written: dict[str, Any], catalog: Any) -> None:
-    table = iceberg_read.load_table(catalog, ORDERS)
+    table = iceberg_catalog.load_table(catalog, ORDERS)
     rows = iceberg_read.rows_with_identities(table, ["i1", "i4", "i6", "zz"])
     assert rows.column_names == ["identity", "put_date", "bulk_id", "put_timestamp"]
     assert sorted((r["identity"], r["put_date"].isoformat(), r["bulk_id"]) for r in rows.to_pylist()) == [
@@ -343,7 +344,7 @@ def test_rows_of_identities_and_bulks(written: dict[str, Any], catalog: Any) -> 
 
 def test_scan_current_and_time_travel(written: dict[str, Any], catalog: Any) -> None:
     """The current snapshot, one by id and one as of a time: the rows Spark saw then."""
-    table = iceberg_read.load_table(catalog, ORDERS)
+    table = iceberg_catalog.load_table(catalog, ORDERS)
 
     def identities(frame: Any) -> list[str]:
         return sorted(frame.column("identity").to_pylist())
@@ -356,9 +357,9 @@ def test_scan_current_and_time_travel(written: dict[str, Any], catalog: Any) -> 
     when = datetime.fromtimestamp(second[1] / 1000, timezone.utc)
     assert identities(iceberg_read.scan(table, ["identity"], as_of=when)) == before_delete
     assert sum(b.num_rows for b in iceberg_read.batches(table, ["identity"])) == 7
-    with pytest.raises(iceberg_read.IcebergReadError, match="no snapshot at or before"):
+    with pytest.raises(iceberg_catalog.IcebergReadError, match="no snapshot at or before"):
         iceberg_read.scan(table, as_of=first[1] / 1000 - 3600)
-    with pytest.raises(iceberg_read.IcebergReadError, match="no snapshot 42"):
+    with pytest.raises(iceberg_catalog.IcebergReadError, match="no snapshot 42"):
         iceberg_read.scan(table, snapshot_id=42)
 
 
@@ -367,25 +368,25 @@ def test_postgresql_jdbc_catalog(written: dict[str, Any], postgres: PostgresServ
     to `pyiceberg_properties`; a wrong password is a configuration error and a server that does not
     answer an outage, neither message carrying the password."""
     jdbc = f"jdbc:postgresql://127.0.0.1:{postgres.port}/postgres"
-    properties = iceberg_read.pyiceberg_properties("jdbc", jdbc, USER, PASSWORD, written["base"] / "pg-warehouse")
+    properties = iceberg_catalog.pyiceberg_properties("jdbc", jdbc, USER, PASSWORD, written["base"] / "pg-warehouse")
     assert PASSWORD not in repr(properties)
-    catalog = iceberg_read.open_catalog(properties)
-    table = iceberg_read.load_table(catalog, PG_ORDERS)
+    catalog = iceberg_catalog.open_catalog(properties)
+    table = iceberg_catalog.load_table(catalog, PG_ORDERS)
     assert [(s.bulk_id, s.app_id, s.version) for s in iceberg_read.snapshots(table)] == [("b-pg", "app-P", 3)]
     assert [(c.put_date, c.rows) for c in iceberg_read.containers(table)] == [("2026-11-04", 1)]
-    assert not iceberg_read.table_exists(catalog, ORDERS)  # that one is in the SQLite catalog
+    assert not iceberg_catalog.table_exists(catalog, ORDERS)  # that one is in the SQLite catalog
 
-    wrong = iceberg_read.pyiceberg_properties("jdbc", jdbc, USER, "not-the-Password-9")
+    wrong = iceberg_catalog.pyiceberg_properties("jdbc", jdbc, USER, "not-the-Password-9")
     with pytest.raises(ConfigError) as refused:
-        iceberg_read.open_catalog(wrong)
+        iceberg_catalog.open_catalog(wrong)
     assert "refuses the credentials" in str(refused.value) and "not-the-Password-9" not in str(refused.value)
     assert f"127.0.0.1:{postgres.port}" in str(refused.value)
 
-    closed = iceberg_read.pyiceberg_properties("jdbc", f"jdbc:postgresql://127.0.0.1:{free_port()}/postgres",
+    closed = iceberg_catalog.pyiceberg_properties("jdbc", f"jdbc:postgresql://127.0.0.1:{free_port()}/postgres",
                                                USER, PASSWORD)
     started = time.monotonic()
-    with pytest.raises(iceberg_read.IcebergCatalogUnavailableError) as down:
-        iceberg_read.open_catalog(closed)
+    with pytest.raises(iceberg_catalog.IcebergCatalogUnavailableError) as down:
+        iceberg_catalog.open_catalog(closed)
     assert isinstance(down.value, SinkOutageError) and PASSWORD not in str(down.value)
     assert f"{USER}:***@127.0.0.1" in str(down.value)
     assert time.monotonic() - started < 10

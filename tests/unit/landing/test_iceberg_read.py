@@ -1,4 +1,4 @@
-"""The Iceberg reader's catalog properties (`mqbridge.landing.iceberg_read.pyiceberg_properties`): each of
+"""The Iceberg reader's catalog properties (`mqbridge.landing.iceberg_catalog.pyiceberg_properties`): each of
 Java's catalog URIs `[spark.iceberg]` takes (`jdbc:sqlite:`, `jdbc:postgresql:`, `thrift://`, `http(s)://`)
 said in pyiceberg's words, the JDBC parameters carried over or refused, the warehouse (a local
 directory, an `s3a://` URI with its store's settings), and the password kept out of every text that
@@ -21,8 +21,8 @@ from pydantic import SecretStr
 from mqbridge.config.iceberg import IcebergCatalog, IcebergSection
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError, SinkOutageError
-from mqbridge.landing import iceberg_read
-from mqbridge.landing.iceberg_read import pyiceberg_properties, shown_uri
+from mqbridge.landing import iceberg_catalog
+from mqbridge.landing.iceberg_catalog import pyiceberg_properties, shown_uri
 
 
 def test_sqlite_catalog(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_the_properties_never_show_a_secret() -> None:
         with pytest.raises(TypeError, match="not pickled"):
             pickle.dumps(properties)
     assert "bridge:***@h:5432/db" in repr(sql)
-    assert iceberg_read.catalog_name(sql) == (
+    assert iceberg_catalog.catalog_name(sql) == (
         "the Iceberg catalog mqbridge at postgresql+psycopg2://bridge:***@h:5432/db?connect_timeout=10")
 
 
@@ -139,7 +139,7 @@ def test_shown_uri(uri: str, shown: str) -> None:
 def test_a_drivers_error_text_is_redacted() -> None:
     properties = pyiceberg_properties("jdbc", "jdbc:postgresql://h/db", "u", "p@ss")
     text = f"cannot connect with {properties['uri']}: password p@ss (quoted p%40ss) refused"
-    redacted = iceberg_read._redacted(text, properties)
+    redacted = iceberg_catalog._redacted(text, properties)
     assert "p@ss" not in redacted and "p%40ss" not in redacted
     assert "postgresql+psycopg2://u:***@h/db" in redacted
 
@@ -185,11 +185,11 @@ def rest_catalog() -> Iterator[str]:
 def test_rest_catalog_basic_authentication(rest_catalog: str) -> None:
     """The user and password reach a REST catalog as HTTP basic authentication, as Spark's catalog
     sends them (`rest.auth.type = basic`); a wrong password is a configuration error without it."""
-    catalog = iceberg_read.open_catalog(pyiceberg_properties("rest", rest_catalog, "bridge", "rest-Secret-4"))
+    catalog = iceberg_catalog.open_catalog(pyiceberg_properties("rest", rest_catalog, "bridge", "rest-Secret-4"))
     assert catalog.list_namespaces() == [("mqbridge",)]
     assert set(_RestCatalog.seen) == {"Basic " + base64.b64encode(b"bridge:rest-Secret-4").decode()}
     with pytest.raises(ConfigError, match="refuses the credentials") as refused:
-        iceberg_read.open_catalog(pyiceberg_properties("rest", rest_catalog, "bridge", "wrong-Secret-5"))
+        iceberg_catalog.open_catalog(pyiceberg_properties("rest", rest_catalog, "bridge", "wrong-Secret-5"))
     assert "wrong-Secret-5" not in str(refused.value)
 
 
@@ -200,8 +200,8 @@ def test_a_catalog_that_does_not_answer_is_an_outage(kind: str, uri: str, user: 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(iceberg_read.IcebergCatalogUnavailableError, match=f"127.0.0.1:{port}") as down:
-        iceberg_read.open_catalog(pyiceberg_properties(kind, uri.format(port=port), user, password))
+    with pytest.raises(iceberg_catalog.IcebergCatalogUnavailableError, match=f"127.0.0.1:{port}") as down:
+        iceberg_catalog.open_catalog(pyiceberg_properties(kind, uri.format(port=port), user, password))
     assert isinstance(down.value, SinkOutageError) and "p-Secret-6" not in str(down.value)
 
 
@@ -209,9 +209,9 @@ def test_the_properties_of_a_loaded_configuration(tmp_path: Path) -> None:
     """The embedded SQLite catalog under the warehouse, as the bridge's Spark driver gets it."""
     section = IcebergSection()
     catalog = IcebergCatalog(section, tmp_path / "state", tmp_path / "landing")
-    assert dict(iceberg_read.catalog_properties(catalog)) == {
+    assert dict(iceberg_catalog.catalog_properties(catalog)) == {
         "type": "sql", "uri": f"sqlite:///{tmp_path}/landing/_iceberg/catalog.db", "init_catalog_tables": "false",
         "warehouse": (tmp_path / "landing").as_uri()}
     section = IcebergSection(uri="jdbc:postgresql://127.0.0.1:5432/ice", user="u", password=SecretStr("pw-7"))
-    found = iceberg_read.catalog_properties(IcebergCatalog(section, tmp_path, tmp_path))
+    found = iceberg_catalog.catalog_properties(IcebergCatalog(section, tmp_path, tmp_path))
     assert found["uri"] == "postgresql+psycopg2://u:pw-7@127.0.0.1:5432/ice?connect_timeout=10"
