@@ -153,7 +153,45 @@ class Usage:
             pass
 
 
+def quick_start_toml(workdir: Path, broker: Broker, destination: str, port: int, args: argparse.Namespace) -> Path:
+    """The README's quick-start configuration (only the keys it shows, every tuning key at its default:
+    threads unset, so adaptive), with a monitoring port for the benchmark to read."""
+    path = workdir / "bridge.toml"
+    path.write_text(f"""
+[bridge]
+state_dir = "state"
+[monitoring]
+listen = "127.0.0.1:{port}"
+[spark]
+warehouse = "landing"
+{f'table_format = "{args.table_format}"{chr(10)}jars_dir = "{ROOT / "jars"}"' if args.table_format != "parquet" else ""}
+[types.bench]
+[sources.src]
+{broker.source_toml()}
+[[listeners]]
+source = "src"
+queue = "{destination}"
+message_type = "bench"
+backout_queue = "{destination}.backout"
+{f'identity = "{args.identity}"' if args.identity != "auto" else ""}
+""")
+    return path
+
+
+def chosen_concurrency(port: int) -> str:
+    """Each listener's thread count as /status shows it (adaptive: the last change and why)."""
+    import json
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:
+        status = json.load(response)
+    return "; ".join(f"{c['name']}: {c['threads']} threads ({c.get('threads_mode', 'fixed')}"
+                     + (f", last change: {c['tuning']}" if c.get("tuning") else "") + ")"
+                     for c in status.get("listener_controls", []))
+
+
 def bridge_toml(workdir: Path, broker: Broker, destination: str, port: int, args: argparse.Namespace) -> Path:
+    if args.quick_start:
+        return quick_start_toml(workdir, broker, destination, port, args)
     path = workdir / "bridge.toml"
     warehouse, store_conf = s3_warehouse(workdir) if args.s3 else (str(workdir / "landing"), {})
     conf = {**store_conf, **dict(item.split("=", 1) for item in args.spark_conf)}
@@ -236,9 +274,12 @@ def run(args: argparse.Namespace) -> None:
     warm, measure = args.warm, args.measure
     total = warm + measure
     print(f"steady state: W = {warm:,} then N = {measure:,} messages x {args.size} B on {args.broker} :{args.port}; "
-          f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
-          f"bulk {args.bulk_size}, {args.writes_per_type} writes at a time, exactly-once, "
-          f"writer {args.writer}, table format {args.table_format}, `mqbridge run`")
+          + ("bridge: the README's quick-start configuration, nothing tuned (adaptive threads), "
+             if args.quick_start else
+             f"bridge: {args.threads} threads x {args.in_flight} in flight x batch {args.batch}, "
+             f"bulk {args.bulk_size}, {args.writes_per_type} writes at a time, ")
+          + "exactly-once, "
+          + f"writer {args.writer}, table format {args.table_format}, `mqbridge run`")
     raw = [acking_reference(broker, args, "before")]
     q0 = f"/queue/bench-auto-{uuid.uuid4().hex[:8]}"
     put(broker, q0, total, args.size)
@@ -336,11 +377,13 @@ def bridge_run(broker: Broker, args: argparse.Namespace, raw_before: float, limi
         at_w, cpu_w = last[0], usage.cpu()
         wait_for(lambda: committed() >= total, 600, f"{total:,} committed", poll)
         at_end, cpu_end = last[0], usage.cpu()
+        concurrency = chosen_concurrency(port)
         t_w, t_end = crossing(windows, warm) + started, crossing(windows, total) + started
         steady = measure / (t_end - t_w)
         print(f"(b) mqbridge run, steady:       {steady:>9,.0f} msg/s  (the N after the first W)")
         print(f"ratio (b)/(a) before:           {steady / raw_before:>9.2f}")
         print(f"ratio (b)/(a0):                 {steady / limit:>9.2f}")
+        print(f"    concurrency at the end of N: {concurrency}")
         used = {k: cpu_end[k] - cpu_w[k] for k in cpu_end}
         print(f"    CPU seconds over N ({t_end - t_w:.1f}s wall, {psutil.cpu_count()} cores): "
               + ", ".join(f"{k} {v:.1f}" for k, v in used.items()))
@@ -456,6 +499,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--s3", action="store_true",
                        help="the warehouse in a new bucket of the project's S3-compatible server (scripts/s3.sh; "
                             "with --table-format delta): s3a://<bucket>/landing")
+    group.add_argument("--quick-start", action="store_true",
+                       help="the README's quick-start configuration: only its keys (threads, batch, in_flight, "
+                            "bulk sizes, latency, collector at their defaults); the tuning flags are ignored")
     group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
                        help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
                             "delta also prints what a Delta commit costs")

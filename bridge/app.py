@@ -91,7 +91,7 @@ class App:
         code: 0 drained, 1 not drained or a listener halted, 2 fatal (configuration)."""
         cfg = self.config
         log.info("mqbridge %s starting: %s (%d listener threads)", __version__, cfg.path,
-                 sum(listener.threads for listener in cfg.listeners))
+                 sum(listener.start_threads for listener in cfg.listeners))
         for finding in start_warnings(cfg):  # accepted, but an operator should know; `check-config` says the same
             log.warning("%s", finding.text())
         monitor, warmup = self.monitor, self.warmup

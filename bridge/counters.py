@@ -121,6 +121,14 @@ class Counters:
         with self._lock:
             return self._gauges.get(name, {}).get(_labels(labels))
 
+    def histogram_sum(self, name: str, **labels: object) -> tuple[float, int]:
+        """The sum and count of a histogram's samples over every series whose labels include the given
+        ones (cheap: without the merged reservoir `histogram` copies)."""
+        want = set(_labels(labels))
+        with self._lock:
+            found = [hist for key, hist in self._histograms.get(name, {}).items() if want <= set(key)]
+            return sum(hist.total for hist in found), sum(hist.count for hist in found)
+
     def histogram(self, name: str, **labels: object) -> Histogram | None:
         """The histogram merged over every series whose labels include the given ones."""
         want = set(_labels(labels))

@@ -63,7 +63,11 @@ class ListenerConfig(Model):
                                      "durable subscription's name, kept by the broker while the bridge is down "
                                      "(ActiveMQ client-id and subscription name, RabbitMQ queue name, IBM MQ "
                                      "SubName)")
-    threads: int = Field(default=1, ge=1, le=64, description="Listener threads on this queue")
+    threads: int | None = Field(default=None, ge=1, le=64, description="Listener threads on this queue: a fixed "
+                                "count; unset: adaptive, from 1 up to threads_max, chosen while it runs from the "
+                                "committed rate (docs/performance.md#adaptive-concurrency)")
+    threads_max: int = Field(default=8, ge=1, le=64, description="With threads unset: the most threads the adaptive "
+                             "count takes (connections to the broker: up to threads_max x in_flight)")
     batch: int = Field(default=500, ge=1, le=100_000, description="Maximum messages per unit of work")
     in_flight: int = Field(default=2, ge=1, le=16, description="Units of work one listener thread holds at once, "
                            "each on a source connection of its own: it reads the next while Spark writes the "
@@ -126,7 +130,27 @@ class ListenerConfig(Model):
         self.queue = name
         if "in_flight" not in self.model_fields_set:
             self.in_flight = 1  # one connection: ActiveMQ allows one per durable subscription (client-id)
+        if self.threads is None:
+            self.threads = 1  # fixed, for the same reason: not adaptive
         return self
+
+    @model_validator(mode="after")
+    def _threads_max_only_adaptive(self) -> ListenerConfig:
+        if "threads_max" in self.model_fields_set and self.threads is not None and self.topic is None:
+            raise KeyedError([(("threads_max",), f"is the adaptive thread count's ceiling, and threads = "
+                                                 f"{self.threads} fixes the count: leave threads unset to have it "
+                                                 "adapt, or drop threads_max")])
+        return self
+
+    @property
+    def adaptive_threads(self) -> bool:
+        """Whether the bridge chooses this entry's thread count while it runs (`threads` unset)."""
+        return self.threads is None
+
+    @property
+    def start_threads(self) -> int:
+        """The threads it starts with: the fixed count, or 1 for an adaptive one."""
+        return self.threads if self.threads is not None else 1
 
     @property
     def source_destination(self) -> str:

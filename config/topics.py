@@ -35,7 +35,7 @@ class TopicKeys(Protocol):
     """What these rules read of a `[[listeners]]` entry (`mqbridge.config.listener.ListenerConfig`)."""
 
     topic: str | None
-    threads: int
+    threads: int | None  # a topic entry's is never None (1 when unset: `ListenerConfig`)
     in_flight: int
     selector: str | None
 

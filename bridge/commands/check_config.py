@@ -42,7 +42,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                         if n)
     if code == 0 and report.config is not None:
         cfg = report.config
-        threads = sum(listener.threads for listener in cfg.listeners)
+        threads = sum(listener.start_threads for listener in cfg.listeners)
         print(f"{path}: OK{f' with {counted}' if counted else ''} ({len(cfg.sources)} sources, {len(cfg.types)} "
               f"types, {len(cfg.listeners)} listeners, {threads} listener threads)")
     else:

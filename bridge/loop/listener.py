@@ -221,8 +221,12 @@ class ListenerThread(threading.Thread):
             log.info("%s: %s", spec.name, "suspects of a backed-out unit on the queue: reading units of one message"
                      if isolating else f"no suspects left: reading units of up to {spec.batch} messages again")
         limit = 1 if isolating else spec.batch
+        asked = time.monotonic()
         first = self.source.receive(timeout=min(first_wait, max(spec.wait, 0.05)))
         if first is None:
+            # Time spent waiting for a message that did not come: the tuner's sign that the queue is
+            # drained (`mqbridge.supervision.tuning`), so that more threads would not read more.
+            self.counters.inc("listener_wait_seconds", time.monotonic() - asked, **self._labels)
             return []
         batch = [first]
         if limit == 1:
@@ -232,15 +236,20 @@ class ListenerThread(threading.Thread):
         # in end the filling of this unit, which then goes as it is (its results must not wait up to
         # `wait` for messages that trickle in).
         step = POLL_IN_FLIGHT if self.connections.pending else 1.0
+        waited = 0.0
         while len(batch) < limit and not self._stop_event.is_set():
             remaining = deadline - time.monotonic()
+            asked = time.monotonic()
             message = self.source.receive(timeout=max(0.0, min(remaining, step)))
             if message is None:
+                waited += time.monotonic() - asked
                 if remaining <= 0 or self._results_waiting():
                     break
                 continue
             batch.append(message)
         now = time.monotonic()
+        if waited:
+            self.counters.inc("listener_wait_seconds", waited, **self._labels)
         self.state.last_activity = now
         self.state.heartbeat = now
         self.counters.inc("messages_received", len(batch), **self._labels)

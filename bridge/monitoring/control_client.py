@@ -41,7 +41,9 @@ def _entry(status: dict[str, Any], listener: str) -> dict[str, Any] | None:
 def describe(entry: dict[str, Any]) -> str:
     """One line of a listener's run-time state, as /status gives it."""
     threads = f"{entry.get('threads')} threads"
-    if entry.get("threads") != entry.get("configured_threads"):
+    if entry.get("threads_mode") == "adaptive":
+        threads += f" (adaptive, up to {entry.get('threads_max')})"
+    elif entry.get("threads") != entry.get("configured_threads"):
         threads += f" (configured: {entry.get('configured_threads')})"
     return f"{entry.get('state')}, {threads}, {entry.get('threads_alive')} alive"
 

@@ -25,11 +25,17 @@ PREFIX = "mqbridge_"
 
 # Help texts of the names used with Counters.inc/set/observe; an unknown name still renders.
 HELP = {
-    "listener_threads_created": "Listener threads started, first starts and restarts",
+    "listener_threads_created": "Listener threads started, first starts and restarts (not the threads an adaptive "
+                                "count adds: mqbridge_listener_threads_tuned_total counts those changes)",
     "listener_threads_configured": "Listener threads that should run: the configuration's, as changed at run time "
                                    "(mqbridge listener threads; none for a stopped listener)",
     "listener_threads_actual": "Listener threads alive at the last control tick",
-    "listener_threads": "A listener's thread count: [[listeners]] threads, or the one set at run time",
+    "listener_threads": "A listener's thread count: [[listeners]] threads, the one set at run time, or the "
+                        "adaptive one (threads unset: mqbridge.supervision.tuning)",
+    "listener_threads_tuned": "Changes of an adaptive listener's thread count, by direction (up, down); the reason "
+                              "is in /status (listener_controls[].tuning) and the log",
+    "listener_wait_seconds": "Thread-seconds a listener's threads waited for a message that did not come (a "
+                             "drained queue); the adaptive thread count holds while it is over a quarter",
     "listener_threads_alive": "A listener's threads alive at the last control tick",
     "listener_state": "1 for the run-time state a listener is in (running, paused, stopped: mqbridge listener), "
                       "0 for the others",
@@ -138,6 +144,7 @@ def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], 
             counters.inc(name, 0, listener=label, queue=queue)
         counters.inc("listener_restarts", 0, listener=label)
         counters.inc("listener_errors", 0, listener=label)  # watched by MqbridgeListenerErrors
+        counters.inc("listener_wait_seconds", 0, listener=label, queue=queue)
     counters.inc("plugin_fallbacks", 0)
     if ledger:
         counters.inc("ledger_publish_retries", 0)

@@ -68,7 +68,7 @@ __CHART_backlog__
 </tr></thead><tbody></tbody></table>
 <h2>Listener control <span class="muted">(mqbridge listener pause|resume|stop|start|threads)</span></h2>
 <table id="controls"><thead><tr><th>listener</th><th>state</th><th>threads</th><th>alive</th><th>in effect</th>
-<th>last command</th></tr></thead><tbody></tbody></table>
+<th>last command</th><th>last adaptive change</th></tr></thead><tbody></tbody></table>
 <h2>Spark and memory</h2>
 <table id="spark"><tbody></tbody></table>
 <h2>Sinks</h2>
@@ -199,9 +199,11 @@ function render(s) {
   });
   rows("controls", s.listener_controls || [], (r, c) => {
     cell(r, c.name); cell(r, c.state, c.state === "running" ? "ok" : "warn");
-    cell(r, c.threads + (c.threads !== c.configured_threads ? " (configured " + c.configured_threads + ")" : ""));
+    cell(r, c.threads + (c.threads_mode === "adaptive" ? " (adaptive, up to " + c.threads_max + ")"
+        : c.threads !== c.configured_threads ? " (configured " + c.configured_threads + ")" : ""));
     cell(r, c.threads_alive); cell(r, c.in_effect ? "yes" : "not yet: " + c.pending, c.in_effect ? "" : "muted");
     cell(r, c.last_command ? c.last_command + " at " + c.changed_at : "");
+    cell(r, c.tuning ? c.tuning + " at " + c.tuned_at : "", "muted");
   });
   spark(s);
   const sinks = s.sinks || {};

@@ -169,7 +169,14 @@ def _listener_lines(status: dict[str, Any]) -> list[str]:
                    + ("" if age is None else f", oldest {age:.0f}s")
                    + f" (read {backlog.get('seconds_since_read')}s ago)")
     for control in status.get("listener_controls") or []:  # what an operator changed (mqbridge listener)
-        if control.get("state") != "running" or control.get("threads") != control.get("configured_threads"):
+        if control.get("threads_mode") == "adaptive":  # the bridge chooses its thread count
+            out.append(f"listener {control.get('name')}: {control.get('threads')} threads (adaptive, up to "
+                       f"{control.get('threads_max')}), {control.get('threads_alive')} alive"
+                       + (f"; last change at {control.get('tuned_at')}: {control.get('tuning')}"
+                          if control.get("tuning") else ""))
+        elif control.get("state") == "running" and control.get("threads") == control.get("configured_threads"):
+            continue
+        if control.get("state") != "running" or control.get("threads_mode") != "adaptive":
             pending = "" if control.get("in_effect") else f"; not in effect yet: {control.get('pending')}"
             out.append(f"listener {control.get('name')}: {str(control.get('state')).upper()}, "
                        f"{control.get('threads')} threads (configured {control.get('configured_threads')}), "

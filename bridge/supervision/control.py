@@ -7,7 +7,9 @@ state an operator gives each listener entry of a running bridge, which the contr
               memory guard's)
     stopped   its threads finish their units of work and end; their connections are closed
 
-and its thread count, which replaces `[[listeners]] threads` until the process ends. `plugins` moves
+and its thread count, which replaces `[[listeners]] threads` until the process ends. An entry whose
+`threads` is unset has its count chosen by the bridge (`mqbridge.supervision.tuning`, through
+`ListenerControls.tune`) until an operator's `threads` command fixes it. `plugins` moves
 the entry to another plugin generation (`mqbridge.plugins.pinning`): it is handed on to the plugin
 host, which applies it at once (the entry's next unit of work takes that generation's chain).
 
@@ -55,8 +57,11 @@ class ListenerControl:
     name: str  # "source:queue", the `listener` label of the metrics
     source: str
     queue: str
-    configured: int  # `[[listeners]] threads`
-    threads: int  # the thread count in force: the configured one until a command changes it
+    configured: int  # `[[listeners]] threads` (an adaptive entry's: the count it starts with)
+    threads: int  # the thread count in force: the configured one until a command (or the tuner) changes it
+    #: The most threads the tuner may give it (`[[listeners]] threads_max`); None: its count is fixed
+    #: (configured, or set by an operator's `threads` command).
+    ceiling: int | None = None
     state: str = RUNNING
     #: Closed while paused or stopped: the listener's threads take no new unit of work.
     gate: IntakeGate = field(default_factory=IntakeGate)
@@ -65,6 +70,14 @@ class ListenerControl:
     #: The last command that changed something, and when (UTC, ISO 8601); "" before any.
     last_command: str = ""
     changed_at: str = ""
+    #: The tuner's last change of its thread count, why, and when (UTC, ISO 8601); "" before any.
+    tuning: str = ""
+    tuned_at: str = ""
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the bridge chooses its thread count (`mqbridge.supervision.tuning`)."""
+        return self.ceiling is not None
 
     @property
     def wanted(self) -> int:
@@ -95,15 +108,17 @@ class Outcome:
 class ListenerControls:
     """The run-time state of every listener entry of a bridge; commands are safe from any thread."""
 
-    def __init__(self, listeners: Iterable[tuple[str, str, int]]) -> None:
-        """`listeners`: (source, queue, configured threads) of each `[[listeners]]` entry."""
+    def __init__(self, listeners: Iterable[tuple[str, str, int] | tuple[str, str, int, int | None]]) -> None:
+        """`listeners`: (source, queue, configured threads[, ceiling]) of each `[[listeners]]` entry; a
+        ceiling (`threads_max`) makes the entry's thread count adaptive, starting at the configured one."""
         self._lock = threading.Lock()
         #: Set by the composition root (`PluginHost.move`); None: `plugins` is refused.
         self.move_plugins: PluginMover | None = None
         self.entries: dict[str, ListenerControl] = {}
-        for source, queue, threads in listeners:
+        for source, queue, threads, *rest in listeners:
             name = f"{source}:{queue}"
-            self.entries[name] = ListenerControl(name, source, queue, threads, threads)
+            ceiling = rest[0] if rest else None
+            self.entries[name] = ListenerControl(name, source, queue, threads, threads, ceiling=ceiling)
 
     def __iter__(self) -> Iterator[ListenerControl]:
         return iter(list(self.entries.values()))
@@ -127,6 +142,21 @@ class ListenerControls:
         raise UnknownListenerError(f"no listener {name!r}; this bridge's listeners are "
                                    f"{', '.join(self.entries) or 'none'} (name one by its queue, or as source:queue)")
 
+    def tune(self, name: str, threads: int, reason: str) -> bool:
+        """The tuner's change of an adaptive entry's thread count to `threads` (within 1 and its ceiling),
+        for `reason`; False (nothing changed) when the entry's count is fixed, by configuration or by an
+        operator's `threads` command meanwhile, or it is not running (a pause or stop is the operator's)."""
+        with self._lock:
+            entry = self.entries[name]
+            if entry.ceiling is None or entry.state != RUNNING:
+                return False
+            threads = max(MIN_THREADS, min(entry.ceiling, threads))
+            if threads == entry.threads:
+                return False
+            entry.threads, entry.tuning = threads, reason
+            entry.tuned_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            return True
+
     def command(self, name: str, action: str, threads: int | None = None, *, target: str | None = None) -> Outcome:
         """Apply `action` to the listener `name` (see the module docstring); ControlError (or one
         of its kinds) when it cannot be applied as given. Logged when it changes something.
@@ -138,8 +168,9 @@ class ListenerControls:
         with self._lock:
             entry = self.resolve(name)
             before = (entry.state, entry.threads)
+            adaptive = entry.adaptive
             message = self._apply(entry, action, threads)
-            changed = (entry.state, entry.threads) != before or action == "start"
+            changed = (entry.state, entry.threads) != before or action == "start" or adaptive != entry.adaptive
             if changed:
                 entry.last_command = action if action != "threads" else f"threads {entry.threads}"
                 entry.changed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -201,10 +232,12 @@ class ListenerControls:
             raise ControlError(f"threads: {threads} is not a thread count from {MIN_THREADS} to {MAX_THREADS} "
                                "(to stop the listener, use stop)")
         old, entry.threads = entry.threads, threads
-        if old == threads:
+        adaptive, entry.ceiling = entry.adaptive, None  # an operator's count is fixed: the tuner leaves it
+        if old == threads and not adaptive:
             return f"already {threads} threads"
         return (f"threads {old} -> {threads}" + (" (in force once it is started)" if state == STOPPED else "")
-                + f"; configured: {entry.configured}, until the bridge restarts")
+                + (", fixed: no longer adaptive" if adaptive else "")
+                + f"; configured: {'adaptive' if adaptive else entry.configured}, until the bridge restarts")
 
 
 def progress(entry: ListenerControl, *, up: int, at_gate: int, alive: int, retiring: int, halted: int) -> str:
@@ -240,6 +273,8 @@ def control_status(controls: ListenerControls, slots: Sequence[Any]) -> list[dic
                            halted=sum(1 for s in mine if s.halted))
         out.append({"name": control.name, "source": control.source, "queue": control.queue,
                     "state": control.state, "threads": control.threads, "configured_threads": control.configured,
+                    "threads_mode": "adaptive" if control.adaptive else "fixed", "threads_max": control.ceiling,
+                    "tuning": control.tuning, "tuned_at": control.tuned_at,
                     "threads_alive": alive, "in_effect": not pending, "pending": pending,
                     "last_command": control.last_command, "changed_at": control.changed_at})
     return out

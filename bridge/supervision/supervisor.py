@@ -36,6 +36,7 @@ from mqbridge.source import QueueShared, Source, SourceContext
 from mqbridge.supervision.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.supervision.decision import Decision, decide
 from mqbridge.supervision.guard import MemoryGuard
+from mqbridge.supervision.tuning import ConcurrencyTuner
 from mqbridge.tracing.backout_log import BackoutLog
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class Slot:
     reported_stuck: bool = False
     halted: bool = False  # a listener that must not be restarted (see _reap)
     starts: int = 0  # the listener's `start` commands this slot has followed (see reconcile)
+    #: Made for a thread count the tuner raised (`mqbridge.supervision.tuning`): its first start is the
+    #: tuner's, not a restart, and `listener_threads_created` (an alert watches it) does not count it.
+    tuned: bool = False
 
     @property
     def listener(self) -> str:
@@ -123,7 +127,13 @@ class Bridge:
         self._ready = False
         self._errors = RateMeter()
         #: What an operator changed at run time: paused, stopped, thread counts (`mqbridge.supervision.control`).
-        self.controls = ListenerControls((cfg.source, cfg.queue, cfg.threads) for cfg in config.listeners)
+        self.controls = ListenerControls((cfg.source, cfg.queue, cfg.start_threads,
+                                          cfg.threads_max if cfg.adaptive_threads else None)
+                                         for cfg in config.listeners)
+        #: Chooses the thread count of the entries whose `threads` is unset (`mqbridge.supervision.tuning`).
+        self.tuner = ConcurrencyTuner(self.controls, counters, latency_targets=self._latency_targets,
+                                      backpressure_waits=lambda: self.collector.stats().backpressure_waits,
+                                      alive=lambda name: sum(1 for s in self.slots if s.listener == name and s.alive))
 
     def start(self) -> None:
         """Start the executors (Spark), the collector and every listener thread."""
@@ -133,7 +143,7 @@ class Bridge:
         if self.breakers is not None:
             self.breakers.start()
         for cfg in self.config.listeners:
-            for index in range(1, cfg.threads + 1):
+            for index in range(1, cfg.start_threads + 1):
                 self.slots.append(Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}"))
             self.shared.setdefault((cfg.source, cfg.queue), QueueShared(
                 backout_log=self.backout_log, stations=Stations.of(self.config.types, cfg), counters=self.counters,
@@ -183,8 +193,9 @@ class Bridge:
                                 gate=AllOpenGate(gates), poison=shared.poison,
                                 sink_gate=self.breakers.gate if self.breakers is not None else None,
                                 backout_log=self.backout_log, stored=shared.stored)
+        if not (slot.tuned and slot.started == 0.0):
+            self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         slot.thread, slot.started, slot.reported_stuck = thread, time.monotonic(), False
-        self.counters.inc("listener_threads_created", listener=f"{cfg.source}:{cfg.queue}")
         thread.start()
 
     def reconcile(self) -> None:
@@ -231,7 +242,8 @@ class Bridge:
             control = self.controls.get(f"{cfg.source}:{cfg.queue}")
             kept = [s for s in self.slots if s.config is cfg and (s.index <= control.threads or s.thread is not None)]
             have = {s.index for s in kept}
-            kept += [Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}", starts=control.starts)
+            kept += [Slot(cfg, index, f"{cfg.source}:{cfg.queue}#{index}", starts=control.starts,
+                          tuned=control.adaptive and index > control.configured)
                      for index in range(1, control.threads + 1) if index not in have]
             slots += sorted(kept, key=lambda s: s.index)
         if [id(s) for s in slots] != [id(s) for s in self.slots]:
@@ -346,6 +358,12 @@ class Bridge:
         times = [s.thread.state.last_activity for s in self.slots if s.thread is not None]
         return max(times, default=0.0)
 
+    def _latency_targets(self) -> dict[str, float | None]:
+        """Each listener entry's type's latency target (the configuration in force: a reload may change it)."""
+        types = self.config.types
+        return {f"{cfg.source}:{cfg.queue}": (types[cfg.message_type].latency if cfg.message_type in types else None)
+                for cfg in self.config.listeners}
+
     def measure_rates(self) -> None:
         """Once per control interval: the seed's "errors per second" since the last call."""
         self.counters.set("errors_per_second", self._errors.rate(self.counters.total("listener_errors")))
@@ -376,6 +394,7 @@ class Bridge:
         idle_since: float | None = None
         while not self.stop_event.wait(tick):
             self.reconcile()
+            self.tuner.step(time.monotonic())
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 log.info("reload requested")

@@ -80,13 +80,14 @@ def read_table(spark: Any, path: Path) -> list[Any]:
     return list(spark.read.parquet(str(path)).collect())
 
 
-def listener_toml(queue: str, type_: str, *, source: str = "amq", threads: int = 1, batch: int = 200,
+def listener_toml(queue: str, type_: str, *, source: str = "amq", threads: int | None = 1, batch: int = 200,
                   wait: str = "200ms", threshold: int | None = 3, backout: str | None = "",
                   preprocessors: str | None = None, extra: str = "") -> str:
     """One `[[listeners]]` table. `backout=""` means `<queue>.backout`; None leaves it out (and
-    `threshold=None` leaves the threshold out), so an MQ source uses the queue's BOTHRESH/BOQNAME."""
-    lines = [f'source = "{source}"', f'queue = "{queue}"', f"threads = {threads}", f"batch = {batch}",
-             f'wait = "{wait}"', f'message_type = "{type_}"']
+    `threshold=None` leaves the threshold out), so an MQ source uses the queue's BOTHRESH/BOQNAME;
+    `threads=None` leaves the thread count out: the bridge chooses it (adaptive)."""
+    lines = [f'source = "{source}"', f'queue = "{queue}"'] + ([f"threads = {threads}"] if threads else []) + [
+             f"batch = {batch}", f'wait = "{wait}"', f'message_type = "{type_}"']
     if threshold is not None:
         lines.append(f"backout_threshold = {threshold}")
     if backout is not None:

@@ -67,7 +67,9 @@ def test_defaults() -> None:
     assert (amq.ssl, amq.ssl_insecure, amq.ca_certs, amq.user, amq.password) == (False, False, None, None, None)
     assert amq.ack_mode == "cumulative"
     listener = cfg.listeners[0]
-    assert (listener.threads, listener.batch, listener.wait, listener.preprocessors) == (1, 500, 1.0, [])
+    assert (listener.threads, listener.batch, listener.wait, listener.preprocessors) == (None, 500, 1.0, [])
+    # threads unset: adaptive, starting with one thread, up to threads_max (mqbridge.supervision.tuning)
+    assert (listener.adaptive_threads, listener.start_threads, listener.threads_max) == (True, 1, 8)
     assert (listener.backout_threshold, listener.prefetch) == (None, None)  # None: 3, or MQ's BOTHRESH
     assert listener.identity == "msg_id"
     assert (cfg.bridge.exactly_once, cfg.bridge.dedupe_window) == (True, 7 * 86400.0)

@@ -1,0 +1,211 @@
+"""Adaptive concurrency: the bridge chooses how many threads read each queue whose `[[listeners]]
+threads` is unset, while it runs.
+
+Why threads: a listener thread's units of work spend most of their time waiting for the bulk that
+holds them to be written (docs/performance.md: 6.7-7.5 s of 11 s finishing units). More threads keep
+more units in flight, so each bulk grows and a write's fixed cost is shared by more messages, until
+the writes, the broker or the CPU are the limit. Where that point lies depends on the machine, the
+broker, the message size and the table format, so it is measured here, not configured.
+
+The control law is hill climbing on the committed rate, as the .NET thread pool chooses its thread
+count (Hellerstein et al., "Optimizing concurrency levels in the .NET ThreadPool", 2008), with TCP's
+slow start and multiplicative decrease around it. Every `SAMPLE_SECONDS` each adaptive listener is
+sampled: the messages it committed, the thread-seconds its threads waited for a message that did not
+come, the collector's memory waits, the mean receipt-to-commit time of what it committed.
+
+- **Slow start.** While doubling the threads raises the rate by `GAIN_START`, double (1, 2, 4, ...
+  up to `threads_max`); the first doubling that does not is undone, and the climb goes steady.
+- **Steady.** Every `PROBE_SECONDS`, one thread more; kept if the rate rises by `GAIN_PROBE`,
+  undone otherwise.
+- **Pressure: halve.** The collector's memory is full (a submit waited for memory), or the mean
+  receipt-to-commit time is above `LATENCY_FACTOR` x the listener's type's latency target.
+- **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
+  would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
+  one thread fewer (down to 1).
+- **Nothing committed** (a sink or broker outage, or no messages): hold, and start the judging over.
+
+A change takes effect through the supervisor's own path for a changed thread count (the one
+`mqbridge listener threads` takes): a thread beyond the count finishes the units it holds, commits or
+gives them back in order, and ends; a new one connects and reads. Exactly-once is that path's: the
+tuner only sets a number. After a change the next sample is skipped (threads starting and ending),
+then `JUDGE_SAMPLES` are averaged, so that a bulk's lumpy commits do not decide alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from mqbridge.counters import Counters
+from mqbridge.supervision.control import ListenerControls
+
+log = logging.getLogger("mqbridge.control")  # the name operators configure
+
+SAMPLE_SECONDS = 2.5
+JUDGE_SAMPLES = 2  # samples averaged to judge a change (5 s)
+SKIP_SAMPLES = 1  # samples skipped after a change
+GAIN_START = 0.10  # slow start doubles again while a doubling raises the rate this much
+GAIN_PROBE = 0.05  # a steady probe's thread is kept when it raises the rate this much
+PROBE_SECONDS = 30.0
+IDLE_SHARE = 0.25  # threads waiting for messages more than this share of their time: drained
+IDLE_DECAY_SECONDS = 60.0
+LATENCY_FACTOR = 4.0  # mean receipt-to-commit above this many latency targets: halve
+SAMPLE_LOG_LEVEL = logging.DEBUG  # each sample and its verdict; the changes are logged at INFO
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one adaptive listener did over `seconds`."""
+
+    seconds: float
+    committed: float  # messages committed
+    waited: float  # thread-seconds its threads waited for a message that did not come
+    threads: int  # its threads alive at the end
+    backpressure: bool = False  # a submit to the collector waited for memory
+    latency: float | None = None  # mean receipt-to-commit seconds of what it committed
+
+    @property
+    def rate(self) -> float:
+        return self.committed / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def idle_share(self) -> float:
+        """The share of its threads' time spent waiting for messages."""
+        return self.waited / (self.seconds * max(self.threads, 1)) if self.seconds > 0 else 1.0
+
+
+@dataclass
+class Climb:
+    """One adaptive listener's hill climb (module docstring)."""
+
+    phase: str = "start"  # start (doubling) | steady (one thread at a time)
+    skip: int = 0  # samples still to skip after a change
+    window: list[Sample] = field(default_factory=list)
+    judging: bool = False  # the last change was a growth, judged against base_rate
+    base_rate: float = 0.0
+    base_threads: int = 1
+    next_probe: float = 0.0
+    idle_since: float | None = None
+
+    def changed(self) -> None:
+        self.skip, self.window = SKIP_SAMPLES, []
+
+    def settle(self, now: float) -> None:
+        """Go steady: no growth is being judged; the next probe after `PROBE_SECONDS`."""
+        self.phase, self.judging, self.next_probe = "steady", False, now + PROBE_SECONDS
+
+
+def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_target: float | None,
+           now: float) -> tuple[int, str] | None:
+    """The thread count the law gives after `sample` (module docstring) and why, or None to keep
+    `threads`. Updates `climb`."""
+    if sample.committed <= 0:
+        climb.window, climb.judging = [], False
+        return None
+    if threads > 1 and (sample.backpressure or (latency_target and sample.latency is not None
+                                                and sample.latency > LATENCY_FACTOR * latency_target)):
+        climb.settle(now)
+        climb.window = []
+        why = ("the collector's memory is full (a submit waited for memory)" if sample.backpressure else
+               f"receipt-to-commit {sample.latency:.1f} s on average, above {LATENCY_FACTOR:g} x the "
+               f"{latency_target:g} s latency target")
+        return max(1, threads // 2), f"{why}: halved"
+    if sample.idle_share > IDLE_SHARE:  # not counted: a growth being judged waits for a busy sample
+        if climb.idle_since is None:
+            climb.idle_since = now
+        if threads > 1 and now - climb.idle_since >= IDLE_DECAY_SECONDS:
+            climb.idle_since = now
+            return threads - 1, (f"the queue is drained (its threads waited {sample.idle_share:.0%} of the time for "
+                                 f"messages for {IDLE_DECAY_SECONDS:.0f} s): one thread fewer")
+        return None
+    climb.idle_since = None
+    if climb.skip:
+        climb.skip -= 1
+        return None
+    climb.window.append(sample)
+    if len(climb.window) < JUDGE_SAMPLES:
+        return None
+    rate = sum(s.committed for s in climb.window) / sum(s.seconds for s in climb.window)
+    climb.window = []
+    if climb.judging:
+        gain = GAIN_START if climb.phase == "start" else GAIN_PROBE
+        before = f"{climb.base_threads} -> {threads} threads: {climb.base_rate:,.0f} -> {rate:,.0f} msg/s"
+        if rate < climb.base_rate * (1 + gain):
+            back = climb.base_threads
+            climb.settle(now)
+            return back, f"{before}, less than {gain:.0%} more: back to {back}"
+        if climb.phase == "start" and threads < ceiling:
+            climb.base_rate, climb.base_threads = rate, threads
+            return min(ceiling, threads * 2), f"slow start: {before}; doubling again"
+        climb.settle(now)
+        return None
+    if threads >= ceiling or (climb.phase == "steady" and now < climb.next_probe):
+        return None
+    climb.judging, climb.base_rate, climb.base_threads = True, rate, threads
+    if climb.phase == "start":
+        return min(ceiling, threads * 2), (f"slow start: {rate:,.0f} msg/s with {threads} threads and a "
+                                           "backlog: doubling")
+    return threads + 1, f"probing: {rate:,.0f} msg/s with {threads} threads and a backlog: one more"
+
+
+class ConcurrencyTuner:
+    """Samples each adaptive listener entry every `SAMPLE_SECONDS` and sets its thread count
+    (`ListenerControls.tune`); the supervisor's control thread calls `step` on every wake-up."""
+
+    def __init__(self, controls: ListenerControls, counters: Counters, *,
+                 latency_targets: Callable[[], Mapping[str, float | None]],
+                 backpressure_waits: Callable[[], int], alive: Callable[[str], int]) -> None:
+        """`latency_targets()`: each listener's type's latency target, by name; `backpressure_waits()`:
+        the collector's count of submits that waited for memory; `alive(name)`: its live threads."""
+        self.controls, self.counters = controls, counters
+        self._latency_targets, self._backpressure, self._alive = latency_targets, backpressure_waits, alive
+        self.climbs: dict[str, Climb] = {}
+        self._last: dict[str, tuple[float, float, float, int]] = {}  # committed, waited, latency sum, count
+        self._last_at: float | None = None
+        self._last_backpressure = 0
+
+    def step(self, now: float) -> None:
+        if self._last_at is not None and now - self._last_at < SAMPLE_SECONDS:
+            return
+        seconds = now - self._last_at if self._last_at is not None else 0.0
+        self._last_at = now
+        backpressure = self._backpressure()
+        pressed, self._last_backpressure = backpressure > self._last_backpressure, backpressure
+        targets = self._latency_targets()
+        for control in self.controls:
+            if not control.adaptive:
+                self.climbs.pop(control.name, None)
+                continue
+            totals = self._totals(control.name)
+            before = self._last.get(control.name)
+            self._last[control.name] = totals
+            if before is None or seconds <= 0:
+                continue
+            count = totals[3] - before[3]
+            sample = Sample(seconds, totals[0] - before[0], totals[1] - before[1], self._alive(control.name),
+                            pressed, (totals[2] - before[2]) / count if count else None)
+            climb = self.climbs.setdefault(control.name, Climb())
+            ceiling = control.ceiling or control.threads
+            verdict = decide(climb, control.threads, ceiling, sample, targets.get(control.name), now)
+            log.log(SAMPLE_LOG_LEVEL, "listener %s: %d threads (%d alive), %.0f msg/s, waited %.0f%%, "
+                    "receipt-to-commit %s, %s%s -> %s", control.name, control.threads, sample.threads, sample.rate,
+                    100 * sample.idle_share, "-" if sample.latency is None else f"{sample.latency:.2f} s",
+                    climb.phase, " (judging)" if climb.judging else "", verdict)
+            if verdict is None:
+                continue
+            threads, reason = verdict
+            old = control.threads
+            if self.controls.tune(control.name, threads, reason):
+                climb.changed()
+                direction = "up" if threads > old else "down"
+                self.counters.inc("listener_threads_tuned", listener=control.name, direction=direction)
+                log.info("listener %s: threads %d -> %d (adaptive, up to %d): %s", control.name, old,
+                         control.threads, ceiling, reason)
+            else:
+                self.climbs.pop(control.name, None)  # fixed or paused meanwhile: start over when it is not
+
+    def _totals(self, name: str) -> tuple[float, float, float, int]:
+        latency, count = self.counters.histogram_sum("receipt_to_commit_seconds", listener=name)
+        return (self.counters.total("messages_committed", listener=name),
+                self.counters.total("listener_wait_seconds", listener=name), latency, count)

@@ -1,0 +1,136 @@
+"""The adaptive thread count's control law (`mqbridge.supervision.tuning.decide`) and the tuner's use of
+the listener controls: slow start, steady probes, halving under pressure, holding when drained or
+when nothing commits, and an operator's count that the tuner leaves alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqbridge.counters import Counters
+from mqbridge.errors import ControlError
+from mqbridge.supervision import tuning
+from mqbridge.supervision.control import ListenerControls
+from mqbridge.supervision.tuning import Climb, ConcurrencyTuner, Sample, decide
+
+S = tuning.SAMPLE_SECONDS
+
+
+def busy(rate: float, threads: int = 1, **kw: object) -> Sample:
+    """A sample of a listener with a backlog: its threads never waited for a message."""
+    return Sample(S, rate * S, 0.0, threads, **kw)  # type: ignore[arg-type]
+
+
+def run(climb: Climb, threads: int, rates: list[float], *, ceiling: int = 8, start: float = 0.0,
+        target: float | None = 1.0) -> list[tuple[float, int, str]]:
+    """Feeds one sample per rate; applies each change as the tuner does. Returns (time, threads, why)."""
+    changes = []
+    now = start
+    for rate in rates:
+        now += S
+        verdict = decide(climb, threads, ceiling, busy(rate, threads), target, now)
+        if verdict is not None:
+            threads, why = verdict
+            climb.changed()
+            changes.append((now, threads, why))
+    return changes
+
+
+def test_slow_start_doubles_while_the_rate_rises_and_undoes_the_doubling_that_did_not_help():
+    climb = Climb()
+    # 1 thread: 2 samples judged, then 2 threads (one sample skipped, two judged), 4, 8: no gain at 8
+    rates = [1000, 1000] + [1900] * 3 + [3500] * 3 + [3600] * 3
+    changes = run(climb, 1, rates)
+    assert [threads for _, threads, _ in changes] == [2, 4, 8, 4]
+    assert "doubling" in changes[0][2] and "slow start: 1 -> 2 threads" in changes[1][2]
+    assert "4 -> 8 threads: 3,500 -> 3,600 msg/s, less than 10% more: back to 4" in changes[3][2]
+    assert climb.phase == "steady" and not climb.judging
+
+
+def test_steady_probes_one_more_thread_after_the_probe_interval_and_keeps_it_only_if_it_pays():
+    climb = Climb(phase="steady", next_probe=tuning.PROBE_SECONDS)
+    samples_to_probe = int(tuning.PROBE_SECONDS / S)
+    changes = run(climb, 4, [4000] * samples_to_probe + [4400] * 3)  # +10 %: kept
+    assert [threads for _, threads, _ in changes] == [5]
+    assert "probing" in changes[0][2] and not climb.judging
+    after = changes[0][0] + 3 * S
+    changes = run(climb, 5, [4400] * samples_to_probe + [4450] * 3, start=after)  # +1 %: undone
+    assert [threads for _, threads, _ in changes] == [6, 5]
+    assert "less than 5% more: back to 5" in changes[1][2]
+
+
+def test_the_ceiling_bounds_every_growth():
+    climb = Climb()
+    changes = run(climb, 1, [1000, 1000] + [2000] * 3 + [4000] * 3 + [8000] * 6, ceiling=3)
+    assert [threads for _, threads, _ in changes] == [2, 3]
+    assert max(threads for _, threads, _ in changes) == 3
+
+
+@pytest.mark.parametrize("sample, why", [
+    (busy(5000, 8, backpressure=True), "the collector's memory is full"),
+    (busy(5000, 8, latency=4.5), "receipt-to-commit 4.5 s on average, above 4 x the 1 s latency target"),
+])
+def test_pressure_halves_the_threads_at_once(sample: Sample, why: str):
+    climb = Climb(phase="start", judging=True, base_rate=3000, base_threads=4)
+    threads, reason = decide(climb, 8, 8, sample, 1.0, 10.0) or (0, "")
+    assert threads == 4 and reason.startswith(why) and reason.endswith("halved")
+    assert climb.phase == "steady" and not climb.judging
+    assert decide(Climb(), 1, 8, sample, 1.0, 10.0) is None  # one thread is the least
+
+
+def test_a_drained_queue_holds_the_count_and_gives_one_back_after_the_decay_time():
+    climb = Climb()
+    drained = Sample(S, 500 * S, 0.9 * S * 4, 4)  # its 4 threads waited 90 % of the time
+    now, changes = 0.0, []
+    while now < tuning.IDLE_DECAY_SECONDS + 2 * S:
+        now += S
+        verdict = decide(climb, 4, 8, drained, 1.0, now)
+        if verdict:
+            changes.append(verdict)
+    assert len(changes) == 1 and changes[0][0] == 3 and "drained" in changes[0][1]
+
+
+def test_nothing_committed_holds_and_forgets_the_growth_being_judged():
+    climb = Climb(judging=True, base_rate=3000, base_threads=2, window=[busy(3000, 4)])
+    assert decide(climb, 4, 8, Sample(S, 0, 0, 4), 1.0, 5.0) is None
+    assert not climb.judging and climb.window == []
+
+
+def controls() -> ListenerControls:
+    return ListenerControls([("amq", "/queue/adaptive", 1, 8), ("amq", "/queue/fixed", 3)])
+
+
+def test_the_tuner_sets_an_adaptive_entry_and_never_a_fixed_one_nor_one_an_operator_fixed():
+    c = controls()
+    adaptive, fixed = c.get("amq:/queue/adaptive"), c.get("amq:/queue/fixed")
+    assert (adaptive.adaptive, fixed.adaptive) == (True, False)
+    assert c.tune(adaptive.name, 4, "slow start") and adaptive.threads == 4 and adaptive.tuning == "slow start"
+    assert c.tune(adaptive.name, 99, "more") and adaptive.threads == 8  # its ceiling
+    assert not c.tune(fixed.name, 5, "no") and fixed.threads == 3
+    c.command(adaptive.name, "pause")
+    assert not c.tune(adaptive.name, 2, "paused: the operator's")
+    c.command(adaptive.name, "resume")
+    outcome = c.command(adaptive.name, "threads", 2)
+    assert outcome.changed and "fixed: no longer adaptive" in outcome.message
+    assert not adaptive.adaptive and not c.tune(adaptive.name, 6, "after the command") and adaptive.threads == 2
+    with pytest.raises(ControlError):
+        c.command(adaptive.name, "threads", 0)
+
+
+def test_the_tuner_samples_the_counters_and_changes_the_count_through_the_controls():
+    c, counters = controls(), Counters()
+    name = "amq:/queue/adaptive"
+    tuner = ConcurrencyTuner(c, counters, latency_targets=lambda: {name: 1.0}, backpressure_waits=lambda: 0,
+                             alive=lambda _name: c.get(name).threads)
+    now = 0.0
+    seen = []
+    for _ in range(12):  # a backlog: 2,000 msg/s per thread, never waiting for a message
+        counters.inc("messages_committed", 2000 * S * c.get(name).threads, listener=name, queue="/queue/adaptive")
+        counters.observe_many("receipt_to_commit_seconds", [0.5] * 10, listener=name, queue="/queue/adaptive")
+        tuner.step(now)
+        seen.append(c.get(name).threads)
+        now += S
+    assert seen[-1] >= 4 and seen == sorted(seen)
+    assert counters.total("listener_threads_tuned", listener=name, direction="up") >= 2
+    assert c.get(name).tuning.startswith("slow start") and c.get(name).tuned_at
+    assert c.get("amq:/queue/fixed").threads == 3 and counters.total("listener_threads_tuned",
+                                                                      listener="amq:/queue/fixed") == 0
