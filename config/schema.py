@@ -75,6 +75,9 @@ class LedgerSection(Model):
                                  description="PostgreSQL schema holding the ledger's tables (created on first use)")
     lease: Duration = Field(default=parse_duration("60s"), gt=0, description="A bridge on another host whose "
                             "heartbeat is older than this is taken for dead: its prepared bulks are finished by others")
+    busy_timeout: Duration = Field(default=parse_duration("30s"), gt=0, description="The SQLite ledger (no url): "
+                                   "how long a statement waits for another process's write lock before the ledger "
+                                   "counts as unavailable (an outage: the messages go back and wait)")
     allow_plaintext_password: bool = Field(default=False, description="Accept a password in `url` without TLS "
                                            "(sslmode absent, disable, allow or prefer) to a host that is not loopback")
 

@@ -75,11 +75,12 @@ def test_a_ledger_locked_past_its_busy_timeout_is_an_outage_and_everything_lands
     sent = bodies(500, "lk")
     amq.put_many(q, sent[:200])
     config, url = outage_config(tmp_path, q, batch=50, threads=1)
+    config.write_text(config.read_text() + '\n[ledger]\nbusy_timeout = "3s"\n')  # 30 s by default
     table = tmp_path / "landing" / "orders"
     run = start(config, idle="4s")
     try:
         wait_until(lambda: published_files(table) >= 1, 180, "the first bulk to land")
-        # When another process holds the ledger's write lock past the busy timeout (30 s) while
+        # When another process holds the ledger's write lock past the busy timeout (3 s) while
         # more messages arrive
         holder = sqlite3.connect(tmp_path / "state" / "ledger.sqlite3", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")

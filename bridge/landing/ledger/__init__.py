@@ -35,7 +35,8 @@ def open_ledger(config: BridgeConfig, *, owner: str) -> Ledger:
 
         return PostgresLedger.open_url(section.url.get_secret_value(), owner=owner,
                                        schema=section.database_schema, lease=section.lease)
-    ledger = SqliteLedger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner)
+    ledger = SqliteLedger.open(ledger_path(config.resolve_path(config.bridge.state_dir)), owner=owner,
+                               busy_timeout=section.busy_timeout)
     ledger.lease = section.lease
     try:
         ledger.heartbeat()  # bridges in other pid namespaces on this state_dir judge this one by it

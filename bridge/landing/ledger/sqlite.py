@@ -3,12 +3,13 @@ using that `state_dir` (each `SqliteLedger` is one process's handle; `owner` nam
 The records and statements are `mqbridge.landing.ledger.base.Ledger`'s; what is SQLite's is here.
 
 Durability. Every connection sets `journal_mode=WAL`, `synchronous=FULL` and a `busy_timeout`
-(`BUSY_TIMEOUT_MS`). With WAL and synchronous=FULL SQLite fsyncs the write-ahead log at every
-commit, so a transaction that `prepare`, `mark_published`, `forget` or `prune` committed (the
-method returned) survives both a `kill -9` of the process and a power loss of the machine; one
-that had not committed is rolled back as if it never began. Writers take the lock up front
-(`BEGIN IMMEDIATE`), so two processes never interleave a read-then-write. In WAL mode a reader never
-waits for a writer, so the second connection (`published`) does not queue behind a `prepare`.
+(`[ledger] busy_timeout`, `BUSY_TIMEOUT_MS` by default). With WAL and synchronous=FULL SQLite fsyncs
+the write-ahead log at every commit, so a transaction that `prepare`, `mark_published`, `forget` or
+`prune` committed (the method returned) survives both a `kill -9` of the process and a power loss of
+the machine; one that had not committed is rolled back as if it never began. Writers take the lock
+up front (`BEGIN IMMEDIATE`), so two processes never interleave a read-then-write. In WAL mode a
+reader never waits for a writer, so the second connection (`published`) does not queue behind a
+`prepare`.
 
 A file that is corrupt, unreadable or another kind of SQLite database raises `LedgerError`; a
 missing file is created (`Ledger.created`), 0600 in a 0700 directory whatever the umask (SQLite
@@ -32,7 +33,8 @@ from mqbridge.strict_modes import check_trusted, private_dir, private_file
 
 #: The ledger's file name under `[bridge] state_dir`.
 LEDGER_FILE = "ledger.sqlite3"
-#: How long a statement waits for another process's write lock before failing (milliseconds).
+#: How long a statement waits for another process's write lock before failing (milliseconds), unless
+#: `[ledger] busy_timeout` says otherwise.
 BUSY_TIMEOUT_MS = 30_000
 #: Written to the file's header, so that another SQLite database is never taken for a ledger.
 APPLICATION_ID = 0x6D716272  # "mqbr"
@@ -85,11 +87,13 @@ class SqliteLedger(Ledger):
 
     #: Opened by `open_read_only`: every connection is `mode=ro`.
     read_only = False
+    #: How long a statement waits for another process's write lock (milliseconds; `open`'s `busy_timeout`).
+    busy_timeout_ms = BUSY_TIMEOUT_MS
 
     def _open_reader(self) -> Any:
         if self.read_only:
             return _connect_read_only(Path(self.path))
-        reader = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+        reader = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None,
                                  check_same_thread=False)
         reader.execute("PRAGMA query_only = ON")
         return reader
@@ -111,11 +115,13 @@ class SqliteLedger(Ledger):
 
     # -- opening --------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: Path, *, owner: str) -> SqliteLedger:
-        """Open (or create, with its directory) the ledger at `path`. Raises LedgerError when the
+    def open(cls, path: Path, *, owner: str, busy_timeout: float | None = None) -> SqliteLedger:
+        """Open (or create, with its directory) the ledger at `path`; its statements wait up to
+        `busy_timeout` seconds (None: `BUSY_TIMEOUT_MS`) for another process's write lock. Raises LedgerError when the
         file is corrupt, unreadable or another kind of SQLite database, ConfigError when it or its
         directory can be changed by another user."""
         path = Path(path)
+        busy_ms = BUSY_TIMEOUT_MS if busy_timeout is None else max(1, round(busy_timeout * 1000))
         # Whoever can write the ledger decides what counts as landed and what recovery renames.
         check_trusted(path.parent, "state_dir")
         check_trusted(path, "ledger")
@@ -123,23 +129,25 @@ class SqliteLedger(Ledger):
             private_dir(path.parent)
             created = private_file(path) or path.stat().st_size == 0  # empty: never set up
             # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
-            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+            db = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
                                  check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise LedgerError(f"ledger {path}: cannot open: {exc}") from exc
         try:
-            cls._setup_when_free(db, path)
+            cls._setup_when_free(db, path, busy_ms)
         except sqlite3.Error as exc:
             db.close()
             if _is_busy(exc):
                 raise LedgerError(f"ledger {path}: locked by another process for more than "
-                                  f"{BUSY_TIMEOUT_MS // 1000} s ({exc})") from exc
+                                  f"{busy_ms / 1000:g} s ({exc})") from exc
             raise LedgerError(f"ledger {path}: unreadable or corrupt ({exc}); move it aside only if "
                               "you accept that earlier landings will not be recognised") from exc
         except LedgerError:
             db.close()
             raise
-        return cls(path, owner, db, created)
+        ledger = cls(path, owner, db, created)
+        ledger.busy_timeout_ms = busy_ms
+        return ledger
 
     @classmethod
     def open_read_only(cls, path: Path, *, owner: str) -> SqliteLedger:
@@ -156,16 +164,16 @@ class SqliteLedger(Ledger):
         return ledger
 
     @classmethod
-    def _setup_when_free(cls, db: sqlite3.Connection, path: Path) -> None:
+    def _setup_when_free(cls, db: sqlite3.Connection, path: Path, busy_ms: int) -> None:
         """`_setup`, tried again while another process holds the file: switching a new file to
         write-ahead logging returns SQLITE_BUSY at once, without the busy handler, when a second
         process opens it at the same moment (two bridges started together on one `state_dir`).
         Every step of `_setup` may be repeated."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + busy_ms / 1000
         pause = 0.005
         while True:
             try:
-                cls._setup(db, path)
+                cls._setup(db, path, busy_ms)
                 return
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or time.monotonic() >= deadline:
@@ -174,8 +182,8 @@ class SqliteLedger(Ledger):
             pause = min(pause * 2, 0.2)
 
     @staticmethod
-    def _setup(db: sqlite3.Connection, path: Path) -> None:
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    def _setup(db: sqlite3.Connection, path: Path, busy_ms: int) -> None:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
         # Reading the schema first: a file that is not a database fails here, before any write.
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         app_id = db.execute("PRAGMA application_id").fetchone()[0]

@@ -175,6 +175,17 @@ def test_durability_settings_are_applied(ledger: Ledger) -> None:
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert db.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def test_the_configured_busy_timeout_is_the_one_sqlite_waits(tmp_path: Path) -> None:
+    # `[ledger] busy_timeout`, as `open_ledger` passes it: the writer's and the reader's connections wait as long
+    ledger = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner=owner_id(), busy_timeout=2.5)
+    try:
+        assert ledger._db.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+        with ledger._read() as reader:
+            assert reader.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+    finally:
+        ledger.close()
     # and WAL is a property of the file, seen by any other connection
     other = sqlite3.connect(ledger.path)
     assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
