@@ -67,12 +67,19 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 
+#: The folder of the embedded Iceberg catalog under the warehouse (`mqbridge.config.iceberg`): no table's.
+ICEBERG_CATALOG_DIR = "_iceberg"
+
+
 def check_table(value: str, written: str | None = None) -> None:
     """Raise ValueError unless `value` is a safe relative directory for a table. `written` is the
     template `value` was rendered from: the message shows what the user wrote, not our rendering."""
     if not _TABLE.fullmatch(value):
         raise ValueError(f"{written or value!r} is not a safe table directory (letters, digits, _ . - and / between "
                          "parts; no '..', no absolute path)")
+    if value.split("/", 1)[0] == ICEBERG_CATALOG_DIR:
+        raise ValueError(f"{written or value!r}: {ICEBERG_CATALOG_DIR}/ under the warehouse is the embedded Iceberg "
+                         "catalog's folder; name the table otherwise")
 
 
 class Model(BaseModel):

@@ -22,14 +22,14 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
-from mqbridge.config.base import Model
+from mqbridge.config.base import ICEBERG_CATALOG_DIR, Model
 from mqbridge.config.plaintext import is_loopback
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The Spark catalog (and pyiceberg catalog) name under which the bridge's Iceberg tables are kept.
 ICEBERG_CATALOG = "mqbridge"
-#: The folder of the embedded SQLite catalog under the warehouse (not a table: no type's table is named so).
-CATALOG_DIR = "_iceberg"
+#: The folder of the embedded SQLite catalog under the warehouse (not a table: `check_table` refuses the name).
+CATALOG_DIR = ICEBERG_CATALOG_DIR
 #: The snapshot summary keys of a bulk's append (`snapshot-property.<key>` options of the append): the
 #: bulk's id, and the ledger's transaction of it. Written by `mqbridge.landing.iceberg`, read by
 #: `mqbridge.landing.iceberg_read`.

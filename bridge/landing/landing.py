@@ -92,7 +92,7 @@ class Landing(Observer):
     settle: Callable[[PreparedBulk], bool] | None = None
     #: How `settle` undid a bulk that never committed, by its table's format (`TableFormat.rolled_back`).
     rolled_back: Callable[[PreparedBulk], str] | None = None
-    #: Rebuilds a ledger created at this start from the Delta tables (`rebuild`), the number of identities.
+    #: Rebuilds a ledger created at this start from the tables (`rebuild`; Delta, Iceberg): the identities learnt.
     pending_rebuild: Callable[[], int] | None = None
     _versions: Versions = field(default_factory=Versions)
     #: Set unless the ledger is being rebuilt from the tables (`await_rebuild`): until then no message
@@ -126,7 +126,7 @@ class Landing(Observer):
         if not self._rebuilt.is_set():
             self.rebuild_pending()  # the warm-up's attempt failed or is not done: one listener tries it
         if not self._rebuilt.is_set():
-            raise LedgerUnavailableError("the ledger is being rebuilt from the Delta tables (it was created at this "
+            raise LedgerUnavailableError("the ledger is being rebuilt from the tables (it was created at this "
                                          "start while tables exist): messages wait until it knows what they hold")
         start = time.perf_counter()
         found = self.ledger.published(identities)
@@ -216,10 +216,10 @@ class Landing(Observer):
         try:
             if not self._rebuilt.is_set():
                 learnt = learn()
-                log.warning("ledger rebuilt from the Delta tables: %d identities of messages already landed", learnt)
+                log.warning("ledger rebuilt from the tables: %d identities of messages already landed", learnt)
                 self._rebuilt.set()
         except Exception as exc:
-            log.error("the ledger cannot be rebuilt from the Delta tables now (messages wait; tried again as they "
+            log.error("the ledger cannot be rebuilt from the tables now (messages wait; tried again as they "
                       "come): %s", exc)
         finally:
             self._rebuilding.release()

@@ -118,7 +118,7 @@ def test_a_wiped_state_dir_is_rebuilt_from_the_delta_tables_and_nothing_lands_tw
     amq.put_many(q, sent)
     out = run_until_idle(config)
     # Then the new ledger learnt the landed messages from the table first, and none landed twice
-    assert re.search(r"ledger rebuilt from the Delta tables: [1-9]\d* identities", out), out[-4000:]
+    assert re.search(r"ledger rebuilt from the tables: [1-9]\d* identities", out), out[-4000:]
     rows = delta_rows(tmp_path / "landing" / "orders")
     result = account(sent, rows)
     assert result.clean, f"{result}\n{out[-4000:]}"

@@ -151,7 +151,7 @@ def test_a_bridge_killed_at_each_step_then_its_state_dir_wiped_lands_every_messa
     out = run_until_idle(config)
     # Then the new ledger learnt the landed messages from the table (whose catalog survived), and every
     # message is in the table exactly once: 0 lost, 0 duplicated, 0 unexpected
-    assert re.search(r"ledger rebuilt from the \w+ tables: [1-9]\d* identities", out), out[-4000:]
+    assert re.search(r"ledger rebuilt from the tables: [1-9]\d* identities", out), out[-4000:]
     assert "already landed; committed without landing them again" in out, out[-4000:]
     result = account(sent, iceberg_rows(catalog))
     assert result.clean, f"{result}\n{out[-4000:]}"

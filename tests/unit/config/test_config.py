@@ -306,6 +306,13 @@ def test_table_defaults_to_the_type_name_and_must_be_safe() -> None:
             MINIMAL + f"[types.invoices]\ntable = '{table}'\n")
 
 
+@pytest.mark.parametrize("table", ["_iceberg", "_iceberg/orders", "_iceberg/{destination}"])
+def test_no_table_lives_in_the_embedded_iceberg_catalogs_folder(table: str) -> None:
+    message = error(MINIMAL + f"[types.invoices]\ntable = '{table}'\n")
+    assert message.startswith("demo.toml: types.invoices.table: ") and "the embedded Iceberg catalog's folder" \
+        in message, message
+
+
 @pytest.mark.parametrize("name", ["../up", "a/b", "up down", "-x", ".hidden", "ä"])
 def test_a_type_name_must_fit_a_bulk_id_and_a_directory(name: str) -> None:
     # Given a type whose name cannot start a bulk id (bulk ids name staging directories), even
