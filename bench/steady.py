@@ -174,6 +174,7 @@ queue = "{destination}"
 message_type = "bench"
 backout_queue = "{destination}.backout"
 {f'identity = "{args.identity}"' if args.identity != "auto" else ""}
+{f"threads_max = {args.threads_max}" if args.threads_max else ""}
 """)
     return path
 
@@ -502,6 +503,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quick-start", action="store_true",
                        help="the README's quick-start configuration: only its keys (threads, batch, in_flight, "
                             "bulk sizes, latency, collector at their defaults); the tuning flags are ignored")
+    group.add_argument("--threads-max", type=int, default=None, metavar="N",
+                       help="with --quick-start: another ceiling for the adaptive thread count (default: the "
+                            "bridge's, 8)")
     group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
                        help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
                             "delta also prints what a Delta commit costs")
