@@ -27,8 +27,9 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
 A change takes effect through the supervisor's own path for a changed thread count (the one
 `mqbridge listener threads` takes): a thread beyond the count finishes the units it holds, commits or
 gives them back in order, and ends; a new one connects and reads. Exactly-once is that path's: the
-tuner only sets a number. After a change the next sample is skipped (threads starting and ending),
-then `JUDGE_SAMPLES` are averaged, so that a bulk's lumpy commits do not decide alone.
+tuner only sets a number. After a change `SKIP_SAMPLES` are skipped (threads starting and ending),
+then `JUDGE_SAMPLES` are averaged, so that a bulk's lumpy commits do not decide alone: 3 s for a
+doubling in slow start, 7 s for a steady probe.
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ from mqbridge.supervision.control import ListenerControls
 
 log = logging.getLogger("mqbridge.control")  # the name operators configure
 
-SAMPLE_SECONDS = 2.5
-JUDGE_SAMPLES = 2  # samples averaged to judge a change (5 s)
-SKIP_SAMPLES = 1  # samples skipped after a change
+SAMPLE_SECONDS = 1.0
+#: Samples skipped after a change (threads starting and ending), then averaged to judge it, by phase:
+#: a doubling shows at once and must come quickly (a quick start of a backlog), one thread more is a
+#: small step that needs a longer look through the noise of lumpy commits.
+SKIP_SAMPLES = {"start": 1, "steady": 2}
+JUDGE_SAMPLES = {"start": 2, "steady": 5}
 GAIN_START = 0.10  # slow start doubles again while a doubling raises the rate this much
 GAIN_PROBE = 0.05  # a steady probe's thread is kept when it raises the rate this much
 PROBE_SECONDS = 30.0
@@ -89,7 +93,7 @@ class Climb:
     idle_since: float | None = None
 
     def changed(self) -> None:
-        self.skip, self.window = SKIP_SAMPLES, []
+        self.skip, self.window = SKIP_SAMPLES[self.phase], []
 
     def settle(self, now: float) -> None:
         """Go steady: no growth is being judged; the next probe after `PROBE_SECONDS`."""
@@ -124,7 +128,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
         climb.skip -= 1
         return None
     climb.window.append(sample)
-    if len(climb.window) < JUDGE_SAMPLES:
+    if len(climb.window) < JUDGE_SAMPLES[climb.phase]:
         return None
     rate = sum(s.committed for s in climb.window) / sum(s.seconds for s in climb.window)
     climb.window = []

@@ -49,11 +49,12 @@ def test_slow_start_doubles_while_the_rate_rises_and_undoes_the_doubling_that_di
 def test_steady_probes_one_more_thread_after_the_probe_interval_and_keeps_it_only_if_it_pays():
     climb = Climb(phase="steady", next_probe=tuning.PROBE_SECONDS)
     samples_to_probe = int(tuning.PROBE_SECONDS / S)
-    changes = run(climb, 4, [4000] * samples_to_probe + [4400] * 3)  # +10 %: kept
+    look = tuning.SKIP_SAMPLES["steady"] + tuning.JUDGE_SAMPLES["steady"]  # skipped, then judged
+    changes = run(climb, 4, [4000] * samples_to_probe + [4400] * look)  # +10 %: kept
     assert [threads for _, threads, _ in changes] == [5]
     assert "probing" in changes[0][2] and not climb.judging
-    after = changes[0][0] + 3 * S
-    changes = run(climb, 5, [4400] * samples_to_probe + [4450] * 3, start=after)  # +1 %: undone
+    after = changes[0][0] + look * S
+    changes = run(climb, 5, [4400] * samples_to_probe + [4450] * look, start=after)  # +1 %: undone
     assert [threads for _, threads, _ in changes] == [6, 5]
     assert "less than 5% more: back to 5" in changes[1][2]
 
