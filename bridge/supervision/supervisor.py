@@ -36,7 +36,8 @@ from mqbridge.source import QueueShared, Source, SourceContext
 from mqbridge.supervision.control import STATES, STOPPED, ListenerControls, control_status
 from mqbridge.supervision.decision import Decision, decide
 from mqbridge.supervision.guard import MemoryGuard
-from mqbridge.supervision.tuning import ConcurrencyTuner
+from mqbridge.supervision.report import listener_entries, observer_fields, summary_line
+from mqbridge.supervision.tuning import ConcurrencyTuner, latency_targets
 from mqbridge.tracing.backout_log import BackoutLog
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Bridge:
                                           cfg.threads_max if cfg.adaptive_threads else None)
                                          for cfg in config.listeners)
         #: Chooses the thread count of the entries whose `threads` is unset (`mqbridge.supervision.tuning`).
-        self.tuner = ConcurrencyTuner(self.controls, counters, latency_targets=self._latency_targets,
+        self.tuner = ConcurrencyTuner(self.controls, counters, latency_targets=lambda: latency_targets(self.config),
                                       backpressure_waits=lambda: self.collector.stats().backpressure_waits,
                                       alive=lambda name: sum(1 for s in self.slots if s.listener == name and s.alive))
 
@@ -358,32 +359,14 @@ class Bridge:
         times = [s.thread.state.last_activity for s in self.slots if s.thread is not None]
         return max(times, default=0.0)
 
-    def _latency_targets(self) -> dict[str, float | None]:
-        """Each listener entry's type's latency target (the configuration in force: a reload may change it)."""
-        types = self.config.types
-        return {f"{cfg.source}:{cfg.queue}": (types[cfg.message_type].latency if cfg.message_type in types else None)
-                for cfg in self.config.listeners}
-
     def measure_rates(self) -> None:
         """Once per control interval: the seed's "errors per second" since the last call."""
         self.counters.set("errors_per_second", self._errors.rate(self.counters.total("listener_errors")))
 
     def summary(self) -> str:
         """One line of counters for the log and systemd's STATUS (no side effects)."""
-        c = self.counters
-        stats = self.collector.stats()
-        rate = c.gauge("errors_per_second") or 0.0
-        alive = sum(1 for s in self.slots if s.alive)
-        wanted = sum(control.wanted for control in self.controls)
-        flushed = ",".join(f"{k}={v}" for k, v in sorted(stats.flushed.items())) or "-"
-        sinks = self.breakers.summary() if self.breakers is not None else ""
-        return (f"{sinks + ' | ' if sinks else ''}"
-                f"threads {alive}/{wanted} created={c.total('listener_threads_created'):.0f} "
-                f"errors/s={rate:.2f} | received={c.total('messages_received'):.0f} "
-                f"committed={c.total('messages_committed'):.0f} backed_out={c.total('messages_backed_out'):.0f} "
-                f"backout_queue={c.total('messages_moved_to_backout'):.0f} | collector {stats.messages} msgs "
-                f"{stats.bytes / 1e6:.1f}MB active={stats.active_bulks} flushed[{flushed}] "
-                f"spark_write_s={stats.execute_seconds_total:.1f}")
+        return summary_line(self.counters, self.collector.stats(), self.slots, self.controls,
+                            self.breakers.summary() if self.breakers is not None else "")
 
     def run(self, until_idle: float | None = None) -> int:
         """Supervise until stopped (or idle for `until_idle` seconds); then shut down.
@@ -458,26 +441,6 @@ class Bridge:
 
     def status(self) -> dict[str, Any]:
         """A JSON-able view of listeners, collector and counters for /status and logs."""
-        now = time.monotonic()
-        listeners = []
-        for slot in self.slots:
-            thread = slot.thread
-            state = thread.state if thread is not None else None
-            control = self.controls.get(slot.listener)
-            wanted = control.wants(slot.index)
-            listeners.append({
-                "name": slot.name,
-                "source": slot.config.source,
-                "queue": slot.config.queue,
-                "alive": slot.alive,
-                "phase": state.phase if state else ("halted" if slot.halted else "restarting" if wanted else "stopped"),
-                "units": state.units if state else 0,
-                "seconds_since_heartbeat": round(now - state.heartbeat, 1) if state else None,
-                "restarts": slot.restarts,
-                "last_error": (state.last_error if state and state.last_error else slot.last_error),
-                "state": control.state,  # the listener's run-time state: running, paused or stopped
-                "retiring": not wanted,  # asked to end: stopped, or beyond a lowered thread count
-            })
         stats = self.collector.stats()
         return {
             "name": self.config.bridge.name,
@@ -485,20 +448,11 @@ class Bridge:
             "stopping": self.stop_event.is_set(),
             "fatal": str(self.fatal) if self.fatal else "",
             "gave_up": self.gave_up,
-            "listeners": listeners,
+            "listeners": listener_entries(self.slots, self.controls, time.monotonic()),
             "listener_controls": control_status(self.controls, self.slots),
             "collector": {k: v for k, v in vars(stats).items()},
-            **self._status_fields(),
+            **observer_fields(self.observers),
         }
-
-    def _status_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {}
-        for observer in self.observers:
-            try:
-                fields.update(observer.status_fields())
-            except Exception as exc:  # a broken observer must not take the status page down
-                fields[type(observer).__name__] = {"error": f"{type(exc).__name__}: {exc}"}
-        return fields
 
     def stop(self) -> None:
         """Ask the bridge to shut down. Only sets an event (safe from a signal handler)."""

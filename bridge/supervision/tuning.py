@@ -37,9 +37,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mqbridge.counters import Counters
 from mqbridge.supervision.control import ListenerControls
+
+if TYPE_CHECKING:
+    from mqbridge.config import BridgeConfig
 
 log = logging.getLogger("mqbridge.control")  # the name operators configure
 
@@ -151,6 +155,14 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
         return min(ceiling, threads * 2), (f"slow start: {rate:,.0f} msg/s with {threads} threads and a "
                                            "backlog: doubling")
     return threads + 1, f"probing: {rate:,.0f} msg/s with {threads} threads and a backlog: one more"
+
+
+def latency_targets(config: BridgeConfig) -> dict[str, float | None]:
+    """Each listener entry's type's latency target, by `source:queue` (of the configuration in force:
+    a reload may change it)."""
+    types = config.types
+    return {f"{cfg.source}:{cfg.queue}": (types[cfg.message_type].latency if cfg.message_type in types else None)
+            for cfg in config.listeners}
 
 
 class ConcurrencyTuner:
