@@ -14,6 +14,7 @@ from mqbridge import __version__
 from mqbridge.commands import (
     check_config,
     compact,
+    follow,
     jars,
     ledger,
     listener,
@@ -32,7 +33,7 @@ from mqbridge.errors import BridgeError, ConfigError
 #: The built-in subcommands, in the order `mqbridge --help` lists them: each module's
 #: `add_parser(subparsers)` adds its parser and sets its `handler` default.
 COMMANDS = (run, check_config, spark_archive, jars, tables, purge, compact, plugins, status, listener, ledger,
-            where, redrive, replay)
+            where, redrive, replay, follow)
 
 #: Entry-point group of commands other packages add: `name = "module:add_parser"`, where
 #: `add_parser(subparsers)` adds one subcommand and sets its `handler` default (`mqbridge service`).

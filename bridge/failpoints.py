@@ -78,11 +78,11 @@ Killing points of `mqbridge redrive`, per unit of work (STOMP transaction, MQ sy
                           copies are confirmed by their receipts, the originals not yet ACKed
     redrive_after_commit  the unit is committed
 
-Killing points of `mqbridge replay`, per batch:
+Killing points of `mqbridge replay` and `mqbridge follow`, per batch:
 
     replay_before_commit  the batch's rows and marker are sent in its STOMP transaction; no COMMIT yet.
                           RabbitMQ: the rows are confirmed by their receipts, the marker not sent yet
-    replay_after_commit   the target committed the batch; the replay ledger does not say sent yet
+    replay_after_commit   the target committed the batch; the replay (follow) ledger does not say sent yet
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ use.
 """
 
 #: The tables in the order a reader meets them: (heading, the model, a sentence on where it goes).
-_NAMED = {"types": "[types.NAME]", "sources": "[sources.NAME]", "listeners": "[[listeners]]"}
+_NAMED = {"types": "[types.NAME]", "sources": "[sources.NAME]", "listeners": "[[listeners]]",
+          "forwards": "[[forwards]]"}
 _SOURCES = (("stomp", StompSourceConfig), ("mq", MqSourceConfig), ("memory", MemorySourceConfig))
 
 
@@ -159,6 +160,11 @@ def render() -> str:
     out += ["`preprocessors` is the queue's chain, in order: each entry is a preprocessor's name, or an inline table "
             '`{ name = "redact", fields = ["card_number"] }` whose other keys are that preprocessor\'s options '
             "(docs/plugins.md).", ""]
+    forward = typing.get_args(fields["forwards"].annotation)[0]
+    out += ["## `[[forwards]]`", "", "One entry per route of landed rows onward: `mqbridge follow` tails `table` and "
+            "sends each new row that `senders` and `where` select to every destination of `to`, once "
+            "(docs/operations.md, \"Forwarding landed rows\").", ""]
+    out += [*table(forward), ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -25,6 +25,7 @@ from mqbridge.config.base import (
 )
 from mqbridge.config.collector import CollectorSection
 from mqbridge.config.compaction import CompactionSection
+from mqbridge.config.forwards import ForwardConfig, forward_problems
 from mqbridge.config.iceberg import IcebergCatalog, IcebergSection, iceberg_problems
 from mqbridge.config.listener import ListenerConfig, listener_problems  # ListenerConfig: also imported from here
 from mqbridge.config.monitoring import MonitoringSection
@@ -291,6 +292,8 @@ class BridgeConfig(Model):
     types: dict[str, TypeConfig] = Field(min_length=1, description="Message types by name")
     sources: dict[str, SourceConfig] = Field(min_length=1, description="Sources by name")
     listeners: list[ListenerConfig] = Field(min_length=1, description="Listener entries")
+    forwards: list[ForwardConfig] = Field(default_factory=list,
+                                          description="Tables `mqbridge follow` tails, sending new rows on")
     _path: Path | None = PrivateAttr(None)
     _base_dir: Path | None = PrivateAttr(None)
     #: The spark.conf keys whose values came from `${ENV:}`/`${FILE:}` (set by the loader).
@@ -320,6 +323,7 @@ class BridgeConfig(Model):
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
         problems.extend(iceberg_problems(self.spark, self.types, self.compaction))
+        problems.extend(forward_problems(self.forwards, self.sources, self.listeners, self.bridge.exactly_once))
         if problems:
             raise KeyedError(problems)
         return self

@@ -11,6 +11,23 @@ import textwrap
 from typing import Any
 
 _HELP: dict[str, tuple[str, str]] = {
+    "follow": (
+        "Tail the tables of the configuration's [[forwards]] and send every row landed there on to each "
+        "forward's destinations (to), chosen by the row's table (its type), the queue the bridge read it from "
+        "(senders) and a Spark SQL condition (where). New bulks are found in the landing ledger; their rows are "
+        "sent as a replay sends them (mqbridge-replay-id names the forward's destination, mqbridge-replay-key "
+        "the row), in units of work of the forward's batch, each with a marker. The follow ledger in state_dir "
+        "(follow.sqlite3) records what each destination was sent, so a killed follow resumes without a row "
+        "twice or skipped. An outage (broker, Spark, ledger) or a destination refusing a row ends a pass; the "
+        "next, after a wait that doubles up to 60s, sends again. Runs until SIGTERM or SIGINT.",
+        """example:
+  mqbridge follow --config /etc/mqbridge/bridge.toml
+  mqbridge follow -c bridge.toml --forward orders-to-billing --until-idle 30s
+
+exit codes:
+  0  stopped by a signal, or idle for --until-idle
+  2  configuration error: no [[forwards]], no such forward, no landing ledger yet, a source kind that
+     cannot be sent to"""),
     "replay": (
         "Send landed rows of a table back to a queue as messages: body byte-exact, the row's headers and "
         "correlation id, plus mqbridge-replay-id, mqbridge-replay-key and mqbridge-replayed-message-id. Rows "

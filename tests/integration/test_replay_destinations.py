@@ -196,3 +196,22 @@ def test_the_check_of_an_existing_queue_consumes_nothing_and_an_exchange_gets_a_
     assert sorted(bytes(f.body) for f in rabbit.deliveries(f"/amq/queue/{name}", ack=True)) == [b"m0", b"m1", b"m2"]
     assert len(target.notes) == 1
     assert "drops a message that no binding of exchange amq.direct routes" in target.notes[0]
+
+
+def test_a_header_rabbitmq_takes_makes_activemq_drop_the_connection(rabbitmq: tuple[str, int],
+                                                                    activemq: tuple[str, int]) -> None:
+    # The fact `mqbridge follow`'s backout rests on: a row landed from RabbitMQ can carry a header
+    # value that ActiveMQ refuses (JMSXGroupSeq is a number there). RabbitMQ confirms the SEND;
+    # ActiveMQ closes the connection, with no ERROR and no receipt: a refusal of this row, which a
+    # follow tells from an outage by opening the connection again (the broker is there).
+    destination = f"/queue/{_name('group-seq')}"
+    with _rabbit(rabbitmq) as (conn, seen):
+        conn.send(destination, b"x", headers={"JMSXGroupSeq": "abc", "receipt": "r1"})
+        seen.next("RECEIPT")
+    with _bare(activemq, "/", ("admin", "admin")) as (conn, seen):
+        conn.send(destination, b"x", headers={"JMSXGroupSeq": "abc", "receipt": "r2"})
+        assert seen.disconnected.wait(10), "ActiveMQ to close the connection"
+        assert seen.frames.empty(), "no ERROR, no RECEIPT"
+    with _bare(activemq, "/", ("admin", "admin")) as (conn, seen):  # the broker is there
+        conn.send(destination, b"y", headers={"JMSXGroupSeq": "7", "receipt": "r3"})
+        seen.next("RECEIPT")

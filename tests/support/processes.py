@@ -85,7 +85,7 @@ def mq_config(tmp_path: Path, queue_manager: str, **options: Any) -> Path:
 
 #: The commands that start an in-process Spark driver from the configuration's `[spark]` (its
 #: state_dir's class-data archive halves that JVM's start: 7-10 s of each `mqbridge purge` here).
-SPARK_COMMANDS = frozenset({"run", "purge", "compact", "replay"})
+SPARK_COMMANDS = frozenset({"run", "purge", "compact", "replay", "follow"})
 
 
 def mqbridge(*args: str, failpoint: str | None = None, env_extra: dict[str, str] | None = None,

@@ -355,6 +355,21 @@ class Ledger(ABC):
         return [PublishedBulk(bulk_id, table, _files(moves), at, _transaction(moves))
                 for bulk_id, table, moves, at in rows]
 
+    def published_since(self, table: str, since: float, limit: int) -> list[tuple[str, float, int]]:
+        """(bulk id, published at, identities) of up to `limit` bulks of `table` published at or after
+        `since`, oldest first (`mqbridge follow`: by the index on state and publication time)."""
+        with self._read_concurrently() as db:
+            rows = self._execute(db, "SELECT bulk_id, published_at, identities FROM bulks WHERE state = ? "
+                                     "AND published_at >= ? AND table_name = ? ORDER BY published_at, bulk_id "
+                                     "LIMIT ?", ("published", since, table, limit)).fetchall()
+        return [(bulk_id, float(at), int(count)) for bulk_id, at, count in rows]
+
+    def newest_publication(self) -> float | None:
+        """When the newest bulk was published (None: none is): where a new forward starts."""
+        with self._read_concurrently() as db:
+            row = self._execute(db, "SELECT MAX(published_at) FROM bulks WHERE state = ?", ("published",)).fetchone()
+        return float(row[0]) if row is not None and row[0] is not None else None
+
     def identities_of(self, bulk_id: str) -> list[str]:
         """The identities recorded for `bulk_id`."""
         with self._read() as db:

@@ -27,6 +27,8 @@ class Selection:
     newer_than: datetime | None = None  # put_timestamp at or after this
     as_of_version: int | None = None  # a Delta table's version (time travel), None: the newest
     as_of_timestamp: str | None = None  # or the version current at this time (Spark's timestamp syntax)
+    bulks: tuple[str, ...] | None = None  # only rows these bulks landed (`mqbridge follow`)
+    senders: tuple[str, ...] | None = None  # only rows read from these destinations (the `destination` column)
 
     @classmethod
     def of(cls, where: str | None, older: float | None, newer: float | None, now: datetime) -> Selection:
@@ -72,6 +74,10 @@ def read_rows(spark: Any, table: Location, selection: Selection) -> Iterator[Rep
         df = df.where(f.col("put_timestamp") < f.lit(selection.older_than))
     if selection.newer_than is not None:
         df = df.where(f.col("put_timestamp") >= f.lit(selection.newer_than))
+    if selection.bulks is not None:
+        df = df.where(f.col("bulk_id").isin(list(selection.bulks)))
+    if selection.senders is not None:
+        df = df.where(f.col("destination").isin(list(selection.senders)))
     df = df.select("msg_id", "bulk_id", "body", "correlation_id", "put_timestamp", "headers")
     df = df.orderBy("put_timestamp", "bulk_id", "msg_id", "body")
     seen: dict[str, int] = {}

@@ -122,6 +122,22 @@ def replay(rows: Iterable[ReplayRow], target: ReplayTarget, ledger: ReplayLedger
 
 def _send(rows: list[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, replay_id: str,
           report: ReplayReport, say: Callable[[str], None]) -> None:
+    try:
+        batch_id = send_batch(rows, target, ledger, replay_id)
+    except PartlySentError as stopped:
+        report.sent += len(stopped.arrived)
+        raise
+    report.sent += len(rows)
+    report.batches += 1
+    report.last_batch = batch_id
+    target.release()
+    say(f"sent {report.sent} rows so far ({report.skipped} sent before)")
+
+
+def send_batch(rows: Sequence[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, replay_id: str) -> str:
+    """Send `rows` as one batch of `replay_id` by the protocol of the module docstring (recorded,
+    sent with its marker, marked sent); its id. A target that stopped part-way: the rows it confirmed
+    are recorded sent, the others forgotten, and PartlySentError propagates."""
     batch_id = uuid.uuid4().hex
     ledger.intend(replay_id, batch_id, [row.key for row in rows])
     try:
@@ -129,12 +145,7 @@ def _send(rows: list[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, rep
     except PartlySentError as stopped:
         # The target confirmed these rows alone (RabbitMQ, a row refused): recorded sent, the rest not.
         ledger.keep_sent(replay_id, batch_id, stopped.arrived)
-        report.sent += len(stopped.arrived)
         raise
     failpoints.hit("replay_after_commit")
     ledger.mark_sent(replay_id, batch_id)
-    report.sent += len(rows)
-    report.batches += 1
-    report.last_batch = batch_id
-    target.release()
-    say(f"sent {report.sent} rows so far ({report.skipped} sent before)")
+    return batch_id
