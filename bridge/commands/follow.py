@@ -36,6 +36,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
     from mqbridge.drivers import replay_target
     from mqbridge.landing import DriverSecrets, create_spark_session
     from mqbridge.landing.ledger import ledger_path, open_ledger_for_reading, owner_id
+    from mqbridge.landing.session import SparkSessions
     from mqbridge.logsetup import setup_logging
     from mqbridge.resend.follow import Follower, FollowLedger, Lane
     from mqbridge.table_formats import command_session_conf
@@ -75,11 +76,15 @@ def cmd_follow(args: argparse.Namespace) -> int:
     follower = None
     try:
         print(f"starting Spark ({cfg.spark.shown}) to read the forwards' tables", flush=True)
-        spark = create_spark_session(master=cfg.spark.master, remote=cfg.spark.remote,
-                                     app_name=f"{cfg.spark.app_name}-follow", conf=command_session_conf(cfg),
-                                     secrets=DriverSecrets.of(cfg), state_dir=state_dir)
-        follower = Follower(forwards, lambda name: table_under(warehouse, name), spark, landing, ledger, open_target,
-                            time.time)
+        conf = command_session_conf(cfg)  # what the formats and the store need (Delta's and S3A's jars)
+
+        def start_session(**options: Any) -> Any:
+            return create_spark_session(**{**options, "app_name": f"{cfg.spark.app_name}-follow", "conf": conf})
+
+        sessions = SparkSessions(cfg.spark, secrets=DriverSecrets.of(cfg), create=start_session, state_dir=state_dir)
+        sessions.get()
+        follower = Follower(forwards, lambda name: table_under(warehouse, name), sessions, landing, ledger,
+                            open_target, time.time)
         print(f"following {', '.join(f.name for f in forwards)}", flush=True)
         follower.run(stop, until_idle=args.until_idle)
         for lanes in follower.lanes.values():

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
@@ -194,3 +195,37 @@ def test_a_row_the_destination_refuses_goes_to_the_backout_queue_and_the_others_
     assert bytes(aside.body) == poison
     assert aside.headers["mqbridge-backout-reason"].startswith(f"{destination} refused it 2 times: "), aside.headers
     assert "JMSXGroupSeq" not in aside.headers and aside.headers["mqbridge-replay-key"], aside.headers
+
+
+def test_follow_starts_spark_again_when_its_jvm_is_killed_and_sends_each_row_once(tmp_path: Path, spark: Any,
+                                                                                 amq: AmqClient) -> None:
+    # Given rows landed and a follow that has sent them on
+    queue, destination = unique_queue("follow-jvm"), unique_queue("follow-jvm-out")
+    first, second = bodies(20, "jvm-first"), bodies(20, "jvm-second")
+    amq.put_many(queue, first)
+    config = (stomp_bridge(queue, threads=1, batch=50)
+              .add(TAIL, f'[[forwards]]\nname = "out"\ntable = "orders"\nsource = "amq"\nto = ["{destination}"]\n'
+                         'start = "all"\nevery = "300ms"').write(tmp_path / "bridge.toml"))
+    run_until_idle(config, idle="2s")
+    follow = OutputReader(mqbridge("follow", "--config", str(config)))
+    try:
+        wait_until(lambda: amq.depth(destination) == len(first) or follow.proc.poll() is not None, 180,
+                   f"the follow to send the first {len(first)} rows")
+        assert follow.proc.poll() is None, follow.text()
+
+        # When its Spark driver's JVM is killed, and more rows land
+        [java] = [p for p in psutil.Process(follow.proc.pid).children(recursive=True) if "java" in p.name()]
+        java.kill()
+        amq.put_many(queue, second)
+        run_until_idle(config, idle="2s")
+
+        # Then the same follow starts a new session and sends the new rows, each once
+        wait_until(lambda: amq.depth(destination) >= len(first + second) or follow.proc.poll() is not None, 180,
+                   f"the follow to send all {len(first + second)} rows after its JVM was killed")
+        assert follow.proc.poll() is None, follow.text()
+    finally:
+        code = follow.terminate()
+    assert code == 0, follow.text()
+    assert "new SparkSession started" in follow.text(), follow.text()
+    accounting = account(first + second, collections.Counter(bytes(f.body) for f in amq.drain(destination)))
+    assert accounting.clean, accounting

@@ -42,8 +42,9 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mqbridge.landing.session import connect_session_lost, connection_lost
 from mqbridge.landing.verdicts import row_bulk_id
 from mqbridge.resend.follow.ledger import FollowLedger
 from mqbridge.resend.replay.rows import ReplayRow, Selection, read_rows
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from mqbridge.config.forwards import ForwardConfig
     from mqbridge.config.warehouse import Location
     from mqbridge.landing.ledger import Ledger
+    from mqbridge.landing.session import SparkSessions
 
 log = logging.getLogger("mqbridge.follow")
 
@@ -125,7 +127,7 @@ class Follower:
 
     forwards: Sequence[ForwardConfig]
     tables: Callable[[str], Location]  # a forward's `table` under the warehouse
-    spark: Any
+    spark: SparkSessions  # started again when its JVM is gone (killed, out of memory) or Connect lost it
     landing: Ledger
     ledger: FollowLedger
     open_target: TargetFactory
@@ -236,7 +238,14 @@ class Follower:
         selection = Selection(where=forward.where, bulks=tuple(ledger_ids),
                               senders=tuple(forward.senders) if forward.senders else None)
         by_bulk: dict[str, list[ReplayRow]] = {}
-        for row in read_rows(self.spark, self.tables(forward.table), selection):
+        spark = self.spark.get()
+        try:
+            rows = list(read_rows(spark, self.tables(forward.table), selection))
+        except Exception as exc:
+            if connection_lost(exc) or connect_session_lost(exc):
+                self.spark.reset(spark, _reason(exc))
+            raise
+        for row in rows:
             by_bulk.setdefault(ledger_ids[row.key.split("/", 1)[0]], []).append(row)
         if forward.where is None and forward.senders is None:
             for bulk in chunk:
