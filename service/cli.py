@@ -48,10 +48,15 @@ def add_parser(sub: Any) -> None:
         if action in ("install", "remove"):
             parser.add_argument("--unit-dir", default=None,
                                 help="systemd: unit directory (default /etc/systemd/system)")
+            parser.add_argument("--follow", dest="subcommand", action="store_const", const="follow", default="run",
+                                help="systemd: the unit of `mqbridge follow` (mqbridge-NAME-follow.service), which "
+                                     "sends landed rows on per [[forwards]], beside the bridge's")
 
 
 def cmd_service(args: argparse.Namespace) -> int:
     """Run one `mqbridge service ...` command."""
+    if args.kind == "windows" and getattr(args, "subcommand", "run") != "run":
+        raise ServiceError("--follow writes a systemd unit; a Windows service runs `mqbridge run` only")
     if args.kind == "windows":
         if sys.platform != "win32":
             raise ServiceError("--windows installs a Windows service and only works on Windows "
@@ -71,7 +76,7 @@ def _load(args: argparse.Namespace) -> tuple[BridgeConfig, Path]:
 
 def _systemd_unit_name(args: argparse.Namespace) -> str:
     config, _path = _load(args)
-    return unit_name(config.bridge.name)
+    return unit_name(config.bridge.name, getattr(args, "subcommand", "run"))
 
 
 def _install_systemd(args: argparse.Namespace) -> int:
@@ -79,7 +84,9 @@ def _install_systemd(args: argparse.Namespace) -> int:
     config, path = _load(args)
     user = args.user or DEFAULT_USER
     watchdog = parse_duration(args.watchdog) if args.watchdog is not None else None
-    spec = UnitSpec.from_config(config, path, user=user, watchdog=watchdog)
+    if args.subcommand == "follow" and not config.forwards:
+        raise ServiceError(f"{path}: no [[forwards]]: `mqbridge follow` would have nothing to send")
+    spec = UnitSpec.from_config(config, path, user=user, watchdog=watchdog, subcommand=args.subcommand)
     text = render_unit(spec)
     if args.print_only:
         sys.stdout.write(text)
@@ -100,8 +107,9 @@ def _install_systemd(args: argparse.Namespace) -> int:
         raise ServiceError(f"cannot write {exc.filename or target}: {exc.strerror or exc} (run as root?)") from None
     for directory in created:
         print(f"created {directory}")
-    print(f"wrote {target}\nnext: systemctl daemon-reload && systemctl enable --now {spec.unit_name}\n"
-          f"      (reload the configuration and plugins: systemctl reload {spec.unit_name})")
+    print(f"wrote {target}\nnext: systemctl daemon-reload && systemctl enable --now {spec.unit_name}")
+    if spec.subcommand == "run":
+        print(f"      (reload the configuration and plugins: systemctl reload {spec.unit_name})")
     return 0
 
 

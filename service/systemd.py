@@ -69,9 +69,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def unit_name(bridge_name: str) -> str:
-    """`mqbridge-<name>.service`, with characters systemd does not allow in unit names as "-"."""
-    return f"mqbridge-{_UNIT_NAME_CHARS.sub('-', bridge_name)}.service"
+def unit_name(bridge_name: str, subcommand: str = "run") -> str:
+    """`mqbridge-<name>.service` (`mqbridge-<name>-follow.service` for `mqbridge follow`), with
+    characters systemd does not allow in unit names as "-"."""
+    suffix = "" if subcommand == "run" else f"-{subcommand}"
+    return f"mqbridge-{_UNIT_NAME_CHARS.sub('-', bridge_name)}{suffix}.service"
 
 
 def _seconds(value: float) -> str:
@@ -107,10 +109,12 @@ class UnitSpec:
     readable: list[Path] = field(default_factory=list)  # code and configuration the service reads
     private: list[Path] = field(default_factory=list)  # writable directories created 0700 (state_dir)
     working_dir: Path | None = None
+    subcommand: str = "run"  # or "follow": the standing reverse path, a service of its own
 
     @classmethod
     def from_config(cls, config: BridgeConfig, config_file: Path, *, user: str = DEFAULT_USER,
-                    command: list[str] | None = None, watchdog: float | None = None) -> UnitSpec:
+                    command: list[str] | None = None, watchdog: float | None = None,
+                    subcommand: str = "run") -> UnitSpec:
         """The unit of a loaded configuration. Writable: the warehouse (a local one), `state_dir` and
         the log file's directory; `watchdog` defaults to four control intervals, at least 60 s."""
         state = config.resolve_path(config.bridge.state_dir)
@@ -130,11 +134,11 @@ class UnitSpec:
         return cls(name=config.bridge.name, command=command, config_file=config_file, user=user,
                    shutdown_timeout=config.bridge.shutdown_timeout, watchdog=watchdog,
                    writable=_unique([_clean(p) for p in writable]), readable=[_clean(p) for p in readable],
-                   private=[_clean(state)], working_dir=_clean(state))
+                   private=[_clean(state)], working_dir=_clean(state), subcommand=subcommand)
 
     @property
     def unit_name(self) -> str:
-        return unit_name(self.name)
+        return unit_name(self.name, self.subcommand)
 
 
 def _clean(path: Path) -> Path:
@@ -155,7 +159,8 @@ def render_unit(spec: UnitSpec) -> str:
     lines = [
         "# Written by `mqbridge service install --systemd`; `mqbridge service remove --systemd` removes it.",
         "[Unit]",
-        f"Description=mqbridge {_one_line(spec.name).replace('%', '%%')}: message queues to Spark tables",
+        f"Description=mqbridge {_one_line(spec.name).replace('%', '%%')}: "
+        + ("message queues to Spark tables" if spec.subcommand == "run" else "landed rows forwarded ([[forwards]])"),
         "Wants=network-online.target",
         "After=network-online.target",
         "",
@@ -173,21 +178,28 @@ def render_unit(spec: UnitSpec) -> str:
 def _process_lines(spec: UnitSpec) -> list[str]:
     """How systemd starts, watches, reloads and stops the bridge, as which user and where."""
     exec_start = " ".join([executable(spec.command[0]), *(quote(w, command=True) for w in
-                                                        [*spec.command[1:], "run", "--config", str(spec.config_file)])])
-    lines = [
-        "Type=notify",
-        "NotifyAccess=main",
-        f"ExecStart={exec_start}",
-        "ExecReload=/bin/kill -HUP $MAINPID",
-        "Restart=on-failure",
-        "RestartSec=5s",
-        f"WatchdogSec={_seconds(spec.watchdog) if spec.watchdog > 0 else '0'}",
-        f"TimeoutStartSec={_seconds(START_TIMEOUT)}",
-        f"TimeoutStopSec={_seconds(spec.shutdown_timeout + STOP_MARGIN)}",
-        "# SIGTERM to the bridge only: the Spark JVM (a child) is needed until the drain is done.",
-        "KillMode=mixed",
-        f"User={spec.user}",
-    ]
+                                                        [*spec.command[1:], spec.subcommand, "--config",
+                                                         str(spec.config_file)])])
+    if spec.subcommand == "follow":
+        # `mqbridge follow` sends no sd_notify and reads the configuration once: a simple service,
+        # stopped by SIGTERM after its current batch (its Spark JVM is a child it reads through).
+        lines = ["Type=simple", f"ExecStart={exec_start}", "Restart=on-failure", "RestartSec=5s",
+                 f"TimeoutStopSec={_seconds(STOP_MARGIN + 30)}", "KillMode=mixed", f"User={spec.user}"]
+    else:
+        lines = [
+            "Type=notify",
+            "NotifyAccess=main",
+            f"ExecStart={exec_start}",
+            "ExecReload=/bin/kill -HUP $MAINPID",
+            "Restart=on-failure",
+            "RestartSec=5s",
+            f"WatchdogSec={_seconds(spec.watchdog) if spec.watchdog > 0 else '0'}",
+            f"TimeoutStartSec={_seconds(START_TIMEOUT)}",
+            f"TimeoutStopSec={_seconds(spec.shutdown_timeout + STOP_MARGIN)}",
+            "# SIGTERM to the bridge only: the Spark JVM (a child) is needed until the drain is done.",
+            "KillMode=mixed",
+            f"User={spec.user}",
+        ]
     if spec.working_dir is not None:
         lines.append(f"WorkingDirectory={plain_path(spec.working_dir)}")
     lines.append("Environment=PYTHONUNBUFFERED=1")

@@ -7,7 +7,8 @@ takes, it grows to two and then halves back to one (the latency guard), so that 
 retires finish their units of work while messages flow. Every message lands once (counted like a
 total-queue checker: none lost, none duplicated, none moved aside), and /status, `mqbridge status`,
 /metrics and the log say each change and why; the threads it adds are not counted as threads created
-(restarts: an alert watches that counter)."""
+(restarts: an alert watches that counter). A second test kills (`kill -9`) an `mqbridge run` just as it
+doubles its threads, and a second run drains the queue: every message once."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from mqbridge.app import build_app
 from mqbridge.monitoring.status_client import render
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import RunningBridge, listener_toml
-from tests.support.exactly_once import free_port
+from tests.support.exactly_once import account, bodies, free_port
 from tests.support.plugin_bridge import plugin_config, rows_of, write_plugin
+from tests.support.processes import landed, mqbridge, run_until_idle, stomp_config
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -56,8 +58,8 @@ def test_the_bridge_doubles_threads_while_the_rate_rises_and_halves_them_above_t
     grow_q, halve_q = unique_queue("adaptive-grow"), unique_queue("adaptive-halve")
     sent = {q: [f"{q[-8:]}-{i:05d}".encode() for i in range(MESSAGES[kind])]
             for q, kind in ((grow_q, "grow"), (halve_q, "halve"))}
-    for queue, bodies in sent.items():
-        amq.put_many(queue, bodies)
+    for queue, queued in sent.items():
+        amq.put_many(queue, queued)
     write_plugin(tmp_path, "slow", SLOW)
     body = ('\n[types.grow]\nbulk_size = "2MB"\nbulk_timeout = "1s"\n'
             '\n[types.halve]\nbulk_size = "2MB"\nbulk_timeout = "1s"\nlatency = "50ms"\n'
@@ -115,3 +117,33 @@ def test_the_bridge_doubles_threads_while_the_rate_rises_and_halves_them_above_t
         text = render("http://x", status, True, "")
         assert (f"listener {name}: {threads} threads (adaptive, up to {entry['threads_max']}), {threads} alive; "
                 f"last change at {entry['tuned_at']}: {entry['tuning']}") in text
+
+
+def test_a_bridge_killed_while_it_adds_threads_loses_and_duplicates_nothing(tmp_path: Path, spark: Any,
+                                                                             amq: AmqClient) -> None:
+    # Given a backlog read by an `mqbridge run` whose thread count is adaptive
+    queue = unique_queue("adaptive-kill")
+    sent = bodies(8_000, "adaptive-kill")
+    amq.put_many(queue, sent)
+    write_plugin(tmp_path, "slow", SLOW)
+    config = stomp_config(tmp_path, queue, threads=None, batch=100, extra_bridge='plugin_dirs = ["plugins"]',
+                          extra_listener='preprocessors = ["slow"]')
+    log = tmp_path / "killed.log"
+
+    # When it is killed (kill -9) as soon as it has doubled its threads, units of both in flight
+    with log.open("w") as out:
+        proc = mqbridge("run", "--config", str(config), stdout=out)
+    try:
+        wait_until(lambda: "threads 1 -> 2 (adaptive" in log.read_text() or proc.poll() is not None, 180,
+                   "the bridge to double its threads")
+    finally:
+        proc.kill()
+        proc.wait(60)
+    assert "threads 1 -> 2 (adaptive" in log.read_text(), log.read_text()[-4000:]
+    # and a second run drains the queue
+    run_until_idle(config, idle="2s")
+
+    # Then every message is in the table once: none lost, none duplicated, none moved aside
+    accounting = account(sent, landed(spark, tmp_path / "landing" / "orders"))
+    assert accounting.clean, accounting
+    assert amq.depth(queue) == 0 and amq.depth(queue + ".backout") == 0

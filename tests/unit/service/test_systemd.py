@@ -184,3 +184,41 @@ def test_install_creates_the_state_dir_private_whatever_the_umask(tmp_path: Path
     for directory in ("landing", "log"):
         assert stat.S_IMODE((tmp_path / "etc" / directory).stat().st_mode) == 0o775
     assert f"created {state}" in capsys.readouterr().out
+
+
+def test_the_follow_unit_runs_mqbridge_follow_as_a_simple_service_beside_the_bridge(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a configuration with a forward (and one without)
+    command = executable(tmp_path / "venv" / "bin" / "mqbridge")
+    plain = write_config(tmp_path / "etc", name="east")
+    config_file = plain.parent / "forwarding.toml"
+    config_file.write_text(plain.read_text() + '\n[[forwards]]\nname = "out"\ntable = "orders"\nsource = "amq"\n'
+                                               'to = ["/queue/billing"]\n')
+    units = tmp_path / "units"
+    units.mkdir()
+
+    # When the follow unit is rendered and installed
+    spec = UnitSpec.from_config(load_config(config_file), config_file, user="root", command=[str(command)],
+                                subcommand="follow")
+    unit = settings(render_unit(spec))
+    assert main(["service", "install", "--systemd", "--follow", "--config", str(config_file), "--user", "root",
+                 "--unit-dir", str(units)]) == 0
+
+    # Then it is mqbridge-<name>-follow.service, a simple service (follow sends no sd_notify) that runs
+    # `follow`, with the bridge's hardening; systemd's parser accepts it; remove --follow deletes it
+    assert spec.unit_name == "mqbridge-east-follow.service"
+    assert unit["Type"] == ["simple"] and "WatchdogSec" not in unit and "ExecReload" not in unit
+    assert unit["ExecStart"] == [f"{command} follow --config {config_file}"]
+    assert unit["ProtectSystem"] == ["strict"] and unit["KillMode"] == ["mixed"]
+    assert "enable --now mqbridge-east-follow.service" in capsys.readouterr().out
+    installed = units / "mqbridge-east-follow.service"
+    result = verify(installed)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert main(["service", "remove", "--systemd", "--follow", "--config", str(config_file),
+                 "--unit-dir", str(units)]) == 0
+    assert not installed.exists()
+
+    # And a configuration without [[forwards]] gets no follow unit
+    assert main(["service", "install", "--systemd", "--follow", "--config", str(plain), "--user", "root",
+                 "--unit-dir", str(units)]) == 1
+    assert "no [[forwards]]" in capsys.readouterr().err
