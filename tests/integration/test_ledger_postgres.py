@@ -54,6 +54,11 @@ def test_records_bulks_and_identities_like_the_embedded_ledger(pg: PostgresServe
         ledger.prepare("big", "orders", [], many)
         ledger.mark_published("big")
         assert ledger.published(many + ["other"]) == set(many)
+        # what `mqbridge follow` asks: a table's bulks published since a time, oldest first
+        listed = ledger.published_since("orders", 0.0, 10)
+        assert [b for b, _, _ in listed] == ["b1", "big"] and [n for _, _, n in listed] == [2, 2500]
+        assert [b for b, _, _ in ledger.published_since("orders", listed[1][1], 1)] == ["big"]
+        assert ledger.published_since("invoices", 0.0, 10) == [] and ledger.newest_publication() == listed[1][1]
         stats = ledger.stats()
         assert stats.bulks == {"prepared": 0, "published": 2} and stats.identities == 2502 and stats.file_bytes > 0
         assert ledger.prune(-1) == 2502  # everything is older than a negative window
