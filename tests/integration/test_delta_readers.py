@@ -4,6 +4,7 @@ table: `mqbridge where` names the version that committed a message's bulk and, a
 (by delta-rs), that its row is gone from the newest version; `mqbridge ledger --verify` counts each
 bulk's rows in the table (a deleted row counted apart, a duplicated bulk an error); `mqbridge replay
 --as-of-version` reads the version before the purge (time travel) and sends every row once; `mqbridge
+follow` forwards the newest version's rows once, saying which bulk lost a row to the purge; `mqbridge
 ledger --abandon` decides a killed bridge's prepared bulk by the table's log (committed: recorded
 published; not: its version fenced, then forgotten), and the next run lands every message once;
 `[spark] catalog = true` registers the Delta table by name in a Hive metastore, read by a separate
@@ -52,6 +53,14 @@ def delta_rows(table: Path) -> collections.Counter[bytes]:
     """How often each body is in the newest version of the Delta table, read by delta-rs."""
     rows = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["body"]).column("body").to_pylist()
     return collections.Counter(bytes(b) for b in rows)
+
+
+def purged_body(sent: list[bytes], target: dict[str, Any], table: Path) -> list[bytes]:
+    """The body of the row a purge deleted (the one of `sent` the table's newest version lacks)."""
+    rows = delta_rows(table)
+    gone = [b for b in sent if b not in rows]
+    assert len(gone) == 1, f"{len(gone)} rows missing from the newest version, one expected ({target['msg_id']})"
+    return gone
 
 
 def prepared_bulk(config: Path) -> Any:
@@ -111,6 +120,20 @@ def test_where_verify_and_replay_read_the_delta_table_and_a_version_before_a_pur
     assert code == 0 and "120 rows sent now" in out, out[-4000:]
     # Then every row arrived once, the purged one too
     accounting = account(sent, collections.Counter(bytes(f.body) for f in amq.drain(destination)))
+    assert accounting.clean, accounting
+
+    # When `mqbridge follow` forwards the table's bulks from the landing ledger (a forward that starts
+    # with every bulk the ledger holds)
+    followed = unique_queue("delta-followed")
+    config.write_text(config.read_text() + f'\n[[forwards]]\nname = "all"\ntable = "orders"\nsource = "amq"\n'
+                                           f'to = ["{followed}"]\nstart = "all"\nevery = "300ms"\n')
+    code, out = command("follow", "--config", str(config), "--until-idle", "2s", timeout=600)
+    # Then it reads the Delta table: every row of the newest version arrives once, and the bulk whose
+    # row the purge deleted is said
+    assert code == 0 and f"forward all to {followed}: 119 rows sent now" in out, out[-4000:]
+    assert f"bulk {target['bulk_id']} landed " in out and "are left there (purged before the forward" in out, out
+    accounting = account([b for b in sent if b not in purged_body(sent, target, table)],
+                         collections.Counter(bytes(f.body) for f in amq.drain(followed)))
     assert accounting.clean, accounting
 
     # When a bulk's rows are in the table twice (appended again by hand)
