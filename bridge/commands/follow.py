@@ -84,7 +84,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
         sessions = SparkSessions(cfg.spark, secrets=DriverSecrets.of(cfg), create=start_session, state_dir=state_dir)
         sessions.get()
         follower = Follower(forwards, lambda name: table_under(warehouse, name), sessions, landing, ledger,
-                            open_target, time.time)
+                            open_target, time.time, max(t.bulk_size for t in cfg.types.values()))
         print(f"following {', '.join(f.name for f in forwards)}", flush=True)
         follower.run(stop, until_idle=args.until_idle)
         for lanes in follower.lanes.values():

@@ -60,8 +60,11 @@ log = logging.getLogger("mqbridge.follow")
 
 #: Seconds looked back before a forward's mark for bulks published late (module docstring).
 MARGIN = 300.0
-#: Rows read from the table per pass: bulks are taken, oldest first, until their rows pass this.
+#: Rows read from the table per pass: bulks are taken, oldest first, until their rows pass this ...
 READ_ROWS = 20_000
+#: ... or their bytes may (a bulk counted at the largest `bulk_size` of the types): the rows of a pass
+#: are held in memory while they are sent. A bulk larger than both is read alone.
+READ_BYTES = 64 << 20
 #: Bulks asked of the landing ledger per pass.
 BULKS_PER_PASS = 2_000
 #: The longest wait between passes after a failure, in seconds.
@@ -132,6 +135,7 @@ class Follower:
     ledger: FollowLedger
     open_target: TargetFactory
     now: Callable[[], float]
+    bulk_bytes: int  # the most a bulk can hold: the largest `bulk_size` of the configuration's types
     lanes: dict[str, list[Lane]] = field(default_factory=dict)
     backouts: dict[str, Lane] = field(default_factory=dict)  # by backout lane id: open backout queue targets
     refusals: dict[str, dict[str, int]] = field(default_factory=dict)  # lane id -> row key -> times refused
@@ -188,7 +192,8 @@ class Follower:
         pending = [b for b in bulks if any(b.bulk_id not in finished[lane.id] for lane in lanes)]
         chunk: list[Published] = []
         for bulk in pending:
-            if chunk and sum(b.identities for b in chunk) + bulk.identities > READ_ROWS:
+            counted = sum(b.identities for b in chunk) + bulk.identities
+            if chunk and (counted > READ_ROWS or (len(chunk) + 1) * self.bulk_bytes > READ_BYTES):
                 break
             chunk.append(bulk)
         sent, held_at = 0, []  # held_at: when the bulks a refused row holds were published
