@@ -185,11 +185,8 @@ class Follower:
 
     def _pass(self, forward: ForwardConfig, stop: threading.Event) -> PassResult:
         lanes = self.lanes[forward.name]
-        since, floor = self._mark(forward)
-        bulks = [Published(*b) for b in self.landing.published_since(forward.table, max(floor, since - MARGIN),
-                                                                      BULKS_PER_PASS)]
-        finished = {lane.id: self.ledger.finished(lane.id, [b.bulk_id for b in bulks]) for lane in lanes}
-        pending = [b for b in bulks if any(b.bulk_id not in finished[lane.id] for lane in lanes)]
+        bulks, pending, full = self.pending(forward)
+        finished = {lane.id: self.ledger.finished(lane.id, [b.bulk_id for b in pending]) for lane in lanes}
         chunk: list[Published] = []
         for bulk in pending:
             counted = sum(b.identities for b in chunk) + bulk.identities
@@ -215,8 +212,28 @@ class Follower:
             self._move_mark(forward, lanes, min(unfinished))
         elif bulks:
             self._move_mark(forward, lanes, bulks[-1].at)
-        return PassResult(sent, more=bool(rest) or len(bulks) == BULKS_PER_PASS,
+        return PassResult(sent, more=bool(rest) or full,
                           moving=bool(held_at) and forward.backout_queue is not None)
+
+    def pending(self, forward: ForwardConfig) -> tuple[list[Published], list[Published], bool]:
+        """(the bulks looked at, those some lane of `forward` has not finished, whether the ledger has more
+        after them). Looks from the mark less MARGIN, a page of BULKS_PER_PASS at a time, on past pages
+        every lane has finished (more than a page may be published within MARGIN)."""
+        lanes = self.lanes[forward.name]
+        since, floor = self._mark(forward)
+        start = max(floor, since - MARGIN)
+        seen: dict[str, Published] = {}
+        pending: list[Published] = []
+        while True:
+            page = [Published(*b) for b in self.landing.published_since(forward.table, start, BULKS_PER_PASS)]
+            new = [b for b in page if b.bulk_id not in seen]
+            seen.update((b.bulk_id, b) for b in new)
+            finished = {lane.id: self.ledger.finished(lane.id, [b.bulk_id for b in new]) for lane in lanes}
+            pending += [b for b in new if any(b.bulk_id not in finished[lane.id] for lane in lanes)]
+            full = len(page) == BULKS_PER_PASS
+            if pending or not full or page[-1].at <= start:  # (a page of one instant cannot be paged by time)
+                return list(seen.values()), pending, full
+            start = page[-1].at
 
     def _mark(self, forward: ForwardConfig) -> tuple[float, float]:
         """(mark, floor) of `forward`: it looks for bulks from the mark less MARGIN, never before the

@@ -1,13 +1,17 @@
 """The follow ledger (a real SQLite file): per lane, the row keys of a bulk being sent, the bulks
 finished (their keys and batches deleted then), each forward's mark and floor; and the landing
-ledger's list of bulks published since a time, which a forward reads."""
+ledger's list of bulks published since a time, which a forward reads, a page at a time."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+
+from mqbridge.config.forwards import ForwardConfig
 from mqbridge.landing.ledger.sqlite import SqliteLedger
-from mqbridge.resend.follow import FollowLedger, lane_id
+from mqbridge.resend.follow import Follower, FollowLedger, lane_id, runner
 
 
 def test_a_bulk_being_sent_keeps_its_keys_until_finished_then_only_its_id(tmp_path: Path) -> None:
@@ -64,4 +68,32 @@ def test_the_landing_ledger_lists_a_tables_bulks_published_since_oldest_first(tm
     assert [b for b, _, _ in ledger.published_since("orders", listed[1][1], 10)] == ["c"]
     assert len(ledger.published_since("orders", 0.0, 1)) == 1
     assert ledger.newest_publication() == max(at for _, at, _ in ledger.published_since("invoices", 0.0, 10) + listed)
+    ledger.close()
+
+
+def test_a_forward_pages_past_finished_bulks_to_the_ones_not_sent(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given more bulks published within the look-back margin than a page holds, all but the last
+    # three finished by the forward's one destination
+    monkeypatch.setattr(runner, "BULKS_PER_PASS", 10)
+    landing = SqliteLedger.open(tmp_path / "ledger.sqlite3", owner="test")
+    ids = [f"bulk{n:02d}" for n in range(25)]
+    for bulk in ids:
+        landing.prepare(bulk, "orders", (), [f"{bulk}-1"])
+        landing.mark_published(bulk)
+    ledger = FollowLedger.in_state_dir(tmp_path / "state")
+    forward = ForwardConfig(name="f", table="orders", source="amq", to=["/queue/x"], start="all")
+    follower = Follower([forward], lambda name: name, None, landing, ledger,  # type: ignore[arg-type]
+                        lambda lane: None, time.time, 1)  # type: ignore[arg-type,return-value]
+    lane = follower.lanes["f"][0]
+    for bulk, at, _ in landing.published_since("orders", 0.0, 100)[:22]:
+        ledger.finish(lane.id, bulk, bulk, 1, at)
+
+    # When it looks for bulks to send
+    seen, pending, full = follower.pending(forward)
+
+    # Then it has paged past the finished ones to the three it has not sent
+    assert [b.bulk_id for b in pending] == ids[22:]
+    assert [b.bulk_id for b in seen] == ids and not full
+    landing.close()
     ledger.close()
