@@ -5,8 +5,9 @@ there sent on to each of the forward's destinations, once (`mqbridge follow`).
 and the time it was published; once it says published, the bulk's rows are in the table. A pass asks
 it for the bulks of the forward's table published since the forward's mark, less `MARGIN`: a bulk
 another bridge published a moment earlier by its clock, but made visible a moment later (two bridges
-sharing a PostgreSQL ledger), is still found. Bulks a lane has finished are skipped; the mark moves to
-the first bulk not finished by every lane. A new forward starts with the bulks published from its
+sharing a PostgreSQL ledger), is still found. Bulks a lane has finished are skipped (a page of them at
+a time: more than a page may fall within the margin); the mark moves to the first bulk not finished by
+every lane. A new forward starts with the bulks published from its
 first pass on (`start = "new"`), or with every bulk the ledger still holds (`"all"`).
 
 **Each row once per destination.** A lane is one forward's one destination, with an id in the follow
