@@ -26,6 +26,7 @@ _HELP: dict[str, tuple[str, str]] = {
 
 exit codes:
   0  stopped by a signal, or idle for --until-idle
+  1  could not start: Spark, or the landing ledger (a failure while running is retried, not an exit)
   2  configuration error: no [[forwards]], no such forward, no landing ledger yet, a source kind that
      cannot be sent to"""),
     "replay": (
