@@ -222,3 +222,6 @@ def test_the_follow_unit_runs_mqbridge_follow_as_a_simple_service_beside_the_bri
     assert main(["service", "install", "--systemd", "--follow", "--config", str(plain), "--user", "root",
                  "--unit-dir", str(units)]) == 1
     assert "no [[forwards]]" in capsys.readouterr().err
+    # and a Windows service runs `mqbridge run` only
+    assert main(["service", "install", "--windows", "--follow", "--config", str(config_file)]) == 1
+    assert "--follow writes a systemd unit" in capsys.readouterr().err
