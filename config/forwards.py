@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field, field_validator
 
 from mqbridge.config.base import Duration, Model, check_table, parse_duration
-from mqbridge.config.results import STOMP_NOT_ALLOWED, ListenerConfig
+from mqbridge.config.results import ListenerConfig, reachable_problem
 from mqbridge.config.sources import SourceConfig
 from mqbridge.errors import Loc
 
@@ -93,24 +93,11 @@ def forward_problems(forwards: Sequence[ForwardConfig], sources: Mapping[str, So
             if forward.backout_queue in forward.to:
                 problems.append(((*where, "backout_queue"), "is one of the forward's destinations"))
         for key, destination in keyed:
-            problem = _destination_problem(destination, source)
+            problem = reachable_problem(destination, source, "no consumer could read the rows there",
+                                        "cannot be sent to by a forward")
             if (forward.source, destination) in read:
                 problem = (f"{destination} is read by a listener of this configuration: each row sent there would "
                            "land again and be sent again, without end")
             if problem:
                 problems.append((key, problem))
     return problems
-
-
-def _destination_problem(destination: str, source: SourceConfig) -> str | None:
-    if source.kind == "stomp":
-        if not destination.startswith("/"):
-            return f"a STOMP destination starts with /queue/, /topic/, /exchange/ or /amq/queue/: {destination!r}"
-        if destination.startswith(STOMP_NOT_ALLOWED):
-            return f"{destination!r}: a temporary or reply destination lives only as long as one connection"
-        return None
-    if source.kind == "mq":
-        if destination.startswith("/"):
-            return f"{destination!r} looks like a STOMP destination; an IBM MQ source puts to a queue name"
-        return None
-    return f"a {source.kind} source cannot be sent to by a forward"

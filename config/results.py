@@ -46,26 +46,35 @@ _MQ_QUEUE = re.compile(r"[A-Za-z0-9._/%]{1,48}")
 
 def destination_problem(destination: str, source: SourceConfig) -> str | None:
     """Why a listener on `source` cannot send results to `destination` (None: it can)."""
+    problem = reachable_problem(destination, source, "no station could read the results there", "sends no results")
+    if (problem is None and source.kind == "stomp" and getattr(source, "commit_mode", None) == "receipted"
+            and getattr(source, "broker", None) != "rabbitmq"):
+        # RabbitMQ: confirmed before the ACK (no atomic transaction there), sent twice if the bridge dies between.
+        return ('needs commit_mode = "transactional": a result sent outside the ACKs\' transaction could be '
+                "sent twice for one message")
+    return problem
+
+
+def reachable_problem(destination: str, source: SourceConfig, gone: str, cannot: str) -> str | None:
+    """Why nothing can be sent to `destination` through `source` for others to read (None: it can): not a
+    destination of the source's kind, or one that lives only as long as one connection (`gone` says
+    what that means for the sender); `cannot` ends the sentence for a kind that cannot be sent to."""
     if source.kind == "stomp":
         if not destination.startswith("/"):
             return ("a STOMP destination starts with /queue/, /topic/ (or RabbitMQ's /exchange/, /amq/queue/); "
                     f"{destination!r} looks like an IBM MQ queue name")
         if destination.startswith(STOMP_NOT_ALLOWED):
             return (f"{destination!r} is not allowed: a temporary or reply destination lives only as long as one "
-                    "connection, so no station could read the results there")
-        if getattr(source, "commit_mode", None) == "receipted" and getattr(source, "broker", None) != "rabbitmq":
-            # RabbitMQ: confirmed before the ACK (no atomic transaction there), sent twice if the bridge dies between.
-            return ('needs commit_mode = "transactional": a result sent outside the ACKs\' transaction could be '
-                    "sent twice for one message")
+                    f"connection, so {gone}")
         return None
     if source.kind == "mq":
         if destination.startswith("/"):
-            return (f"{destination!r} looks like a STOMP destination; an IBM MQ source puts results to a queue of "
+            return (f"{destination!r} looks like a STOMP destination; an IBM MQ source puts to a queue of "
                     "its queue manager (a local, alias or remote queue name)")
         if not _MQ_QUEUE.fullmatch(destination):
             return f"{destination!r} is not an IBM MQ queue name (1 to 48 characters of A-Z a-z 0-9 . _ / %)"
         return None
-    return f"a {source.kind} source sends no results"
+    return f"a {source.kind} source {cannot}"
 
 
 def results_to_problems(types: Mapping[str, TypeConfig], sources: Mapping[str, SourceConfig],

@@ -45,11 +45,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mqbridge.errors import one_line
 from mqbridge.landing.session import connect_session_lost, connection_lost
 from mqbridge.landing.verdicts import row_bulk_id
 from mqbridge.resend.follow.ledger import FollowLedger
 from mqbridge.resend.replay.rows import ReplayRow, Selection, read_rows
-from mqbridge.resend.replay.runner import ReplayTarget, send_batch
+from mqbridge.resend.replay.runner import ReplayTarget, send_batch, settle
 
 if TYPE_CHECKING:
     from mqbridge.config.forwards import ForwardConfig
@@ -154,7 +155,7 @@ class Follower:
                 result = self.pass_over(stop)
             except Exception as exc:  # an outage or a refusal: the next pass settles and sends again
                 retry = min(RETRY_MAX, max(1.0, retry * 2))
-                log.warning("follow: a pass failed (%s); the next in %.0fs", _reason(exc), retry)
+                log.warning("follow: a pass failed (%s); the next in %.0fs", one_line(exc), retry)
                 self.close_targets()
                 stop.wait(retry)
                 continue
@@ -186,8 +187,7 @@ class Follower:
 
     def _pass(self, forward: ForwardConfig, stop: threading.Event) -> PassResult:
         lanes = self.lanes[forward.name]
-        bulks, pending, full = self.pending(forward)
-        finished = {lane.id: self.ledger.finished(lane.id, [b.bulk_id for b in pending]) for lane in lanes}
+        bulks, pending, finished, full = self.pending(forward)
         chunk: list[Published] = []
         for bulk in pending:
             counted = sum(b.identities for b in chunk) + bulk.identities
@@ -216,24 +216,27 @@ class Follower:
         return PassResult(sent, more=bool(rest) or full,
                           moving=bool(held_at) and forward.backout_queue is not None)
 
-    def pending(self, forward: ForwardConfig) -> tuple[list[Published], list[Published], bool]:
-        """(the bulks looked at, those some lane of `forward` has not finished, whether the ledger has more
-        after them). Looks from the mark less MARGIN, a page of BULKS_PER_PASS at a time, on past pages
-        every lane has finished (more than a page may be published within MARGIN)."""
+    def pending(self, forward: ForwardConfig) -> tuple[list[Published], list[Published], dict[str, set[str]], bool]:
+        """(the bulks looked at, those some lane of `forward` has not finished, the ids each lane has
+        finished among them, whether the ledger has more after them). Looks from the mark less MARGIN,
+        a page of BULKS_PER_PASS at a time, on past pages every lane has finished (more than a page may
+        be published within MARGIN)."""
         lanes = self.lanes[forward.name]
         since, floor = self._mark(forward)
         start = max(floor, since - MARGIN)
         seen: dict[str, Published] = {}
         pending: list[Published] = []
+        done: dict[str, set[str]] = {lane.id: set() for lane in lanes}
         while True:
             page = [Published(*b) for b in self.landing.published_since(forward.table, start, BULKS_PER_PASS)]
             new = [b for b in page if b.bulk_id not in seen]
             seen.update((b.bulk_id, b) for b in new)
-            finished = {lane.id: self.ledger.finished(lane.id, [b.bulk_id for b in new]) for lane in lanes}
-            pending += [b for b in new if any(b.bulk_id not in finished[lane.id] for lane in lanes)]
+            for lane in lanes:
+                done[lane.id] |= self.ledger.finished(lane.id, [b.bulk_id for b in new])
+            pending += [b for b in new if any(b.bulk_id not in done[lane.id] for lane in lanes)]
             full = len(page) == BULKS_PER_PASS
             if pending or not full or page[-1].at <= start:  # (a page of one instant cannot be paged by time)
-                return list(seen.values()), pending, full
+                return list(seen.values()), pending, done, full
             start = page[-1].at
 
     def _mark(self, forward: ForwardConfig) -> tuple[float, float]:
@@ -266,7 +269,7 @@ class Follower:
             rows = list(read_rows(spark, self.tables(forward.table), selection))
         except Exception as exc:
             if connection_lost(exc) or connect_session_lost(exc):
-                self.spark.reset(spark, _reason(exc))
+                self.spark.reset(spark, one_line(exc))
             raise
         for row in rows:
             by_bulk.setdefault(ledger_ids[row.key.split("/", 1)[0]], []).append(row)
@@ -337,7 +340,7 @@ class Follower:
                 self._target(lane)
                 if destination_full(refused):
                     raise
-                reason = _reason(refused)
+                reason = one_line(refused)
             counted = self.refusals.setdefault(lane.id, {})
             counted[row.key] = counted.get(row.key, 0) + 1
             threshold, backout = lane.forward.backout_threshold, lane.forward.backout_queue
@@ -370,7 +373,7 @@ class Follower:
             assert lane.forward.backout_queue is not None
             aside = Lane(lane.forward, lane.forward.backout_queue, backout)
             aside.target = self.open_target(aside)
-            settle(aside, aside.target, self.ledger)
+            settle_lane(aside, aside.target, self.ledger)
             self.backouts[backout] = aside
         target = self.backouts[backout].target
         assert target is not None
@@ -388,28 +391,15 @@ class Follower:
         """The lane's target, opened if closed; a new one first settles the batches left in doubt."""
         if lane.target is None:
             lane.target = self.open_target(lane)
-            settle(lane, lane.target, self.ledger)
+            settle_lane(lane, lane.target, self.ledger)
         return lane.target
 
 
-def settle(lane: Lane, target: ReplayTarget, ledger: FollowLedger) -> None:
-    """The lane's batches left in doubt (a kill, a lost connection): marked sent where their marker is
-    at the target, forgotten (their rows go again) where it is not."""
-    doubtful = ledger.in_doubt(lane.id)
-    if not doubtful:
-        return
-    committed = target.committed(doubtful)
-    for batch_id in doubtful:
-        if batch_id in committed:
-            ledger.mark_sent(lane.id, batch_id)
-        else:
-            ledger.forget(lane.id, batch_id)
-    target.release()
-    log.info("forward %s: %d batches to %s left in doubt: %d had been sent, %d had not (sent again)",
-             lane.forward.name, len(doubtful), lane.destination, len(committed & set(doubtful)),
-             len(set(doubtful) - committed))
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+def settle_lane(lane: Lane, target: ReplayTarget, ledger: FollowLedger) -> None:
+    """The lane's batches left in doubt, settled as a replay settles them (`replay.runner.settle`);
+    said once when there were any."""
+    sent, again = settle(target, ledger, lane.id)
+    if sent or again:
+        target.release()
+        log.info("forward %s: %d batches to %s left in doubt: %d had been sent, %d had not (sent again)",
+                 lane.forward.name, sent + again, lane.destination, sent, again)

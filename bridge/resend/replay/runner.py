@@ -88,18 +88,10 @@ def replay(rows: Iterable[ReplayRow], target: ReplayTarget, ledger: ReplayLedger
     `before_sending` is called with the keys of the rows sent already (by earlier runs), after the
     batches in doubt are resolved and before anything is sent; it refuses by raising."""
     report = ReplayReport()
-    doubtful = ledger.in_doubt(replay_id)
-    if doubtful:
-        committed = target.committed(doubtful)
-        for batch_id in doubtful:
-            if batch_id in committed:
-                ledger.mark_sent(replay_id, batch_id)
-                report.resolved_sent += 1
-            else:
-                ledger.forget(replay_id, batch_id)
-                report.resolved_again += 1
-        say(f"{len(doubtful)} batches a killed run left in doubt: {report.resolved_sent} had been sent, "
-            f"{report.resolved_again} had not (their rows are sent now)")
+    report.resolved_sent, report.resolved_again = settle(target, ledger, replay_id)
+    if report.resolved_sent or report.resolved_again:
+        say(f"{report.resolved_sent + report.resolved_again} batches a killed run left in doubt: "
+            f"{report.resolved_sent} had been sent, {report.resolved_again} had not (their rows are sent now)")
     done = ledger.keys(replay_id)
     if before_sending is not None:
         before_sending(done)
@@ -118,6 +110,23 @@ def replay(rows: Iterable[ReplayRow], target: ReplayTarget, ledger: ReplayLedger
         target.committed([report.last_batch])
     target.release()
     return report
+
+
+def settle(target: ReplayTarget, ledger: ReplayLedger, replay_id: str) -> tuple[int, int]:
+    """The batches of `replay_id` a kill (or a lost connection) left in doubt, decided by their markers
+    at `target`: marked sent where the marker is there, forgotten (their rows go again) where it is
+    not. (How many had been sent, how many had not.)"""
+    doubtful = ledger.in_doubt(replay_id)
+    if not doubtful:
+        return 0, 0
+    committed = target.committed(doubtful)
+    for batch_id in doubtful:
+        if batch_id in committed:
+            ledger.mark_sent(replay_id, batch_id)
+        else:
+            ledger.forget(replay_id, batch_id)
+    sent = sum(1 for batch_id in doubtful if batch_id in committed)
+    return sent, len(doubtful) - sent
 
 
 def _send(rows: list[ReplayRow], target: ReplayTarget, ledger: ReplayLedger, replay_id: str,

@@ -33,7 +33,8 @@ def test_a_forward_is_read_with_its_defaults() -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     (forward(source="nope"), "forwards[0].source: 'nope' is not a configured source"),
     (forward(to='"BILLING"'), "forwards[0].to[0]: a STOMP destination starts with"),
-    (forward(to='"/temp-queue/x"'), "forwards[0].to[0]: '/temp-queue/x': a temporary or reply destination"),
+    (forward(to='"/temp-queue/x"'), "forwards[0].to[0]: '/temp-queue/x' is not allowed: a temporary or reply "
+                                    "destination"),
     (forward(to='"/queue/orders"'), "forwards[0].to[0]: /queue/orders is read by a listener of this configuration"),
     (forward(to='"/queue/a", "/queue/a"'), "forwards[0].to: a destination is named twice"),
     (forward(to=""), "forwards[0].to"),

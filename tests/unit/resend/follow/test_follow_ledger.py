@@ -90,10 +90,10 @@ def test_a_forward_pages_past_finished_bulks_to_the_ones_not_sent(tmp_path: Path
         ledger.finish(lane.id, bulk, bulk, 1, at)
 
     # When it looks for bulks to send
-    seen, pending, full = follower.pending(forward)
+    seen, pending, finished, full = follower.pending(forward)
 
     # Then it has paged past the finished ones to the three it has not sent
     assert [b.bulk_id for b in pending] == ids[22:]
-    assert [b.bulk_id for b in seen] == ids and not full
+    assert [b.bulk_id for b in seen] == ids and not full and finished[lane.id] == set(ids[:22])
     landing.close()
     ledger.close()
