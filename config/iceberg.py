@@ -1,5 +1,5 @@
 """`[spark.iceberg]`: the Iceberg catalog of the types with `table_format = "iceberg"`, and what the
-rest of a configuration may not ask of those types yet.
+rest of a configuration may not ask of those types (yet).
 
 The bridge's Spark driver reaches the catalog as the Spark catalog `ICEBERG_CATALOG` ("mqbridge");
 Java's JdbcCatalog keeps that name in its `catalog_name` column, so a reader without Spark (pyiceberg's
@@ -36,7 +36,7 @@ CATALOG_DIR = ICEBERG_CATALOG_DIR
 BULK_ID_PROPERTY = "mqbridge.bulk-id"
 APP_ID_PROPERTY = "mqbridge.app-id"
 VERSION_PROPERTY = "mqbridge.version"
-#: What a configuration is told when it asks an Iceberg type for what this step does not build.
+#: What a configuration is told when it asks an Iceberg type for what is not built.
 NOT_BUILT = "not built yet for Iceberg tables"
 
 
@@ -109,11 +109,11 @@ def plaintext_problem(section: IcebergSection) -> str | None:
             "allow_plaintext_password = true to accept the risk")
 
 
-def iceberg_problems(spark: Any, types: Any, compaction: Any) -> list[tuple[Loc, str]]:
+def iceberg_problems(spark: Any, types: Any) -> list[tuple[Loc, str]]:
     """What a configuration asks of its Iceberg types that is refused (each with its key and why): a
     Spark Connect `remote` (a server would go on committing a dead bridge's append, which no fence
-    stops: Iceberg has no idempotent append), a `retention` / `max_rows` / `[compaction]` (the purge
-    and the compaction are not built yet for Iceberg tables), an object store or HDFS warehouse."""
+    stops: Iceberg has no idempotent append), an object store or HDFS warehouse (not built yet).
+    (`retention`, `max_rows` and `[compaction]` are Iceberg's own commits: `mqbridge.maintenance.iceberg`.)"""
     names = sorted(n for n, t in types.items() if (t.table_format or spark.table_format) == "iceberg")
     if not names:
         return []
@@ -126,14 +126,6 @@ def iceberg_problems(spark: Any, types: Any, compaction: Any) -> list[tuple[Loc,
     if not isinstance(spark.warehouse, Path):
         problems.append((("spark", "warehouse"), f"Iceberg tables on {spark.warehouse} are {NOT_BUILT}: use a local "
                          "warehouse directory, or land these types as delta"))
-    for name in names:
-        for key in ("retention", "max_rows"):
-            if getattr(types[name], key) is not None:
-                problems.append((("types", name, key), f"the purge is {NOT_BUILT} (type {name} lands in one): "
-                                 "remove it"))
-    if compaction.interval is not None:
-        problems.append((("compaction", "interval"), f"the compaction is {NOT_BUILT} (types {', '.join(names)} land "
-                         "in them): remove [compaction] interval, or land these types as delta"))
     return problems
 
 

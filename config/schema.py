@@ -264,10 +264,12 @@ class PurgeSection(Model):
     threshold: float = Field(default=0.5, ge=0, lt=1, description="The scheduled retention purges a container "
                              "only when more than this fraction of its rows is designated (default: more "
                              "designated than not); a container whose rows are all designated is always dropped")
-    vacuum_retention: Duration = Field(default=parse_duration("7d"), ge=0, description="Delta tables: after a "
-                                       "purge or compaction, VACUUM removes the files they dropped from the table "
-                                       "this long ago (Delta's default 7d); time travel to a version before a purge "
-                                       "works until then")
+    vacuum_retention: Duration = Field(default=parse_duration("7d"), ge=0, description="Delta and Iceberg tables: "
+                                       "after a purge or compaction, VACUUM (Delta) removes the files they dropped "
+                                       "from the table this long ago (Delta's default 7d), expire_snapshots (Iceberg) "
+                                       "the snapshots older than this, and remove_orphan_files the files no snapshot "
+                                       "reads older than this or 24h, whichever is longer; time travel to a version "
+                                       "or snapshot before a purge works until then")
     min_free_disk: Size | None = Field(default=None, gt=0, description="Free bytes the purge keeps on the "
                                        "warehouse's file system: below it, after the retentions and row caps, the "
                                        "oldest rows of every type purged are designated until enough is freed "
@@ -322,7 +324,7 @@ class BridgeConfig(Model):
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
-        problems.extend(iceberg_problems(self.spark, self.types, self.compaction))
+        problems.extend(iceberg_problems(self.spark, self.types))
         problems.extend(forward_problems(self.forwards, self.sources, self.listeners, self.bridge.exactly_once))
         if problems:
             raise KeyedError(problems)

@@ -5,9 +5,8 @@
 The seam hands a format a table's location only; an Iceberg table is reached through its catalog,
 which this format takes from the configuration loaded in the process (`mqbridge.config.iceberg.bound`,
 bound by the loader). Reading back without Spark (`mqbridge tables`, `where`, `ledger --verify`,
-`--abandon`, the schema check) is pyiceberg's (`mqbridge.landing.iceberg_read`, built beside this
-step); the purge and the compaction are not built yet for Iceberg tables (the configuration refuses
-them, and these methods say so).
+`--abandon`, the schema check) is pyiceberg's (`mqbridge.landing.iceberg_read`); the purge and the
+compaction are Iceberg's own commits through the same catalog (`mqbridge.maintenance.iceberg`).
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, cast
 
-from mqbridge.config.iceberg import ICEBERG_CATALOG, NOT_BUILT, bound
+from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
 from mqbridge.config.warehouse import Location
-from mqbridge.errors import ConfigError
 from mqbridge.landing import iceberg
 from mqbridge.landing.rows import IDENTITY_COLUMN
 from mqbridge.table_formats.base import CompactionDone, TableCompaction, TableFormat, TablePurger
@@ -37,13 +35,10 @@ if TYPE_CHECKING:
     from mqbridge.landing.verdicts import Verdict
     from mqbridge.maintenance.compaction.planner import Facts, Plan
     from mqbridge.maintenance.engine.costs import CostModel
+    from mqbridge.maintenance.iceberg.compaction import IcebergCompaction
     from mqbridge.maintenance.purge.purger import ContainerPlan
 
 log = logging.getLogger(__name__)
-
-def _not_built(what: str) -> NoReturn:
-    raise ConfigError(f"{what} is {NOT_BUILT}")
-
 
 class IcebergFormat(TableFormat):
     """An Apache Iceberg table of the configuration's catalog (see the module docstring)."""
@@ -113,13 +108,13 @@ class IcebergFormat(TableFormat):
 
     def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,
              as_of_timestamp: str | None = None) -> Any:
-        """The table by its catalog name; `as_of_version` is a snapshot id, `as_of_timestamp` a time."""
+        """The table by its catalog name; `as_of_version` is a snapshot id, `as_of_timestamp` a time. (Iceberg
+        1.12 on Spark 4.1 refuses its own `snapshot-id` read option: Spark's `versionAsOf` takes the id.)"""
         reader = spark.read
         if as_of_version is not None:
-            reader = reader.option("snapshot-id", str(as_of_version))
+            reader = reader.option("versionAsOf", str(as_of_version))
         elif as_of_timestamp is not None:
-            millis = spark.sql(f"SELECT CAST(unix_millis(timestamp'{as_of_timestamp}') AS STRING) AS m").first()["m"]
-            reader = reader.option("as-of-timestamp", millis)
+            reader = reader.option("timestampAsOf", as_of_timestamp)
         return reader.table(bound().identifier(_name_of(table)))
 
     def check_time_travel(self, table: str) -> None:
@@ -226,41 +221,67 @@ class IcebergFormat(TableFormat):
             log.warning("ledger rebuild: Iceberg table %s: %d bulks adopted", name, adopted)
         return learnt
 
-    # -- maintenance (not built yet) -----------------------------------------------------------
+    # -- maintenance ----------------------------------------------------------------------------------
     def purger(self, spark: Any, model: CostModel, *, vacuum_retention: float, counters: Counters,
                stop: threading.Event) -> TablePurger:
-        _not_built("the purge")
+        """Iceberg's own commits, a DELETE (position deletes) or a copy per partition
+        (`mqbridge.maintenance.iceberg.purger`)."""
+        from mqbridge.maintenance.iceberg.purger import IcebergPurger
+
+        return IcebergPurger(spark, model, vacuum_retention, counters=counters, stop=stop)
 
     def recover(self, table: Location) -> None:
-        return None  # every append is one snapshot commit: nothing is ever half done
+        return None  # every append, purge and compaction is one snapshot commit: nothing is ever half done
 
     def purge_summary(self, purger: TablePurger, table: Location, vacuum_retention: float) -> list[str]:
-        _not_built("the purge")
+        """The strategies that ran, the rows left, the snapshots expired, and the snapshot to time-travel
+        to for the rows the purge removed (until it expires)."""
+        from mqbridge.maintenance.iceberg.purger import IcebergPurger
+
+        run = cast(IcebergPurger, purger).summary(table)
+        ran = ", ".join(f"{strategy} {n}" for strategy, n in sorted(run.strategies.items())) or "nothing"
+        lines = [f"Iceberg table: purged by {ran}; {run.rows_left} rows left (snapshot {run.snapshot_after}); "
+                 f"{run.expired} snapshots expired"]
+        if run.snapshot_after != run.snapshot_before and run.snapshot_before is not None and vacuum_retention > 0:
+            lines.append(f"the rows purged stay readable as of snapshot {run.snapshot_before} (`mqbridge replay "
+                         f"--as-of-version {run.snapshot_before}`) until it expires, {vacuum_retention:.0f}s after "
+                         "this purge ([purge] vacuum_retention)")
+        return lines
 
     def compaction(self, spark: Any, model: CostModel, *, small_file_size: int, target_file_size: int,
                    vacuum_retention: float, counters: Counters, stop: threading.Event) -> TableCompaction:
-        """A compaction whose every step says it is not built yet (the configuration refuses
-        `[compaction] interval` with Iceberg types; `mqbridge compact` reaches this)."""
-        return _NotBuiltCompaction()
+        """Facts from the table's metadata tables; `rewrite_data_files` sorted by put_timestamp
+        (`mqbridge.maintenance.iceberg.compaction`)."""
+        from mqbridge.maintenance.iceberg.compaction import IcebergCompaction
+
+        return _IcebergTableCompaction(IcebergCompaction(spark, model, small_file_size, vacuum_retention,
+                                                         counters=counters, stop=stop))
 
 
-class _NotBuiltCompaction(TableCompaction):
-    """The compaction of Iceberg tables: not built yet (each step raises ConfigError saying so)."""
+class _IcebergTableCompaction(TableCompaction):
+    """Facts from the table's current snapshot; `rewrite_data_files` sorted by put_timestamp; old
+    snapshots expired after compactions (a purge's run expires after its own commits)."""
+
+    def __init__(self, compaction: IcebergCompaction) -> None:
+        self.iceberg = compaction
 
     def recover(self, table: Location) -> None:
-        _not_built("the compaction")
+        return None
 
     def facts(self, table: Location, designated: Mapping[str, tuple[int, int]]) -> dict[str, Facts]:
-        _not_built("the compaction")
+        return self.iceberg.facts(table, dict(designated))
 
     def compact(self, table: Location, plan: Plan) -> CompactionDone | None:
-        _not_built("the compaction")
+        done = self.iceberg.rewrite(table, plan.put_date, plan.facts.files, plan.facts.rows)
+        return CompactionDone(done.seconds, done.files_after)
 
     def files_after_purge(self, table: Location, plan: Plan, container: ContainerPlan) -> int:
-        _not_built("the compaction")
+        # A DELETE leaves the data files (and adds a position delete file), a copy writes one, a drop none
+        return plan.facts.files if plan.action == "delete" else int(plan.action == "copy")
 
     def finish(self, table: Location, compacted: bool) -> None:
-        _not_built("the compaction")
+        if compacted:
+            self.iceberg.expire(table)
 
 
 def _table(location: Location) -> Any:
