@@ -1,0 +1,360 @@
+"""Purge and compaction of Iceberg tables (`table_format = "iceberg"`, the embedded JDBC catalog on SQLite)
+on a real Spark with Iceberg 1.12's runtime (jars/iceberg). One spawned child process keeps ONE Spark
+driver for every step (the bridge's own session, `create_spark_session`, which `mqbridge purge` and
+`mqbridge compact` then reuse: each command is run by `mqbridge.cli.main` in that child), so the module
+pays for one JVM start:
+
+1. the bare facts the purger rests on, with Spark SQL alone on a table of its own: a DELETE under
+   `write.delete.mode` = merge-on-read writes one position delete file and rewrites no data file; under
+   copy-on-write it rewrites the file holding the rows; `remove_orphan_files` refuses an age under 24 h;
+2. rows landed by the bridge's own Iceberg writer (`SparkExecutor`, one append per bulk: 5 files per
+   put_date), then `mqbridge purge --strategy delete` (position deletes), `mqbridge purge --strategy copy`
+   (the first day copied, the second dropped) with `vacuum_retention = "0s"` (snapshots expired, an old
+   orphan file removed, the snapshot before the purge no longer readable), more small files landed,
+   and `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files).
+
+Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
+exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
+and the compaction: each read sees the table whole, before or after a commit, never between."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.delta_tables import JARS
+from tests.support.purge import purge_bridge
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+pytest.importorskip("pyiceberg")
+
+T0 = datetime(2024, 6, 1, tzinfo=timezone.utc)
+#: Partition 2024-06-01: m0..m299, message n put n minutes after midnight; 2024-06-02: d0..d49.
+DAY1, DAY2, FILES = 300, 50, 5
+#: Every tenth message of the first day survives; the rest of that day is designated, in every file.
+NINETY_PERCENT = "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 10 != 0"
+#: Twenty messages of the first day, all in one of its files (file k holds the messages n % 5 == k).
+ONE_FILE = "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 5 = 0 AND cast(substring(msg_id, 2) AS INT) < 100"
+
+
+# --- the child's side: one Spark session for every step ------------------------------------------------
+
+_child: dict[str, Any] = {}
+
+
+def _session(config: str) -> Any:
+    """The child's session, as `mqbridge purge` starts it (made once; the configuration bound each call)."""
+    from mqbridge.config import load_config
+    from mqbridge.landing import create_spark_session
+    from mqbridge.table_formats import command_session_conf
+
+    cfg = load_config(config, secrets=False)
+    spark = create_spark_session(master=cfg.spark.master, app_name="iceberg-maintenance",
+                                 conf=command_session_conf(cfg), state_dir=cfg.resolve_path(cfg.bridge.state_dir))
+    _child["cfg"] = cfg
+    return spark
+
+
+def _bare_facts(config: str) -> dict[str, Any]:
+    """Iceberg 1.12's DELETE in each `write.delete.mode`, and remove_orphan_files' minimum age (Spark SQL
+    alone, a table `facts` of the catalog `mqbridge`)."""
+    spark = _session(config)
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS mqbridge.facts")
+    found: dict[str, Any] = {}
+    for mode in ("merge-on-read", "copy-on-write"):
+        name = f"mqbridge.facts.t_{mode.replace('-', '_')}"
+        spark.sql(f"CREATE TABLE {name} (id INT, put_date DATE) USING iceberg PARTITIONED BY (put_date) "
+                  f"TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = '{mode}')")
+        for k in range(FILES):
+            spark.sql(f"INSERT INTO {name} SELECT id, DATE'2024-06-01' FROM range({k}, {DAY1}, {FILES}) AS r(id)")
+        started = time.perf_counter()
+        spark.sql(f"DELETE FROM {name} WHERE id % 5 = 0 AND id < 100")  # 20 rows, all in one of the 5 files
+        seconds = time.perf_counter() - started
+        summary = spark.sql(f"SELECT operation, summary FROM {name}.snapshots ORDER BY committed_at DESC "
+                            "LIMIT 1").first()
+        found[mode] = {"operation": summary[0], "seconds": round(seconds, 2), "rows": spark.table(name).count(),
+                       **{k: int(summary[1].get(k) or 0) for k in (
+                           "added-data-files", "deleted-data-files", "added-position-delete-files",
+                           "added-position-deletes", "deleted-records")}}
+    try:
+        spark.sql("CALL mqbridge.system.remove_orphan_files(table => 'facts.t_copy_on_write', "
+                  f"older_than => TIMESTAMP '{datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S}')").collect()
+        found["orphans_now"] = "accepted"
+    except Exception as exc:
+        found["orphans_now"] = str(exc).splitlines()[0][:300]
+    return found
+
+
+def _land(config: str, first: int, count: int, per_bulk: int, day2: int = 0) -> None:
+    """Land messages m<first>..m<first+count-1> (put n minutes after midnight of the first day) in bulks
+    of `per_bulk` interleaved (bulk k holds the messages n % bulks == k), each bulk also holding
+    `day2 / bulks` messages d.. of the next day, by the bridge's own Iceberg writer."""
+    from mqbridge.counters import Counters
+    from mqbridge.landing.executor import SparkExecutor
+    from mqbridge.landing.landing import Landing
+    from mqbridge.landing.ledger import SqliteLedger, owner_id
+    from mqbridge.message import Bulk, Message
+
+    spark = _session(config)
+    cfg = _child["cfg"]
+    state, warehouse = cfg.resolve_path(cfg.bridge.state_dir), cfg.tables_warehouse()
+    ledger = SqliteLedger.open(state / "ledger.sqlite3", owner=owner_id())
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
+                      warehouse=warehouse)
+    executor = SparkExecutor(spark, warehouse, "orders", cfg.types["orders"], landing=landing,
+                             table_format="iceberg")
+    bulks = count // per_bulk
+    for k in range(bulks):
+        bulk = Bulk("orders")
+        for n in range(first + k, first + count, bulks):
+            put = T0 + timedelta(minutes=n)
+            bulk.add(Message(msg_id=f"m{n}", body=f"{n}:".encode() + bytes(range(256)), source="amq",
+                             destination="/queue/orders", message_type="orders", put_timestamp=put,
+                             received_timestamp=put))
+        for n in range(k * day2 // bulks, (k + 1) * day2 // bulks):
+            put = T0 + timedelta(days=1, minutes=n)
+            bulk.add(Message(msg_id=f"d{n}", body=b"next day", source="amq", destination="/queue/orders",
+                             message_type="orders", put_timestamp=put, received_timestamp=put))
+        results = executor.execute(bulk)
+        assert all(r.ok for r in results), results
+    landing.close()
+
+
+def _cli(config: str, *args: str) -> tuple[int, str]:
+    """`mqbridge ARGS --config CONFIG` in this child (its Spark session reused); (exit code, output)."""
+    from mqbridge import cli
+
+    _session(config)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = cli.main([args[0], "--config", config, *args[1:]])
+        except Exception:  # a Java error is not picklable: its traceback is the output
+            code = -1
+            out.write(traceback.format_exc())
+    return code, out.getvalue()
+
+
+def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
+    """The table's data and delete files per put_date, its snapshots, and its rows as of snapshot `as_of`
+    (and as of its commit time) read the way `mqbridge replay --as-of-version` (`--as-of-timestamp`) reads
+    (`IcebergFormat.read`), or why not."""
+    from mqbridge.table_formats.iceberg import FORMAT
+
+    spark = _session(config)
+    cfg = _child["cfg"]
+    name = "mqbridge.mqbridge.orders"
+    files = {(r[0], r[1]): r[2] for r in spark.sql(
+        f"SELECT cast(partition.put_date AS STRING), content, count(*) FROM {name}.files GROUP BY 1, 2").collect()}
+    snapshots = [int(r[0]) for r in spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at")
+                 .collect()]
+    found: dict[str, Any] = {"files": files, "snapshots": snapshots}
+    if as_of is not None:
+        table = cfg.tables_warehouse() / "orders"
+        try:
+            found["as_of_rows"] = FORMAT.read(spark, table, as_of_version=as_of).count()
+            # and as of the time that snapshot was committed (`mqbridge replay --as-of-timestamp`)
+            committed = spark.sql(f"SELECT cast(committed_at AS STRING) FROM {name}.snapshots WHERE snapshot_id = "
+                                  f"{as_of}").first()[0]
+            found["as_of_time_rows"] = FORMAT.read(spark, table, as_of_timestamp=committed).count()
+        except Exception as exc:
+            found["as_of_rows"] = str(exc).splitlines()[0][:300]
+    return found
+
+
+# --- the test's side -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def child() -> Iterator[ProcessPoolExecutor]:
+    if not any((JARS / "iceberg").glob("iceberg-spark-runtime-*.jar")):
+        pytest.fail(f"the Iceberg jars are missing from {JARS / 'iceberg'}: run scripts/jars.sh iceberg")
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def call(pool: ProcessPoolExecutor, fn: Any, *args: Any) -> Any:
+    return pool.submit(fn, *args).result(timeout=300)
+
+
+def catalog_properties(base: Path) -> dict[str, str]:
+    return {"type": "sql", "uri": f"sqlite:///{base / 'landing' / '_iceberg' / 'catalog.db'}",
+            "init_catalog_tables": "false"}
+
+
+def msg_ids(properties: dict[str, str]) -> collections.Counter[str]:
+    """How often each msg_id is in the table's current snapshot, read by pyiceberg (position deletes applied)."""
+    from pyiceberg.catalog import load_catalog
+
+    table = load_catalog("mqbridge", **properties).load_table(("mqbridge", "orders"))
+    return collections.Counter(table.scan(selected_fields=("msg_id",)).to_arrow().column("msg_id").to_pylist())
+
+
+def exactly(properties: dict[str, str], expected: set[str]) -> None:
+    """The table holds exactly `expected`, each once: 0 lost, 0 duplicated, 0 unexpected."""
+    rows = msg_ids(properties)
+    lost, unexpected = expected - set(rows), set(rows) - expected
+    duplicated = sorted(i for i, n in rows.items() if n > 1)
+    assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), (sorted(lost)[:5], duplicated[:5],
+                                                                        sorted(unexpected)[:5])
+
+
+class Reader:
+    """A thread reading the table by pyiceberg over and over, recording each read's rows (as a frozenset;
+    a read with a duplicated row is recorded as such)."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        self.properties = properties
+        self.reads: list[frozenset[str]] = []
+        self.duplicated = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="iceberg-reader", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rows = msg_ids(self.properties)
+            except Exception as exc:  # the SQLite catalog busy with a commit: not a torn read, read again
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+            else:
+                self.duplicated += any(n > 1 for n in rows.values())
+                self.reads.append(frozenset(rows))
+            self._stop.wait(0.25)  # a read costs CPU the commands under test share (2 cores)
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def only_whole(self, *states: set[str]) -> None:
+        """Every read was one of `states` (the table before or after a commit), none with a duplicate."""
+        torn = [r for r in self.reads if set(r) not in states]
+        print(f"reader: {len(self.reads)} reads, {len(self.failures)} refused by the catalog, {len(torn)} torn")
+        assert self.reads and not torn and not self.duplicated, (len(self.reads), len(torn), self.duplicated,
+                                                                  self.failures[:3])
+
+
+def config_for(tmp_path: Path, vacuum_retention: str) -> str:
+    """`mqbridge purge`/`compact`'s configuration for an Iceberg type `orders` (tests.support.purge): the
+    operator's equal per-row costs and no fixed partition cost, 2 shuffle partitions, 3 small files
+    compact a partition."""
+    path = tmp_path / "bridge.toml"
+    (purge_bridge().set("spark", table_format="iceberg", jars_dir=str(JARS), writer="spark", master="local[2]")
+     .set("spark.conf", **{"spark.sql.shuffle.partitions": "2"})
+     .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0,
+          vacuum_retention=vacuum_retention)
+     .set("compaction", small_files=3)
+     .set("types.orders").write(path))
+    return str(path)
+
+
+def number(msg_id: str) -> int:
+    return int(msg_id[1:])
+
+
+def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survivors(
+        tmp_path: Path, child: ProcessPoolExecutor) -> None:
+    started = time.monotonic()
+    config = config_for(tmp_path, "7d")
+    properties = catalog_properties(tmp_path)
+
+    # The bare facts: merge-on-read DELETE writes position deletes, copy-on-write rewrites the file
+    facts = call(child, _bare_facts, config)
+    print("bare facts:", facts)
+    mor, cow = facts["merge-on-read"], facts["copy-on-write"]
+    assert (mor["operation"], mor["added-position-delete-files"], mor["added-position-deletes"],
+            mor["added-data-files"], mor["deleted-data-files"], mor["rows"]) == ("delete", 1, 20, 0, 0, 280), mor
+    assert (cow["operation"], cow["added-position-delete-files"], cow["added-data-files"], cow["deleted-data-files"],
+            cow["deleted-records"], cow["rows"]) == ("overwrite", 0, 1, 1, 60, 280), cow
+    assert "less than 24 hours" in facts["orphans_now"], facts
+
+    # Given 5 bulks landed by the bridge's Iceberg writer: 5 files in each of two put_date partitions
+    call(child, _land, config, 0, DAY1, DAY1 // FILES, DAY2)
+    every = {f"m{n}" for n in range(DAY1)} | {f"d{n}" for n in range(DAY2)}
+    exactly(properties, every)
+    landed = call(child, _table_facts, config)
+    assert landed["files"] == {("2024-06-01", 0): FILES, ("2024-06-02", 0): FILES}, landed
+
+    # When `mqbridge purge --strategy delete` designates 20 rows of the first day, all in one file
+    with Reader(properties) as reader:
+        code, out = call(child, _cli, config, "purge", "--where", ONE_FILE, "--strategy", "delete")
+    print(out)
+
+    # Then one position delete file holds them (no data file rewritten), exactly those rows go, every read
+    # saw the table before or after, and the snapshot before the purge still reads them
+    assert code == 0, out
+    assert "put_date=2024-06-01  designated 20/300" in out and "strategy delete  measured" in out, out
+    survivors = every - {f"m{n}" for n in range(0, 100, 5)}
+    exactly(properties, survivors)
+    reader.only_whole(every, survivors)
+    before = landed["snapshots"][-1]
+    deleted = call(child, _table_facts, config, before)
+    assert deleted["files"] == {("2024-06-01", 0): FILES, ("2024-06-01", 1): 1, ("2024-06-02", 0): FILES}, deleted
+    assert deleted["as_of_rows"] == deleted["as_of_time_rows"] == len(every), deleted
+    assert f"orders: Iceberg table: purged by delete 1; {len(survivors)} rows left" in out, out
+    assert f"as of snapshot {before}" in out, out
+
+    # When a purge copies the first day's survivors (90% of it designated) and drops the second day, with
+    # snapshots kept 0 s, and an orphan file (no snapshot reads it) two days old lies in the table's folder
+    config = config_for(tmp_path, "0s")
+    orphan = tmp_path / "landing" / "orders" / "data" / "orphan.parquet"
+    orphan.write_bytes(b"not a snapshot's")
+    os.utime(orphan, (time.time() - 2 * 86400,) * 2)
+    with Reader(properties) as reader:
+        code, out = call(child, _cli, config, "purge", "--where", f"({NINETY_PERCENT}) OR msg_id LIKE 'd%'",
+                         "--strategy", "copy")
+    print(out)
+
+    # Then the first day is one sorted file of its survivors, the second is gone, every read was whole, the
+    # old snapshots expired (the one before this purge can no longer be read) and the orphan is removed
+    assert code == 0, out
+    assert "put_date=2024-06-01  designated 260/280" in out and "strategy copy  measured" in out, out
+    assert "put_date=2024-06-02  designated 50/50" in out and "strategy drop  measured" in out, out
+    copied = {i for i in survivors if i.startswith("m") and number(i) % 10 == 0}
+    exactly(properties, copied)
+    reader.only_whole(survivors, copied | {f"d{n}" for n in range(DAY2)}, copied)  # the copy's, then the drop's commit
+    after_copy = call(child, _table_facts, config, deleted["snapshots"][-1])
+    assert after_copy["files"] == {("2024-06-01", 0): 1}, after_copy
+    assert len(after_copy["snapshots"]) == 1, after_copy
+    assert not isinstance(after_copy["as_of_rows"], int), after_copy
+    assert not orphan.exists()
+    assert f"orders: Iceberg table: purged by copy 1, drop 1; {len(copied)} rows left" in out, out
+
+    # When 5 more small bulks land into the first day (6 files) and `mqbridge compact` runs
+    call(child, _land, config, DAY1, 50, 10)
+    grown = copied | {f"m{n}" for n in range(DAY1, DAY1 + 50)}
+    assert call(child, _table_facts, config)["files"] == {("2024-06-01", 0): 6}
+    with Reader(properties) as reader:
+        code, out = call(child, _cli, config, "compact")
+    print(out)
+
+    # Then the partition is rewritten into one file, every row kept once, and every read was whole
+    assert code == 0, out
+    assert "action compact" in out and "1 files after" in out, out
+    exactly(properties, grown)
+    reader.only_whole(grown)
+    compacted = call(child, _table_facts, config)
+    assert compacted["files"] == {("2024-06-01", 0): 1}, compacted
+    assert len(compacted["snapshots"]) == 1, compacted  # expired after the compaction (0 s)
+    print(f"whole test {time.monotonic() - started:.1f}s")
