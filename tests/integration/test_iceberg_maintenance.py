@@ -6,12 +6,14 @@ pays for one JVM start:
 
 1. the bare facts the purger rests on, with Spark SQL alone on a table of its own: a DELETE under
    `write.delete.mode` = merge-on-read writes one position delete file and rewrites no data file; under
-   copy-on-write it rewrites the file holding the rows; `remove_orphan_files` refuses an age under 24 h;
+   copy-on-write it rewrites the file holding the rows; an overwrite validated against the snapshot it
+   read is refused after a late append to the partition; `remove_orphan_files` refuses an age under 24 h;
 2. rows landed by the bridge's own Iceberg writer (`SparkExecutor`, one append per bulk: 5 files per
    put_date), then `mqbridge purge --strategy delete` (position deletes), `mqbridge purge --strategy copy`
    (the first day copied, the second dropped) with `vacuum_retention = "0s"` (snapshots expired, an old
    orphan file removed, the snapshot before the purge no longer readable), more small files landed,
-   and `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files).
+   `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files), and `mqbridge purge` by
+   the type's row cap (`max_rows`).
 
 Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
 exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
@@ -90,6 +92,22 @@ def _bare_facts(config: str) -> dict[str, Any]:
                        **{k: int(summary[1].get(k) or 0) for k in (
                            "added-data-files", "deleted-data-files", "added-position-delete-files",
                            "added-position-deletes", "deleted-records")}}
+    # A copy's overwrite validated against the snapshot its survivors were read at, after a late append to
+    # the partition: refused, as the purger's `conflict` recognises (it then reads again and retries)
+    from pyspark.sql import functions as F
+
+    from mqbridge.maintenance.iceberg.purger import conflict
+
+    name = "mqbridge.facts.t_copy_on_write"
+    read_at = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    spark.sql(f"INSERT INTO {name} VALUES (1000, DATE'2024-06-01')")
+    try:
+        (spark.read.option("versionAsOf", str(read_at)).table(name).where("id >= 200").writeTo(name)
+         .option("validate-from-snapshot-id", str(read_at)).option("isolation-level", "serializable")
+         .overwrite(F.expr("put_date = DATE'2024-06-01'")))
+        found["late_append"] = ("committed", spark.table(name).count())
+    except Exception as exc:
+        found["late_append"] = ("refused", conflict(exc), spark.table(name).count())
     try:
         spark.sql("CALL mqbridge.system.remove_orphan_files(table => 'facts.t_copy_on_write', "
                   f"older_than => TIMESTAMP '{datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S}')").collect()
@@ -255,7 +273,7 @@ class Reader:
                                                                   self.failures[:3])
 
 
-def config_for(tmp_path: Path, vacuum_retention: str) -> str:
+def config_for(tmp_path: Path, vacuum_retention: str, **orders: Any) -> str:
     """`mqbridge purge`/`compact`'s configuration for an Iceberg type `orders` (tests.support.purge): the
     operator's equal per-row costs and no fixed partition cost, 2 shuffle partitions, 3 small files
     compact a partition."""
@@ -265,7 +283,7 @@ def config_for(tmp_path: Path, vacuum_retention: str) -> str:
      .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0,
           vacuum_retention=vacuum_retention)
      .set("compaction", small_files=3)
-     .set("types.orders").write(path))
+     .set("types.orders", **orders).write(path))
     return str(path)
 
 
@@ -288,6 +306,7 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     assert (cow["operation"], cow["added-position-delete-files"], cow["added-data-files"], cow["deleted-data-files"],
             cow["deleted-records"], cow["rows"]) == ("overwrite", 0, 1, 1, 60, 280), cow
     assert "less than 24 hours" in facts["orphans_now"], facts
+    assert facts["late_append"] == ("refused", True, 281), facts
 
     # Given 5 bulks landed by the bridge's Iceberg writer: 5 files in each of two put_date partitions
     call(child, _land, config, 0, DAY1, DAY1 // FILES, DAY2)
@@ -357,4 +376,14 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     compacted = call(child, _table_facts, config)
     assert compacted["files"] == {("2024-06-01", 0): 1}, compacted
     assert len(compacted["snapshots"]) == 1, compacted  # expired after the compaction (0 s)
+
+    # When `mqbridge purge` runs by the type's row cap (`max_rows = 60`, the lifted refusal), no --where
+    config = config_for(tmp_path, "0s", max_rows=60)
+    code, out = call(child, _cli, config, "purge")
+    print(out)
+
+    # Then the 10 oldest rows go (by the cost model: a delete of 10 rows), exactly the 60 youngest stay
+    assert code == 0, out
+    assert "put_date=2024-06-01  designated 10/70" in out and "strategy delete  measured" in out, out
+    exactly(properties, grown - {f"m{n}" for n in range(100, 200, 10)})
     print(f"whole test {time.monotonic() - started:.1f}s")
