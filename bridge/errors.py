@@ -177,12 +177,27 @@ class IdentityError(BridgeError):
 
 class DuplicateIdentityError(BridgeError):
     """`Ledger.prepare` found identities that a published bulk already holds (another process
-    landed them after this one checked). Back the unit of work out: on redelivery the check
-    finds them published and the messages are committed without landing again."""
+    landed them after this one checked). Their messages are given back, uncounted: on redelivery
+    the check finds them published and the messages are committed without landing again
+    (`mqbridge.landing.executor`)."""
 
     def __init__(self, message: str, identities: list[str]) -> None:
         super().__init__(message)
         self.identities = identities
+
+
+class IdentityClaimedError(DuplicateIdentityError):
+    """`Ledger.prepare` found identities that another *prepared* bulk holds: a bridge (this one or
+    another) that read the same message before its source gave it here again is landing it now.
+    Landing it here too could publish it twice, so these messages are given back, uncounted, and
+    on redelivery the look-up waits for that bulk's fate (`Landing.published`)."""
+
+
+class BulkFencedError(BridgeError):
+    """A prepared bulk of this process was decided by another one while this one could not finish
+    it (its owner's lease expired: a stalled or cut-off host; or an operator's `ledger --abandon`):
+    forgotten (rolled back, a transactional table's version fenced) or published by that process.
+    This process must not publish it again; a forgotten bulk's messages are given back, uncounted."""
 
 
 class ReplayRefusedError(BridgeError):

@@ -48,6 +48,9 @@ another process does against it:
     after_write_staged:FILE  a bulk write has staged its rows (nothing is published, and a write
                              that landed no rows has not cleaned up yet): the process creates
                              FILE.reached, then waits until FILE exists
+    holding_prepared:FILE    a bulk is prepared in the ledger (its claim on its identities), not yet
+                             published or committed: a live bridge in the middle of its landing;
+                             FILE.reached, then waits until FILE exists
 
 and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
 

@@ -71,6 +71,11 @@ class MessageResult:
     (`mqbridge.bulks.triage` decides it with a probe write). The listener gives such a message back
     without counting the delivery towards its backout threshold. Code that does not know the flag
     sees an ordinary RETRYABLE result, which is the safe reading.
+
+    `claimed` (with `outage`) says the message was given back because the landing ledger holds its
+    identity in another bulk (`IdentityClaimedError`, `DuplicateIdentityError`) or this process's
+    bulk was decided by another (`BulkFencedError`): nothing is wrong with the sink or the message,
+    so the listener gives it back uncounted, and neither the triage nor the sink's breaker acts.
     """
 
     msg_id: str
@@ -79,6 +84,7 @@ class MessageResult:
     bulk_id: str = ""
     outage: bool = False
     table: str = ""  # SUCCESS: the table it landed in
+    claimed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -96,6 +102,12 @@ class MessageResult:
     def sink_outage(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
         """RETRYABLE because the sink is unavailable: never counts towards a backout threshold."""
         return cls(msg_id, Outcome.RETRYABLE, reason, bulk_id, outage=True)
+
+    @classmethod
+    def given_back(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:
+        """RETRYABLE because the ledger holds the message's identity elsewhere (see `claimed`):
+        never counts towards a backout threshold, never trips the sink's breaker."""
+        return cls(msg_id, Outcome.RETRYABLE, reason, bulk_id, outage=True, claimed=True)
 
     @classmethod
     def permanent(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:

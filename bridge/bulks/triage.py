@@ -65,10 +65,12 @@ def settle(message_type: str, pairs: Pairs, *, run: Callable[[Bulk], Pairs],
     `probe()` does one probe write for the sink and raises if the sink cannot be written to. Without
     a probe (an executor that has none) the results stay as they are.
     """
-    failed = [i for i, (_m, r) in enumerate(pairs) if r.outcome is Outcome.RETRYABLE]
+    # Messages given back because the ledger holds them elsewhere (`MessageResult.claimed`) are
+    # neither the sink's failure nor their own: nothing to decide.
+    failed = [i for i, (_m, r) in enumerate(pairs) if r.outcome is Outcome.RETRYABLE and not r.claimed]
     if not failed:
         return Verdict(pairs)
-    outage = next((r.reason for _m, r in pairs if r.outage), "")
+    outage = next((r.reason for _m, r in pairs if r.outage and not r.claimed), "")
     if not outage and probe is not None:
         try:
             probe()
@@ -141,9 +143,9 @@ def _bisect(message_type: str, suspects: list[tuple[int, Message]], reason: str,
         failed: list[tuple[int, Message]] = []
         half_reason = reason
         for (index, message), (_m, result) in zip(half, results, strict=True):
-            if result.outage:
+            if result.outage and not result.claimed:
                 raise _Outage(result.reason)
-            if result.outcome is Outcome.RETRYABLE:
+            if result.outcome is Outcome.RETRYABLE and not result.claimed:
                 failed.append((index, message))
                 half_reason = result.reason
             else:

@@ -23,7 +23,14 @@ from pyspark.sql import SparkSession
 
 from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import ObjectStoreUri
-from mqbridge.errors import ConfigError, SinkOutageError, SparkUnavailableError, one_line
+from mqbridge.errors import (
+    BulkFencedError,
+    ConfigError,
+    DuplicateIdentityError,
+    SinkOutageError,
+    SparkUnavailableError,
+    one_line,
+)
 from mqbridge.landing.catalog import CatalogRegistrar
 from mqbridge.landing.containers import tables_of
 from mqbridge.landing.formats import BodyFormat, body_format
@@ -275,10 +282,38 @@ class SparkExecutor:
 
     def _write(self, bulk: Bulk, keep: list[int], table: str, path: Path | ObjectStoreUri, ledger_bulk_id: str,
                results: list[MessageResult | None]) -> None:
-        """Land the rows `keep` of `bulk` into `table` at `path` by the writer of the type's table format."""
+        """Land the rows `keep` of `bulk` into `table` at `path` by the writer of the type's table format.
+
+        The ledger may refuse the bulk's `prepare` because it holds some of its identities elsewhere:
+        published by another bulk, or prepared by another (a bridge that read the same messages before
+        their source gave them here again). Those messages are given back, uncounted (on redelivery
+        the look-up knows their fate), and the rest is written again under the same ledger bulk id
+        (the refusal recorded nothing). A bulk of this process that another decided meanwhile
+        (`BulkFencedError`) gives every message back the same way."""
         start = time.perf_counter()
-        landed = self.bulk_writes.write(bulk, keep, table, path, ledger_bulk_id, results)
+        while True:
+            try:
+                landed = self.bulk_writes.write(bulk, keep, table, path, ledger_bulk_id, results)
+                break
+            except DuplicateIdentityError as refused:
+                held = set(refused.identities)
+                back = [i for i in keep if (bulk.messages[i].identity or bulk.messages[i].msg_id) in held]
+                self._give_back(bulk, back, f"not landed here: {one_line(refused)}", results)
+                if not back:  # none of the rows named: not a conflict that leaving rows out resolves
+                    raise
+                keep = [i for i in keep if i not in set(back)]
+                if not keep:
+                    return
+            except BulkFencedError as fenced:
+                self._give_back(bulk, keep, one_line(fenced), results)
+                return
         self._landed(bulk, landed, table, path, ledger_bulk_id, results, start)
+
+    def _give_back(self, bulk: Bulk, rows: list[int], reason: str, results: list[MessageResult | None]) -> None:
+        """The rows `rows` of `bulk` go back to their source uncounted (`MessageResult.given_back`)."""
+        log.warning("type %s: bulk %s: %d messages given back: %s", self.message_type, bulk.bulk_id, len(rows), reason)
+        for i in rows:
+            results[i] = MessageResult.given_back(bulk.messages[i].msg_id, reason, bulk.bulk_id)
 
     def _landed(self, bulk: Bulk, landed: list[int], table: str, location: Path | str, ledger_bulk_id: str,
                 results: list[MessageResult | None], start: float) -> None:

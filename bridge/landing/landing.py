@@ -35,7 +35,7 @@ from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.counters import Counters
-from mqbridge.errors import LedgerUnavailableError, SinkOutageError, StuckBulkError, one_line
+from mqbridge.errors import BulkFencedError, LedgerUnavailableError, SinkOutageError, StuckBulkError, one_line
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions, app_id
 from mqbridge.landing.publication import (
     discard,
@@ -297,6 +297,7 @@ class Landing(Observer):
             discard(staging)
             raise
         failpoints.hit("after_prepare")
+        failpoints.wait("holding_prepared")  # tests only: another bridge meets the claim meanwhile
         self._until_published(bulk_id, table, lambda: publish(moves), transactional=False)
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
         self._janitor.submit(discard, staging)
@@ -323,6 +324,7 @@ class Landing(Observer):
         prepared_at = time.time()
         self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
         failpoints.hit("after_prepare")
+        failpoints.wait("holding_prepared")  # tests only: another bridge meets the claim meanwhile
         try:
             write(transaction)
         except Exception as exc:
@@ -364,6 +366,8 @@ class Landing(Observer):
                 self.ledger.mark_published(bulk_id)
                 return
             except Exception as exc:
+                if self._decided_elsewhere(bulk_id, table, exc):
+                    return
                 self.counters.inc("ledger_publish_retries")
                 log.error("bulk %s of table %s is prepared but could not be %s (retrying in %.0fs; a restart %s): %s",
                           bulk_id, table, "committed" if transactional else "published", delay,
@@ -371,6 +375,27 @@ class Landing(Observer):
                 if self._stop.wait(delay) and transactional:
                     raise
                 delay = min(delay * 2, PUBLISH_RETRY_MAX)
+
+    def _decided_elsewhere(self, bulk_id: str, table: str, exc: Exception) -> bool:
+        """After a failed attempt to publish this process's prepared `bulk_id`: whether another process
+        decided it meanwhile, because this one stalled or was cut off past its lease (or an operator
+        abandoned it). Published by that process: True, the bulk landed once. Forgotten (its files
+        removed, its table's version fenced): BulkFencedError, never tried again, since a publication
+        now would land its messages a second time. Still prepared, or the ledger not answering: False."""
+        try:
+            state = self.ledger.state_of(bulk_id)
+        except LedgerUnavailableError:
+            return False
+        if state == "published":
+            log.warning("bulk %s of table %s was published by another process while this one could not (%s)",
+                        bulk_id, table, one_line(exc))
+            return True
+        if state is None:
+            self.counters.inc("ledger_bulks_fenced")
+            raise BulkFencedError(f"bulk {bulk_id} of table {table} was decided by another process while this one "
+                                  f"could not publish it ({one_line(exc)}): its owner's lease had expired, or an "
+                                  "operator abandoned it; its messages go back to their queue") from exc
+        return False
 
     def probe(self) -> None:
         """The ledger's part of a sink's probe: one write transaction (LedgerUnavailableError if

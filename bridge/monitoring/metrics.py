@@ -91,6 +91,8 @@ HELP = {
                            "publication, ledger published), by table",
     "ledger_lookup_seconds": "Time of one unit of work's question to the ledger: which messages landed already",
     "ledger_publish_retries": "Attempts to publish a prepared bulk that failed and are retried",
+    "ledger_bulks_fenced": "Prepared bulks of this process that another decided while this one could not publish "
+                           "them (a lease expired: a stalled or cut-off host); their messages went back",
     "recovery_rolled_forward": "Prepared bulks of dead processes published by recovery",
     "recovery_rolled_back": "Prepared bulks of dead processes discarded (another bulk had landed their messages)",
     "sink_available": "1 while the sink (a message type's table) takes writes, 0 while its circuit breaker is open",
@@ -148,6 +150,7 @@ def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], 
     counters.inc("plugin_fallbacks", 0)
     if ledger:
         counters.inc("ledger_publish_retries", 0)
+        counters.inc("ledger_bulks_fenced", 0)
     if purge:
         counters.inc("purge_runs", 0)
         counters.inc("purge_failures", 0)

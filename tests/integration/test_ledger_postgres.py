@@ -16,12 +16,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from mqbridge.errors import DuplicateIdentityError, LedgerError
+from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError
 from mqbridge.landing.ledger.postgres import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
 from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_config
+from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -40,6 +41,9 @@ def test_records_bulks_and_identities_like_the_embedded_ledger(pg: PostgresServe
         ledger.prepare("b1", "orders", [("/t/_staging/x", "/t/part-b1-00000.parquet")], ["m1", "m2", "m2"])
         assert ledger.published(["m1", "m3"]) == set()  # prepared is not published
         assert [b.bulk_id for b in ledger.prepared_holding(["m2"])] == ["b1"]
+        with pytest.raises(IdentityClaimedError, match="in bulk b1 of host-a:100:1.00") as claimed:
+            ledger.prepare("b0", "orders", [], ["m0", "m2"])  # another bulk on its way to publishing m2
+        assert claimed.value.identities == ["m2"] and ledger.state_of("b0") is None
         assert ledger.landing_of("m1") is None  # prepared is not landed
         ledger.mark_published("b1")
         assert ledger.published(["m1", "m3", "m2"]) == {"m1", "m2"}
@@ -227,6 +231,55 @@ def test_a_bulk_in_flight_on_a_killed_host_is_neither_landed_twice_nor_lost(
     again = OutputReader(_on_another_host("host-a", config_a, None, "--until-idle", "3s"))
     assert again.wait(timeout=240) == 0, again.text()[-5000:]
     assert account(sent, landed(spark, table)).clean and leftovers(table) == []
+
+
+def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
+        tmp_path: Path, spark: Any, amq: AmqClient, pg: PostgresServer) -> None:
+    # Given 40 messages, and bridge A, which reads them through a connection the test can cut, stages
+    # them and stops before its ledger prepare (a long GC, a slow write: alive, its bulk on its way)
+    q = unique_queue("pg-race")
+    sent = bodies(40, "pr")
+    amq.put_many(q, sent)
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "race"\n'
+    proxy = TcpProxy(("127.0.0.1", 61613))
+    config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40, port=proxy.port,
+                            extra_bridge=ledger)
+    config_b = stomp_config(tmp_path, q, name="b.toml", state_dir="state-b", threads=1, batch=40, extra_bridge=ledger)
+    gate_a, gate_b = tmp_path / "gate-a", tmp_path / "gate-b"
+    table = tmp_path / "landing" / "orders"
+    run_a = OutputReader(mqbridge("run", "--config", str(config_a), failpoint=f"after_write_staged:{gate_a}"))
+    run_b: OutputReader | None = None
+    try:
+        wait_until(lambda: Path(f"{gate_a}.reached").exists(), 180, "bridge A to stage its bulk of the 40 messages")
+        # When A's connection to the broker is lost, so that the broker gives the 40 to bridge B, which
+        # finds them neither landed nor claimed, stages and prepares them, and holds its claim
+        assert proxy.cut() >= 1
+        run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s",
+                                      failpoint=f"holding_prepared:{gate_b}"))
+        wait_until(lambda: Path(f"{gate_b}.reached").exists(), 180, "bridge B to prepare the redelivered messages")
+        # and A goes on to its own prepare of the same messages while B's claim stands (A either gives
+        # them back or, were the claim not honoured, publishes them)
+        gate_a.touch()
+        wait_until(lambda: "messages given back" in run_a.text() or published_files(table) >= 1, 120,
+                   "bridge A to give back the messages B holds prepared (or to publish them)")
+        gate_b.touch()
+        assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
+    finally:
+        proxy.close()
+        for run in (run_a, run_b):
+            if run is not None and run.wait(0) is None:
+                run.proc.terminate()
+                if run.wait(60) is None:
+                    run.proc.kill()
+                    run.wait(30)
+    # Then every message is in the table once: A's prepare was refused, naming B's bulk, and A gave the
+    # messages back uncounted
+    out_a = run_a.text()
+    result = account(sent, landed(spark, table))
+    assert result.clean, f"{result}\n{out_a[-3000:]}"
+    assert "40 identities are in bulk" in out_a and "prepared and not yet published" in out_a, out_a[-5000:]
+    # and nothing moved, nothing left
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
 
 
 def test_counters_are_exact_on_postgresql(pg: PostgresServer) -> None:

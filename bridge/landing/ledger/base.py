@@ -12,11 +12,15 @@ Identities. An identity (the string the listener's rule gives, see `mqbridge.ide
 in at most one *published* bulk. The identities table is keyed by (identity, bulk_id), so one
 identity may sit in several *prepared* bulks: a bulk whose process died between prepare and
 publish keeps its rows until recovery decides its fate, and a redelivered message may be prepared
-again meanwhile. `prepare` refuses (`DuplicateIdentityError`) an identity a published bulk holds;
-recovery (`mqbridge.landing.publication.recover`) rolls a dead bulk back, not forward, when another bulk
-published one of its identities first. What remains open is two *live* processes preparing the
-same identity at once (only after the source redelivered a message a live bridge still held, i.e.
-its connection was lost): both may publish.
+again meanwhile. `prepare` refuses an identity a published bulk holds (`DuplicateIdentityError`)
+and one another prepared bulk holds (`IdentityClaimedError`): at most one bulk at a time may be on
+its way to publishing an identity, so two live processes that both read a redelivered message (the
+source gave it again after the first one's connection was lost) never both publish it. Whichever
+prepares second gives the message back; the first one's bulk is published by it, or decided by
+recovery once its owner is dead or its lease expired (`Landing.published`), and a process whose
+bulk was decided so can no longer publish it (`BulkFencedError`). Recovery
+(`mqbridge.landing.publication.recover`) rolls a dead bulk back, not forward, when another bulk
+published one of its identities first (a bulk prepared before this check existed).
 
 A ledger that is corrupt, unreadable or not a ledger raises `LedgerError` (never an empty start); a
 missing one is created and `Ledger.created` says so, so that the caller can warn that landings
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mqbridge.errors import DuplicateIdentityError, LedgerError, LedgerUnavailableError
+from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
 from mqbridge.landing.ledger.owners import judged_by_pid, owner_alive
 from mqbridge.landing.ledger.schema import ADD_COUNTS
 from mqbridge.landing.ledger.transactions import TableTransaction
@@ -99,7 +103,9 @@ class Ledger(ABC):
     listeners do not queue behind a bulk's `prepare` and its commit.
     """
 
-    #: The clause selecting the rows that hold the identities of one parameter (and a state).
+    #: The clause selecting the rows that hold the identities of one parameter, in bulks of any state.
+    HOLDING_ANY: str
+    #: The same, of one state (a second parameter).
     HOLDING: str
     #: Records the identities of one parameter (`_identities_parameter`) for a bulk (the first
     #: parameter): one statement, not one per identity. SQLite's driver lets go of the GIL around
@@ -258,15 +264,21 @@ class Ledger(ABC):
                 identities: Sequence[str], *, transaction: TableTransaction | None = None) -> None:
         """Record `bulk_id` as prepared, with its file moves (or, for a table that commits by its
         own transaction, that `transaction`) and identities, in one transaction.
-        Raises DuplicateIdentityError (and records nothing) if a published bulk holds any of the
-        identities."""
+        Records nothing and raises DuplicateIdentityError if a published bulk holds any of the
+        identities, IdentityClaimedError if another prepared bulk does (see the module docstring)."""
         unique = list(dict.fromkeys(identities))
         with self._write() as db:
-            taken = [row[0] for row in self._execute(db, f"SELECT DISTINCT i.identity {self.HOLDING}",
-                                                     (self._identities_parameter(unique), "published"))]
+            holders = self._execute(db, f"SELECT DISTINCT i.identity, b.state, b.bulk_id, b.owner {self.HOLDING_ANY}",
+                                    (self._identities_parameter(unique),)).fetchall()
+            taken = sorted({row[0] for row in holders if row[1] == "published"})
             if taken:
                 raise DuplicateIdentityError(f"bulk {bulk_id}: {len(taken)} identities already published "
                                              f"(e.g. {taken[0]!r})", taken)
+            claimed = sorted({row[0] for row in holders})
+            if claimed:
+                _identity, _state, holder, owner = holders[0]
+                raise IdentityClaimedError(f"bulk {bulk_id}: {len(claimed)} identities are in bulk {holder} of "
+                                           f"{owner}, prepared and not yet published (e.g. {claimed[0]!r})", claimed)
             self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
                           "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
                           (bulk_id, table, _record(moves, transaction), self.owner, time.time(), len(unique)))

@@ -48,8 +48,9 @@ def shown_url(url: str) -> str:
 class PostgresLedger(Ledger):
     """The ledger in a PostgreSQL schema; see the module docstring."""
 
-    HOLDING = ("FROM unnest(?::text[]) AS j(value) JOIN identities AS i ON i.identity = j.value "
-               "JOIN bulks AS b ON b.bulk_id = i.bulk_id WHERE b.state = ?")
+    HOLDING_ANY = ("FROM unnest(?::text[]) AS j(value) JOIN identities AS i ON i.identity = j.value "
+                   "JOIN bulks AS b ON b.bulk_id = i.bulk_id")
+    HOLDING = HOLDING_ANY + " WHERE b.state = ?"
     INSERT_IDENTITIES = ("INSERT INTO identities (identity, bulk_id) "
                          "SELECT j.value, ? FROM unnest(?::text[]) AS j(value)")
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "

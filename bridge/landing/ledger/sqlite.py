@@ -43,8 +43,8 @@ APPLICATION_ID = 0x6D716272  # "mqbr"
 #: its key, so the cost grows with the list, not with the ledger. Left to itself, SQLite's planner
 #: walks every published bulk through `bulks_by_state` (measured: 25 ms per 1,000 identities with 60
 #: bulks in the ledger, rising with every bulk of the dedupe window; 1.3 ms this way).
-_HOLDING = ("FROM json_each(?) AS j CROSS JOIN identities AS i ON i.identity = j.value "
-            "CROSS JOIN bulks AS b ON b.bulk_id = i.bulk_id WHERE b.state = ?")
+_HOLDING_ANY = ("FROM json_each(?) AS j CROSS JOIN identities AS i ON i.identity = j.value "
+                "CROSS JOIN bulks AS b ON b.bulk_id = i.bulk_id")
 #: The tables in SQLite's types (heartbeats by this host's clock, in epoch seconds).
 _STATEMENTS = schema_statements(seconds="REAL", heartbeat="REAL", identities_options=" WITHOUT ROWID")
 
@@ -71,7 +71,8 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 class SqliteLedger(Ledger):
     """The ledger in one SQLite file; see the module docstring."""
 
-    HOLDING = _HOLDING
+    HOLDING_ANY = _HOLDING_ANY
+    HOLDING = _HOLDING_ANY + " WHERE b.state = ?"
     INSERT_IDENTITIES = "INSERT INTO identities (identity, bulk_id) SELECT j.value, ? FROM json_each(?) AS j"
     ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,)
     TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)

@@ -151,6 +151,27 @@ def test_an_outage_the_executor_reported_needs_no_probe() -> None:
     assert all(r.outage for _m, r in verdict.pairs)
 
 
+def test_messages_the_ledger_holds_elsewhere_are_neither_an_outage_nor_bisected() -> None:
+    # Given a bulk whose other messages landed, and two the ledger holds in another bulk (given back)
+    batch = messages(6)
+    pairs = [(m, MessageResult.success(m.msg_id, "bulk-1")) for m in batch]
+    for i in (2, 4):
+        pairs[i] = (batch[i], MessageResult.given_back(batch[i].msg_id, "in bulk b9 of h:1:1.00, prepared"))
+    sink = Sink()
+    # When the triage looks at it
+    verdict = settle("t", pairs, run=sink.run, probe=sink.probe)
+    # Then nothing is probed, written again or called an outage (the breaker stays closed); the two
+    # stay given back, uncounted (outage) and marked as claimed
+    assert verdict.outage == "" and verdict.bisect_writes == 0 and sink.probes == 0 and sink.writes == []
+    assert [(r.outage, r.claimed) for _m, r in verdict.pairs if not r.ok] == [(True, True), (True, True)]
+    # And beside a message that really failed, only that one is bisected
+    pairs[0] = (batch[0], MessageResult.retryable("m0", "write failed"))
+    poisoned = Sink(poison={"m0"})
+    verdict = settle("t", pairs, run=poisoned.run, probe=poisoned.probe)
+    assert verdict.outage == "" and verdict.culprits == 1 and poisoned.writes == []
+    assert {m.msg_id: r.claimed for m, r in verdict.pairs if not r.ok} == {"m0": False, "m2": True, "m4": True}
+
+
 def test_a_failed_bulk_with_a_healthy_probe_is_bisected_down_to_the_culprit() -> None:
     batch = messages(16)
     sink = Sink(poison={"m11"})

@@ -16,6 +16,7 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.errors import (
     DuplicateIdentityError,
+    IdentityClaimedError,
     IdentityError,
     LedgerError,
     LedgerUnavailableError,
@@ -23,7 +24,6 @@ from mqbridge.errors import (
 )
 from mqbridge.identity import identity_of
 from mqbridge.landing.ledger import Ledger, SqliteLedger, ledger_path, owner_alive, owner_id
-from mqbridge.landing.ledger.sqlite import _HOLDING
 from mqbridge.maintenance.engine.swap import purge_history, record_purge
 from mqbridge.message import Message
 from tests.support.ledger import dead_owner, ledger_config, parquet_of_rows, restarted_owner
@@ -60,13 +60,35 @@ def test_an_identity_published_once_is_refused_by_prepare(ledger: Ledger) -> Non
     assert [b.bulk_id for b in ledger.in_progress()] == []  # nothing of b2 was recorded
 
 
-def test_an_identity_of_a_prepared_bulk_may_be_prepared_again(ledger: Ledger) -> None:
-    # A bulk whose process died keeps its identities; a redelivered message is prepared again
-    ledger.prepare("dead", "orders", [], ["m1"])
-    ledger.prepare("b2", "orders", [], ["m1", "m1"])  # duplicates within one bulk count once
-    assert [b.identities for b in ledger.in_progress()] == [1, 1]
-    ledger.mark_published("b2")
-    assert ledger.published(["m1"]) == {"m1"}
+def test_an_identity_of_another_prepared_bulk_is_refused_until_that_bulk_is_decided(tmp_path: Path) -> None:
+    # Given two processes sharing a ledger, the first has prepared a bulk holding m1
+    path = tmp_path / "ledger.sqlite3"
+    first, second = SqliteLedger.open(path, owner="h:1:1.00"), SqliteLedger.open(path, owner="h:2:2.00")
+    try:
+        first.prepare("b1", "orders", [], ["m1", "m2"])
+        # When the second prepares a bulk holding m1 too (it read the message again after the first's
+        # connection was lost): refused, nothing recorded, the claimed identities named
+        with pytest.raises(IdentityClaimedError, match="in bulk b1 of h:1:1.00, prepared and not yet") as info:
+            second.prepare("b2", "orders", [], ["m3", "m1"])
+        assert info.value.identities == ["m1"]
+        assert isinstance(info.value, DuplicateIdentityError)  # handled as a conflict like a published one
+        assert [b.bulk_id for b in second.in_progress()] == ["b1"]
+        # ... and a bulk of the same process holding it is refused as well
+        with pytest.raises(IdentityClaimedError):
+            first.prepare("b3", "orders", [], ["m2"])
+        # Then once the first bulk is forgotten (rolled back, its version fenced) it may be prepared
+        first.forget("b1")
+        second.prepare("b2", "orders", [], ["m1", "m3", "m1"])  # duplicates within one bulk count once
+        assert [b.identities for b in second.in_progress()] == [2]
+        second.mark_published("b2")
+        assert first.published(["m1", "m3"]) == {"m1", "m3"}
+        # and a published one is refused as before (DuplicateIdentityError, not a claim)
+        with pytest.raises(DuplicateIdentityError) as published:
+            first.prepare("b4", "orders", [], ["m1"])
+        assert not isinstance(published.value, IdentityClaimedError)
+    finally:
+        first.close()
+        second.close()
 
 
 def test_landing_of_names_the_published_bulk_of_an_identity(ledger: Ledger) -> None:
@@ -117,13 +139,15 @@ def test_identity_lookups_start_from_the_identities_asked(ledger: Ledger) -> Non
         ledger.mark_published(f"b{n}")
     db = sqlite3.connect(ledger.path)
     try:
-        plan = [row[3] for row in db.execute(f"EXPLAIN QUERY PLAN SELECT i.identity {_HOLDING}",
-                                             ('["x"]', "published"))]
+        plans = [[row[3] for row in db.execute(f"EXPLAIN QUERY PLAN SELECT i.identity {clause}", parameters)]
+                 for clause, parameters in ((SqliteLedger.HOLDING, ('["x"]', "published")),
+                                            (SqliteLedger.HOLDING_ANY, ('["x"]',)))]
     finally:
         db.close()
-    assert plan[0].startswith("SCAN j VIRTUAL TABLE"), plan
-    assert any("SEARCH i USING PRIMARY KEY (identity=?)" in step for step in plan), plan
-    assert not any("bulks_by_state" in step for step in plan), plan
+    for plan in plans:
+        assert plan[0].startswith("SCAN j VIRTUAL TABLE"), plan
+        assert any("SEARCH i USING PRIMARY KEY (identity=?)" in step for step in plan), plan
+        assert not any("bulks_by_state" in step for step in plan), plan
 
 
 def test_prune_removes_published_bulks_older_than_the_window(ledger: Ledger) -> None:

@@ -1,0 +1,90 @@
+"""Claims and fencing in the landing ledger shared by several bridges (`Ledger.prepare`'s refusal of an
+identity another prepared bulk holds, `Landing`'s `BulkFencedError`): a bridge that stalled or was cut
+off past its lease, and whose bulk another bridge decided meanwhile, can never publish it afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbridge.counters import Counters
+from mqbridge.errors import BulkFencedError, IdentityClaimedError
+from mqbridge.landing.landing import Landing
+from mqbridge.landing.ledger import Ledger, SqliteLedger, TableTransaction
+
+
+def _other(ledger: Ledger) -> SqliteLedger:
+    """Another bridge's handle on the same ledger."""
+    return SqliteLedger.open(Path(str(ledger.path)), owner="other-host/1:42:1.00")
+
+
+def test_a_bulk_another_bridge_fenced_while_this_one_stalled_is_never_published(ledger: Ledger,
+                                                                                 tmp_path: Path) -> None:
+    # Given this bridge's bulk, prepared, whose write stalls (a frozen VM, a long GC) past its lease,
+    # while another bridge fences its table version and forgets it (`Landing._settle` there)
+    other = _other(ledger)
+    counters = Counters()
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=3600, warehouse=tmp_path)
+    written: list[TableTransaction] = []
+
+    def write(transaction: TableTransaction) -> None:
+        [bulk] = other.prepared_holding(["m1"])
+        assert bulk.transaction == transaction
+        other.forget(bulk.bulk_id)  # the other bridge decided: not committed, version fenced
+        written.append(transaction)  # then this write resumes: the table skips the fenced version
+
+    # When it resumes and finishes: it is told it lost the bulk, and records nothing
+    with pytest.raises(BulkFencedError, match="b1 of table orders was decided by another process"):
+        landing.commit("b1", "orders", ["m1", "m2"], write)
+    assert len(written) == 1 and ledger.state_of("b1") is None and ledger.published(["m1", "m2"]) == set()
+    assert counters.total("ledger_bulks_fenced") == 1
+    # And the messages, landed by the other bridge now, are refused to it no more
+    other.prepare("b2", "orders", [], ["m1", "m2"])
+    other.mark_published("b2")
+    assert ledger.published(["m1", "m2"]) == {"m1", "m2"}
+    landing.close()
+    other.close()
+
+
+def test_a_bulk_another_bridge_published_while_this_one_could_not_counts_as_landed(ledger: Ledger,
+                                                                                  tmp_path: Path) -> None:
+    # Given this bridge's prepared bulk whose publication fails again and again, while another bridge
+    # finds the owner's lease expired and publishes it (a roll-forward)
+    other = _other(ledger)
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
+    attempts: list[int] = []
+
+    def write(transaction: TableTransaction) -> None:
+        return None
+
+    def publish() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            other.mark_published("b1")
+        raise OSError("the disk is gone")
+
+    ledger.prepare("b1", "orders", [], ["m1"], transaction=TableTransaction("app", 1))
+    # When its publication is retried: it stops once the ledger says published, the bulk landed once
+    landing._until_published("b1", "orders", publish, transactional=False)
+    assert attempts == [1] and ledger.published(["m1"]) == {"m1"}
+    landing.close()
+    other.close()
+
+
+def test_a_bulk_holding_an_identity_another_bridge_prepared_is_refused_before_its_write(ledger: Ledger,
+                                                                                        tmp_path: Path) -> None:
+    # Given another bridge's prepared bulk holding m1 (it read m1 before its connection was lost)
+    other = _other(ledger)
+    other.heartbeat()
+    other.prepare("theirs", "orders", [], ["m1"], transaction=TableTransaction("their-app", 3))
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
+    landing.settle = lambda bulk: False  # never reached: the owner is alive
+    # Then this bridge's bulk that holds m1 too is refused before anything is written
+    called: list[TableTransaction] = []
+    with pytest.raises(IdentityClaimedError, match="in bulk theirs of other-host/1:42:1.00, prepared") as refused:
+        landing.commit("mine", "orders", ["m0", "m1"], called.append)
+    assert refused.value.identities == ["m1"]
+    assert called == [] and ledger.state_of("mine") is None
+    landing.close()
+    other.close()
