@@ -5,7 +5,9 @@ and the scheduled purge take exactly the oldest rows beyond a cap, and never a r
 `[purge] keep_younger_than` (12 hours here), even where the cap or the floor asks for more; the
 free-space floor is set above the disk's free space (from `shutil.disk_usage`) so that it must act.
 Every row is accounted for: exactly the expected ones remain, each once. The output and the log say
-which rule designated what."""
+which rule designated what. The Delta table's purges run in the session's Delta-enabled driver
+(`delta_spark`, `tests.support.delta_tables.run_in_driver`): what they do to the table is the subject
+here; `mqbridge purge` starting a driver of its own with Delta is tests/integration/test_delta_maintenance.py's."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
 from mqbridge.maintenance.purge import PurgeScheduler
 from mqbridge.message import Bulk, Message
 from tests.support.configs import BridgeToml
-from tests.support.delta_tables import SMALL_TABLE_CONF
+from tests.support.delta_tables import SMALL_TABLE_CONF, run_in_driver
+from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge
 from tests.support.purge import purge_bridge
 
@@ -105,7 +108,12 @@ def limits_bridge(table_format: str) -> BridgeToml:
     return toml
 
 
-def purge(config: Path) -> str:
+def purge(config: Path, delta_spark: DeltaSpark | None = None) -> str:
+    """`mqbridge purge`'s output, expecting exit 0: a process of its own, or run in `delta_spark`."""
+    if delta_spark is not None:
+        code, out = run_in_driver(delta_spark, "purge", "--config", str(config))
+        assert code == 0, out
+        return out
     proc = mqbridge("purge", "--config", str(config))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
@@ -161,18 +169,19 @@ def _delta_jars() -> None:
 
 
 @pytest.mark.usefixtures("_delta_jars")
-def test_row_caps_and_the_free_space_floor_purge_a_local_delta_table_oldest_first(tmp_path: Path) -> None:
+def test_row_caps_and_the_free_space_floor_purge_a_local_delta_table_oldest_first(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
     # Given two Delta tables of 40 rows each, put half an hour apart
     land_delta(tmp_path / "landing", datetime.now(timezone.utc))
     toml = limits_bridge("delta")
-    # When `mqbridge purge` runs with their row caps
-    out = purge(toml.write(tmp_path / "bridge.toml"))
+    # When `mqbridge purge` runs with their row caps (in the session's Delta-enabled driver)
+    out = purge(toml.write(tmp_path / "bridge.toml"), delta_spark)
     # Then each lost its oldest rows beyond its cap, and no row younger than the floor
     check_caps(tmp_path / "landing", "delta", out)
     # When it runs again with no cap left to enforce and a free-space floor above the disk's free space
     floor = shutil.disk_usage(tmp_path).free + (1 << 30)
     toml = toml.set("types.orders", max_rows=10_000).set("types.refunds", max_rows=10_000)
-    out = purge(toml.set("purge", min_free_disk=floor).write(tmp_path / "bridge.toml"))
+    out = purge(toml.set("purge", min_free_disk=floor).write(tmp_path / "bridge.toml"), delta_spark)
     # Then the oldest rows of both tables went down to the floor, which kept the young ones
     for name in TYPES:
         exactly(tmp_path / "landing" / name, "delta", YOUNG)

@@ -2,7 +2,10 @@
 tables): the rows designated by identity and by `--where` go, exactly those, through the table's
 own machinery (read back by pyarrow and delta-rs), logged with who and why; and a redelivery of a
 deleted message is recognised by the ledger as landed and not landed again. The same deletion asked of
-a running bridge by `POST /tables/delete` on its control plane, behind its token."""
+a running bridge by `POST /tables/delete` on its control plane, behind its token. On the Delta table,
+the dry run and the deletion by `--where` run in the session's Delta-enabled driver (`delta_spark`,
+`tests.support.delta_tables.run_in_driver`) rather than each in a driver of its own: the deletion by
+identity is the command as a process, which starts its own driver with Delta."""
 
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.delta_tables import DELTA_SPARK, JARS, SMALL_TABLE_CONF
+from tests.support.delta_tables import DELTA_SPARK, JARS, SMALL_TABLE_CONF, run_in_driver
 from tests.support.exactly_once import free_port
 from tests.support.http import get
 from tests.support.monitored import running
+from tests.support.object_stores import DeltaSpark
 from tests.support.processes import mqbridge, run_until_idle, stomp_bridge
 from tests.support.waiting import wait_until
 
@@ -42,8 +46,13 @@ def landed(table: Path, table_format: str) -> dict[str, tuple[str, str]]:
     return by_order
 
 
-def tables_delete(config: Path, *args: str) -> str:
-    """`mqbridge tables delete --type orders ARGS`, expecting exit 0; its output (stdout and the log)."""
+def tables_delete(config: Path, *args: str, driver: DeltaSpark | None = None) -> str:
+    """`mqbridge tables delete --type orders ARGS`, expecting exit 0; its output (stdout and the log).
+    A process of its own, or run in `driver` (the session's Delta-enabled one)."""
+    if driver is not None:
+        code, text = run_in_driver(driver, "tables", "delete", "--config", str(config), "--type", "orders", *args)
+        assert code == 0, text
+        return text
     proc = mqbridge("tables", "delete", "--config", str(config), "--type", "orders", *args)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
@@ -53,9 +62,11 @@ def tables_delete(config: Path, *args: str) -> str:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("table_format", ["parquet", "delta"])
 def test_deleted_rows_are_exactly_those_designated_and_a_redelivery_does_not_land_them_again(
-        tmp_path: Path, amq: AmqClient, table_format: str) -> None:
+        tmp_path: Path, amq: AmqClient, table_format: str, request: pytest.FixtureRequest) -> None:
     if table_format == "delta" and not (JARS / "delta").is_dir():
         pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
+    # (Delta: the dry run and the deletion by --where in the session's Delta-enabled driver)
+    driver: DeltaSpark | None = request.getfixturevalue("delta_spark") if table_format == "delta" else None
     # Given 20 orders landed by `mqbridge run --until-idle`, each known by its order-id header
     q = unique_queue(f"tables-delete-{table_format}")
     orders = [f"o-{n}" for n in range(20)]
@@ -75,10 +86,10 @@ def test_deleted_rows_are_exactly_those_designated_and_a_redelivery_does_not_lan
     assert "orders (" in out and ": deleted 3 rows in " in out, out
     assert "requested by OS user " in out and "reason: erasure request 42" in out, out
     where = "headers['order-id'] IN ('o-10', 'o-11')"
-    out = tables_delete(config, "--where", where, "--reason", "wrongly landed", "--dry-run")
+    out = tables_delete(config, "--where", where, "--reason", "wrongly landed", "--dry-run", driver=driver)
     assert "would delete 2 rows" in out, out
     assert sorted(landed(table, table_format)) == sorted(set(orders) - set(by_identity))  # the dry run changed nothing
-    out = tables_delete(config, "--where", where, "--reason", "wrongly landed")
+    out = tables_delete(config, "--where", where, "--reason", "wrongly landed", driver=driver)
     assert ": deleted 2 rows in " in out and "reason: wrongly landed" in out, out
     # Then exactly those are gone, as a reader outside Spark sees the table
     gone = set(by_identity) | {"o-10", "o-11"}

@@ -6,6 +6,7 @@ driver (`DeltaSpark.run`, the `delta_spark` fixture)."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import time
 from pathlib import Path
@@ -153,3 +154,66 @@ def vacuum_listing_tasks(spark: Any, path: str, parallelism: str | None) -> list
             if stage_info is not None:
                 tasks.append(int(stage_info.numTasks))
     return tasks
+
+
+#: The settings of a command's own session (`mqbridge.table_formats.command_session_conf`) that make it
+#: a Delta session; `command_in_driver` checks that the shared driver has them as the command asked.
+DELTA_SESSION_KEYS = ("spark.sql.extensions", "spark.sql.catalog.spark_catalog")
+
+
+def command_in_driver(spark: Any, argv: list[str]) -> dict[str, Any]:
+    """`mqbridge ARGV` (`mqbridge.cli.main`) run in this process on `spark`, the session's Delta-enabled
+    driver, instead of on a driver of its own (a JVM started with the Delta jars: 6-10 s of each command
+    on the 2-core machine): its exit code, its output (stdout, stderr and its log, as a process's would be
+    collected), how many sessions it asked for, and what those asked for the DELTA_SESSION_KEYS beside
+    what `spark` has. For a command whose subject is what it does to a table, not its own start."""
+    import contextlib
+    import io
+    import logging
+    from unittest import mock
+
+    import mqbridge.landing
+    from mqbridge import cli
+
+    asked: list[dict[str, str]] = []
+
+    def shared_session(**options: Any) -> Any:
+        asked.append(dict(options.get("conf") or {}))
+        return spark
+
+    out = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    for handler in handlers:  # so that the command's `setup_logging` logs to `out`, as in a process of its own
+        root.removeHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
+                mock.patch.object(mqbridge.landing, "create_spark_session", shared_session):
+            code = cli.main(argv)
+    finally:  # the command's log handler (on `out`) goes; the child's own come back
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    return {"code": code, "out": out.getvalue(), "sessions": len(asked),
+            "asked": [{k: c.get(k) for k in DELTA_SESSION_KEYS} for c in asked],
+            "has": {k: spark.conf.get(k, None) for k in DELTA_SESSION_KEYS}}
+
+
+def run_in_driver(driver: Any, *argv: str, timeout: float = 600) -> tuple[int, str]:
+    """`mqbridge ARGV` run in the `delta_spark` fixture's driver (a `DeltaSpark`: `command_in_driver`):
+    its exit code and output. AssertionError when it raised, did not end within `timeout` seconds, or
+    did not ask for exactly one session, the shared driver's Delta one (what it asked for and what the
+    driver has are named)."""
+    try:
+        outcome = driver.run(command_in_driver, list(argv), timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise AssertionError(f"`mqbridge {' '.join(argv)}` in the shared Delta driver did not end within "
+                             f"{timeout:.0f}s") from None
+    assert outcome["ok"], outcome.get("traceback")
+    done = outcome["value"]
+    assert done["sessions"] == 1 and all(asked == done["has"] for asked in done["asked"]), \
+        (f"`mqbridge {' '.join(argv)}` did not ask for one session like the shared Delta driver's: asked "
+         f"{done['asked']}, the driver has {done['has']}\n{done['out'][-3000:]}")
+    return int(done["code"]), str(done["out"])
