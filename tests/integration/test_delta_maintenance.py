@@ -6,7 +6,10 @@ exactly the designated rows leave, every other row stays, once. The strategy the
 is printed and checked; a version before a purge stays readable by time travel until VACUUM
 removes its files; `mqbridge purge` killed with SIGKILL before and after a partition's commit
 leaves the table as before or after, never half. Tables are built by delta-rs (two put_date
-partitions of 5 small files each) so that only the command under test starts a JVM."""
+partitions of 5 small files each) so that only the command under test starts a JVM; a second command
+on the same table (the purge after a first one, the purge after a killed one) runs in the session's
+Delta-enabled driver instead (`tests.support.delta_tables.run_in_driver`): what it does to the table is
+what is checked, and the command's own start with Delta was the first one's."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import pytest
 from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
 from mqbridge.message import Bulk, Message
 from tests.support.configs import BridgeToml
-from tests.support.delta_tables import SMALL_TABLE_CONF, scheduled_rounds
+from tests.support.delta_tables import SMALL_TABLE_CONF, run_in_driver, scheduled_rounds
 from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge
 from tests.support.purge import purge_bridge
@@ -103,14 +106,21 @@ def delta_bridge(vacuum_retention: str = "7d") -> BridgeToml:
             .set("types.orders"))
 
 
-def run(config: Path, *args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(config: Path, *args: str, failpoint: str | None = None,
+        driver: DeltaSpark | None = None) -> subprocess.CompletedProcess[str]:
+    """`mqbridge ARGS[0] --config CONFIG ARGS[1:]` to its end: a process of its own (killed at `failpoint`,
+    if given), or run in `driver`, the session's Delta-enabled one."""
+    if driver is not None:
+        assert failpoint is None, "a failpoint kills a process of its own"
+        code, out = run_in_driver(driver, args[0], "--config", str(config), *args[1:])
+        return subprocess.CompletedProcess(["mqbridge", *args], code, out)
     proc = mqbridge(args[0], "--config", str(config), *args[1:], failpoint=failpoint)
     out, _ = proc.communicate(timeout=600)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
 
 def test_purge_deletes_copies_and_drops_exactly_the_designated_rows_and_vacuum_ends_time_travel(
-        tmp_path: Path) -> None:
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
     # Given a Delta table of two partitions, 5 files each
     table = tmp_path / "landing" / "orders"
     every = land(table)
@@ -132,9 +142,9 @@ def test_purge_deletes_copies_and_drops_exactly_the_designated_rows_and_vacuum_e
     assert f"versionAsOf {before} until VACUUM" in first.stdout, first.stdout
 
     # When a purge designates 90% of the first day (in every file) and all of the second, with VACUUM
-    # keeping nothing
+    # keeping nothing (in the session's Delta-enabled driver)
     config = delta_bridge(vacuum_retention="0s").write(tmp_path / "bridge.toml")
-    second = run(config, "purge", "--where", f"({NINETY_PERCENT}) OR msg_id LIKE 'd%'")
+    second = run(config, "purge", "--where", f"({NINETY_PERCENT}) OR msg_id LIKE 'd%'", driver=delta_spark)
 
     # Then the first day is copied (cheaper than rewriting every file), the second dropped, and
     # exactly the survivors remain
@@ -153,7 +163,7 @@ def test_purge_deletes_copies_and_drops_exactly_the_designated_rows_and_vacuum_e
 
 @pytest.mark.parametrize("failpoint", ["delta_purge_before_commit", "delta_purge_after_commit"])
 def test_a_purge_killed_before_or_after_its_commit_leaves_the_table_as_before_or_after(
-        tmp_path: Path, failpoint: str) -> None:
+        tmp_path: Path, failpoint: str, delta_spark: DeltaSpark) -> None:
     # Given a Delta table of two partitions
     table = tmp_path / "landing" / "orders"
     every = land(table)
@@ -167,8 +177,8 @@ def test_a_purge_killed_before_or_after_its_commit_leaves_the_table_as_before_or
     # Then the table is whole at once: as before the purge (before the commit) or as after it
     exactly(table, every if failpoint == "delta_purge_before_commit" else survivors)
     if failpoint == "delta_purge_before_commit":
-        # and the next purge leaves exactly the survivors
-        again = run(config, "purge", "--where", NINETY_PERCENT, "--strategy", "copy")
+        # and the next purge leaves exactly the survivors (in the session's Delta-enabled driver)
+        again = run(config, "purge", "--where", NINETY_PERCENT, "--strategy", "copy", driver=delta_spark)
         assert again.returncode == 0, again.stdout
         exactly(table, survivors)
 
