@@ -8,7 +8,10 @@ follow` forwards the newest version's rows once, saying which bulk lost a row to
 ledger --abandon` decides a killed bridge's prepared bulk by the table's log (committed: recorded
 published; not: its version fenced, then forgotten), and the next run lands every message once;
 `[spark] catalog = true` registers the Delta table by name in a Hive metastore, read by a separate
-Spark with Delta."""
+Spark with Delta. The replay runs in the session's Delta-enabled driver (`delta_spark`,
+`tests.support.delta_tables.run_in_driver`) rather than in a driver of its own: what it reads and sends
+is the subject here; `mqbridge replay` starting its own driver with Delta is
+tests/integration/test_delta_store_maintenance.py's (on S3)."""
 
 from __future__ import annotations
 
@@ -27,8 +30,9 @@ from mqbridge.landing.delta import FENCE_MARK
 from mqbridge.landing.ledger import open_ledger_for_reading, owner_id
 from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.delta_tables import DELTA_SPARK, JARS
+from tests.support.delta_tables import DELTA_SPARK, JARS, run_in_driver
 from tests.support.exactly_once import account, bodies
+from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -75,7 +79,7 @@ def prepared_bulk(config: Path) -> Any:
 
 
 def test_where_verify_and_replay_read_the_delta_table_and_a_version_before_a_purge(
-        tmp_path: Path, amq: AmqClient) -> None:
+        tmp_path: Path, amq: AmqClient, delta_spark: DeltaSpark) -> None:
     # Given 120 messages landed by a bridge into a Delta table, in several bulks (one commit each)
     q = unique_queue("delta-read")
     sent = bodies(120, "dr")
@@ -113,10 +117,11 @@ def test_where_verify_and_replay_read_the_delta_table_and_a_version_before_a_pur
     code, out = command("ledger", "--config", str(config), "--verify")
     assert code == 0 and "(1 with rows deleted since by purges: not compared)" in out, out
 
-    # When the table's rows are replayed as of the version before the purge (time travel)
+    # When the table's rows are replayed as of the version before the purge (time travel; in the
+    # session's Delta-enabled driver)
     destination = unique_queue("delta-replayed")
-    code, out = command("replay", "--config", str(config), "--table", "orders", "--to", destination,
-                        "--as-of-version", str(before_purge), "--batch", "50", timeout=600)
+    code, out = run_in_driver(delta_spark, "replay", "--config", str(config), "--table", "orders", "--to",
+                              destination, "--as-of-version", str(before_purge), "--batch", "50")
     assert code == 0 and "120 rows sent now" in out, out[-4000:]
     # Then every row arrived once, the purged one too
     accounting = account(sent, collections.Counter(bytes(f.body) for f in amq.drain(destination)))
