@@ -52,6 +52,8 @@ another process does against it:
                              published or committed: a live bridge in the middle of its landing;
                              FILE.reached, then waits until FILE exists
 
+`point:FILE#N` waits the N-th time the point is reached instead of the first.
+
 and one (`value`) makes Spark itself fail every bulk write that holds a chosen message:
 
     spark_poison_body:TEXT  a bulk write fails when a body contains TEXT: inside Spark (assert_true),
@@ -105,6 +107,7 @@ POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit
           "redrive_before_commit", "redrive_after_commit",
           "replay_before_commit", "replay_after_commit", "after_stored_result")
 _fired: set[str] = set()
+_reached: dict[str, int] = {}  # how often each waiting point was reached (`wait`'s `#N`)
 
 #: Test only: a Spark filter that keeps every row and never ends (Java's Thread.sleep through SQL
 #: reflection, no UDF; interrupted by a job cancel). A dropped column would be optimised away.
@@ -137,10 +140,15 @@ def active(point: str) -> bool:
 
 
 def wait(point: str, timeout: float = 600.0) -> None:
-    """The first time `point` is reached with the environment naming `point:FILE`: create
-    `FILE.reached`, then wait until FILE exists (polled; at most `timeout` seconds, then go on)."""
+    """The first time `point` is reached with the environment naming `point:FILE` (the N-th time with
+    `point:FILE#N`): create `FILE.reached`, then wait until FILE exists (polled; at most `timeout`
+    seconds, then go on)."""
     gate = value(point)
     if gate is None or point in _fired:
+        return
+    gate, _, nth = gate.partition("#")
+    _reached[point] = _reached.get(point, 0) + 1
+    if nth and _reached[point] < int(nth):
         return
     _fired.add(point)
     log.critical("failpoint %s reached: waiting for %s", point, gate)

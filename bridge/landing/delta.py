@@ -20,6 +20,12 @@ finishing the job of a bridge that is gone) is skipped by Delta; which of the tw
 told by the commit's user metadata (the bulk id or the fence's mark). A bulk whose rows are not in
 the table is rolled back: its messages were never committed at the source and come again.
 
+A table that does not exist yet cannot be fenced (a fence is a commit of the table). Its owner's
+first bulk is forgotten unfenced only when that owner is known dead by its pid (this host); an owner
+on another host, taken for dead because its lease expired, may only be stalled and write the table's
+first commit later, so its bulk waits (LedgerUnavailableError: its messages go back) until the table
+exists (another bulk created it: then it is fenced) or that bridge starts again on its host.
+
 Versions of one table are given and committed one after the other within a process (the caller
 holds the table's lock across both): a smaller version committed after a larger one would be
 skipped.
@@ -34,8 +40,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from mqbridge.config.warehouse import Location, ObjectStoreUri
+from mqbridge.errors import LedgerUnavailableError
 from mqbridge.landing import jar_sets
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
+from mqbridge.landing.ledger.owners import judged_by_pid
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -187,6 +195,11 @@ def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, table_path: 
         if _committed_by(spark, table_path, bulk.bulk_id, after=before):
             ledger.mark_published(bulk.bulk_id)
             return True
+    elif not judged_by_pid(bulk.owner):
+        raise LedgerUnavailableError(
+            f"bulk {bulk.bulk_id} of {bulk.owner}, a bridge on another host whose lease expired, was to make the "
+            f"first commit of table {bulk.table}, which does not exist yet: a first commit cannot be fenced, so the "
+            "bulk is decided once the table exists or once that bridge starts again on its host")
     ledger.forget(bulk.bulk_id)
     return False
 

@@ -21,6 +21,14 @@ raised (`spark_guarded` waits for it; py4j calls are synchronous). Any other att
 (`first_attempt=False`) does the lookup and skips the write when the version is already in the
 log, as Delta's writer does.
 
+A bridge whose ledger bridges on other hosts share (`TableTransaction.check_fence`) cannot take "not
+yet" for granted on a first attempt: another host decides this process's bulk once its lease expires,
+fencing its version, and this process may only have stalled, so the fence can be in the snapshot
+before its transaction starts. It need not rebuild the state to see it, though: the fence came after
+this process prepared the bulk, hence after its commit of the version before (versions of a table
+commit in order, one at a time), so only the commits since that one are read (`_fenced_since`, a few
+JSON files); a table's first version in this process, or one after a gap, is looked up in full.
+
 Spark Connect has no driver objects here: use `delta.write_frame` there.
 """
 
@@ -47,6 +55,9 @@ PARTITION_COLUMN = "put_date"
 #: later attempt.
 _attempted: dict[tuple[str, str], int] = {}
 _attempted_lock = threading.Lock()
+#: (table location, app id) -> (transaction version, table version) of this process's newest commit
+#: there: where a fence of the next version can start (`_fenced`).
+_committed: dict[tuple[str, str], tuple[int, int]] = {}
 
 
 def raw_job(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *, tasks: int, groups: int,
@@ -78,6 +89,48 @@ def _first_attempt(location: str, transaction: TableTransaction | None) -> bool:
         first = transaction.version > _attempted.get(key, 0)
         _attempted[key] = max(transaction.version, _attempted.get(key, 0))
     return first
+
+
+def _in_log(jvm: Any, delta_log: Any, txn: Any, location: str, transaction: TableTransaction,
+            first_attempt: bool) -> bool:
+    """Whether `transaction`'s version of its app id is already in the snapshot of `txn` (a commit to
+    skip), asked as cheaply as the attempt allows (see the module docstring). The app id is registered
+    as read in every case, so that a commit of it after `txn` started fails this one."""
+    app, version = transaction.app_id, transaction.version
+    if first_attempt and not transaction.check_fence:
+        txn.readTxn().addOne(app)
+        return False
+    last = _committed.get((str(location), app))
+    if first_attempt and last is not None and last[0] == version - 1:
+        txn.readTxn().addOne(app)
+        return _fenced(jvm, delta_log, last[1] + 1, int(txn.readVersion()), transaction)
+    return bool(txn.txnVersion(app) >= version)
+
+
+def _fenced(jvm: Any, delta_log: Any, start: int, end: int, transaction: TableTransaction) -> bool:
+    """Whether a commit of the table's versions `start`..`end` carries `transaction`'s app id at its
+    version or later (a fence: `mqbridge.landing.delta.settle`)."""
+    if end < start:
+        return False
+    converters = jvm.scala.jdk.javaapi.CollectionConverters
+    changes = delta_log.getChanges(start, end, jvm.scala.Option.empty(), False)
+    while changes.hasNext():
+        for action in converters.asJava(changes.next()._2()):
+            if (action.getClass().getSimpleName() == "SetTransaction" and action.appId() == transaction.app_id
+                    and action.version() >= transaction.version):
+                return True
+    return False
+
+
+def _record_commit(location: str, transaction: TableTransaction | None, committed: Any) -> None:
+    """Remember the table version this process's commit of `transaction` made (`committed`: that version,
+    a Scala Option of it, or -1 / empty when nothing was committed)."""
+    if transaction is None:
+        return
+    if not isinstance(committed, int):
+        committed = int(committed.get()) if committed.isDefined() else -1
+    if committed >= 0:
+        _committed[(str(location), transaction.app_id)] = (transaction.version, committed)
 
 
 def stage_raw(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *, tasks: int, groups: int,
@@ -130,19 +183,19 @@ class StagedCommit:
         pending = self._pending
         jvm = pending.jvm
         delta = jvm.org.apache.spark.sql.delta
-        txn = delta.DeltaLog.forTable(pending.jspark, self.location).startTransaction()
+        delta_log = delta.DeltaLog.forTable(pending.jspark, self.location)
+        txn = delta_log.startTransaction()
         actions = jvm.java.util.ArrayList(jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._data.actions()))
         if transaction is not None:
-            if _first_attempt(self.location, transaction):
-                txn.readTxn().addOne(transaction.app_id)
-            elif txn.txnVersion(transaction.app_id) >= transaction.version:
+            if _in_log(jvm, delta_log, txn, self.location, transaction, _first_attempt(self.location, transaction)):
                 self.discard()
                 return False
             now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(jvm.java.lang.System.currentTimeMillis()))
             actions.add(delta.actions.SetTransaction(transaction.app_id, transaction.version, now))
         utils = jvm.org.apache.spark.api.python.PythonUtils
         txn.registerSQLMetrics(pending.jspark, utils.toScalaMap(self._metrics))
-        txn.commitIfNeeded(utils.toSeq(actions), pending.operation, self._data.stringTags())
+        committed = txn.commitIfNeeded(utils.toSeq(actions), pending.operation, self._data.stringTags())
+        _record_commit(self.location, transaction, committed)
         return True
 
     def discard(self) -> None:
@@ -171,7 +224,7 @@ def write_frame(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, tr
                     writer_options=writer_options, spark=spark)
     if pending is None:
         return False
-    pending.commit()
+    _record_commit(str(table_path), transaction, pending.commit())
     return True
 
 
@@ -209,13 +262,8 @@ def start(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transact
     scala = jvm.scala
     delta_log = delta.DeltaLog.forTable(jspark, str(table_path))
     txn = delta_log.startTransaction()
-    if transaction is not None:
-        if first_attempt:
-            # What txnVersion records before its lookup: Delta's conflict check then fails this commit
-            # if a commit of the same app id lands after this transaction started.
-            txn.readTxn().addOne(transaction.app_id)
-        elif txn.txnVersion(transaction.app_id) >= transaction.version:
-            return None
+    if transaction is not None and _in_log(jvm, delta_log, txn, str(table_path), transaction, first_attempt):
+        return None
     options = {**(writer_options or {}), **commit_options(bulk_id, transaction)}
     delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
     partitions = _scala_seq(jvm, [PARTITION_COLUMN])

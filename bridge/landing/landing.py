@@ -320,7 +320,8 @@ class Landing(Observer):
         come again `published` asks the table once more before anything lands."""
         failpoints.hit("after_stage")
         start = time.perf_counter()
-        transaction = TableTransaction(app_id(self.owner), self._versions.next(table))
+        transaction = TableTransaction(app_id(self.owner), self._versions.next(table),
+                                       check_fence=self.ledger.shared_across_hosts)
         prepared_at = time.time()
         self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
         failpoints.hit("after_prepare")

@@ -6,6 +6,7 @@ killed mid-stream: every message exactly once."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError
 from mqbridge.landing.ledger.postgres import PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import DELTA_SPARK, delta_rows
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
 from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_config
@@ -280,6 +282,66 @@ def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
     assert "40 identities are in bulk" in out_a and "prepared and not yet published" in out_a, out_a[-5000:]
     # and nothing moved, nothing left
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
+
+
+def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after_another_did(
+        tmp_path: Path, amq: AmqClient, pg: PostgresServer) -> None:
+    # Given bridge A on another host (lease 4 s) that made a Delta table with a first bulk (a first
+    # commit cannot be fenced: delta.settle), and 40 more messages: A's second bulk is prepared (its
+    # table version reserved) when A freezes (SIGSTOP: a frozen VM), and its connection to the broker
+    # is lost, so that the broker gives the 40 to bridge B on this host
+    q = unique_queue("pg-frozen")
+    first, sent = bodies(10, "pf0"), bodies(40, "pf")
+    amq.put_many(q, first)
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "frozen"\nlease = "4s"\n'
+    proxy = TcpProxy(("127.0.0.1", 61613))
+    config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40, port=proxy.port,
+                            extra_bridge=ledger, spark=DELTA_SPARK)
+    config_b = stomp_config(tmp_path, q, name="b.toml", state_dir="state-b", threads=1, batch=40,
+                            extra_bridge=ledger, spark=DELTA_SPARK)
+    gate = tmp_path / "gate-a"
+    table = tmp_path / "landing" / "orders"
+    run_a = OutputReader(_on_another_host("host-a", config_a, f"holding_prepared:{gate}#2"))
+    run_b: OutputReader | None = None
+    frozen = False
+    try:
+        first_commit = table / "_delta_log" / f"{0:020d}.json"
+        wait_until(lambda: first_commit.exists() and sum(delta_rows(table).values()) == len(first), 240,
+                   "bridge A to land the first 10 messages")
+        amq.put_many(q, sent)
+        wait_until(lambda: Path(f"{gate}.reached").exists(), 240, "bridge A to prepare its bulk of the 40 messages")
+        os.kill(run_a.proc.pid, signal.SIGSTOP)  # `unshare` execs the shell, which execs python: one pid
+        frozen = True
+        assert proxy.cut() >= 1
+        # When B meets A's claim, waits for A's lease to expire, fences A's version and lands the 40
+        run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s"))
+        assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
+        assert account(first + sent, delta_rows(table)).clean
+        # and A resumes and finishes its write of the same bulk
+        gate.touch()
+        os.kill(run_a.proc.pid, signal.SIGCONT)
+        frozen = False
+        wait_until(lambda: "was decided by another process" in run_a.text(), 120,
+                   "bridge A to find its bulk decided by B")
+    finally:
+        proxy.close()
+        if frozen:
+            os.kill(run_a.proc.pid, signal.SIGCONT)
+        for run in (run_a, run_b):
+            if run is not None and run.wait(0) is None:
+                run.proc.terminate()
+                if run.wait(60) is None:
+                    run.proc.kill()
+                    run.wait(30)
+    out_b = run_b.text()
+    # Then B decided A's bulk as never committed (its version fenced) and landed the messages
+    assert "never committed into table orders" in out_b, out_b[-5000:]
+    # and A's late write was skipped by Delta: every message once; A gave the messages back
+    out_a = run_a.text()
+    result = account(first + sent, delta_rows(table))
+    assert result.clean, f"{result}\n{out_a[-3000:]}"
+    assert "messages given back" in out_a, out_a[-5000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
 def test_counters_are_exact_on_postgresql(pg: PostgresServer) -> None:

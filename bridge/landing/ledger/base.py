@@ -124,6 +124,9 @@ class Ledger(ABC):
     #: An owner whose pid cannot be checked from here (another host or pid namespace) is alive
     #: while its last heartbeat is younger than this (`[ledger] lease`).
     lease: float = 60.0
+    #: Whether bridges on other hosts may share this ledger (and decide this process's bulks once its
+    #: lease expires): a server's ledger (PostgreSQL), not a file in this host's state_dir.
+    shared_across_hosts: bool = False
 
     def __init__(self, path: Path | str, owner: str, connection: Any, created: bool) -> None:
         self.path = path  # a file, or a database URL without its password

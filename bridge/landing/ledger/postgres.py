@@ -51,6 +51,7 @@ class PostgresLedger(Ledger):
     HOLDING_ANY = ("FROM unnest(?::text[]) AS j(value) JOIN identities AS i ON i.identity = j.value "
                    "JOIN bulks AS b ON b.bulk_id = i.bulk_id")
     HOLDING = HOLDING_ANY + " WHERE b.state = ?"
+    shared_across_hosts = True
     INSERT_IDENTITIES = ("INSERT INTO identities (identity, bulk_id) "
                          "SELECT j.value, ? FROM unnest(?::text[]) AS j(value)")
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "

@@ -7,7 +7,7 @@ what a transaction is lives here, how the ledger stores it there."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,12 @@ class TableTransaction:
 
     app_id: str
     version: int
+    #: Whether the commit must look its version up in the table's log even on its first attempt
+    #: (`mqbridge.landing.delta_commit`): set when the ledger is shared with bridges on other hosts,
+    #: which decide a bulk of this process once its lease expires and fence its version first. Such a
+    #: fence may then come before this commit's transaction starts (this process only stalled). Not
+    #: recorded: it concerns the writing process alone.
+    check_fence: bool = field(default=False, compare=False)
 
 
 def app_id(owner: str) -> str:

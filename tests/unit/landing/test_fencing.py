@@ -88,3 +88,18 @@ def test_a_bulk_holding_an_identity_another_bridge_prepared_is_refused_before_it
     assert called == [] and ledger.state_of("mine") is None
     landing.close()
     other.close()
+
+
+def test_a_bridge_whose_ledger_other_hosts_share_looks_its_version_up_before_every_commit(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # A fence from another host may come before this process's first attempt (it only stalled): its
+    # commits look their version up in the log (`delta_commit._in_log`: the commits since its previous
+    # version of the table), at a cost only there
+    seen: list[TableTransaction] = []
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
+    for shared in (False, True):
+        ledger.shared_across_hosts = shared  # PostgresLedger's is True
+        landing.commit(f"b-{shared}", "orders", [f"m-{shared}"], seen.append)
+    landing.close()
+    assert [t.check_fence for t in seen] == [False, True]
+    assert seen[1] == TableTransaction(seen[1].app_id, seen[1].version)  # the flag is not part of its identity
