@@ -161,6 +161,15 @@ class IcebergCatalog:
         """The Spark identifier of the table `table` (a directory name under the warehouse)."""
         return f"{ICEBERG_CATALOG}.{self.section.namespace}.`{table}`"
 
+    def name_of(self, location: object) -> str:
+        """The name in the catalog of the table at `location`: its directory under the warehouse (the
+        last part of a location elsewhere)."""
+        path = Path(str(location))
+        try:
+            return str(path.relative_to(self.warehouse))
+        except ValueError:
+            return path.name
+
 
 _bound: IcebergCatalog | None = None
 _bound_lock = threading.Lock()

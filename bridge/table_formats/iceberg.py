@@ -115,14 +115,14 @@ class IcebergFormat(TableFormat):
             reader = reader.option("versionAsOf", str(as_of_version))
         elif as_of_timestamp is not None:
             reader = reader.option("timestampAsOf", as_of_timestamp)
-        return reader.table(bound().identifier(_name_of(table)))
+        return reader.table(bound().identifier(bound().name_of(table)))
 
     def check_time_travel(self, table: str) -> None:
         return None  # every snapshot not expired
 
     def register(self, spark: Any, name: str, location: Location, put_dates: Iterable[str]) -> None:
         """Nothing: the table is in the catalog `mqbridge` already, read by `mqbridge.<namespace>.<table>`."""
-        log.info("Iceberg table %s is read by name as %s", name, bound().identifier(_name_of(location)))
+        log.info("Iceberg table %s is read by name as %s", name, bound().identifier(bound().name_of(location)))
 
     # -- the ledger's bulks in the table -------------------------------------------------------
     def landing_of(self, table: Location, identity: str, bulk: PublishedBulk) -> dict[str, Any]:
@@ -132,7 +132,7 @@ class IcebergFormat(TableFormat):
 
         found = _table(table)
         if found is None:
-            return {"in_table": False, "iceberg_note": f"no Iceberg table {_name_of(table)} in the catalog"}
+            return {"in_table": False, "iceberg_note": f"no Iceberg table {bound().name_of(table)} in the catalog"}
         result: dict[str, Any] = {}
         snapshot = iceberg_read.snapshot_of_bulk(found, bulk.bulk_id)
         if snapshot is not None:
@@ -310,7 +310,7 @@ def _table(location: Location) -> Any:
                                                    catalog.warehouse)
     try:
         opened = iceberg_catalog.open_catalog(properties)
-        return iceberg_catalog.load_table(opened, (catalog.namespace, _name_of(location)))
+        return iceberg_catalog.load_table(opened, (catalog.namespace, bound().name_of(location)))
     except iceberg_catalog.IcebergTableMissingError:
         return None
 
@@ -332,16 +332,6 @@ def declared_schema(schema: pa.Schema) -> StructType:
         fields.append(StructField(field.name, from_arrow_type(field.type, prefer_timestamp_ntz=True), field.nullable,
                                   metadata))
     return StructType(fields)
-
-
-def _name_of(table: Location) -> str:
-    """The table's name in the catalog: its directory under the bound catalog's warehouse."""
-    catalog = bound()
-    path = Path(str(table))
-    try:
-        return str(path.relative_to(catalog.warehouse))
-    except ValueError:
-        return path.name
 
 
 FORMAT = IcebergFormat()

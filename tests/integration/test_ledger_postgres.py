@@ -235,6 +235,16 @@ def test_a_bulk_in_flight_on_a_killed_host_is_neither_landed_twice_nor_lost(
     assert account(sent, landed(spark, table)).clean and leftovers(table) == []
 
 
+def _stop(*runs: OutputReader | None) -> None:
+    """Stop each run still going: SIGTERM, SIGKILL after 60 s."""
+    for run in runs:
+        if run is not None and run.wait(0) is None:
+            run.proc.terminate()
+            if run.wait(60) is None:
+                run.proc.kill()
+                run.wait(30)
+
+
 def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
         tmp_path: Path, spark: Any, amq: AmqClient, pg: PostgresServer) -> None:
     # Given 40 messages, and bridge A, which reads them through a connection the test can cut, stages
@@ -268,12 +278,7 @@ def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
         assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
     finally:
         proxy.close()
-        for run in (run_a, run_b):
-            if run is not None and run.wait(0) is None:
-                run.proc.terminate()
-                if run.wait(60) is None:
-                    run.proc.kill()
-                    run.wait(30)
+        _stop(run_a, run_b)
     # Then every message is in the table once: A's prepare was refused, naming B's bulk, and A gave the
     # messages back uncounted
     out_a = run_a.text()
@@ -327,12 +332,7 @@ def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after
         proxy.close()
         if frozen:
             os.kill(run_a.proc.pid, signal.SIGCONT)
-        for run in (run_a, run_b):
-            if run is not None and run.wait(0) is None:
-                run.proc.terminate()
-                if run.wait(60) is None:
-                    run.proc.kill()
-                    run.wait(30)
+        _stop(run_a, run_b)
     out_b = run_b.text()
     # Then B decided A's bulk as never committed (its version fenced) and landed the messages
     assert "never committed into table orders" in out_b, out_b[-5000:]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbridge import failpoints
+from mqbridge.config.warehouse import Location
 from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.catalog_refresh import refresh_swapped
@@ -143,13 +144,43 @@ class Compactor:
         return written
 
     def _account(self, result: Compacted) -> None:
-        c = self.counters
-        c.inc("compaction_containers")
-        c.inc("compaction_files_removed", result.files_before - result.carried)
-        c.inc("compaction_files_written", result.files_after - result.carried)
-        c.inc("compaction_rows", result.rows)
-        c.inc("compaction_files_carried", result.carried)
-        c.observe("compaction_seconds", result.seconds)
+        count_compaction(self.counters, removed=result.files_before - result.carried,
+                         written=result.files_after - result.carried, rows=result.rows, seconds=result.seconds)
+        self.counters.inc("compaction_files_carried", result.carried)
+
+
+@dataclass
+class TableRewrites:
+    """What a compaction by a table's own rewrite command (Delta's OPTIMIZE, Iceberg's
+    rewrite_data_files) works with, on one Spark session: the formats' compactions subclass it."""
+
+    spark: Any
+    model: CostModel
+    small_file_size: int
+    vacuum_retention: float
+    counters: Counters = field(default_factory=Counters)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """What one partition's rewrite by its table's own command did (Delta's OPTIMIZE, Iceberg's
+    rewrite_data_files)."""
+
+    table: Location
+    put_date: str
+    seconds: float
+    files_before: int
+    files_after: int
+
+
+def count_compaction(counters: Counters, *, removed: int, written: int, rows: int, seconds: float) -> None:
+    """The counters of one compacted container (every format's compaction)."""
+    counters.inc("compaction_containers")
+    counters.inc("compaction_files_removed", removed)
+    counters.inc("compaction_files_written", written)
+    counters.inc("compaction_rows", rows)
+    counters.observe("compaction_seconds", seconds)
 
 
 #: Why a file is carried as it is, for the log.

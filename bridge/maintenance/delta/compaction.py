@@ -20,17 +20,14 @@ vacuum_retention`), which each round runs after compacting a table.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from mqbridge.config.warehouse import Location
-from mqbridge.counters import Counters
 from mqbridge.landing.delta import is_delta_table
+from mqbridge.maintenance.compaction.compactor import Rewritten, TableRewrites, count_compaction
 from mqbridge.maintenance.compaction.planner import Facts
 from mqbridge.maintenance.delta.table import sql_name, vacuum
-from mqbridge.maintenance.engine.costs import CostModel
 
 log = logging.getLogger("mqbridge.compaction.delta")  # the name operators configure
 
@@ -39,27 +36,9 @@ ZORDER_CONF = {"spark.databricks.io.skipping.mdc.sortWithinFiles": "true",
                "spark.databricks.io.skipping.mdc.addNoise": "false"}
 
 
-@dataclass(frozen=True)
-class Optimized:
-    """What one partition's OPTIMIZE did."""
-
-    table: Location
-    put_date: str
-    seconds: float
-    files_before: int
-    files_after: int
-
-
 @dataclass
-class DeltaCompaction:
+class DeltaCompaction(TableRewrites):
     """Reads the facts of a Delta table's partitions and compacts them, on one Spark session."""
-
-    spark: Any
-    model: CostModel
-    small_file_size: int
-    vacuum_retention: float
-    counters: Counters = field(default_factory=Counters)
-    stop: threading.Event = field(default_factory=threading.Event)
 
     def facts(self, table: Location, designated: dict[str, tuple[int, int]]) -> dict[str, Facts]:
         """Per put_date: the data files of the table's current version (how many are small), their
@@ -84,7 +63,7 @@ class DeltaCompaction:
                                     sum(n for _, n in files), sum(size for size, _ in files), purge[0], purge[1])
         return facts
 
-    def optimize(self, table: Location, put_date: str, files_before: int, rows: int) -> Optimized:
+    def optimize(self, table: Location, put_date: str, files_before: int, rows: int) -> Rewritten:
         """OPTIMIZE one partition ordered by put_timestamp (see the module docstring): one commit."""
         start = time.perf_counter()
         before = {key: self.spark.conf.get(key, None) for key in ZORDER_CONF}
@@ -103,13 +82,8 @@ class DeltaCompaction:
         added, removed = int(metrics["numFilesAdded"]), int(metrics["numFilesRemoved"])
         seconds = time.perf_counter() - start
         self.model.learn("compact", seconds, rows_copied=rows)
-        c = self.counters
-        c.inc("compaction_containers")
-        c.inc("compaction_files_removed", removed)
-        c.inc("compaction_files_written", added)
-        c.inc("compaction_rows", rows)
-        c.observe("compaction_seconds", seconds)
-        return Optimized(table, put_date, seconds, files_before, files_before - removed + added)
+        count_compaction(self.counters, removed=removed, written=added, rows=rows, seconds=seconds)
+        return Rewritten(table, put_date, seconds, files_before, files_before - removed + added)
 
     def vacuum(self, table: Location) -> None:
         """VACUUM the table after its compaction (`[purge] vacuum_retention`)."""

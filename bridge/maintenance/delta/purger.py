@@ -13,7 +13,8 @@ Delta commit, by the strategy the cost model chooses (`strategy.choose`):
 Each commit is atomic: a process killed before it leaves the table as it was, one killed after it
 the table purged; readers see one version or the other and need no REFRESH TABLE. A commit that
 conflicts with another writer's (a bulk landed into the same partition meanwhile: Delta's
-ConcurrentAppendException) is tried again on the table's new version, up to `CONFLICT_TRIES` times.
+ConcurrentAppendException) is tried again on the table's new version, up to `committing.CONFLICT_TRIES` times
+(`mqbridge.maintenance.purge.committing`, shared with Iceberg's purge).
 
 After a run that committed, `VACUUM ... RETAIN <[purge] vacuum_retention>` deletes the files commits
 removed longer ago than that: until then a reader can still time-travel (`versionAsOf`) to a version
@@ -29,30 +30,25 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import ClassVar, cast
 
 from mqbridge import failpoints
 from mqbridge.config.warehouse import Location
-from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.landing.delta import is_delta_table
 from mqbridge.maintenance.delta.strategy import choose, delete_rows
 from mqbridge.maintenance.delta.table import deletion_vectors, sql_name, table_version, vacuum
-from mqbridge.maintenance.engine.costs import CostModel, Estimate
+from mqbridge.maintenance.engine.costs import Estimate
+from mqbridge.maintenance.purge.committing import CommittingPurger, partition_condition
 from mqbridge.maintenance.purge.designation import Designation
-from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult
+from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult, designated_per_file
 
 log = logging.getLogger("mqbridge.purge.delta")  # the name operators configure
 
-#: Attempts of one partition's commit that conflicts with other writers' commits.
-CONFLICT_TRIES = 3
 _CONFLICT = re.compile(r"DELTA_CONCURRENT|Concurrent\w*Exception")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 @dataclass
@@ -66,9 +62,7 @@ class DeltaContainerPlan(ContainerPlan):
     @property
     def condition(self) -> str:
         """The partition as a Spark SQL condition."""
-        if not _DATE.fullmatch(self.put_date):
-            raise PurgeError(f"table {self.table}: put_date {self.put_date!r} is not a date")
-        return f"put_date = DATE'{self.put_date}'"
+        return partition_condition(self.table, self.put_date)
 
 
 @dataclass(frozen=True)
@@ -89,37 +83,21 @@ def conflict(exc: BaseException) -> bool:
 
 
 @dataclass
-class DeltaPurger:
+class DeltaPurger(CommittingPurger):
     """Plans and runs purges of Delta tables; the same interface as the Parquet `Purger`."""
 
-    spark: Any
-    model: CostModel
-    vacuum_retention: float
-    counters: Counters = field(default_factory=Counters)
-    stop: threading.Event = field(default_factory=threading.Event)
-    _before: dict[Location, int] = field(default_factory=dict)
-    _done: dict[Location, dict[str, int]] = field(default_factory=dict)
+    log: ClassVar[logging.Logger] = log
 
     def plan(self, table: Location, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
         """The partitions of `table` with designated rows, oldest first, each with its estimate; one
         Spark job counts the rows and the designated rows of every file of the current version."""
-        from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
         if not is_delta_table(table):
             return []
         frame = self.spark.read.format("delta").load(str(table))
-        try:
-            counted = (frame.select(F.col("put_date").cast("string").alias("put_date"),
-                                    F.col("_metadata.file_name").alias("file"),
-                                    F.col("_metadata.file_size").alias("size"),
-                                    F.expr(designation.sql).cast("long").alias("designated"))
-                       .groupBy("put_date", "file", "size")
-                       .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
-                       .collect())
-        except AnalysisException as exc:
-            raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
-                             f"{str(exc).strip().splitlines()[0]}") from exc
+        counted = designated_per_file(frame, table, designation, F.col("_metadata.file_name"),
+                                      {"size": F.col("_metadata.file_size")})
         vectors = deletion_vectors(self.spark, table)
         files: dict[str, dict[str, tuple[int, int]]] = {}
         sizes: dict[str, int] = {}
@@ -139,30 +117,15 @@ class DeltaPurger:
             plans.append(plan)
         return plans
 
-    def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
-        """Purge each planned partition, one commit each, yielding its result as it is done; then
-        VACUUM each table that a commit changed (`[purge] vacuum_retention`)."""
-        changed: list[Location] = []
-        for plan in plans:
-            if self.stop.is_set():
-                break
-            assert isinstance(plan, DeltaContainerPlan), plan
-            if plan.table not in self._before:
-                self._before[plan.table] = table_version(self.spark, plan.table)
-            result = self._purge(plan, designation)
-            done = self._done.setdefault(plan.table, {})
-            done[result.strategy] = done.get(result.strategy, 0) + 1
-            if plan.table not in changed:
-                changed.append(plan.table)
-            self._account(result)
-            yield result
-        for table in changed:
-            if self.stop.is_set():
-                break
-            started = time.perf_counter()
-            vacuum(self.spark, table, self.vacuum_retention)
-            log.info("purge %s: VACUUM (retain %.0fs) in %.3fs", table.name, self.vacuum_retention,
-                     time.perf_counter() - started)
+    def _version(self, table: Location) -> int:
+        return table_version(self.spark, table)
+
+    def _clean_up(self, table: Location) -> None:
+        """VACUUM the table (`[purge] vacuum_retention`)."""
+        started = time.perf_counter()
+        vacuum(self.spark, table, self.vacuum_retention)
+        log.info("purge %s: VACUUM (retain %.0fs) in %.3fs", table.name, self.vacuum_retention,
+                 time.perf_counter() - started)
 
     def summary(self, table: Location) -> DeltaRun:
         """The purge runs of `table` so far, with the rows the table holds now (a Spark count)."""
@@ -171,21 +134,13 @@ class DeltaPurger:
         return DeltaRun(table, self._before.get(table, after), after, int(rows), dict(self._done.get(table, {})))
 
     # -- one partition -------------------------------------------------------------------------
-    def _purge(self, plan: DeltaContainerPlan, designation: Designation) -> ContainerResult:
+    def _purge(self, plan: ContainerPlan, designation: Designation) -> ContainerResult:
+        assert isinstance(plan, DeltaContainerPlan), plan
         strategy = plan.estimate.strategy
         start = time.perf_counter()
         failpoints.hit("delta_purge_before_commit")
-        for attempt in range(1, CONFLICT_TRIES + 1):
-            try:
-                deleted, written = self._commit(plan, designation, strategy)
-                break
-            except Exception as exc:
-                if not conflict(exc) or attempt == CONFLICT_TRIES:
-                    raise
-                self.counters.inc("purge_conflicts")
-                log.warning("purge %s put_date=%s: the %s conflicted with another commit (%s); trying again on the "
-                            "table's new version", plan.table.name, plan.put_date, strategy,
-                            str(exc).strip().splitlines()[0])
+        deleted, written = self._committed(plan, strategy, lambda: self._commit(plan, designation, strategy),
+                                           conflict, plan.table.name)
         failpoints.hit("delta_purge_after_commit")
         seconds = time.perf_counter() - start
         rewritten = delete_rows(plan.designated, sum(plan.files[f][0] for f in plan.partial),
@@ -223,15 +178,3 @@ class DeltaPurger:
          .option("userMetadata", f"mqbridge purge: copy of put_date={plan.put_date}")
          .save(str(plan.table)))
         return plan.designated, survivors
-
-    def _account(self, result: ContainerResult) -> None:
-        c, strategy = self.counters, result.strategy
-        c.inc("purge_containers", strategy=strategy)
-        c.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
-        c.inc("purge_rows_written", result.rows_written, strategy=strategy)
-        if strategy == "drop":
-            c.inc("purge_containers_dropped")
-        estimate = result.plan.estimate
-        c.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
-                  estimate.delete_seconds, strategy=strategy)
-        c.observe("purge_measured_seconds", result.seconds, strategy=strategy)

@@ -18,16 +18,13 @@ The files a rewrite replaced stay in the storage, out of the table, until their 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from mqbridge.config.iceberg import ICEBERG_CATALOG
 from mqbridge.config.warehouse import Location
-from mqbridge.counters import Counters
+from mqbridge.maintenance.compaction.compactor import Rewritten, TableRewrites, count_compaction
 from mqbridge.maintenance.compaction.planner import Facts
-from mqbridge.maintenance.engine.costs import CostModel
 from mqbridge.maintenance.iceberg.table import exists, expire, identifier, procedure_table
 
 log = logging.getLogger("mqbridge.compaction.iceberg")  # the name operators configure
@@ -36,27 +33,9 @@ log = logging.getLogger("mqbridge.compaction.iceberg")  # the name operators con
 REWRITE_OPTIONS = {"rewrite-all": "true", "remove-dangling-deletes": "true"}
 
 
-@dataclass(frozen=True)
-class Rewritten:
-    """What one partition's rewrite did."""
-
-    table: Location
-    put_date: str
-    seconds: float
-    files_before: int
-    files_after: int
-
-
 @dataclass
-class IcebergCompaction:
+class IcebergCompaction(TableRewrites):
     """Reads the facts of an Iceberg table's partitions and compacts them, on one Spark session."""
-
-    spark: Any
-    model: CostModel
-    small_file_size: int
-    vacuum_retention: float
-    counters: Counters = field(default_factory=Counters)
-    stop: threading.Event = field(default_factory=threading.Event)
 
     def facts(self, table: Location, designated: dict[str, tuple[int, int]]) -> dict[str, Facts]:
         """Per put_date: the data files of the table's current snapshot (how many are small, from its
@@ -91,12 +70,7 @@ class IcebergCompaction:
         removed, added = int(row["rewritten_data_files_count"]), int(row["added_data_files_count"])
         seconds = time.perf_counter() - start
         self.model.learn("compact", seconds, rows_copied=rows)
-        c = self.counters
-        c.inc("compaction_containers")
-        c.inc("compaction_files_removed", removed)
-        c.inc("compaction_files_written", added)
-        c.inc("compaction_rows", rows)
-        c.observe("compaction_seconds", seconds)
+        count_compaction(self.counters, removed=removed, written=added, rows=rows, seconds=seconds)
         return Rewritten(table, put_date, seconds, files_before, files_before - removed + added)
 
     def expire(self, table: Location) -> None:

@@ -22,7 +22,8 @@ for conflicting appends itself (`write.delete.isolation-level`, serializable by 
 overwrite is told the snapshot it read (`validate-from-snapshot-id`, serializable). A bulk landed into
 the partition meanwhile (a late message with an old put time) makes the commit fail with Iceberg's
 ValidationException ("Found conflicting files"); it is tried again on the new snapshot, up to
-`CONFLICT_TRIES` times, so that no late row is lost.
+`committing.CONFLICT_TRIES` times (`mqbridge.maintenance.purge.committing`, shared with Delta's purge), so that
+no late row is lost.
 
 Each commit is atomic: a process killed before it leaves the table as it was, after it the table
 purged; readers see one snapshot or the other and need no REFRESH TABLE. After a run that committed,
@@ -35,31 +36,26 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import ClassVar, cast
 
 from mqbridge.config.warehouse import Location
-from mqbridge.counters import Counters
 from mqbridge.errors import PurgeError
 from mqbridge.maintenance.engine.costs import CostModel, Estimate
 from mqbridge.maintenance.iceberg.table import current_snapshot, exists, expire, identifier, name_of
+from mqbridge.maintenance.purge.committing import CommittingPurger, partition_condition
 from mqbridge.maintenance.purge.designation import Designation
-from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult
+from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult, designated_per_file
 
 log = logging.getLogger("mqbridge.purge.iceberg")  # the name operators configure
 
 #: The strategies a caller may force (`mqbridge purge --strategy`); "drop" is never forced, it is chosen.
 FORCED = ("auto", "delete", "copy")
-#: Attempts of one partition's commit that conflicts with other writers' commits.
-CONFLICT_TRIES = 3
 #: The table property that makes a DELETE write position deletes, and its value.
 DELETE_MODE = ("write.delete.mode", "merge-on-read")
 _CONFLICT = re.compile(r"ValidationException|CommitFailedException|Found conflicting files")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def choose(model: CostModel, rows: int, designated: int, forced: str = "auto") -> Estimate:
@@ -89,9 +85,7 @@ class IcebergContainerPlan(ContainerPlan):
     @property
     def condition(self) -> str:
         """The partition as a Spark SQL condition."""
-        if not _DATE.fullmatch(self.put_date):
-            raise PurgeError(f"table {self.table}: put_date {self.put_date!r} is not a date")
-        return f"put_date = DATE'{self.put_date}'"
+        return partition_condition(self.table, self.put_date)
 
 
 @dataclass(frozen=True)
@@ -108,36 +102,21 @@ class IcebergRun:
 
 
 @dataclass
-class IcebergPurger:
+class IcebergPurger(CommittingPurger):
     """Plans and runs purges of Iceberg tables; the same interface as the Parquet `Purger`."""
 
-    spark: Any
-    model: CostModel
-    vacuum_retention: float
-    counters: Counters = field(default_factory=Counters)
-    stop: threading.Event = field(default_factory=threading.Event)
-    _before: dict[Location, int | None] = field(default_factory=dict)
-    _done: dict[Location, dict[str, int]] = field(default_factory=dict)
+    log: ClassVar[logging.Logger] = log
+    version_word: ClassVar[str] = "snapshot"
     _expired: dict[Location, int] = field(default_factory=dict)
 
     def plan(self, table: Location, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
         """The partitions of `table` with designated rows, oldest first, each with its estimate; one
         Spark job counts the rows and the designated rows of every data file of the current snapshot."""
-        from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
         if not exists(self.spark, table):
             return []
-        try:
-            counted = (self.spark.table(identifier(table))
-                       .select(F.col("put_date").cast("string").alias("put_date"), F.col("_file").alias("file"),
-                               F.expr(designation.sql).cast("long").alias("designated"))
-                       .groupBy("put_date", "file")
-                       .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
-                       .collect())
-        except AnalysisException as exc:
-            raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
-                             f"{str(exc).strip().splitlines()[0]}") from exc
+        counted = designated_per_file(self.spark.table(identifier(table)), table, designation, F.col("_file"))
         sizes = {str(r[0]): int(r[1]) for r in self.spark.sql(
             f"SELECT file_path, file_size_in_bytes FROM {identifier(table)}.data_files").collect()}
         files: dict[str, dict[str, tuple[int, int]]] = {}
@@ -154,28 +133,13 @@ class IcebergPurger:
             plans.append(plan)
         return plans
 
-    def run(self, plans: list[ContainerPlan], designation: Designation) -> Iterator[ContainerResult]:
-        """Purge each planned partition, one commit each, yielding its result as it is done; then expire
-        the snapshots of each table a commit changed, and its orphan files (`table.expire`)."""
-        changed: list[Location] = []
-        for plan in plans:
-            if self.stop.is_set():
-                break
-            assert isinstance(plan, IcebergContainerPlan), plan
-            if plan.table not in self._before:
-                self._before[plan.table] = current_snapshot(self.spark, plan.table)
-            result = self._purge(plan, designation)
-            done = self._done.setdefault(plan.table, {})
-            done[result.strategy] = done.get(result.strategy, 0) + 1
-            if plan.table not in changed:
-                changed.append(plan.table)
-            self._account(result)
-            yield result
-        for table in changed:
-            if self.stop.is_set():
-                break
-            expired, _ = expire(self.spark, table, self.vacuum_retention)
-            self._expired[table] = self._expired.get(table, 0) + expired
+    def _version(self, table: Location) -> int | None:
+        return current_snapshot(self.spark, table)
+
+    def _clean_up(self, table: Location) -> None:
+        """Expire the table's snapshots and remove its orphan files (`table.expire`)."""
+        expired, _ = expire(self.spark, table, self.vacuum_retention)
+        self._expired[table] = self._expired.get(table, 0) + expired
 
     def summary(self, table: Location) -> IcebergRun:
         """The purge runs of `table` so far, with the rows the table holds now (a Spark count)."""
@@ -186,20 +150,12 @@ class IcebergPurger:
                           self._expired.get(table, 0))
 
     # -- one partition -------------------------------------------------------------------------
-    def _purge(self, plan: IcebergContainerPlan, designation: Designation) -> ContainerResult:
+    def _purge(self, plan: ContainerPlan, designation: Designation) -> ContainerResult:
+        assert isinstance(plan, IcebergContainerPlan), plan
         strategy = plan.estimate.strategy
         start = time.perf_counter()
-        for attempt in range(1, CONFLICT_TRIES + 1):
-            try:
-                deleted, written = self._commit(plan, designation, strategy)
-                break
-            except Exception as exc:
-                if not conflict(exc) or attempt == CONFLICT_TRIES:
-                    raise
-                self.counters.inc("purge_conflicts")
-                log.warning("purge %s put_date=%s: the %s conflicted with another commit (%s); trying again on the "
-                            "table's new snapshot", name_of(plan.table), plan.put_date, strategy,
-                            str(exc).strip().splitlines()[0][:300])
+        deleted, written = self._committed(plan, strategy, lambda: self._commit(plan, designation, strategy),
+                                           conflict, name_of(plan.table))
         seconds = time.perf_counter() - start
         self.model.learn(strategy, seconds, rows_rewritten=plan.designated, rows_copied=plan.rows - plan.designated)
         return ContainerResult(plan, strategy, seconds, deleted, written)
@@ -242,15 +198,3 @@ class IcebergPurger:
          .option("snapshot-property.mqbridge.purge", f"{strategy} of put_date={plan.put_date}")
          .overwrite(F.expr(plan.condition)))
         return plan.designated, survivors if strategy == "copy" else 0
-
-    def _account(self, result: ContainerResult) -> None:
-        c, strategy = self.counters, result.strategy
-        c.inc("purge_containers", strategy=strategy)
-        c.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
-        c.inc("purge_rows_written", result.rows_written, strategy=strategy)
-        if strategy == "drop":
-            c.inc("purge_containers_dropped")
-        estimate = result.plan.estimate
-        c.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
-                  estimate.delete_seconds, strategy=strategy)
-        c.observe("purge_measured_seconds", result.seconds, strategy=strategy)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
@@ -29,13 +28,8 @@ ORPHAN_MIN_AGE = 24 * 3600.0
 
 
 def name_of(table: Location) -> str:
-    """The table's name in the catalog: its directory under the bound catalog's warehouse."""
-    catalog = bound()
-    path = Path(str(table))
-    try:
-        return str(path.relative_to(catalog.warehouse))
-    except ValueError:
-        return path.name
+    """The table's name in the bound catalog (`IcebergCatalog.name_of`)."""
+    return bound().name_of(table)
 
 
 def identifier(table: Location) -> str:

@@ -39,7 +39,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,22 +117,12 @@ class Purger:
     def plan(self, table: Path, designation: Designation, strategy: str = "auto") -> list[ContainerPlan]:
         """The containers of `table` with designated rows, oldest first, each with its estimate
         (and `strategy` when not "auto"; "drop" whenever every row is designated)."""
-        from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
         if not any(data_files(d) for d in partition_dirs(table)):
             return []
-        df = self.spark.read.parquet(str(table))
-        try:
-            counted = (df.select(F.col("put_date").cast("string").alias("put_date"),
-                                 F.col("_metadata.file_name").alias("file"),
-                                 F.expr(designation.sql).cast("long").alias("designated"))
-                       .groupBy("put_date", "file")
-                       .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
-                       .collect())
-        except AnalysisException as exc:
-            raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
-                             f"{str(exc).strip().splitlines()[0]}") from exc
+        counted = designated_per_file(self.spark.read.parquet(str(table)), table, designation,
+                                      F.col("_metadata.file_name"))
         by_date: dict[str, dict[str, tuple[int, int]]] = {}
         for row in counted:
             by_date.setdefault(row["put_date"], {})[row["file"]] = (int(row["rows"]), int(row["designated"]))
@@ -276,14 +266,41 @@ class Purger:
             os.replace(path, new / fresh_name(path))
 
     def _account(self, result: ContainerResult) -> None:
-        c, strategy = self.counters, result.strategy
-        c.inc("purge_containers", strategy=strategy)
-        c.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
-        c.inc("purge_rows_written", result.rows_written, strategy=strategy)
-        if strategy == "drop":
-            c.inc("purge_containers_dropped")
-        estimate = result.plan.estimate
-        c.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
-                  estimate.delete_seconds, strategy=strategy)
-        c.observe("purge_measured_seconds", result.seconds, strategy=strategy)
+        account(self.counters, result)
+
+
+def designated_per_file(frame: Any, table: object, designation: Designation, file: Any,
+                        beside: Mapping[str, Any] | None = None) -> list[Any]:
+    """One Spark job over `frame` (a table's rows): per put_date and data file (the column `file`, and
+    the columns `beside` it, by name) its rows and designated rows, as rows with put_date, file, rows,
+    designated (and the names of `beside`). PurgeError naming `table` when the designation cannot be
+    evaluated on its rows (a column it names is missing)."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    beside = dict(beside or {})
+    keys = [F.col("put_date").cast("string").alias("put_date"), file.alias("file"),
+            *(column.alias(name) for name, column in beside.items())]
+    try:
+        return list(frame.select(*keys, F.expr(designation.sql).cast("long").alias("designated"))
+                    .groupBy("put_date", "file", *beside)
+                    .agg(F.count(F.lit(1)).alias("rows"), F.sum("designated").alias("designated"))
+                    .collect())
+    except AnalysisException as exc:
+        raise PurgeError(f"table {table}: cannot designate rows {designation.describe()}: "
+                         f"{str(exc).strip().splitlines()[0]}") from exc
+
+
+def account(counters: Counters, result: ContainerResult) -> None:
+    """The counters of one purged container (every format's purge)."""
+    strategy = result.strategy
+    counters.inc("purge_containers", strategy=strategy)
+    counters.inc("purge_rows_deleted", result.rows_deleted, strategy=strategy)
+    counters.inc("purge_rows_written", result.rows_written, strategy=strategy)
+    if strategy == "drop":
+        counters.inc("purge_containers_dropped")
+    estimate = result.plan.estimate
+    counters.observe("purge_estimated_seconds", estimate.copy_seconds if strategy == "copy" else
+                     estimate.delete_seconds, strategy=strategy)
+    counters.observe("purge_measured_seconds", result.seconds, strategy=strategy)
 
