@@ -50,7 +50,7 @@ from mqbridge.tracing.backout_log import BackoutLog, MovedMessage
 
 if TYPE_CHECKING:
     from mqbridge.config import ListenerConfig
-    from mqbridge.landing.ledger.base import PreparedBulk, PublishedBulk
+    from mqbridge.landing.ledger.records import PreparedBulk, PublishedBulk
     from mqbridge.loop.in_flight import Held
 
 log = logging.getLogger("mqbridge.where")  # the name operators configure

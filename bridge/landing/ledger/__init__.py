@@ -1,7 +1,8 @@
 """The landing ledger: which bulks were prepared and published, and which message identities each
 one holds (the exactly-once record of `ARCHITECTURE.md`, "Landing protocol").
 
-The modules: `base` (the `Ledger` every backend is: records, the statements they share), `schema`
+The modules: `base` (the `Ledger` every backend is: the statements they share), `records` (what it
+records of a bulk, and the JSON of a bulk's files or table transaction), `schema`
 (the tables, written once, and the counters), `owners` (which process wrote a bulk, and whether it
 may still run), and the backends: `sqlite` (one embedded SQLite file per `state_dir`) and
 `postgres` (`[ledger] url`, for bridges on several hosts; it and its driver, psycopg, are imported
@@ -13,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mqbridge.errors import LedgerError, LedgerUnavailableError
-from mqbridge.landing.ledger.base import Ledger, LedgerStats, PreparedBulk, PublishedBulk
+from mqbridge.landing.ledger.base import Ledger
 from mqbridge.landing.ledger.owners import owner_alive, owner_id, this_host
+from mqbridge.landing.ledger.records import LedgerStats, PreparedBulk, PublishedBulk
 from mqbridge.landing.ledger.sqlite import SqliteLedger, ledger_path
 from mqbridge.landing.ledger.transactions import TableTransaction, Versions, app_id
 

@@ -1,6 +1,6 @@
-"""The landing ledger's records and the statements every backend shares: which bulks were prepared
-and published, and which message identities each one holds (the exactly-once record of
-`ARCHITECTURE.md`, "Landing protocol").
+"""The statements every backend of the landing ledger shares: which bulks were prepared and
+published, and which message identities each one holds (the exactly-once record of
+`ARCHITECTURE.md`, "Landing protocol"); the records they read back are `records`'.
 
 `Ledger` is the interface the landing uses and the behaviour both backends inherit: the statements
 are written once, with `?` parameters; `mqbridge.landing.ledger.sqlite.SqliteLedger` (one embedded
@@ -36,12 +36,20 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
 from mqbridge.landing.ledger.owners import judged_by_pid, owner_alive
+from mqbridge.landing.ledger.records import (
+    LedgerStats,
+    PreparedBulk,
+    PublishedBulk,
+    files_of,
+    moves_column,
+    prepared_bulk,
+    transaction_of,
+)
 from mqbridge.landing.ledger.schema import ADD_COUNTS
 from mqbridge.landing.ledger.transactions import TableTransaction
 
@@ -51,48 +59,6 @@ log = logging.getLogger(__name__)
 #: transaction, and pauses between two (`Ledger.prune`), so that landings interleave with it.
 PRUNE_BATCH_IDENTITIES = 5_000
 PRUNE_BATCH_BULKS = 50
-
-
-# -- records ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PreparedBulk:
-    """A bulk recorded as prepared: its files are staged, none or some already published.
-
-    `files` holds the (staged path, final path) pairs given to `Ledger.prepare`, absolute; a bulk
-    committed by its table's own transaction has none and its `transaction` instead.
-    """
-
-    bulk_id: str
-    table: str
-    files: tuple[tuple[str, str], ...]
-    owner: str
-    prepared_at: float
-    identities: int
-    transaction: TableTransaction | None = None
-
-
-@dataclass(frozen=True)
-class LedgerStats:
-    """What `Ledger.stats` reports (and `mqbridge ledger` prints)."""
-
-    path: Path | str  # the file, or the database URL without its password
-    bulks: dict[str, int]  # by state: "prepared", "published"
-    identities: int
-    file_bytes: int  # the database file plus its write-ahead log (PostgreSQL: the tables' size)
-    oldest: float | None  # epoch seconds of the oldest bulk's preparation, None when empty
-    prune_runs: int
-    last_prune: float | None
-
-
-@dataclass(frozen=True)
-class PublishedBulk:
-    """A published bulk as `--verify` checks it."""
-
-    bulk_id: str
-    table: str
-    files: tuple[tuple[str, str], ...]
-    published_at: float
-    transaction: TableTransaction | None = None
 
 
 # -- the ledger -------------------------------------------------------------------------------
@@ -261,7 +227,9 @@ class Ledger(ABC):
         with self._read_concurrently() as db:
             row = self._execute(db, f"SELECT b.bulk_id, b.table_name, b.moves, b.published_at {self.HOLDING}",
                                 (self._identities_parameter([identity]), "published")).fetchone()
-        return PublishedBulk(row[0], row[1], _files(row[2]), row[3], _transaction(row[2])) if row is not None else None
+        if row is None:
+            return None
+        return PublishedBulk(row[0], row[1], files_of(row[2]), row[3], transaction_of(row[2]))
 
     def prepare(self, bulk_id: str, table: str, moves: Sequence[tuple[str, str]],
                 identities: Sequence[str], *, transaction: TableTransaction | None = None) -> None:
@@ -284,7 +252,7 @@ class Ledger(ABC):
                                            f"{owner}, prepared and not yet published (e.g. {claimed[0]!r})", claimed)
             self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
                           "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
-                          (bulk_id, table, _record(moves, transaction), self.owner, time.time(), len(unique)))
+                          (bulk_id, table, moves_column(moves, transaction), self.owner, time.time(), len(unique)))
             self._execute(db, self.INSERT_IDENTITIES, (bulk_id, self._identities_parameter(unique)))
             self._add_counts(db, identities=len(unique), prepared=1)
             self._touch_owner(db)
@@ -316,7 +284,7 @@ class Ledger(ABC):
             for bulk_id, table, moves, owner, prepared_at, count in self._execute(
                     db, f"SELECT DISTINCT b.bulk_id, b.table_name, b.moves, b.owner, b.prepared_at, b.identities "
                     f"{self.HOLDING}", (self._identities_parameter(identities), "prepared")):
-                found[bulk_id] = _prepared(bulk_id, table, moves, owner, prepared_at, count)
+                found[bulk_id] = prepared_bulk(bulk_id, table, moves, owner, prepared_at, count)
         return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
     def mark_published(self, bulk_id: str) -> None:
@@ -345,7 +313,7 @@ class Ledger(ABC):
         with self._read() as db:
             rows = db.execute("SELECT bulk_id, table_name, moves, owner, prepared_at, identities FROM bulks "
                               "WHERE state = 'prepared' ORDER BY prepared_at, bulk_id").fetchall()
-        return [_prepared(bulk_id, table, moves, owner, prepared_at, count)
+        return [prepared_bulk(bulk_id, table, moves, owner, prepared_at, count)
                 for bulk_id, table, moves, owner, prepared_at, count in rows]
 
     def state_of(self, bulk_id: str) -> str | None:
@@ -367,7 +335,7 @@ class Ledger(ABC):
         with self._read() as db:
             rows = db.execute("SELECT bulk_id, table_name, moves, published_at FROM bulks "
                               "WHERE state = 'published' ORDER BY published_at, bulk_id").fetchall()
-        return [PublishedBulk(bulk_id, table, _files(moves), at, _transaction(moves))
+        return [PublishedBulk(bulk_id, table, files_of(moves), at, transaction_of(moves))
                 for bulk_id, table, moves, at in rows]
 
     def published_since(self, table: str, since: float, limit: int) -> list[tuple[str, float, int]]:
@@ -473,29 +441,3 @@ class Ledger(ABC):
                 self._reader = None
         with self._lock:
             self._db.close()
-
-
-def _record(moves: Sequence[tuple[str, str]], transaction: TableTransaction | None) -> str:
-    """The `moves` column of a bulk: a JSON list of [staged path, final path], or for a bulk that its
-    table commits by its own transaction a JSON object {"transaction": [app id, version]}."""
-    if transaction is not None:
-        return json.dumps({"transaction": [transaction.app_id, transaction.version]})
-    return json.dumps([list(m) for m in moves])
-
-
-def _files(text: str) -> tuple[tuple[str, str], ...]:
-    """The file moves of a `moves` column (none for a transaction)."""
-    value = json.loads(text)
-    return () if isinstance(value, dict) else tuple((staged, final) for staged, final in value)
-
-
-def _transaction(text: str) -> TableTransaction | None:
-    value = json.loads(text)
-    if isinstance(value, dict) and "transaction" in value:
-        app_id, version = value["transaction"]
-        return TableTransaction(str(app_id), int(version))
-    return None
-
-
-def _prepared(bulk_id: str, table: str, moves: str, owner: str, prepared_at: float, count: int) -> PreparedBulk:
-    return PreparedBulk(bulk_id, table, _files(moves), owner, prepared_at, count, _transaction(moves))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -38,7 +39,7 @@ def partition_condition(table: object, put_date: str) -> str:
 
 
 @dataclass
-class CommittingPurger:
+class CommittingPurger(ABC):
     """The run of a purge whose every partition is one commit of its table (see the module docstring);
     subclasses give `_version`, `_purge` and `_clean_up`, and their `plan` and `summary`."""
 
@@ -92,14 +93,14 @@ class CommittingPurger:
                                  str(exc).strip().splitlines()[0][:300], self.version_word)
         raise AssertionError("unreachable")  # the last attempt returned or raised
 
+    @abstractmethod
     def _version(self, table: Location) -> Any:
         """The table's version (or snapshot) before the run's first commit to it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _purge(self, plan: ContainerPlan, designation: Designation) -> ContainerResult:
         """One partition's purge: its commit, timed, and the cost model taught."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _clean_up(self, table: Location) -> None:
         """After the run's commits to `table`: what removes the files they replaced (VACUUM, expiry)."""
-        raise NotImplementedError
