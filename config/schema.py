@@ -32,7 +32,7 @@ from mqbridge.config.monitoring import MonitoringSection
 from mqbridge.config.plaintext import is_loopback, ledger_problem
 from mqbridge.config.results import results_to_problems
 from mqbridge.config.sources import MqSourceConfig, SourceConfig, StompSourceConfig
-from mqbridge.config.tables import mixed_format_problems
+from mqbridge.config.tables import mixed_format_problems, partition_problems
 from mqbridge.config.types import TypeConfig as TypeConfig  # re-exported for `config.schema` importers
 from mqbridge.config.warehouse import ObjectStoreUri, Warehouse, delta_rs_options, object_store_problems
 from mqbridge.errors import ConfigError, KeyedError, Loc
@@ -325,6 +325,7 @@ class BridgeConfig(Model):
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
         problems.extend(iceberg_problems(self.spark, self.types))
+        problems.extend(partition_problems(self.spark.table_format, self.types))
         problems.extend(forward_problems(self.forwards, self.sources, self.listeners, self.bridge.exactly_once))
         if problems:
             raise KeyedError(problems)

@@ -88,3 +88,28 @@ def mixed_format_problems(default: str, types: Mapping[str, Any]) -> list[tuple[
                              "of its own)"))
     return problems
 
+
+def partition_problems(default: str, types: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """`[types.X] partition_by` refused where it cannot hold: "hour" for a type whose tables are not Iceberg
+    (Parquet and Delta tables are partitioned by their put_date column; an hour column would change their
+    layout, which Delta fixes when it creates a table), and types landing in one (plain) table with
+    different values (each process would evolve the table's spec its own way)."""
+    problems: list[tuple[tuple[str, ...], str]] = []
+    first: dict[str, tuple[str, str]] = {}
+    for name in sorted(types):
+        kind = types[name].table_format or default
+        partition_by = types[name].partition_by
+        if partition_by == "hour" and kind != "iceberg":
+            problems.append((("types", name, "partition_by"),
+                             f'"hour" is for Iceberg tables (hours(put_timestamp)); this type lands {kind} tables, '
+                             'partitioned by put_date: use "day", or table_format = "iceberg"'))
+            continue
+        table = types[name].table or name
+        if is_template(table):
+            continue
+        other, other_by = first.setdefault(table, (name, partition_by))
+        if other_by != partition_by:
+            problems.append((("types", name, "partition_by"),
+                             f'"{partition_by}", but type {other} lands in the same table {table!r} by "{other_by}": '
+                             "one table has one partitioning; set partition_by alike"))
+    return problems

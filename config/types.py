@@ -29,6 +29,10 @@ class TypeConfig(Model):
                                                "\"{source}_{destination}\" (config.tables); empty: the type's name")
     table_format: Literal["parquet", "delta", "iceberg"] | None = Field(
         default=None, description="This type's table format (parquet, delta or iceberg); None: `[spark] table_format`")
+    partition_by: Literal["day", "hour"] = Field(
+        default="day", description="The put-time partitions of the type's tables: day (one per put_date; an Iceberg "
+        "table by days(put_timestamp), hidden partitioning) or hour (Iceberg tables only: hours(put_timestamp)); "
+        "a change evolves an existing Iceberg table's partition spec (docs/spark-and-tables.md)")
     format: Format = Field(default="raw", description="raw: bodies as they came; json, xml, csv or fixed: parsed "
                            "in Spark with `schema` into columns (docs/formats.md); a body that does not parse fails "
                            "alone, with the parser's reason")

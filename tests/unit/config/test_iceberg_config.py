@@ -159,3 +159,30 @@ def test_iceberg_types_with_a_ledger_other_hosts_may_share_are_warned_of_at_star
     assert finding.severity == "warning"
     for alone in (parse('[types.orders]\ntable_format = "iceberg"\n'), parse(ledger + "[types.orders]\n")):
         assert not [f for f in start_warnings(alone) if f.loc == ("ledger", "url")]
+
+
+def test_partition_by_is_day_by_default_and_hour_is_accepted_for_iceberg_types() -> None:
+    config = parse('[spark]\ntable_format = "iceberg"\n[types.orders]\n[types.hourly]\npartition_by = "hour"\n'
+                   '[types.other]\ntable_format = "delta"\npartition_by = "day"\n')
+    assert [config.types[n].partition_by for n in ("orders", "hourly", "other")] == ["day", "hour", "day"]
+
+
+@pytest.mark.parametrize("text", ['[types.orders]\npartition_by = "hour"\n',
+                                  '[spark]\ntable_format = "iceberg"\n[types.orders]\ntable_format = "delta"\n'
+                                  'partition_by = "hour"\n'])
+def test_hour_partitions_are_refused_for_parquet_and_delta_tables_naming_the_key(text: str) -> None:
+    """Their put_date partition column is their layout; an hour column would be another table (Delta fixes
+    generated and partition columns when it creates a table): refused, not half applied."""
+    message = refused(text)
+    assert "types.orders.partition_by" in message and '"hour" is for Iceberg tables' in message
+
+
+def test_types_sharing_a_table_with_different_partitioning_are_refused() -> None:
+    """Each process would evolve the one table's spec its own way, back and forth."""
+    message = refused('[spark]\ntable_format = "iceberg"\n[types.orders]\ntable = "t"\n'
+                      '[types.other]\ntable = "t"\npartition_by = "hour"\n')
+    assert "types.other.partition_by" in message and "one table has one partitioning" in message
+
+
+def test_an_unknown_partitioning_is_refused_naming_the_key() -> None:
+    assert "types.orders.partition_by" in refused('[types.orders]\ntable_format = "iceberg"\npartition_by = "week"\n')
