@@ -433,6 +433,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads-max", type=int, default=None, metavar="N",
                        help="with --quick-start: another ceiling for the adaptive thread count (default: the "
                             "bridge's, 8)")
+    group.add_argument("--listener-key", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --quick-start: one more [[listeners]] key as TOML (e.g. in_flight=4), to try a "
+                            "default (repeatable)")
     group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
                        help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
                             "delta also prints what a Delta commit costs")

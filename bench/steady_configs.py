@@ -34,6 +34,7 @@ message_type = "bench"
 backout_queue = "{destination}.backout"
 {f'identity = "{args.identity}"' if args.identity != "auto" else ""}
 {f"threads_max = {args.threads_max}" if args.threads_max else ""}
+{chr(10).join(args.listener_key)}
 """)
     return path
 

@@ -3,7 +3,7 @@
 # Parquet on a local file system into a folder that mqbridge hands to Spark (`[spark] jars_dir`,
 # default: the folder `jars` of this project).
 #
-#   scripts/jars.sh [--dir DIR] [SET ...]     SET: delta (default), iceberg, s3, hdfs-test, all
+#   scripts/jars.sh [--dir DIR] [SET ...]     SET: delta (default), iceberg, s3, hdfs-test, iceberg-rest-test, all
 #
 # delta is what a user's install fetches too: `mqbridge jars` (mqbridge.landing.jar_sets pins it, Delta
 # Lake 4.4.0 for the Spark 4.1 that pyproject.toml pins), run here from the venv. The test sets are fixed
@@ -30,7 +30,8 @@ coordinates() {
     case "$1" in
         s3) echo "${S3_COORDINATES:-}" ;;
         hdfs-test) echo "${HDFS_TEST_COORDINATES:-}" ;;
-        *) echo "jars.sh: unknown set '$1' (delta, iceberg, s3, hdfs-test, all)" >&2; exit 2 ;;
+        iceberg-rest-test) echo "${ICEBERG_REST_TEST_COORDINATES:-}" ;;
+        *) echo "jars.sh: unknown set '$1' (delta, iceberg, s3, hdfs-test, iceberg-rest-test, all)" >&2; exit 2 ;;
     esac
 }
 # s3: S3A (hadoop-aws 3.4.2) and the parts of the AWS SDK v2 it loads, at the versions its pom names
@@ -50,6 +51,18 @@ S3_COORDINATES="org.apache.hadoop:hadoop-aws:3.4.2
 # hdfs-test: Hadoop's mini cluster (one shaded jar; its other classes come from Spark's
 # hadoop-client-api/-runtime) that scripts/hdfs.sh starts for the tests of hdfs:// warehouses.
 HDFS_TEST_COORDINATES="org.apache.hadoop:hadoop-client-minicluster:3.4.2"
+# iceberg-rest-test: Apache Iceberg's own REST catalog server (`RESTCatalogServer`, the test fixture that
+# the project's `apache/iceberg-rest-fixture` image runs: a JDBC catalog behind the REST protocol), which
+# tests/support/iceberg_rest.py starts for the tests of `[spark.iceberg] catalog = "rest"`. 1.10.0 is the
+# newest release whose test-fixtures jar Maven Central serves here (1.12.0's is refused); the REST protocol
+# is versioned apart from the library, and the bridge's 1.12 runtime speaks it. With their dependencies
+# (Jetty 11, SQLite's JDBC driver, Hadoop's client for the server's HadoopFileIO): a server of its own, not
+# on Spark's class path.
+ICEBERG_REST_TEST_COORDINATES="org.apache.iceberg:iceberg-open-api:1.10.0:test-fixtures+
+    org.apache.iceberg:iceberg-core:1.10.0:tests+ org.apache.iceberg:iceberg-core:1.10.0+
+    org.eclipse.jetty:jetty-servlet:11.0.24+ org.xerial:sqlite-jdbc:3.46.1.3+
+    org.apache.hadoop:hadoop-client-api:3.4.2+ org.apache.hadoop:hadoop-client-runtime:3.4.2+
+    org.slf4j:slf4j-simple:2.0.16+"
 
 if ! command -v mvn >/dev/null 2>&1; then
     echo "jars.sh: installing maven (apt-get)"
@@ -73,8 +86,9 @@ fetch_set() {
         for c in $coords; do
             local transitive=false
             case "$c" in *+) transitive=true; c="${c%+}" ;; esac
-            IFS=: read -r g a v <<<"$c"
+            IFS=: read -r g a v classifier <<<"$c"
             echo "<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version>"
+            [ -z "$classifier" ] || echo "<classifier>$classifier</classifier>"
             $transitive || echo "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
             echo "</dependency>"
         done
@@ -95,7 +109,7 @@ fetch_set() {
 
 for s in "${sets[@]}"; do
     if [ "$s" = all ]; then
-        for t in delta iceberg s3 hdfs-test; do fetch_set "$t"; done
+        for t in delta iceberg s3 hdfs-test iceberg-rest-test; do fetch_set "$t"; done
     else
         fetch_set "$s"
     fi

@@ -20,7 +20,7 @@ scripts/rabbitmq.sh start  # for tests/contract/test_rabbitmq.py (installs rabbi
 scripts/test-tools.sh  # PostgreSQL, Chromium, Prometheus (the tests start their own servers)
 # S3A's and the HDFS mini cluster's jars, and S3Proxy: the tests of Delta tables on s3a:// and hdfs://
 # start scripts/s3.sh and scripts/hdfs.sh themselves (tests/support/object_stores.py).
-scripts/jars.sh s3 hdfs-test iceberg
+scripts/jars.sh s3 hdfs-test iceberg iceberg-rest-test
 scripts/s3.sh install
 scripts/lint.sh
 # --durations=40: every CI log shows where the time goes (the 40 slowest setups, calls and teardowns),

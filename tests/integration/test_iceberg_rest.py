@@ -1,0 +1,70 @@
+"""Iceberg tables through a real REST catalog (`[spark.iceberg] catalog = "rest"`): Apache Iceberg's own
+REST catalog server (tests.support.iceberg_rest), the bridge's Spark driver with the Iceberg runtime, a
+real ActiveMQ. A bridge is killed (SIGKILL) after its first append committed and before the ledger
+recorded it, and again before its source commit; each restart decides the dead process's bulk by asking
+the table's snapshots through the REST catalog; then its state_dir is wiped and every message sent again,
+and the ledger is rebuilt from the table through the catalog. Every message must be in the table exactly
+once, as pyiceberg (an independent reader, through the same REST catalog) sees it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_iceberg_landing import ICEBERG_SPARK, iceberg_rows, prepared_bulks
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.exactly_once import account, bodies
+from tests.support.iceberg_rest import RestCatalogServer, missing_jars, rest_catalog_server
+from tests.support.processes import run_until_idle, run_until_killed, stomp_bridge
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("pyiceberg")
+
+
+@pytest.fixture(scope="module")
+def rest_catalog() -> Iterator[RestCatalogServer]:
+    problem = missing_jars()
+    if problem:
+        pytest.fail(problem)
+    with rest_catalog_server() as server:
+        yield server
+
+
+@pytest.mark.timeout(600)
+def test_a_bridge_killed_around_its_append_lands_every_message_once_through_a_rest_catalog(
+        tmp_path: Path, amq: AmqClient, rest_catalog: RestCatalogServer) -> None:
+    # Given 120 messages (units of 30 on one thread; identity: the body's hash) and a bridge landing them
+    # into an Iceberg table of a REST catalog server
+    q = unique_queue("iceberg-rest")
+    sent = bodies(120, "ir")
+    amq.put_many(q, sent)
+    spark = ICEBERG_SPARK + f'\n[spark.iceberg]\ncatalog = "rest"\nuri = "{rest_catalog.uri}"\n'
+    config = stomp_bridge(q, spark=spark, threads=1, batch=30,
+                          extra_listener='identity = "body-sha256"').write(tmp_path / "bridge.toml")
+    state, catalog = tmp_path / "state", {"type": "rest", "uri": rest_catalog.uri}
+
+    # When it is killed after its first append committed (the ledger still says prepared)
+    out = run_until_killed(config, "after_publish")
+    assert prepared_bulks(state) == 1, out[-4000:]
+    landed = sum(iceberg_rows(catalog).values())
+    assert 1 <= landed < len(sent), f"{landed} rows after the first append\n{out[-4000:]}"
+    # ... and then before its source commit: the restart found the dead process's bulk in a snapshot
+    # (through the REST catalog) and recorded it published, without landing it again
+    out = run_until_killed(config, "before_source_commit")
+    assert "had committed into table orders: recorded published" in out, out[-4000:]
+    # ... and then its state_dir (the ledger) is wiped, every message is sent again, and it runs until idle
+    shutil.rmtree(state)
+    amq.put_many(q, sent)
+    out = run_until_idle(config)
+    # Then the new ledger learnt the landed messages from the table through the REST catalog, and every
+    # message is in the table exactly once (0 lost, 0 duplicated, 0 unexpected), the queue empty
+    assert re.search(r"ledger rebuilt from the tables: [1-9]\d* identities", out), out[-4000:]
+    assert "already landed; committed without landing them again" in out, out[-4000:]
+    result = account(sent, iceberg_rows(catalog))
+    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
