@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 
 class TcpProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], listen: str = "127.0.0.1") -> None:
+        """Forwards connections to `target` from a free port of `listen` (`self.port`)."""
         self.target = target
-        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server = socket.create_server((listen, 0))
         self.port = self._server.getsockname()[1]
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
