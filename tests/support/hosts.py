@@ -99,6 +99,14 @@ class Host:
     def pids(self) -> list[int]:
         return [int(pid) for pid in _ip("netns", "pids", self.name).split()]
 
+    def commands(self) -> list[str]:
+        """The command name of each process of the host (`/proc/PID/comm`: "python", "java")."""
+        names = []
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        return names
+
     def kill_all(self) -> list[int]:
         """`kill -9` of every process of the host until none is left; the pids killed."""
         killed: list[int] = []
