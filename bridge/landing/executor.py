@@ -104,6 +104,7 @@ class SparkExecutor:
         self.message_type = message_type
         self.table = config.table or message_type  # a template such as "{destination}" (containers.py)
         self.format = config.format
+        self.partition_by = config.partition_by  # an Iceberg table's partition transform (landing.iceberg)
         # `config` was validated at load (format and options agree, the table is a valid name); only
         # the DDL itself needs Spark's own parser, hence a session: parsed on first use (`body_format`).
         self._config = config

@@ -39,7 +39,7 @@ from mqbridge.config.iceberg import (
     VERSION_PROPERTY,
     IcebergCatalog,
 )
-from mqbridge.errors import LedgerUnavailableError
+from mqbridge.errors import ConfigError, LedgerUnavailableError
 from mqbridge.landing import jar_sets
 from mqbridge.landing.schema_check import DECLARED
 
@@ -63,6 +63,12 @@ DECLARED_COMMENT = "mqbridge.declared="
 #: Properties of a table the bridge creates: a typed type's new column is added by its append
 #: (`merge-schema`, which needs `accept-any-schema`); format version 2 (row-level deletes for a purge).
 TABLE_PROPERTIES = {"format-version": "2", "write.spark.accept-any-schema": "true"}
+#: `[types.X] partition_by` -> the transform of the table's hidden partitioning: a reader filtering on
+#: put_timestamp skips the other partitions; put_date stays a column (the landed row's contract).
+PARTITION_TRANSFORMS = {"day": "days(put_timestamp)", "hour": "hours(put_timestamp)"}
+#: The partition fields of put time a table of the bridge may have: the two above, and `put_date` (the
+#: identity partitioning of tables made before `partition_by`), each evolved into the configured one.
+TIME_FIELDS = ("put_date", *PARTITION_TRANSFORMS.values())
 #: How long `settle` waits for a dead process's driver JVM to exit before it leaves the bulk undecided.
 DRIVER_EXIT_WAIT = 60.0
 _DRIVER_POLL = 0.2
@@ -150,22 +156,85 @@ def _column(field: StructField) -> str:
     return f"`{field.name}` {field.dataType.simpleString()}" + (f" COMMENT '{_quoted(comment)}'" if comment else "")
 
 
-def ensure_table(spark: SparkSession, catalog: IcebergCatalog, table: str, frame: DataFrame) -> None:
-    """Create the namespace and the table `table` (at `<warehouse>/<table>`, partitioned by put_date,
-    with `frame`'s columns, each typed one commented with its declared field, `declared_comment`) if
-    they are missing; add the typed columns `frame` has and the table lacks (a type's schema added a
-    column), commented alike (the append's `merge-schema` would add them without the comment)."""
+def ensure_table(spark: SparkSession, catalog: IcebergCatalog, table: str, frame: DataFrame,
+                 partition_by: str = "day", key: str = "partition_by") -> None:
+    """Create the namespace and the table `table` (at `<warehouse>/<table>`, hidden-partitioned by the
+    transform of `partition_by`, `PARTITION_TRANSFORMS`, with `frame`'s columns, each typed one commented
+    with its declared field, `declared_comment`) if they are missing; evolve an existing table's partition
+    spec to it (`evolve_partitioning`; `key` names the setting in its errors and logs); add the typed
+    columns `frame` has and the table lacks (a type's schema added a column), commented alike (the
+    append's `merge-schema` would add them without the comment)."""
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
     identifier = catalog.identifier(table)
     columns = ", ".join(_column(f) for f in frame.schema.fields)
     properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
     spark.sql(f"CREATE TABLE IF NOT EXISTS {identifier} ({columns}) USING iceberg "
-              f"PARTITIONED BY (put_date) LOCATION '{_quoted(str(catalog.warehouse / table))}' "
-              f"TBLPROPERTIES ({properties})")
+              f"PARTITIONED BY ({PARTITION_TRANSFORMS[partition_by]}) "
+              f"LOCATION '{_quoted(str(catalog.warehouse / table))}' TBLPROPERTIES ({properties})")
+    evolve_partitioning(spark, identifier, partition_by, key)
     present = {f.name.lower() for f in spark.table(identifier).schema.fields}
     missing = [f for f in frame.schema.fields if f.name.lower() not in present]
     if missing:
         spark.sql(f"ALTER TABLE {identifier} ADD COLUMNS ({', '.join(_column(f) for f in missing)})")
+
+
+def partition_fields(spark: SparkSession, identifier: str) -> list[str]:
+    """The table's current partition spec, each field as Spark's DESCRIBE shows it (`put_date`,
+    `days(put_timestamp)`, `hours(put_timestamp)`, ...), in order (`describe_partitioning`)."""
+    rows = spark.sql(f"DESCRIBE TABLE {identifier}").collect()
+    return describe_partitioning([(str(r["col_name"] or ""), str(r["data_type"] or "")) for r in rows])
+
+
+def describe_partitioning(rows: list[tuple[str, str]]) -> list[str]:
+    """The partition fields in the rows (col_name, data_type) of Spark 4.1's DESCRIBE TABLE of an Iceberg
+    table: after `# Partitioning`, a row `Part N` per field with its transform (`days(put_timestamp)`);
+    a spec of identity fields only is shown as Hive's `# Partition Information` instead, a `# col_name`
+    header and then a row per column (checked with Iceberg 1.12; a spec of none: neither section)."""
+    names = [name.strip() for name, _ in rows]
+    if "# Partitioning" in names:
+        start = names.index("# Partitioning") + 1
+        return [kind.strip() for name, kind in rows[start:] if name.startswith("Part ")]
+    if "# Partition Information" in names:
+        fields: list[str] = []
+        for name in names[names.index("# Partition Information") + 1:]:
+            if not name or (name.startswith("#") and fields):
+                break
+            if not name.startswith("#"):
+                fields.append(name)
+        return fields
+    return []
+
+
+def partition_change(fields: list[str], partition_by: str, key: str = "partition_by") -> str | None:
+    """The clause of `ALTER TABLE` that evolves a spec of `fields` into the transform of `partition_by`:
+    its put-time field replaced (`TIME_FIELDS`), any other field kept; None when it is that transform
+    already. ConfigError, naming the setting `key`, for a spec with no put-time field or with two (not made by
+    the bridge: it changes no partitioning it cannot tell)."""
+    wanted = PARTITION_TRANSFORMS[partition_by]
+    times = [f for f in fields if f in TIME_FIELDS]
+    if times == [wanted]:
+        return None
+    if len(times) != 1:
+        raise ConfigError(f"{key} = \"{partition_by}\" wants an Iceberg table partitioned by "
+                          f"{wanted}, but the table is partitioned by ({', '.join(fields) or 'nothing'}): not "
+                          "a partitioning the bridge made or can evolve; repartition the table by hand "
+                          f"(ALTER TABLE ... ADD/DROP PARTITION FIELD) to include {wanted}")
+    return f"REPLACE PARTITION FIELD {times[0]} WITH {wanted}"
+
+
+def evolve_partitioning(spark: SparkSession, identifier: str, partition_by: str, key: str = "partition_by") -> None:
+    """Evolve the table's partition spec to `partition_by`'s transform (`partition_change`), one metadata
+    commit: files written before keep their partitions (readers and the maintenance handle both specs),
+    until a compaction rewrites them into the new spec. Logged as a warning: an operator changed
+    `partition_by`, and the table is partitioned two ways until then."""
+    fields = partition_fields(spark, identifier)
+    change = partition_change(fields, partition_by, key)
+    if change is None:
+        return
+    spark.sql(f"ALTER TABLE {identifier} {change}")
+    log.warning("Iceberg table %s: partition spec evolved from (%s) to %s (%s = \"%s\"); its files written "
+                "before keep their old partitions until a compaction rewrites them (mqbridge compact)",
+                identifier, ", ".join(fields), PARTITION_TRANSFORMS[partition_by], key, partition_by)
 
 
 def append(frame: DataFrame, catalog: IcebergCatalog, table: str, bulk_id: str,
@@ -267,6 +336,7 @@ def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, catalog: Ice
 
 
 __all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "EXTENSION", "JAR_SET", "MISSING_FROM_SPARK",
-           "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf", "committed", "declared_comment",
-           "driver_alive", "ensure_table", "jar_files", "missing_from_spark", "record_driver", "record_process",
-           "session_conf", "settle", "snapshot_options", "write_probe"]
+           "PARTITION_TRANSFORMS", "TIME_FIELDS", "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf",
+           "committed", "declared_comment", "describe_partitioning", "driver_alive", "ensure_table",
+           "evolve_partitioning", "jar_files", "missing_from_spark", "partition_change", "partition_fields",
+           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "write_probe"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
@@ -160,12 +160,24 @@ def containers(table: Table) -> list[Container]:
 
 
 def _put_date(entry: Mapping[str, Any]) -> str:
-    """The put_date of a data file: its partition's, or (a partition spec without it) its column's bounds."""
+    """The put_date of a data or delete file: its partition's (`put_date`, made before `[types.X]
+    partition_by`; `days(put_timestamp)`, a date; `hours(put_timestamp)`, hours since the epoch: every
+    partition is one UTC day or an hour of one), or (a spec without them) its put_date column's bounds.
+    A table whose spec evolved has every field of its specs, the others' null."""
     partition = entry.get("partition") or {}
     value = partition.get("put_date")
     if value is None:
+        value = partition.get("put_timestamp_day")
+        if isinstance(value, int):  # days since the epoch
+            value = _EPOCH + timedelta(days=value)
+    if value is None and isinstance(partition.get("put_timestamp_hour"), int):
+        value = _EPOCH + timedelta(days=partition["put_timestamp_hour"] // 24)
+    if value is None:
         value = ((entry.get("readable_metrics") or {}).get("put_date") or {}).get("lower_bound")
     return value.isoformat() if isinstance(value, date) else str(value)
+
+
+_EPOCH = date(1970, 1, 1)
 
 
 def _count_rows(table: Table, put_date: str) -> int:

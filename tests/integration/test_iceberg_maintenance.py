@@ -1,7 +1,8 @@
-"""Purge and compaction of Iceberg tables (`table_format = "iceberg"`, the embedded JDBC catalog on SQLite)
-on a real Spark with Iceberg 1.12's runtime (jars/iceberg). One spawned child process keeps ONE Spark
-driver for every step (the bridge's own session, `create_spark_session`, which `mqbridge purge` and
-`mqbridge compact` then reuse: each command is run by `mqbridge.cli.main` in that child), so the module
+"""Purge and compaction of Iceberg tables (`table_format = "iceberg"`, the embedded JDBC catalog on SQLite),
+partitioned by days and by hours of put_timestamp (`[types.X] partition_by`, a spec evolved), on a real
+Spark with Iceberg 1.12's runtime (jars/iceberg). One spawned child process keeps ONE Spark driver for
+every step (the bridge's own session, `create_spark_session`, which `mqbridge purge` and `mqbridge
+compact` then reuse: each command is run by `mqbridge.cli.main` in that child), so the module
 pays for one JVM start:
 
 1. the bare facts the purger rests on, with Spark SQL alone on a table of its own: a DELETE under
@@ -13,7 +14,11 @@ pays for one JVM start:
    (the first day copied, the second dropped) with `vacuum_retention = "0s"` (snapshots expired, an old
    orphan file removed, the snapshot before the purge no longer readable), more small files landed,
    `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files), `mqbridge purge` by
-   the type's row cap (`max_rows`), and `mqbridge ledger --verify` (the purged bulks counted apart).
+   the type's row cap (`max_rows`), and `mqbridge ledger --verify` (the purged bulks counted apart);
+3. the table's partitioning (`[types.X] partition_by`): made `days(put_timestamp)`; with `partition_by =
+   "hour"` its spec evolved to `hours(put_timestamp)` by the next append (files of both specs side by
+   side), then a delete purge of rows in both specs, a compaction (every file rewritten into the hours
+   spec) and a copy purge; a new table made `hours(put_timestamp)` from the start.
 
 Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
 exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
@@ -26,6 +31,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import re
 import threading
 import time
 import traceback
@@ -117,10 +123,10 @@ def _bare_facts(config: str) -> dict[str, Any]:
     return found
 
 
-def _land(config: str, first: int, count: int, per_bulk: int, day2: int = 0) -> None:
+def _land(config: str, first: int, count: int, per_bulk: int, day2: int = 0, message_type: str = "orders") -> None:
     """Land messages m<first>..m<first+count-1> (put n minutes after midnight of the first day) in bulks
     of `per_bulk` interleaved (bulk k holds the messages n % bulks == k), each bulk also holding
-    `day2 / bulks` messages d.. of the next day, by the bridge's own Iceberg writer."""
+    `day2 / bulks` messages d.. of the next day, by the bridge's own Iceberg writer of `message_type`."""
     from mqbridge.counters import Counters
     from mqbridge.landing.executor import SparkExecutor
     from mqbridge.landing.landing import Landing
@@ -133,15 +139,15 @@ def _land(config: str, first: int, count: int, per_bulk: int, day2: int = 0) -> 
     ledger = SqliteLedger.open(state / "ledger.sqlite3", owner=owner_id())
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
                       warehouse=warehouse)
-    executor = SparkExecutor(spark, warehouse, "orders", cfg.types["orders"], landing=landing,
+    executor = SparkExecutor(spark, warehouse, message_type, cfg.types[message_type], landing=landing,
                              table_format="iceberg")
     bulks = count // per_bulk
     for k in range(bulks):
-        bulk = Bulk("orders")
+        bulk = Bulk(message_type)
         for n in range(first + k, first + count, bulks):
             put = T0 + timedelta(minutes=n)
             bulk.add(Message(msg_id=f"m{n}", body=f"{n}:".encode() + bytes(range(256)), source="amq",
-                             destination="/queue/orders", message_type="orders", put_timestamp=put,
+                             destination="/queue/orders", message_type=message_type, put_timestamp=put,
                              received_timestamp=put))
         for n in range(k * day2 // bulks, (k + 1) * day2 // bulks):
             put = T0 + timedelta(days=1, minutes=n)
@@ -177,7 +183,8 @@ def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
     cfg = _child["cfg"]
     name = "mqbridge.mqbridge.orders"
     files = {(r[0], r[1]): r[2] for r in spark.sql(
-        f"SELECT cast(partition.put_date AS STRING), content, count(*) FROM {name}.files GROUP BY 1, 2").collect()}
+        f"SELECT cast(partition.put_timestamp_day AS STRING), content, count(*) FROM {name}.files GROUP BY 1, 2")
+        .collect()}
     snapshots = [int(r[0]) for r in spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at")
                  .collect()]
     found: dict[str, Any] = {"files": files, "snapshots": snapshots}
@@ -192,6 +199,13 @@ def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
         except Exception as exc:
             found["as_of_rows"] = str(exc).splitlines()[0][:300]
     return found
+
+
+def _spec_files(config: str) -> dict[tuple[int, int], int]:
+    """The table's files per (partition spec id, content: 0 data, 1 position deletes)."""
+    spark = _session(config)
+    return {(int(r[0]), int(r[1])): int(r[2]) for r in spark.sql(
+        "SELECT spec_id, content, count(*) FROM mqbridge.mqbridge.orders.files GROUP BY 1, 2").collect()}
 
 
 # --- the test's side -------------------------------------------------------------------------------------
@@ -217,21 +231,29 @@ def catalog_properties(base: Path) -> dict[str, str]:
             "init_catalog_tables": "false"}
 
 
-def msg_ids(properties: dict[str, str]) -> collections.Counter[str]:
+def msg_ids(properties: dict[str, str], table: str = "orders") -> collections.Counter[str]:
     """How often each msg_id is in the table's current snapshot, read by pyiceberg (position deletes applied)."""
     from pyiceberg.catalog import load_catalog
 
-    table = load_catalog("mqbridge", **properties).load_table(("mqbridge", "orders"))
-    return collections.Counter(table.scan(selected_fields=("msg_id",)).to_arrow().column("msg_id").to_pylist())
+    found = load_catalog("mqbridge", **properties).load_table(("mqbridge", table))
+    return collections.Counter(found.scan(selected_fields=("msg_id",)).to_arrow().column("msg_id").to_pylist())
 
 
-def exactly(properties: dict[str, str], expected: set[str]) -> None:
+def exactly(properties: dict[str, str], expected: set[str], table: str = "orders") -> None:
     """The table holds exactly `expected`, each once: 0 lost, 0 duplicated, 0 unexpected."""
-    rows = msg_ids(properties)
+    rows = msg_ids(properties, table)
     lost, unexpected = expected - set(rows), set(rows) - expected
     duplicated = sorted(i for i, n in rows.items() if n > 1)
     assert (len(lost), len(duplicated), len(unexpected)) == (0, 0, 0), (sorted(lost)[:5], duplicated[:5],
                                                                         sorted(unexpected)[:5])
+
+
+def spec(properties: dict[str, str], table: str = "orders") -> list[tuple[str, str]]:
+    """The table's current partition spec as pyiceberg reads it: (source column, transform) per field."""
+    from pyiceberg.catalog import load_catalog
+
+    found = load_catalog("mqbridge", **properties).load_table(("mqbridge", table))
+    return [(found.schema().find_column_name(f.source_id) or "?", str(f.transform)) for f in found.spec().fields]
 
 
 class Reader:
@@ -273,17 +295,20 @@ class Reader:
                                                                   self.failures[:3])
 
 
-def config_for(tmp_path: Path, vacuum_retention: str, **orders: Any) -> str:
+def config_for(tmp_path: Path, vacuum_retention: str, *, hourly: bool = False, **orders: Any) -> str:
     """`mqbridge purge`/`compact`'s configuration for an Iceberg type `orders` (tests.support.purge): the
     operator's equal per-row costs and no fixed partition cost, 2 shuffle partitions, 3 small files
-    compact a partition."""
+    compact a partition; `hourly`: also a type `hourly` partitioned by hours, its own table."""
     path = tmp_path / "bridge.toml"
-    (purge_bridge().set("spark", table_format="iceberg", jars_dir=str(JARS), writer="spark", master="local[2]")
-     .set("spark.conf", **{"spark.sql.shuffle.partitions": "2"})
-     .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0,
-          vacuum_retention=vacuum_retention)
-     .set("compaction", small_files=3)
-     .set("types.orders", **orders).write(path))
+    toml = (purge_bridge().set("spark", table_format="iceberg", jars_dir=str(JARS), writer="spark", master="local[2]")
+            .set("spark.conf", **{"spark.sql.shuffle.partitions": "2"})
+            .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0,
+                 vacuum_retention=vacuum_retention)
+            .set("compaction", small_files=3)
+            .set("types.orders", **orders))
+    if hourly:
+        toml = toml.set("types.hourly", partition_by="hour")
+    toml.write(path)
     return str(path)
 
 
@@ -314,6 +339,7 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     exactly(properties, every)
     landed = call(child, _table_facts, config)
     assert landed["files"] == {("2024-06-01", 0): FILES, ("2024-06-02", 0): FILES}, landed
+    assert spec(properties) == [("put_timestamp", "day")]  # hidden partitioning by days, the default
 
     # When `mqbridge purge --strategy delete` designates 20 rows of the first day, all in one file
     with Reader(properties) as reader:
@@ -391,4 +417,60 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     code, out = call(child, _cli, config, "ledger", "--verify")
     print(out)
     assert code == 0 and "with rows removed since by purges: not compared" in out, out
-    print(f"whole test {time.monotonic() - started:.1f}s")
+    print(f"days of put_timestamp {time.monotonic() - started:.1f}s")
+    hours_started = time.monotonic()
+    capped = grown - {f"m{n}" for n in range(100, 200, 10)}
+
+    # When the type's partition_by becomes "hour" and 40 messages land into hours 6 and 7 of the first day
+    # in 5 bulks, and a new type partitioned by hours lands its first bulk into a table of its own
+    config = config_for(tmp_path, "0s", hourly=True, partition_by="hour")
+    call(child, _land, config, 400, 40, 8)
+    call(child, _land, config, 1000, 10, 10, 0, "hourly")  # identities of its own: the ledger is one
+
+    # Then the table's spec is evolved to hours, its older files kept in the days spec beside 10 new ones (5
+    # bulks x 2 hours), every row there once; the new table is partitioned by hours from the start
+    evolved = capped | {f"m{n}" for n in range(400, 440)}
+    exactly(properties, evolved)
+    assert spec(properties) == [("put_timestamp", "hour")]
+    assert call(child, _spec_files, config) == {(0, 0): 1, (0, 1): 1, (1, 0): 10}
+    assert spec(properties, "hourly") == [("put_timestamp", "hour")]
+    exactly(properties, {f"m{n}" for n in range(1000, 1010)}, "hourly")
+
+    # When a purge deletes rows in both specs (position deletes), one commit for the day
+    code, out = call(child, _cli, config, "purge", "--type", "orders", "--where",
+                     "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 20 = 0", "--strategy", "delete")
+    print(out)
+
+    # Then exactly those rows go
+    assert code == 0 and "put_date=2024-06-01  designated 10/100" in out and "strategy delete" in out, out
+    deleted = evolved - {i for i in evolved if number(i) % 20 == 0}
+    exactly(properties, deleted)
+
+    # And `mqbridge tables` (pyiceberg, no Spark) counts the day's rows from both specs' data and position
+    # delete files (a delete file's day is its partition's: it has no put_date bounds)
+    code, out = call(child, _cli, config, "tables")
+    assert code == 0 and re.search(r"put_date=2024-06-01 +90 rows", out) and "put_date=None" not in out, out
+
+    # When the day is compacted
+    code, out = call(child, _cli, config, "compact", "--table", "orders")
+    print(out)
+
+    # Then every row stays once, and every file is in the hours spec, one per hour (3, 4, 5, 6, 7), no
+    # delete file left
+    assert code == 0 and "action compact" in out, out
+    exactly(properties, deleted)
+    assert call(child, _spec_files, config) == {(1, 0): 5}
+
+    # When a purge copies the day's survivors (the strategy forced)
+    code, out = call(child, _cli, config, "purge", "--type", "orders", "--where",
+                     "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 20 = 10", "--strategy", "copy")
+    print(out)
+
+    # Then exactly the survivors stay, the other table untouched, and the ledger agrees
+    assert code == 0 and "strategy copy" in out, out
+    exactly(properties, {i for i in deleted if number(i) % 20 != 10})
+    exactly(properties, {f"m{n}" for n in range(1000, 1010)}, "hourly")
+    code, out = call(child, _cli, config, "ledger", "--verify")
+    assert code == 0, out
+    print(f"hours of put_timestamp {time.monotonic() - hours_started:.1f}s; whole test "
+          f"{time.monotonic() - started:.1f}s")

@@ -74,6 +74,11 @@ class WriteContext(Protocol):
         ...
 
     @property
+    def partition_by(self) -> str:
+        """`[types.X] partition_by`: "day" or "hour" (of put_timestamp; "hour" for Iceberg tables only)."""
+        ...
+
+    @property
     def body_format(self) -> BodyFormat | None:
         """How a typed type's bodies are parsed (None for a raw type); the first use needs Spark."""
         ...

@@ -119,12 +119,15 @@ class IcebergWrites:
         return bound()
 
     def _ensure_table(self, spark: SparkSession, table: str, frame: DataFrame) -> None:
-        """`iceberg.ensure_table` once per session and table (a typed type's new column is added by
-        the append itself, `merge-schema`)."""
+        """`iceberg.ensure_table` once per session and table, partitioned by the type's `partition_by`
+        (a typed type's new column is added by the append itself, `merge-schema`)."""
         if (spark, table) in self._tables:
             return
-        spark_guarded(spark, self._context.message_type, f"creation of Iceberg table {table}",
-                      lambda: iceberg.ensure_table(spark, self._catalog, table, frame), self._context.write_timeout)
+        context = self._context
+        spark_guarded(spark, context.message_type, f"creation of Iceberg table {table}",
+                      lambda: iceberg.ensure_table(spark, self._catalog, table, frame, context.partition_by,
+                                                   f"[types.{context.message_type}] partition_by"),
+                      context.write_timeout)
         self._tables.add((spark, table))
 
     def _record_driver(self, spark: SparkSession, owner: str) -> None:

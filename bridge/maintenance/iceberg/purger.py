@@ -44,8 +44,8 @@ from typing import ClassVar, cast
 from mqbridge.config.warehouse import Location
 from mqbridge.errors import PurgeError
 from mqbridge.maintenance.engine.costs import CostModel, Estimate
-from mqbridge.maintenance.iceberg.table import current_snapshot, exists, expire, identifier, name_of
-from mqbridge.maintenance.purge.committing import CommittingPurger, partition_condition
+from mqbridge.maintenance.iceberg.table import current_snapshot, day_condition, exists, expire, identifier, name_of
+from mqbridge.maintenance.purge.committing import CommittingPurger
 from mqbridge.maintenance.purge.designation import Designation
 from mqbridge.maintenance.purge.purger import ContainerPlan, ContainerResult, designated_per_file
 
@@ -84,8 +84,8 @@ class IcebergContainerPlan(ContainerPlan):
 
     @property
     def condition(self) -> str:
-        """The partition as a Spark SQL condition."""
-        return partition_condition(self.table, self.put_date)
+        """The put_date as a Spark SQL condition that Iceberg prunes partitions by (`table.day_condition`)."""
+        return day_condition(self.table, self.put_date)
 
 
 @dataclass(frozen=True)

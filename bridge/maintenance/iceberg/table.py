@@ -15,16 +15,29 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
 from mqbridge.config.warehouse import Location
+from mqbridge.maintenance.purge.committing import partition_condition
 
 log = logging.getLogger("mqbridge.purge.iceberg")  # the name operators configure
 
 #: Iceberg's `remove_orphan_files` refuses a younger `older_than` (see the module docstring).
 ORPHAN_MIN_AGE = 24 * 3600.0
+
+
+def day_condition(table: Location, put_date: str) -> str:
+    """The put_date `put_date` of the table as a Spark SQL condition: `put_date = d` and the day's
+    put_timestamp range. The range is what Iceberg prunes partitions by (days or hours of put_timestamp,
+    `[types.X] partition_by`); the put_date column is put_timestamp's UTC date, so both say the same rows,
+    and a table partitioned by put_date (made before partition_by) is pruned by the first. A purge or a
+    compaction works by day on any of these specs: a day is whole partitions of each."""
+    condition = partition_condition(table, put_date)  # PurgeError for no date
+    day = date.fromisoformat(put_date)
+    return (f"{condition} AND put_timestamp >= TIMESTAMP'{day} 00:00:00+00:00' "
+            f"AND put_timestamp < TIMESTAMP'{day + timedelta(days=1)} 00:00:00+00:00'")
 
 
 def name_of(table: Location) -> str:
