@@ -1,7 +1,8 @@
 """Fixtures of the integration tests: a bridge with its monitoring server (the real local Spark,
 `spark`, is tests/conftest.py's), the S3-compatible server and the HDFS of the tests of warehouses
-on object stores (tests/support/object_stores.py), and the one Spark driver with Delta Lake that
-checks what Spark itself does with Delta tables."""
+on object stores (tests/support/object_stores.py), the one Spark driver with Delta Lake that
+checks what Spark itself does with Delta tables, and the session's bridge hosts (network namespaces,
+tests/support/hosts.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mqbridge.monitoring.server import MonitoringServer
 from mqbridge.supervision.supervisor import Bridge
 from tests.support import class_archive as shared_archive
 from tests.support.bridge import RunningBridge
+from tests.support.hosts import bridge_hosts  # noqa: F401 -- the session's bridge hosts (network namespaces)
 from tests.support.object_stores import DeltaSpark, S3Server, delta_spark_conf, running_hdfs_cluster, running_s3_server
 from tests.support.processes import ROOT
 

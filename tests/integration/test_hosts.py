@@ -28,7 +28,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.configs import BridgeToml
 from tests.support.delta_tables import DELTA_SPARK, delta_rows
 from tests.support.exactly_once import RABBIT_SOURCE, OutputReader, Rabbit, account, bodies
-from tests.support.hosts import Host, made_hosts
+from tests.support.hosts import Host
 from tests.support.postgres import PostgresServer, postgres_server
 from tests.support.processes import stomp_bridge
 from tests.support.waiting import wait_until
@@ -37,13 +37,6 @@ pytestmark = pytest.mark.integration
 
 #: The broker's heart-beat with each bridge: the broker notices a cut host within about twice this.
 HEARTBEAT = "2s"
-
-
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[list[Host]]:
-    """Three bridge hosts, shared by this module's tests (each test kills what it started there)."""
-    with made_hosts(3) as made:
-        yield made
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +66,8 @@ for line in sys.stdin:
 
 
 def test_a_host_reaches_the_servers_only_over_its_link_and_a_cut_makes_connections_hang_until_restored(
-        hosts: list[Host], pg: PostgresServer, activemq: tuple[str, int], rabbitmq: tuple[str, int]) -> None:
-    host = hosts[0]
+        bridge_hosts: list[Host], pg: PostgresServer, activemq: tuple[str, int], rabbitmq: tuple[str, int]) -> None:
+    host = bridge_hosts[0]
     echo = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -144,12 +137,13 @@ def queue(request: pytest.FixtureRequest) -> Iterator[Queue]:
                      "extra_listener": 'identity = "header:x-eo-id"'})
 
 
-def _config(tmp_path: Path, host: Host, queue: Queue, pg: PostgresServer, schema: str) -> Path:
-    """A bridge of `host` on `queue`, its own state_dir, the shared ledger (lease 4 s) and Delta table
-    `tmp_path/landing/orders`; every server reached through the host's link."""
+def _config(tmp_path: Path, host: Host, queue: Queue, pg: PostgresServer, schema: str, threads: int) -> Path:
+    """A bridge of `host` on `queue` with `threads` listener threads, its own state_dir, the shared
+    ledger (lease 4 s) and Delta table `tmp_path/landing/orders`; every server reached through the
+    host's link."""
     ledger = (f'\n[ledger]\nurl = "{host.url_of(pg.url, pg.port)}"\ndatabase_schema = "{schema}"\nlease = "4s"\n'
               "allow_plaintext_password = true\n")
-    toml: BridgeToml = stomp_bridge(queue.name, port=host.port_of(queue.port), threads=1, batch=40,
+    toml: BridgeToml = stomp_bridge(queue.name, port=host.port_of(queue.port), threads=threads, batch=40,
                                     state_dir=f"state-{host.name}", extra_bridge=ledger, spark=DELTA_SPARK,
                                     **queue.options)
     toml = toml.set("sources.amq", host=host.gateway, heartbeat=HEARTBEAT)
@@ -179,24 +173,25 @@ def _fenced_bulks(out: str) -> set[str]:
 
 @pytest.mark.timeout(300)
 def test_a_host_killed_whole_and_a_host_cut_off_past_its_lease_the_third_lands_every_message_once(
-        tmp_path: Path, hosts: list[Host], pg: PostgresServer, queue: Queue) -> None:
+        tmp_path: Path, bridge_hosts: list[Host], pg: PostgresServer, queue: Queue) -> None:
     """Both faults in one test, at once: three bridge JVMs start together (the test's largest cost,
     10-20 s), the faults' waits (the broker's heart-beat, the lease) overlap."""
     # Given bridges on hosts a, b and c on one queue, then 180 messages, and the bridges of a and c
     # each holding a prepared bulk of them (its claim in the shared ledger, its Delta version reserved)
-    cut_off, survivor, killed = hosts
+    cut_off, survivor, killed = bridge_hosts
     sent = bodies(180, "hosts")
     schema = f"hosts_{uuid.uuid4().hex[:6]}"
     gates = {host: tmp_path / f"gate-{host.name}" for host in (cut_off, killed)}
     table = tmp_path / "landing" / "orders"
     runs: dict[Host, OutputReader] = {}
     try:
-        for host in hosts:
+        for host in bridge_hosts:
+            # (b with two threads: it waits out both claims at once)
+            config = _config(tmp_path, host, queue, pg, schema, threads=1 if host in gates else 2)
             failpoint = f"holding_prepared:{gates[host]}" if host in gates else None
-            runs[host] = OutputReader(host.mqbridge("run", "--config", str(_config(tmp_path, host, queue, pg, schema)),
-                                                    failpoint=failpoint))
-        for run in runs.values():
-            run.wait_subscribed(1)
+            runs[host] = OutputReader(host.mqbridge("run", "--config", str(config), failpoint=failpoint))
+        for host, run in runs.items():
+            run.wait_subscribed(1 if host in gates else 2)
         queue.put(sent)
         for host, gate in gates.items():
             wait_until(Path(f"{gate}.reached").exists, 180, f"the bridge of host {host.name} to hold a prepared bulk")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -143,6 +144,14 @@ class Host:
         return self.popen([sys.executable, "-m", "mqbridge", *args], env)
 
 
+def _remove_left_behind() -> None:
+    """Remove the hosts of test sessions that died before removing theirs (their pid is gone)."""
+    for line in _ip("netns", "list").splitlines():
+        found = re.fullmatch(r"mqb(\d+)-([a-h])", line.split(" ")[0])
+        if found and not Path(f"/proc/{found[1]}").exists():
+            Host(found[0], f"mqb{found[1]}{found[2]}", "10.251.0").remove()
+
+
 @contextlib.contextmanager
 def made_hosts(count: int) -> Iterator[list[Host]]:
     """`count` hosts (`mqb<pid>-<letter>`, links 10.251.x.0/30 chosen by this process's pid), removed
@@ -150,6 +159,8 @@ def made_hosts(count: int) -> Iterator[list[Host]]:
     reason = refused()
     if reason is not None:
         pytest.skip(reason)
+    with contextlib.suppress(RuntimeError):
+        _remove_left_behind()
     pid = os.getpid()
     made: list[Host] = []
     try:
@@ -167,3 +178,11 @@ def made_hosts(count: int) -> Iterator[list[Host]]:
     finally:
         for host in made:
             host.remove()
+
+
+@pytest.fixture(scope="session")
+def bridge_hosts() -> Iterator[list[Host]]:
+    """Three bridge hosts for the session (a test module imports this fixture to use them; each test
+    kills what it started on them)."""
+    with made_hosts(3) as made:
+        yield made
