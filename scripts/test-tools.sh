@@ -11,6 +11,7 @@ need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then

@@ -30,11 +30,13 @@ import traceback
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.support.delta_tables import SMALL_TABLE_CONF
+from tests.support.exactly_once import free_port
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +132,41 @@ def running_s3_server() -> Iterator[S3Server]:
     """The S3-compatible server of scripts/s3.sh, started if nothing answers on its port."""
     for _ in _running("s3.sh", S3_PORT, "S3Proxy"):
         yield S3Server(f"http://127.0.0.1:{S3_PORT}", *read_credentials())
+
+
+class PrivateS3Proxy:
+    """An S3Proxy of one test, apart from the shared one on S3_PORT: scripts/s3.sh with its own port
+    and state directory (`MQBRIDGE_S3_PORT`, `MQBRIDGE_S3_BASE`), so that a test may stop and start
+    it (buckets, objects and credentials survive that) without touching anyone else's server."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base, self.port = base, port
+
+    def _script(self, action: str) -> None:
+        env = {**os.environ, "MQBRIDGE_S3_PORT": str(self.port), "MQBRIDGE_S3_BASE": str(self.base)}
+        subprocess.run([str(ROOT / "scripts" / "s3.sh"), action], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL, timeout=START_TIMEOUT + 60)
+
+    def start(self) -> None:
+        self._script("start")  # returns once the port answers (or fails saying why)
+
+    def stop(self) -> None:
+        self._script("stop")
+
+    @property
+    def server(self) -> S3Server:
+        return S3Server(f"http://127.0.0.1:{self.port}", *read_credentials(self.base))
+
+
+@contextmanager
+def private_s3_server(base: Path) -> Iterator[PrivateS3Proxy]:
+    """A started `PrivateS3Proxy` on a free port with its state under `base`; stopped at the end."""
+    proxy = PrivateS3Proxy(base, free_port())
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def running_hdfs_cluster() -> Iterator[str]:
