@@ -20,11 +20,14 @@ finishing the job of a bridge that is gone) is skipped by Delta; which of the tw
 told by the commit's user metadata (the bulk id or the fence's mark). A bulk whose rows are not in
 the table is rolled back: its messages were never committed at the source and come again.
 
-A table that does not exist yet cannot be fenced (a fence is a commit of the table). Its owner's
-first bulk is forgotten unfenced only when that owner is known dead by its pid (this host); an owner
-on another host, taken for dead because its lease expired, may only be stalled and write the table's
-first commit later, so its bulk waits (LedgerUnavailableError: its messages go back) until the table
-exists (another bulk created it: then it is fenced) or that bridge starts again on its host.
+Every bulk is prepared for a table that exists: the writer makes a table empty before the first bulk it
+lands there (`mqbridge.landing.delta_create`), so that a bulk's version can always be fenced, the
+table's first bulk's too, whichever host its owner is on. A table that is not there when a bulk of it
+is decided was removed since (by an operator), or the bulk was prepared by an earlier build of the
+bridge, which made a table by its first bulk's commit: the bulk is forgotten unfenced only when its
+owner is known dead by its pid (this host); an owner on another host, taken for dead because its lease
+expired, may only be stalled and make the table later with the bulk in it, so its bulk waits
+(LedgerUnavailableError: its messages go back) until the table exists or that bridge starts again.
 
 Versions of one table are given and committed one after the other within a process (the caller
 holds the table's lock across both): a smaller version committed after a larger one would be
@@ -148,6 +151,19 @@ def write_probe(spark: SparkSession, location: str) -> None:
     path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, True)
 
 
+def current_version(spark: SparkSession, table_path: Path | str) -> int:
+    """The current version of the Delta table at `table_path` as Spark reads its log (DESCRIBE HISTORY);
+    -1 when there is no Delta table there."""
+    try:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path}` LIMIT 1").collect()
+    except Exception as exc:
+        if "DELTA_MISSING_DELTA_TABLE" in str(exc) or "is not a Delta table" in str(exc) \
+                or "PATH_NOT_FOUND" in str(exc):
+            return -1
+        raise
+    return int(history[0]["version"]) if history else -1
+
+
 def committed_version(spark: SparkSession, table_path: Path | str, app: str) -> tuple[int, int | None]:
     """(the table's current version, the newest `txnVersion` of `app` in its log or None); (-1, None)
     when there is no Delta table at `table_path` yet. Read with Spark from the log's JSON commits and
@@ -155,14 +171,9 @@ def committed_version(spark: SparkSession, table_path: Path | str, app: str) -> 
     from pyspark.sql import functions as F
 
     log_dir = f"{table_path}/_delta_log"
-    try:
-        history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path}` LIMIT 1").collect()
-    except Exception as exc:
-        if "DELTA_MISSING_DELTA_TABLE" in str(exc) or "is not a Delta table" in str(exc) \
-                or "PATH_NOT_FOUND" in str(exc):
-            return -1, None
-        raise
-    current = int(history[0]["version"]) if history else -1
+    current = current_version(spark, table_path)
+    if current < 0:
+        return -1, None
     found: int | None = None
     for reader, pattern in (("json", "*.json"), ("parquet", "*.checkpoint*.parquet")):
         try:  # (through Spark Connect a missing path fails at the action, not at `load`)
@@ -190,16 +201,17 @@ def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, table_path: 
     if version is not None and version >= transaction.version:
         ledger.mark_published(bulk.bulk_id)
         return True
+    if before < 0 and not judged_by_pid(bulk.owner):
+        raise LedgerUnavailableError(
+            f"bulk {bulk.bulk_id} of {bulk.owner}, a bridge on another host whose lease expired, is prepared for "
+            f"table {bulk.table}, which is not there (removed since, or the bulk is of an earlier build, which "
+            "made a table by its first commit): with no table to fence it in, the bulk is decided once the table "
+            "exists or once that bridge starts again on its host")
     if before >= 0:
         _fence(spark, table_path, transaction)
         if _committed_by(spark, table_path, bulk.bulk_id, after=before):
             ledger.mark_published(bulk.bulk_id)
             return True
-    elif not judged_by_pid(bulk.owner):
-        raise LedgerUnavailableError(
-            f"bulk {bulk.bulk_id} of {bulk.owner}, a bridge on another host whose lease expired, was to make the "
-            f"first commit of table {bulk.table}, which does not exist yet: a first commit cannot be fenced, so the "
-            "bulk is decided once the table exists or once that bridge starts again on its host")
     ledger.forget(bulk.bulk_id)
     return False
 

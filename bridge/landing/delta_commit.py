@@ -26,8 +26,10 @@ yet" for granted on a first attempt: another host decides this process's bulk on
 fencing its version, and this process may only have stalled, so the fence can be in the snapshot
 before its transaction starts. It need not rebuild the state to see it, though: the fence came after
 this process prepared the bulk, hence after its commit of the version before (versions of a table
-commit in order, one at a time), so only the commits since that one are read (`_fenced_since`, a few
-JSON files); a table's first version in this process, or one after a gap, is looked up in full.
+commit in order, one at a time), so only the commits since that one are read (`_fenced`, a few JSON
+files). The table's first version in this process looks from the version the table had when this
+process made or found it (`delta_create.met_at`: before it prepared any bulk of it); one after a gap
+(its version before never committed), or in a table the writer did not make first, is looked up in full.
 
 Spark Connect has no driver objects here: use `delta.write_frame` there.
 """
@@ -39,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.landing import delta_create
 from mqbridge.landing.delta import commit_options
 from mqbridge.landing.handoff import raw_frame
 from mqbridge.landing.ledger import TableTransaction
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The column a bridge's Delta table is partitioned by.
-PARTITION_COLUMN = "put_date"
+PARTITION_COLUMN = delta_create.PARTITION_COLUMN
 
 #: (table location, app id) -> the newest version this process began a commit of: versions of one
 #: table are given and committed in order (`mqbridge.landing.delta`), so a version not above it is a
@@ -100,11 +103,22 @@ def _in_log(jvm: Any, delta_log: Any, txn: Any, location: str, transaction: Tabl
     if first_attempt and not transaction.check_fence:
         txn.readTxn().addOne(app)
         return False
-    last = _committed.get((str(location), app))
-    if first_attempt and last is not None and last[0] == version - 1:
+    start = fence_scan_start(_committed.get((str(location), app)), version, delta_create.met_at(location))
+    if first_attempt and start is not None:
         txn.readTxn().addOne(app)
-        return _fenced(jvm, delta_log, last[1] + 1, int(txn.readVersion()), transaction)
+        return _fenced(jvm, delta_log, start, int(txn.readVersion()), transaction)
     return bool(txn.txnVersion(app) >= version)
+
+
+def fence_scan_start(last: tuple[int, int] | None, version: int, met: int | None) -> int | None:
+    """The first table version that may hold a fence of this process's `version` of a table, given
+    `last`, (transaction version, table version) of its newest commit there, and `met`, the table's
+    version when this process made or found it (`delta_create.met_at`); None: look it up in full. A fence
+    follows the bulk's prepare, which follows the commit of the version before, and, for the process's
+    first version of the table, its meeting of the table (see the module docstring)."""
+    if last is None:
+        return None if met is None else met + 1
+    return last[1] + 1 if last[0] == version - 1 else None
 
 
 def _fenced(jvm: Any, delta_log: Any, start: int, end: int, transaction: TableTransaction) -> bool:
@@ -138,8 +152,10 @@ def stage_raw(spark: SparkSession, rows: pa.Table, handoff: Path, location: str,
               bulk_id: str) -> StagedCommit | None:
     """Write a raw bulk's data files into the existing Delta table at `location` by one Spark job (the
     frame `raw_job` commits), without committing them: `StagedCommit.commit` does, in the table's turn,
-    so that this job overlaps the commit of the bulk before it (`Bulk.files_written`). None,
-    and nothing written, when the table has no commit yet: its first commit creates it, in its turn."""
+    so that this job overlaps the commit of the bulk before it (`Bulk.files_written`), the table's
+    first bulk's too (the writer makes a table before its first bulk, `mqbridge.landing.delta_create`).
+    None, and nothing written, when the table is not there (removed since): the commit, in its turn,
+    writes the files then."""
     _, jdf = raw_frame(spark, rows, handoff, tasks=tasks, groups=groups, sort=sort, options=writer_options,
                        identity=identity)
     pending = start(jdf, location, bulk_id, None, writer_options=writer_options, spark=spark)

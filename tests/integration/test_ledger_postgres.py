@@ -291,13 +291,13 @@ def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
 
 def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after_another_did(
         tmp_path: Path, amq: AmqClient, pg: PostgresServer) -> None:
-    # Given bridge A on another host (lease 4 s) that made a Delta table with a first bulk (a first
-    # commit cannot be fenced: delta.settle), and 40 more messages: A's second bulk is prepared (its
-    # table version reserved) when A freezes (SIGSTOP: a frozen VM), and its connection to the broker
-    # is lost, so that the broker gives the 40 to bridge B on this host
+    # Given bridge A on another host (lease 4 s) whose first bulk, of 40 messages, into a Delta table
+    # that did not exist before is prepared (its table version reserved; A made the table empty first,
+    # `delta_create`) when A freezes (SIGSTOP: a frozen VM), and its connection to the broker is lost,
+    # so that the broker gives the 40 to bridge B on this host
     q = unique_queue("pg-frozen")
-    first, sent = bodies(10, "pf0"), bodies(40, "pf")
-    amq.put_many(q, first)
+    sent = bodies(40, "pf")
+    amq.put_many(q, sent)
     ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "frozen"\nlease = "4s"\n'
     proxy = TcpProxy(("127.0.0.1", 61613))
     config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40, port=proxy.port,
@@ -306,22 +306,20 @@ def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after
                             extra_bridge=ledger, spark=DELTA_SPARK)
     gate = tmp_path / "gate-a"
     table = tmp_path / "landing" / "orders"
-    run_a = OutputReader(_on_another_host("host-a", config_a, f"holding_prepared:{gate}#2"))
+    run_a = OutputReader(_on_another_host("host-a", config_a, f"holding_prepared:{gate}"))
     run_b: OutputReader | None = None
     frozen = False
     try:
-        first_commit = table / "_delta_log" / f"{0:020d}.json"
-        wait_until(lambda: first_commit.exists() and sum(delta_rows(table).values()) == len(first), 240,
-                   "bridge A to land the first 10 messages")
-        amq.put_many(q, sent)
         wait_until(lambda: Path(f"{gate}.reached").exists(), 240, "bridge A to prepare its bulk of the 40 messages")
         os.kill(run_a.proc.pid, signal.SIGSTOP)  # `unshare` execs the shell, which execs python: one pid
         frozen = True
         assert proxy.cut() >= 1
+        # (the table is there, empty: made by A before it prepared the bulk)
+        assert (table / "_delta_log" / f"{0:020d}.json").exists() and not delta_rows(table)
         # When B meets A's claim, waits for A's lease to expire, fences A's version and lands the 40
         run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s"))
         assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
-        assert account(first + sent, delta_rows(table)).clean
+        assert account(sent, delta_rows(table)).clean
         # and A resumes and finishes its write of the same bulk
         gate.touch()
         os.kill(run_a.proc.pid, signal.SIGCONT)
@@ -338,7 +336,7 @@ def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after
     assert "never committed into table orders" in out_b, out_b[-5000:]
     # and A's late write was skipped by Delta: every message once; A gave the messages back
     out_a = run_a.text()
-    result = account(first + sent, delta_rows(table))
+    result = account(sent, delta_rows(table))
     assert result.clean, f"{result}\n{out_a[-3000:]}"
     assert "messages given back" in out_a, out_a[-5000:]
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0

@@ -1,7 +1,8 @@
 """Bulks into a Delta Lake table (`mqbridge.landing.delta`), in a local warehouse, an object store or
 HDFS: each bulk is one Delta commit, written once straight from the bulk's handoff (no staging
 and renames), carrying the bulk's transaction (`txnAppId`/`txnVersion`, `delta.commit_options`) so
-that recovery asks the table whether it committed (`Landing.commit`, `delta.settle`)."""
+that recovery asks the table whether it committed (`Landing.commit`, `delta.settle`), into a table
+made empty before its first bulk (`mqbridge.landing.delta_create`), so that every commit can be fenced."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from mqbridge import failpoints
-from mqbridge.landing import delta, delta_commit
+from mqbridge.landing import delta, delta_commit, delta_create
 from mqbridge.landing.containers import SORT_COLUMNS
 from mqbridge.landing.deadlines import spark_guarded
 from mqbridge.landing.ledger import TableTransaction, owner_id
 from mqbridge.landing.publication import STAGING, discard, owner_dirname, private_staging, staging_dir
-from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+from mqbridge.landing.rows import ARROW_SCHEMA, IDENTITY_COLUMN, arrow_table
 from mqbridge.landing.session import is_connect, writes_as_this_user
 from mqbridge.landing.writes import WriteContext
 from mqbridge.landing.writes.frames import (
@@ -36,6 +37,7 @@ from mqbridge.message import Bulk, MessageResult
 
 if TYPE_CHECKING:
     from mqbridge.config.warehouse import ObjectStoreUri
+    from mqbridge.landing.formats import BodyFormat
 
 
 class DeltaWrites:
@@ -52,9 +54,10 @@ class DeltaWrites:
               ledger_bulk_id: str, results: list[MessageResult | None]) -> list[int]:
         """Land the rows `keep` of `bulk` as one commit of the Delta table at `location`, written once
         straight from the handoff (`mqbridge.landing.delta`): a typed bulk's rows Spark cannot convert are
-        found first and left out, so that the ledger prepares exactly the rows the commit holds; then
-        `Landing.commit` prepares the bulk with its transaction and runs the write, which each attempt
-        builds again on the current session (a JVM that died meanwhile is started again)."""
+        found first and left out, so that the ledger prepares exactly the rows the commit holds; the
+        table is made if it is not there (`_make_table`); then `Landing.commit` prepares the bulk with
+        its transaction and runs the write, which each attempt builds again on the current session (a
+        JVM that died meanwhile is started again)."""
         context = self._context
         messages = bulk.messages
         landing = context.landing
@@ -69,6 +72,7 @@ class DeltaWrites:
                 leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready)
             landed = [i for i in keep if results[i] is None]
             if landed:
+                self._make_table(location)
                 self._stage(bulk, keep, rows, handoff, str(location), ledger_bulk_id, staged)
                 if staged:
                     bulk.files_written()  # only the commit is left: the type's next bulk may start its job
@@ -134,6 +138,21 @@ class DeltaWrites:
         finally:
             discard(probe_table)
 
+    def _make_table(self, location: Path | ObjectStoreUri) -> None:
+        """Make the Delta table at `location` empty unless it is there (`delta_create.make_table`, asked
+        once per table and process), before this bulk is prepared: a bulk is never prepared for a table
+        that does not exist, so every commit can be fenced. Its columns are those of this type's bulks
+        (`landed_frame` of no rows), its partitioning and properties a bulk's first commit would give it."""
+        if delta_create.known(location):  # every bulk but a table's first in this process: no Spark call
+            return
+        context = self._context
+        spark = context.sessions.get()
+        with table_turns(location).lock:  # two writers of this process (types sharing a table) ask one after the other
+            spark_guarded(spark, context.message_type, f"making of Delta table {location}",
+                          lambda: delta_create.make_table(spark, location,
+                                                          lambda: empty_frame(spark, context.body_format)),
+                          context.write_timeout)
+
     def _handoff(self, location: Path | str, owner: str, bulk_id: str) -> Path | None:
         """Where the bulk's rows are handed to Spark (`mqbridge.landing.handoff`): under the table's
         `_staging` on a local warehouse, as a Parquet table's; for an object store, a private local
@@ -194,3 +213,10 @@ class DeltaWrites:
         frames = [frame for session, frame in ready if session is spark]
         frame = frames[0] if frames else landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)[0]
         return lambda: delta.write_frame(frame, location, bulk_id, transaction)
+
+
+def empty_frame(spark: SparkSession, parser: BodyFormat | None) -> DataFrame:
+    """The frame a bulk of no rows of a type would write (`landed_frame`; `parser`: the type's body
+    format, None for a raw type): the columns, types and metadata of every bulk's commit, which the
+    table made before the first bulk is given (`DeltaWrites._make_table`)."""
+    return landed_frame(spark, ARROW_SCHEMA.empty_table(), None, 1, 1, parser, identity=True)[0]
