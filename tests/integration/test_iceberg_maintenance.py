@@ -18,7 +18,8 @@ pays for one JVM start:
 3. the table's partitioning (`[types.X] partition_by`): made `days(put_timestamp)`; with `partition_by =
    "hour"` its spec evolved to `hours(put_timestamp)` by the next append (files of both specs side by
    side), then a delete purge of rows in both specs, a compaction (every file rewritten into the hours
-   spec) and a copy purge; a new table made `hours(put_timestamp)` from the start.
+   spec) and a copy purge, `mqbridge tables`, `ledger --verify` and `where` reading it; a new table made
+   `hours(put_timestamp)` from the start.
 
 Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
 exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
@@ -29,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import json
 import multiprocessing
 import os
 import re
@@ -472,5 +474,10 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     exactly(properties, {f"m{n}" for n in range(1000, 1010)}, "hourly")
     code, out = call(child, _cli, config, "ledger", "--verify")
     assert code == 0, out
+    # ... and `mqbridge where` finds a surviving row of the hours spec in its day, by pyiceberg
+    code, out = call(child, _cli, config, "where", "--json", "m401")
+    found = json.loads(out[out.index("{"):])
+    assert code == 0 and found["state"] == "landed", out
+    assert (found["landed"]["put_date"], found["landed"]["in_table"]) == ("2024-06-01", True), found
     print(f"hours of put_timestamp {time.monotonic() - hours_started:.1f}s; whole test "
           f"{time.monotonic() - started:.1f}s")
