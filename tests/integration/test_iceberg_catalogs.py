@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_iceberg_landing import ICEBERG_SPARK, iceberg_rows, prepared_bulks
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import account, bodies
 from tests.support.hive_metastore import hive_metastore
 from tests.support.iceberg_rest import missing_jars, rest_catalog_server
+from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, prepared_bulks
 from tests.support.processes import run_until_idle, run_until_killed, stomp_bridge
 
 pytestmark = pytest.mark.integration

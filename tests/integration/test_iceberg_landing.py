@@ -13,12 +13,10 @@ column's declared field, kept in its comment)."""
 
 from __future__ import annotations
 
-import collections
 import os
 import re
 import shutil
 import signal
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,15 +26,12 @@ import pytest
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import JARS
 from tests.support.exactly_once import account, bodies
+from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, prepared_bulks, sqlite_catalog
 from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
 pyiceberg = pytest.importorskip("pyiceberg")
-
-#: `[spark]` of a bridge landing into Iceberg tables with its own driver.
-ICEBERG_SPARK = f'master = "local[2]"\ntable_format = "iceberg"\njars_dir = "{JARS}"\nwriter = "spark"'
-
 
 #: What recovery logs of a dead process's bulk no snapshot carries (nothing is fenced in an Iceberg table).
 ROLLED_BACK = "never committed into table orders: not in the table; rolled back"
@@ -46,33 +41,6 @@ ROLLED_BACK = "never committed into table orders: not in the table; rolled back"
 def _iceberg_jars() -> None:
     if not any((JARS / "iceberg").glob("iceberg-spark-runtime-*.jar")):
         pytest.fail(f"the Iceberg jars are missing from {JARS / 'iceberg'}: run scripts/jars.sh iceberg")
-
-
-def iceberg_rows(catalog_properties: dict[str, str], table: str = "orders") -> collections.Counter[bytes]:
-    """How often each body is in the table's current snapshot, read by pyiceberg under the catalog name
-    `mqbridge` (Java's JdbcCatalog keeps the Spark catalog's name); empty when there is no table yet."""
-    from pyiceberg.catalog import load_catalog
-
-    catalog = load_catalog("mqbridge", **catalog_properties)
-    if not catalog.table_exists(("mqbridge", table)):
-        return collections.Counter()
-    scanned = catalog.load_table(("mqbridge", table)).scan(selected_fields=("body",)).to_arrow()
-    return collections.Counter(bytes(b) for b in scanned.column("body").to_pylist())
-
-
-def sqlite_catalog(tmp_path: Path) -> dict[str, str]:
-    """pyiceberg's properties of a bridge's embedded catalog (`<warehouse>/_iceberg/catalog.db`)."""
-    return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'landing' / '_iceberg' / 'catalog.db'}",
-            "init_catalog_tables": "false"}
-
-
-def prepared_bulks(state_dir: Path) -> int:
-    """How many bulks the bridge's ledger holds prepared (read-only)."""
-    path = state_dir / "ledger.sqlite3"
-    if not path.exists():
-        return 0
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as ledger:
-        return int(ledger.execute("SELECT count(*) FROM bulks WHERE state = 'prepared'").fetchone()[0])
 
 
 def run_until_append_hangs_then_kill(config: Path, log: Path, after: str) -> str:
