@@ -19,7 +19,7 @@ pays for one JVM start:
    "hour"` its spec evolved to `hours(put_timestamp)` by the next append (files of both specs side by
    side), then a delete purge of rows in both specs, a compaction (every file rewritten into the hours
    spec) and a copy purge, `mqbridge tables`, `ledger --verify` and `where` reading it; a new table made
-   `hours(put_timestamp)` from the start.
+   `hours(put_timestamp)` from the start; a table made by hand with no partitions refused as an outage.
 
 Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
 exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
@@ -203,6 +203,23 @@ def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
     return found
 
 
+def _land_into_a_table_made_unpartitioned(config: str) -> tuple[list[str], int]:
+    """A table `odd` made by hand without partitions, then a bulk of the type `odd` (partition_by "day")
+    written to it by the bridge's writer: (each message's result: outcome, outage, reason; the table's rows)."""
+    from mqbridge.landing.executor import SparkExecutor
+    from mqbridge.message import Bulk, Message
+
+    spark = _session(config)
+    cfg = _child["cfg"]
+    spark.sql("CREATE TABLE mqbridge.mqbridge.odd (msg_id STRING, put_timestamp TIMESTAMP) USING iceberg")
+    executor = SparkExecutor(spark, cfg.tables_warehouse(), "odd", cfg.types["odd"], table_format="iceberg")
+    bulk = Bulk("odd")
+    bulk.add(Message(msg_id="o1", body=b"odd", source="amq", destination="/queue/orders", message_type="odd",
+                     put_timestamp=T0, received_timestamp=T0))
+    results = [f"{r.outcome.value} outage={r.outage}: {r.reason}" for r in executor.execute(bulk)]
+    return results, spark.table("mqbridge.mqbridge.odd").count()
+
+
 def _spec_files(config: str) -> dict[tuple[int, int], int]:
     """The table's files per (partition spec id, content: 0 data, 1 position deletes)."""
     spark = _session(config)
@@ -300,7 +317,8 @@ class Reader:
 def config_for(tmp_path: Path, vacuum_retention: str, *, hourly: bool = False, **orders: Any) -> str:
     """`mqbridge purge`/`compact`'s configuration for an Iceberg type `orders` (tests.support.purge): the
     operator's equal per-row costs and no fixed partition cost, 2 shuffle partitions, 3 small files
-    compact a partition; `hourly`: also a type `hourly` partitioned by hours, its own table."""
+    compact a partition; `hourly`: also a type `hourly` partitioned by hours and a type `odd` by days,
+    each its own table."""
     path = tmp_path / "bridge.toml"
     toml = (purge_bridge().set("spark", table_format="iceberg", jars_dir=str(JARS), writer="spark", master="local[2]")
             .set("spark.conf", **{"spark.sql.shuffle.partitions": "2"})
@@ -309,7 +327,7 @@ def config_for(tmp_path: Path, vacuum_retention: str, *, hourly: bool = False, *
             .set("compaction", small_files=3)
             .set("types.orders", **orders))
     if hourly:
-        toml = toml.set("types.hourly", partition_by="hour")
+        toml = toml.set("types.hourly", partition_by="hour").set("types.odd", partition_by="day")
     toml.write(path)
     return str(path)
 
@@ -479,5 +497,15 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     found = json.loads(out[out.index("{"):])
     assert code == 0 and found["state"] == "landed", out
     assert (found["landed"]["put_date"], found["landed"]["in_table"]) == ("2024-06-01", True), found
+
+    # When a type writes to a table made by hand with no partitions (a spec the bridge cannot tell)
+    results, rows = call(child, _land_into_a_table_made_unpartitioned, config)
+
+    # Then its bulk is refused as an outage (the messages go back, no backout count), naming the key, and
+    # the table is left as it was
+    assert rows == 0 and len(results) == 1, (results, rows)
+    assert results[0].startswith("retryable outage=True: Spark write failed: [types.odd] partition_by = \"day\" "
+                                 "wants an Iceberg table partitioned by days(put_timestamp), but the table is "
+                                 "partitioned by (nothing)"), results
     print(f"hours of put_timestamp {time.monotonic() - hours_started:.1f}s; whole test "
           f"{time.monotonic() - started:.1f}s")
