@@ -231,7 +231,15 @@ def evolve_partitioning(spark: SparkSession, identifier: str, partition_by: str,
     change = partition_change(fields, partition_by, key)
     if change is None:
         return
-    spark.sql(f"ALTER TABLE {identifier} {change}")
+    try:
+        spark.sql(f"ALTER TABLE {identifier} {change}")
+    except Exception:
+        # Another process evolved it first (Iceberg commits a spec update once, without retrying on a
+        # newer table): done if the table, read again, is partitioned as wanted now.
+        spark.sql(f"REFRESH TABLE {identifier}")
+        if partition_change(partition_fields(spark, identifier), partition_by, key) is None:
+            return
+        raise
     log.warning("Iceberg table %s: partition spec evolved from (%s) to %s (%s = \"%s\"); its files written "
                 "before keep their old partitions until a compaction rewrites them (mqbridge compact)",
                 identifier, ", ".join(fields), PARTITION_TRANSFORMS[partition_by], key, partition_by)

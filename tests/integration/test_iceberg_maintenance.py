@@ -19,7 +19,8 @@ pays for one JVM start:
    "hour"` its spec evolved to `hours(put_timestamp)` by the next append (files of both specs side by
    side), then a delete purge of rows in both specs, a compaction (every file rewritten into the hours
    spec) and a copy purge, `mqbridge tables`, `ledger --verify` and `where` reading it; a new table made
-   `hours(put_timestamp)` from the start; a table made by hand with no partitions refused as an outage.
+   `hours(put_timestamp)` from the start; a table made by hand with no partitions refused as an outage; a
+   table evolved by another process first found evolved.
 
 Every row is accounted for after each step by pyiceberg (an independent reader through the same catalog):
 exactly the surviving rows, each once. A reader thread reads the table by pyiceberg all through the purges
@@ -218,6 +219,23 @@ def _land_into_a_table_made_unpartitioned(config: str) -> tuple[list[str], int]:
                      put_timestamp=T0, received_timestamp=T0))
     results = [f"{r.outcome.value} outage={r.outage}: {r.reason}" for r in executor.execute(bulk)]
     return results, spark.table("mqbridge.mqbridge.odd").count()
+
+
+def _evolve_after_another_process(config: str) -> list[str]:
+    """A table `race` partitioned by days, its spec read by this session (cached by its catalog), then
+    evolved to hours by another session of the driver (its own catalog and cache: another process's view);
+    then this session evolves it too (`iceberg.evolve_partitioning`): the table's fields as it sees them."""
+    from mqbridge.landing.iceberg import evolve_partitioning, partition_fields
+
+    spark = _session(config)
+    other = spark.newSession()
+    name = "mqbridge.mqbridge.race"
+    spark.sql(f"CREATE TABLE {name} (msg_id STRING, put_timestamp TIMESTAMP) USING iceberg "
+              "PARTITIONED BY (days(put_timestamp)) TBLPROPERTIES ('format-version' = '2')")
+    assert partition_fields(spark, name) == ["days(put_timestamp)"]
+    evolve_partitioning(other, name, "hour")
+    evolve_partitioning(spark, name, "hour")  # its ALTER fails on the newer table: read again, done
+    return partition_fields(spark, name)
 
 
 def _spec_files(config: str) -> dict[tuple[int, int], int]:
@@ -507,5 +525,9 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     assert results[0].startswith("retryable outage=True: Spark write failed: [types.odd] partition_by = \"day\" "
                                  "wants an Iceberg table partitioned by days(put_timestamp), but the table is "
                                  "partitioned by (nothing)"), results
+
+    # When two processes evolve one table at once (the second's view of it older than the first's commit)
+    # Then the second finds it evolved and goes on (Iceberg does not retry a spec update on a newer table)
+    assert call(child, _evolve_after_another_process, config) == ["hours(put_timestamp)"]
     print(f"hours of put_timestamp {time.monotonic() - hours_started:.1f}s; whole test "
           f"{time.monotonic() - started:.1f}s")
