@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError
-from mqbridge.landing.ledger.postgres import PostgresLedger, shown_url
+from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
+from mqbridge.landing.ledger.postgres import IDLE_IN_TRANSACTION_SECONDS, PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, delta_rows
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
@@ -340,6 +341,46 @@ def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after
     assert result.clean, f"{result}\n{out_a[-3000:]}"
     assert "messages given back" in out_a, out_a[-5000:]
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+
+
+def test_a_bridge_gone_silent_inside_a_write_transaction_holds_the_others_up_only_for_a_bound(
+        pg: PostgresServer) -> None:
+    # Given bridge A inside a write transaction (the write lock taken) that then sends nothing more: a
+    # host cut off or frozen between two statements. Until the server ends such a session, every other
+    # bridge's prepare waits for the lock (with the server's TCP keepalive defaults: hours)
+    a = PostgresLedger.open_url(pg.url, owner="silent-host:1:1.00", schema="silent", lease=4.0)
+    b = PostgresLedger.open_url(pg.url, owner="other-host:2:1.00", schema="silent", lease=4.0)
+    holding = a._write()
+    holding.__enter__()
+    started = time.monotonic()
+    finished = threading.Event()
+
+    def prepare() -> None:
+        b.prepare("b-after", "orders", [], ["m-after"])
+        finished.set()
+
+    threading.Thread(target=prepare, daemon=True).start()
+    # When B prepares a bulk: it waits at most the session bound the ledger sets on its connections
+    bound = IDLE_IN_TRANSACTION_SECONDS + 10
+    prepared = finished.wait(bound)
+    waited = time.monotonic() - started
+    # (A speaks again: its COMMIT, which also lets B through if the server kept A's transaction)
+    try:
+        holding.__exit__(None, None, None)
+        ended: LedgerUnavailableError | None = None
+    except LedgerUnavailableError as exc:
+        ended = exc
+    try:
+        assert prepared, f"B's prepare still waited for A's write lock after {bound:.0f} s"
+        print(f"B prepared {waited:.1f} s after A went silent")
+        assert b.state_of("b-after") == "prepared"
+        # Then A finds its transaction ended by the server (an outage, nothing recorded), and its next
+        # write goes through on a new connection
+        assert ended is not None, "A's transaction was still open when A spoke again"
+        a.probe_write()
+    finally:
+        a.close()
+        b.close()
 
 
 def test_counters_are_exact_on_postgresql(pg: PostgresServer) -> None:

@@ -35,6 +35,18 @@ from mqbridge.landing.ledger.schema import initialise_counters, schema_statement
 
 #: The advisory lock key every writer of one database takes ("mqbr" as a number).
 WRITE_LOCK = 0x6D716272
+#: A bridge that goes silent inside a write transaction (its host cut off, frozen, or its process
+#: stopped between two statements) would hold the write lock, and so every other bridge's `prepare`,
+#: until the server noticed the dead client: with the kernel's TCP keepalive defaults, about two hours.
+#: So each session asks the server to end it when it stays inside a transaction this long without a
+#: statement (`idle_in_transaction_session_timeout`), which releases its locks: far longer than the
+#: gaps between the statements of the bridge's own transactions (milliseconds). The session that was
+#: ended finds out at its next statement (an outage: its transaction recorded nothing) and reconnects.
+IDLE_IN_TRANSACTION_SECONDS = 15
+#: TCP keepalives on both ends (libpq's `keepalives_*`, the server's `tcp_keepalives_*`): a silent
+#: peer is taken for gone after 10 s idle + 3 probes 5 s apart, whichever end it is. Settings the URL
+#: gives win.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 #: The tables, in the configured schema; heartbeats by the server's clock, one for every host.
 _STATEMENTS = schema_statements(seconds="DOUBLE PRECISION", heartbeat="TIMESTAMPTZ")
 _PASSWORD = re.compile(r"(^[a-z]+://[^:/@]*:)([^@/]+)(@)|(password\s*=\s*)(\S+)", re.IGNORECASE)
@@ -63,9 +75,11 @@ class PostgresLedger(Ledger):
         import psycopg
 
         self.ERRORS = (psycopg.Error,)
-        # A dropped connection or a server that is down or restarting: an outage, retried with a
-        # new connection (`_usable`); any other error (a constraint, a missing table) is not.
-        self.TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+        # A dropped connection, a server that is down or restarting, or a session the server ended
+        # (`IDLE_IN_TRANSACTION_SECONDS`): an outage, retried with a new connection (`_usable`); any
+        # other error (a constraint, a missing table) is not.
+        self.TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError,
+                          psycopg.errors.IdleInTransactionSessionTimeout)
 
     @classmethod
     def open_url(cls, url: str, *, owner: str, schema: str = "mqbridge", lease: float = 60.0) -> PostgresLedger:
@@ -148,9 +162,17 @@ class PostgresLedger(Ledger):
 
 def _connect(url: str, schema: str) -> Any:
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    db = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="mqbridge-ledger")
+    given = conninfo_to_dict(url)
+    keepalives = {k: v for k, v in KEEPALIVES.items() if k not in given}
+    db = psycopg.connect(make_conninfo(url, **keepalives), autocommit=True, connect_timeout=10,
+                         application_name="mqbridge-ledger")
     db.execute(f'SET search_path TO "{schema}"')  # the name is checked by the configuration
+    db.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_SECONDS}s'")
+    for key in ("idle", "interval", "count"):
+        seconds = int(str(given.get(f"keepalives_{key}", KEEPALIVES[f"keepalives_{key}"])))
+        db.execute(f"SET tcp_keepalives_{key} = {seconds}")
     return db
 
 
