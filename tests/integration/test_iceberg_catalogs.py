@@ -10,19 +10,22 @@ as pyiceberg (an independent reader, through the same catalog) sees it."""
 
 from __future__ import annotations
 
-import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.exactly_once import account, bodies
+from tests.support.exactly_once import bodies
 from tests.support.hive_metastore import hive_metastore
 from tests.support.iceberg_rest import missing_jars, rest_catalog_server
-from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, prepared_bulks
-from tests.support.processes import run_until_idle, run_until_killed, stomp_bridge
+from tests.support.iceberg_tables import (
+    ICEBERG_SPARK,
+    iceberg_rows,
+    prepared_bulks,
+    wiped_and_delivered_again_lands_once,
+)
+from tests.support.processes import run_until_killed, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -74,14 +77,6 @@ def test_a_bridge_killed_around_its_append_lands_every_message_once_through_a_ca
     # (through the catalog) and recorded it published, without landing it again
     out = run_until_killed(config, "before_source_commit")
     assert "had committed into table orders: recorded published" in out, out[-4000:]
-    # ... and then its state_dir (the ledger) is wiped, every message is sent again, and it runs until idle
-    shutil.rmtree(state)
-    amq.put_many(q, sent)
-    out = run_until_idle(config)
-    # Then the new ledger learnt the landed messages from the table through the catalog, and every
-    # message is in the table exactly once (0 lost, 0 duplicated, 0 unexpected), the queue empty
-    assert re.search(r"ledger rebuilt from the tables: [1-9]\d* identities", out), out[-4000:]
-    assert "already landed; committed without landing them again" in out, out[-4000:]
-    result = account(sent, iceberg_rows(catalog))
-    assert result.clean, f"{result}\n{out[-4000:]}"
-    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    # ... and then its state_dir (the ledger) is wiped and every message is sent again: the new ledger
+    # learns the landed messages from the table through the catalog, and every message is in the table once
+    wiped_and_delivered_again_lands_once(config, amq, q, sent, catalog)

@@ -14,8 +14,6 @@ column's declared field, kept in its comment)."""
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -26,7 +24,13 @@ import pytest
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import JARS
 from tests.support.exactly_once import account, bodies
-from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, prepared_bulks, sqlite_catalog
+from tests.support.iceberg_tables import (
+    ICEBERG_SPARK,
+    iceberg_rows,
+    prepared_bulks,
+    sqlite_catalog,
+    wiped_and_delivered_again_lands_once,
+)
 from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_bridge
 
 pytestmark = pytest.mark.integration
@@ -113,17 +117,10 @@ def test_a_bridge_killed_at_each_step_then_its_state_dir_wiped_lands_every_messa
     assert "had committed into table orders: recorded published" in out, out[-4000:]
     assert prepared_bulks(state) == 0
     table_holds(landed, out, len(sent) - 1)
-    # ... and then its state_dir (the ledger) is wiped, every message is sent again, and it runs until idle
-    shutil.rmtree(state)
-    amq.put_many(q, sent)
-    out = run_until_idle(config)
-    # Then the new ledger learnt the landed messages from the table (whose catalog survived), and every
-    # message is in the table exactly once: 0 lost, 0 duplicated, 0 unexpected
-    assert re.search(r"ledger rebuilt from the tables: [1-9]\d* identities", out), out[-4000:]
-    assert "already landed; committed without landing them again" in out, out[-4000:]
-    result = account(sent, iceberg_rows(catalog))
-    assert result.clean, f"{result}\n{out[-4000:]}"
-    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    # ... and then its state_dir (the ledger) is wiped and every message is sent again: the new ledger
+    # learns the landed messages from the table (whose catalog survived), and every message is in the
+    # table exactly once
+    wiped_and_delivered_again_lands_once(config, amq, q, sent, catalog)
 
 
 @pytest.fixture(scope="module")

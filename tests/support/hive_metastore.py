@@ -11,16 +11,14 @@ per request is plenty for a test).
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.exactly_once import free_port
+from tests.support.servers import server_process, takes_connections
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 #: Its first start creates the metastore's schema in Derby (about 10 s on a quiet 2-core machine).
@@ -65,37 +63,9 @@ def hive_metastore() -> Iterator[HiveMetastore]:
     (conf / "hive-site.xml").write_text(_SITE.format(db=base / "metastore_db", warehouse=(base / "warehouse").as_uri()))
     (conf / "hive-log4j2.properties").write_text(_LOG4J2)
     port = free_port()
-    log = base / "metastore.log"
-    java = shutil.which("java") or "java"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [java, "-Xmx512m", f"-Dderby.system.home={base}",
-             "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
-             "-cp", f"{conf}:{_pyspark_jars()}/*", MAIN_CLASS, "-p", str(port)],
-            cwd=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port, proc, log)
+    argv = [shutil.which("java") or "java", "-Xmx512m", f"-Dderby.system.home={base}",
+            "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
+            "-cp", f"{conf}:{_pyspark_jars()}/*", MAIN_CLASS, "-p", str(port)]
+    with server_process("the Hive metastore", argv, base=base, ready=takes_connections(port),
+                        timeout=START_TIMEOUT) as log:
         yield HiveMetastore(f"thrift://127.0.0.1:{port}", log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the Hive metastore exited with {proc.returncode}: "
-                               f"{log.read_text(errors='replace')[-3000:]}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"waited {START_TIMEOUT:.0f} s for the Hive metastore to take connections on port {port}; "
-                       f"its log: {log.read_text(errors='replace')[-3000:]}")
