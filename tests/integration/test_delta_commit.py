@@ -94,6 +94,30 @@ def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
     return {"error": error[:2000], "rows": _count(spark, path)}
 
 
+def settled_after_a_fence(spark: Any, path: str, ledger_path: str) -> dict[str, Any]:
+    """A dead owner's bulk of version 2, fenced by another bridge's settle that then died before it
+    forgot the bulk (its `_fence` committed, its `ledger.forget` never ran): the next settle decides it.
+    Also a bulk of version 3 whose commit did go in, for the contrast."""
+    from pathlib import Path as _Path
+
+    from mqbridge.landing import delta, delta_commit
+    from mqbridge.landing.ledger import SqliteLedger, TableTransaction
+
+    ledger = SqliteLedger.open(_Path(ledger_path), owner="settler:1:1.00")
+    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+    ledger.prepare("bulk-2", "t", [], ["m5", "m6"], transaction=TableTransaction(APP, 2))
+    delta._fence(spark, path, TableTransaction(APP, 2))  # the first settler's fence; it died before forget
+    ledger.prepare("bulk-3", "t", [], ["m7"], transaction=TableTransaction(APP, 3))
+    delta_commit.write_frame(_rows(spark, "bulk-3", range(7, 8)), path, "bulk-3", TableTransaction(APP, 3))
+    bulks = {b.bulk_id: b for b in ledger.prepared_holding(["m5", "m7"])}
+    facts = {"bulk-2 landed": delta.settle(ledger, bulks["bulk-2"], spark, path),
+             "bulk-3 landed": delta.settle(ledger, bulks["bulk-3"], spark, path)}
+    facts.update({"bulk-2 state": ledger.state_of("bulk-2"), "bulk-3 state": ledger.state_of("bulk-3"),
+                  "published": sorted(ledger.published(["m5", "m6", "m7"])), "rows": _count(spark, path)})
+    ledger.close()
+    return facts
+
+
 def commits_read_meanwhile(spark: Any, path: str, bulks: int, stop: str) -> dict[str, Any]:
     """`bulks` bulks of 50..(50 + 10 * bulks) rows committed by the transaction API in one thread,
     while another reads the rows per bulk_id with Spark until the last commit, then writes `stop`."""
@@ -399,6 +423,22 @@ def test_the_bridges_raw_job_called_again_for_its_version_is_skipped_not_written
     # Then the second call asked the log and was skipped: 300 rows, not 600, with the landed columns
     assert (facts["first call"], facts["second call"], facts["rows"]) == (True, False, 300), facts
     assert "identity" in facts["columns"] and "put_date" in facts["columns"], facts
+
+
+def test_a_bulk_fenced_by_a_settler_that_died_before_forgetting_it_is_never_taken_for_landed(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given a dead owner's prepared bulk whose version another bridge fenced (an empty commit of that
+    # version) before dying itself, the bulk still prepared; and a bulk whose commit went in
+    # When the next bridge settles both
+    outcome = delta_spark.run(settled_after_a_fence, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    # Then the fenced bulk is forgotten (its rows were never in: its messages land when they come back),
+    # not recorded published (which would commit its messages at their source without landing them),
+    # and the committed one is recorded published
+    assert (facts["bulk-2 landed"], facts["bulk-2 state"]) == (False, None), facts
+    assert (facts["bulk-3 landed"], facts["bulk-3 state"]) == (True, "published"), facts
+    assert facts["published"] == ["m7"] and facts["rows"] == 6, facts
 
 
 def test_a_first_attempt_loses_to_a_fence_of_its_version_that_landed_after_its_transaction_started(
