@@ -219,4 +219,4 @@ def empty_frame(spark: SparkSession, parser: BodyFormat | None) -> DataFrame:
     """The frame a bulk of no rows of a type would write (`landed_frame`; `parser`: the type's body
     format, None for a raw type): the columns, types and metadata of every bulk's commit, which the
     table made before the first bulk is given (`DeltaWrites._make_table`)."""
-    return landed_frame(spark, ARROW_SCHEMA.empty_table(), None, 1, 1, parser, identity=True)[0]
+    return landed_frame(spark, ARROW_SCHEMA.empty_table(), None, 1, 1, parser, identity=True, bulk_write=False)[0]

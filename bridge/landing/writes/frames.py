@@ -50,11 +50,14 @@ def spread(spark: SparkSession, bulk: Bulk, keep: list[int]) -> tuple[int, int]:
 
 
 def landed_frame(spark: SparkSession, rows: pa.Table, handoff: Path | None, tasks: int, groups: int,
-                 parser: BodyFormat | None, *, identity: bool) -> tuple[DataFrame, Observation | None]:
+                 parser: BodyFormat | None, *, identity: bool,
+                 bulk_write: bool = True) -> tuple[DataFrame, Observation | None]:
     """The landed rows of a bulk (`rows`, from `arrow_table`) as the DataFrame its write writes, in
     its tasks (`spread`) and sorted within each; the Observation of a typed type's corrupt rows
     (`parser`: the type's body format, None for a raw type). `identity`: the rows keep their
-    identity column (`IDENTITY_COLUMN`, a Delta table's), else it is dropped."""
+    identity column (`IDENTITY_COLUMN`, a Delta table's), else it is dropped. `bulk_write`: the frame
+    is a bulk's write, which the test failpoints of `SPARK_WRITE_FAILPOINTS` act on (not a table's
+    empty creation)."""
     df = bulk_frame(spark, rows, handoff, 1 if tasks > 1 else groups)
     observation: Observation | None = None
     if parser is None:
@@ -70,6 +73,8 @@ def landed_frame(spark: SparkSession, rows: pa.Table, handoff: Path | None, task
     df = partitioned(df, tasks, groups)
     # Rows ordered by their key within each file: time-range reads skip files by Parquet statistics.
     df = df.sortWithinPartitions(*SORT_COLUMNS)
+    if not bulk_write:
+        return df, observation
     poison = failpoints.value("spark_poison_body")
     if poison is not None:  # test only: Spark fails the write of a bulk holding this body
         df = df.where(F.assert_true(~F.col("body").cast("string").contains(poison),
