@@ -9,10 +9,8 @@ still loses to a commit of the same app id that landed after its transaction sta
 conflict check), and, with a ledger other hosts share (`check_fence`), finds a fence that came before
 its transaction (its first version of a table it made, the version after its own commit), which it
 would write through without that look; and readers polling meanwhile (delta-rs in the test process, Spark in the driver)
-only ever see whole commits. And a table made empty before its first bulk (`delta_create`): of two
-writers that make one table at once by Delta's writer alone one fails (the race is real), by the bridge's
-making neither does, and one commit made the table; the table made is the one the first bulk's own
-commit would make (columns, partitioning, properties), and that bulk's files are staged before its turn."""
+only ever see whole commits. And a dead owner's bulk whose version a fence reached is decided as not
+landed. (A table made empty before its first bulk: test_delta_create.py.)"""
 
 from __future__ import annotations
 
@@ -23,15 +21,13 @@ from typing import Any
 import pytest
 
 from mqbridge.landing import delta, delta_create
+from tests.support.delta_commits import APP, count_rows, raw_bulk
 from tests.support.delta_tables import JARS, bulk_counts_now
 from tests.support.object_stores import DeltaSpark
 
 pytestmark = pytest.mark.integration
 
 deltalake = pytest.importorskip("deltalake")
-
-APP = "mqbridge:test-host:1:1"
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _delta_jars() -> None:
@@ -48,10 +44,6 @@ def _rows(spark: Any, bulk_id: str, ids: range) -> Any:
         .selectExpr("id", "bulk_id", "body", "CAST(put_date AS DATE) AS put_date")
 
 
-def _count(spark: Any, path: str) -> int:
-    return int(spark.read.format("delta").load(path).count())
-
-
 def commit_facts(spark: Any, path: str) -> dict[str, Any]:
     """A bulk committed by the transaction API (first attempt), then the same version again by a
     later attempt and by Delta's own DataFrame writer, then the next version: what the table says."""
@@ -61,15 +53,15 @@ def commit_facts(spark: Any, path: str) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     facts["first attempt committed"] = delta_commit.write_frame(
         _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
-    facts["rows after the first"] = _count(spark, path)
+    facts["rows after the first"] = count_rows(spark, path)
     facts["later attempt of version 1 committed"] = delta_commit.write_frame(
         _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1), first_attempt=False)
     (_rows(spark, "bulk-1", range(0, 5)).write.format("delta").mode("append").partitionBy("put_date")
      .option("txnAppId", APP).option("txnVersion", "1").save(path))
-    facts["rows after the repeats"] = _count(spark, path)
+    facts["rows after the repeats"] = count_rows(spark, path)
     facts["later attempt of version 2 committed"] = delta_commit.write_frame(
         _rows(spark, "bulk-2", range(5, 8)), path, "bulk-2", TableTransaction(APP, 2), first_attempt=False)
-    facts["rows at the end"] = _count(spark, path)
+    facts["rows at the end"] = count_rows(spark, path)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
     facts["history"] = [(int(h["version"]), h["operation"], h["userMetadata"], dict(h["operationParameters"]))
                         for h in history]
@@ -79,7 +71,7 @@ def commit_facts(spark: Any, path: str) -> dict[str, Any]:
 def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
     """Version 2's first attempt starts its transaction; then a fence of version 2 (Delta's writer,
     as `delta.settle` writes it) commits; then the first attempt tries to commit."""
-    from mqbridge.landing import delta, delta_commit
+    from mqbridge.landing import delta_commit
     from mqbridge.landing.ledger import TableTransaction
 
     delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
@@ -91,7 +83,7 @@ def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
         error = ""
     except Exception as exc:
         error = str(exc)
-    return {"error": error[:2000], "rows": _count(spark, path)}
+    return {"error": error[:2000], "rows": count_rows(spark, path)}
 
 
 def settled_after_a_fence(spark: Any, path: str, ledger_path: str) -> dict[str, Any]:
@@ -100,7 +92,7 @@ def settled_after_a_fence(spark: Any, path: str, ledger_path: str) -> dict[str, 
     Also a bulk of version 3 whose commit did go in, for the contrast."""
     from pathlib import Path as _Path
 
-    from mqbridge.landing import delta, delta_commit
+    from mqbridge.landing import delta_commit
     from mqbridge.landing.ledger import SqliteLedger, TableTransaction
 
     ledger = SqliteLedger.open(_Path(ledger_path), owner="settler:1:1.00")
@@ -113,7 +105,7 @@ def settled_after_a_fence(spark: Any, path: str, ledger_path: str) -> dict[str, 
     facts = {"bulk-2 landed": delta.settle(ledger, bulks["bulk-2"], spark, path),
              "bulk-3 landed": delta.settle(ledger, bulks["bulk-3"], spark, path)}
     facts.update({"bulk-2 state": ledger.state_of("bulk-2"), "bulk-3 state": ledger.state_of("bulk-3"),
-                  "published": sorted(ledger.published(["m5", "m6", "m7"])), "rows": _count(spark, path)})
+                  "published": sorted(ledger.published(["m5", "m6", "m7"])), "rows": count_rows(spark, path)})
     ledger.close()
     return facts
 
@@ -172,22 +164,8 @@ def raw_job_called_twice(spark: Any, path: str, handoff: str) -> dict[str, Any]:
     job = delta_commit.raw_job(spark, arrow_table(bulk, list(range(300))), Path(handoff), path, tasks=1, groups=1,
                                sort=SORT_COLUMNS, writer_options={}, identity=IDENTITY_COLUMN, bulk_id="bulk-1",
                                transaction=TableTransaction(APP, 1))
-    return {"first call": job(), "second call": job(), "rows": _count(spark, path),
+    return {"first call": job(), "second call": job(), "rows": count_rows(spark, path),
             "columns": spark.read.format("delta").load(path).columns}
-
-
-def _raw_bulk(first: int, count: int) -> Any:
-    """A raw bulk of `count` landed rows (`mqbridge.landing.rows`) with ids from `first`."""
-    from datetime import UTC, datetime
-
-    from mqbridge.message import Bulk, Message
-
-    bulk = Bulk("orders")
-    put = datetime(2026, 11, 28, 12, tzinfo=UTC)
-    for i in range(first, first + count):
-        bulk.add(Message(msg_id=f"ID:m-{i}", body=f"body {i}".encode(), source="test", destination="/queue/q",
-                         put_timestamp=put, identity=f"ID:m-{i}"))
-    return bulk
 
 
 def staged_then_committed(spark: Any, path: str, handoff: str) -> dict[str, Any]:
@@ -205,7 +183,7 @@ def staged_then_committed(spark: Any, path: str, handoff: str) -> dict[str, Any]
         return sum(name.endswith(".parquet") for _, _, names in os.walk(path) for name in names)
 
     def rows_of(first: int, count: int) -> Any:
-        return arrow_table(_raw_bulk(first, count), list(range(count)))
+        return arrow_table(raw_bulk(first, count), list(range(count)))
 
     common = {"tasks": 1, "groups": 1, "sort": SORT_COLUMNS, "writer_options": {}, "identity": IDENTITY_COLUMN}
     facts: dict[str, Any] = {}
@@ -218,16 +196,16 @@ def staged_then_committed(spark: Any, path: str, handoff: str) -> dict[str, Any]
     third = delta_commit.stage_raw(spark, rows_of(120, 30), Path(handoff) / "3", path, bulk_id="bulk-3", **common)
     assert second is not None and third is not None
     facts["files staged"] = files_on_disk() - committed_files
-    facts["rows while staged"] = _count(spark, path)
+    facts["rows while staged"] = count_rows(spark, path)
     facts["second committed"] = second.commit(TableTransaction(APP, 2))
     facts["third committed"] = third.commit(TableTransaction(APP, 3))
-    facts["rows after both"] = _count(spark, path)
+    facts["rows after both"] = count_rows(spark, path)
     before_repeat = files_on_disk()
     repeat = delta_commit.stage_raw(spark, rows_of(150, 40), Path(handoff) / "4", path, bulk_id="bulk-4", **common)
     assert repeat is not None
     facts["repeat of version 3 committed"] = repeat.commit(TableTransaction(APP, 3))
     facts["files left by the repeat"] = files_on_disk() - before_repeat
-    facts["rows at the end"] = _count(spark, path)
+    facts["rows at the end"] = count_rows(spark, path)
     pending = delta_commit.start(spark.read.format("delta").load(path).limit(3).selectExpr("*", "'x' AS extra"), path,
                                  "bulk-5", None)
     assert pending is not None
@@ -244,7 +222,7 @@ def fenced_before_writing(spark: Any, root: str, handoff: str) -> dict[str, Any]
     ledger other hosts share): for its first version of a table it made (`delta_create.make_table`), and
     for the version after its own commit of the one before; then with `check_fence` off. The fence scans
     (`delta_commit._fenced`) are counted."""
-    from mqbridge.landing import delta, delta_commit, delta_create
+    from mqbridge.landing import delta_commit
     from mqbridge.landing.containers import SORT_COLUMNS
     from mqbridge.landing.ledger import TableTransaction
     from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
@@ -260,7 +238,7 @@ def fenced_before_writing(spark: Any, root: str, handoff: str) -> dict[str, Any]
 
     def commit(path: str, version: int, first: int, check_fence: bool = True) -> bool:
         transaction = TableTransaction(APP, version, check_fence=check_fence)
-        rows = arrow_table(_raw_bulk(first, 10), list(range(10)))
+        rows = arrow_table(raw_bulk(first, 10), list(range(10)))
         return bool(delta_commit.raw_job(spark, rows, Path(handoff) / f"{path.rsplit('/', 1)[-1]}-{version}", path,
                                          bulk_id=f"bulk-{version}", transaction=transaction, **common)())
 
@@ -271,121 +249,23 @@ def fenced_before_writing(spark: Any, root: str, handoff: str) -> dict[str, Any]
         delta_create.make_table(spark, first, lambda: empty_frame(spark, None))
         delta._fence(spark, first, TableTransaction(APP, 1))
         facts["first version committed"] = commit(first, 1, 0)
-        facts["first version rows"] = _count(spark, first)
+        facts["first version rows"] = count_rows(spark, first)
         facts["first version scans"] = list(scans)
         second = f"{root}/second"
         delta_create.make_table(spark, second, lambda: empty_frame(spark, None))
         facts["version 1 committed"] = commit(second, 1, 0)
         delta._fence(spark, second, TableTransaction(APP, 2))
         facts["version 2 committed"] = commit(second, 2, 10)
-        facts["second rows"] = _count(spark, second)
+        facts["second rows"] = count_rows(spark, second)
         facts["scans"] = list(scans)
         unchecked = f"{root}/unchecked"
         delta_create.make_table(spark, unchecked, lambda: empty_frame(spark, None))
         delta._fence(spark, unchecked, TableTransaction(APP, 1))
         facts["unchecked committed"] = commit(unchecked, 1, 0, check_fence=False)
-        facts["unchecked rows"] = _count(spark, unchecked)
+        facts["unchecked rows"] = count_rows(spark, unchecked)
     finally:
         delta_commit._fenced = scan  # type: ignore[assignment]
     return facts
-
-
-def made_by_two_writers(spark: Any, root: str, rounds: int) -> dict[str, Any]:
-    """Two threads of one driver make one new table at once, `rounds` times by Delta's writer alone
-    (`delta_create.create_empty`: what each got), then `rounds` times by the bridge's `delta_create.made`;
-    then the bridge makes a table that is there."""
-    from mqbridge.landing import delta, delta_create
-    from mqbridge.landing.writes.delta import empty_frame
-
-    def create(path: str) -> None:
-        delta_create.create_empty(empty_frame(spark, None), path)
-
-    def bare(path: str) -> str:
-        create(path)
-        return "ok"
-
-    def made(path: str) -> str:
-        return delta_create.made(lambda: delta.current_version(spark, path), lambda: create(path))[0].value
-
-    facts: dict[str, Any] = {}
-    for kind, make in (("bare", bare), ("made", made)):
-        facts[kind] = []
-        for n in range(rounds):
-            path = f"{root}/{kind}-{n}"
-            facts[kind] += _two_at_once(make, path)
-            facts[f"{kind}-{n} versions"] = _versions(spark, path)
-    there = f"{root}/made-0"
-    before = delta.current_version(spark, there)
-    facts["made again"] = made(there)
-    create(there)  # Delta's Ignore on a table that is there
-    facts["versions added by writing it again"] = delta.current_version(spark, there) - before
-    return facts
-
-
-def _two_at_once(make: Any, path: str) -> list[str]:
-    """`make(path)` called by two threads at once: what each returned, or the error it raised."""
-    import threading
-
-    start = threading.Barrier(2)
-    outcomes: list[str] = []
-
-    def run() -> None:
-        start.wait()
-        try:
-            outcomes.append(make(path))
-        except Exception as exc:
-            outcomes.append(f"error: {type(exc).__name__}: {exc}"[:400])
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes
-
-
-def _versions(spark: Any, path: str) -> list[tuple[int, str | None]]:
-    return [(int(h["version"]), h["userMetadata"])
-            for h in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
-
-
-def made_then_landed(spark: Any, root: str, handoff: str) -> dict[str, Any]:
-    """A table the bridge makes (`delta_create.make_table`, the session's defaults for new tables of
-    `delta.DEFAULT_CONF` set as the bridge's session has them) and a raw bulk landed into it by the
-    pipelined commit (`stage_raw`, then `StagedCommit.commit`); beside it, a table made by that same
-    bulk's own first commit, as before tables were made first."""
-    from mqbridge.landing import delta, delta_commit, delta_create
-    from mqbridge.landing.containers import SORT_COLUMNS
-    from mqbridge.landing.ledger import TableTransaction
-    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
-    from mqbridge.landing.writes.delta import empty_frame
-
-    defaults = {k: v for k, v in delta.DEFAULT_CONF.items() if ".properties.defaults." in k}
-    for key, value in defaults.items():
-        spark.conf.set(key, value)
-    try:
-        made, by_bulk = f"{root}/made", f"{root}/by-bulk"
-        rows = arrow_table(_raw_bulk(0, 50), list(range(50)))
-        common = {"tasks": 1, "groups": 1, "sort": SORT_COLUMNS, "writer_options": {}, "identity": IDENTITY_COLUMN}
-        facts: dict[str, Any] = {
-            "made": delta_create.make_table(spark, made, lambda: empty_frame(spark, None)).value,
-            "made again": delta_create.make_table(spark, made, lambda: empty_frame(spark, None)).value}
-        facts["rows of the made table"] = _count(spark, made)
-        staged = delta_commit.stage_raw(spark, rows, Path(handoff) / "1", made, bulk_id="bulk-1", **common)
-        facts["staged into the made table"] = staged is not None
-        facts["the bulk changes its metadata"] = staged is not None and staged.changes_metadata
-        facts["committed"] = staged is not None and staged.commit(TableTransaction(APP, 1))
-        delta_commit.raw_job(spark, rows, Path(handoff) / "2", by_bulk, bulk_id="bulk-1",
-                             transaction=TableTransaction(APP, 1), **common)()
-    finally:
-        for key in defaults:
-            spark.conf.unset(key)
-    facts["history"] = _versions(spark, made)
-    facts["rows"] = _count(spark, made)
-    return facts
-
-
-# --- the tests ------------------------------------------------------------------------------------
 
 
 def test_a_transaction_api_commit_is_a_normal_delta_commit_and_a_repeated_version_is_never_written_twice(
@@ -524,46 +404,3 @@ def test_a_first_attempt_that_must_look_for_a_fence_finds_one_that_came_before_i
     assert facts["scans"][1:] == [(1, 0), (2, 2)], facts
     # And without check_fence the same write goes through the fence (why a shared ledger turns it on)
     assert (facts["unchecked committed"], facts["unchecked rows"]) == (True, 10), facts
-
-
-def test_two_writers_that_make_one_table_at_once_leave_one_table_and_neither_fails(
-        tmp_path: Path, delta_spark: DeltaSpark) -> None:
-    # Given two writers that find no table and make it at the same time (two threads of one driver)
-    # When each writes the empty table by Delta's writer alone (3 tables), then by the bridge's `made` (3)
-    outcome = delta_spark.run(made_by_two_writers, str(tmp_path), 3)
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
-    print("Delta's writer alone, two at once:", facts["bare"])
-    # Then each table holds one commit, the one that made it: the other writer's committed nothing
-    for kind in ("bare", "made"):
-        for n in range(3):
-            assert facts[f"{kind}-{n} versions"] == [(0, delta_create.CREATE_MARK)], facts
-    # and by Delta's writer alone one of the two failed at least once (the race is real) ...
-    assert "ok" in facts["bare"] and any(o.startswith("error") for o in facts["bare"]), facts["bare"]
-    # ... while by the bridge's `made` neither failed: the one that lost found the table made
-    assert not [o for o in facts["made"] if o.startswith("error")], facts["made"]
-    # And a table that is there is found, and writing it again commits nothing (SaveMode.Ignore)
-    assert facts["made again"] == "found" and facts["versions added by writing it again"] == 0, facts
-
-
-def test_a_table_made_before_its_first_bulk_is_the_table_that_bulk_would_have_made(
-        tmp_path: Path, delta_spark: DeltaSpark) -> None:
-    # Given a table made empty by the bridge (the session's defaults for new tables set as the bridge sets them)
-    # When a raw bulk is staged into it (the pipelined commit) and committed
-    outcome = delta_spark.run(made_then_landed, str(tmp_path), str(tmp_path / "handoff"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
-    # Then the table was made once and was empty; the first bulk was staged before its turn and changed
-    # nothing of the table's metadata: its columns are those the bulk's own first commit makes
-    assert (facts["made"], facts["made again"], facts["rows of the made table"]) == ("created", "known", 0), facts
-    assert facts["staged into the made table"] and not facts["the bulk changes its metadata"], facts
-    assert facts["committed"] and facts["rows"] == 50, facts
-    assert facts["history"] == [(0, delta_create.CREATE_MARK), (1, "bulk-1")], facts
-    made, by_bulk = (deltalake.DeltaTable(str(tmp_path / name)) for name in ("made", "by-bulk"))
-    assert made.schema().to_json() == by_bulk.schema().to_json()
-    assert made.metadata().partition_columns == by_bulk.metadata().partition_columns == ["put_date"]
-    # and the properties the bridge's session gives a new table
-    properties = made.metadata().configuration
-    assert properties.get("delta.checkpointInterval") == "100", properties
-    assert properties.get("delta.dataSkippingStatsColumns") == ",".join(delta.STATS_COLUMNS), properties
-    assert properties == by_bulk.metadata().configuration
