@@ -436,6 +436,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--listener-key", action="append", default=[], metavar="KEY=VALUE",
                        help="with --quick-start: one more [[listeners]] key as TOML (e.g. in_flight=4), to try a "
                             "default (repeatable)")
-    group.add_argument("--table-format", default="parquet", choices=("parquet", "delta"),
-                       help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta`); "
-                            "delta also prints what a Delta commit costs")
+    group.add_argument("--table-format", default="parquet", choices=("parquet", "delta", "iceberg"),
+                       help="[spark] table_format (with the repo's jars/ as jars_dir: `scripts/jars.sh delta` or "
+                            "`iceberg`); delta also prints what a Delta commit costs; iceberg lands through the "
+                            "embedded catalog (JDBC on SQLite), whose commit cost per catalog "
+                            "bench/iceberg_commit_cost.py measures")
