@@ -87,6 +87,13 @@ class Ledger(ABC):
     TRANSIENT: tuple[type[BaseException], ...]
     #: Increments the prune-run counter in `meta`.
     COUNT_PRUNE: str
+    #: The ledger's clock, as an SQL expression of epoch seconds: what a bulk's `prepared_at` and
+    #: `published_at` are stamped with and what a prune's cutoff is judged by. A shared ledger's
+    #: bridges run on hosts whose clocks differ; stamped by each bridge's own clock, a bridge 10 minutes
+    #: ahead would publish "in the future", and `mqbridge follow`, which moves its mark to the newest
+    #: publication it forwarded and looks back only `MARGIN` from it, would pass over the bulks the
+    #: other bridges publish meanwhile. One clock, the database's, orders every publication.
+    CLOCK: str
     #: An owner whose pid cannot be checked from here (another host or pid namespace) is alive
     #: while its last heartbeat is younger than this (`[ledger] lease`).
     lease: float = 60.0
@@ -145,6 +152,12 @@ class Ledger(ABC):
         if judged_by_pid(owner):
             return owner_alive(owner)
         return self._heartbeat_fresh(owner)
+
+    def clock(self) -> float:
+        """The ledger's clock now (`CLOCK`), in epoch seconds: where a new forward of `mqbridge follow`
+        starts, and what the ages of its bulks are judged against."""
+        with self._read() as db:
+            return float(self._execute(db, f"SELECT {self.CLOCK}").fetchone()[0])
 
     def heartbeat(self) -> None:
         """Tell other processes (other hosts, other pid namespaces) that this owner is alive."""
@@ -251,8 +264,8 @@ class Ledger(ABC):
                 raise IdentityClaimedError(f"bulk {bulk_id}: {len(claimed)} identities are in bulk {holder} of "
                                            f"{owner}, prepared and not yet published (e.g. {claimed[0]!r})", claimed)
             self._execute(db, "INSERT INTO bulks (bulk_id, table_name, moves, owner, state, prepared_at, identities) "
-                          "VALUES (?, ?, ?, ?, 'prepared', ?, ?)",
-                          (bulk_id, table, moves_column(moves, transaction), self.owner, time.time(), len(unique)))
+                          f"VALUES (?, ?, ?, ?, 'prepared', {self.CLOCK}, ?)",
+                          (bulk_id, table, moves_column(moves, transaction), self.owner, len(unique)))
             self._execute(db, self.INSERT_IDENTITIES, (bulk_id, self._identities_parameter(unique)))
             self._add_counts(db, identities=len(unique), prepared=1)
             self._touch_owner(db)
@@ -293,8 +306,8 @@ class Ledger(ABC):
             row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
             if row is None:
                 raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
-            self._execute(db, "UPDATE bulks SET state = 'published', published_at = ? WHERE bulk_id = ?",
-                          (time.time(), bulk_id))
+            self._execute(db, f"UPDATE bulks SET state = 'published', published_at = {self.CLOCK} WHERE bulk_id = ?",
+                          (bulk_id,))
             if row[0] == "prepared":  # marking a published bulk again changes no count
                 self._add_counts(db, prepared=-1, published=1)
 
@@ -374,7 +387,7 @@ class Ledger(ABC):
         two the lock is free for as long as the batch held it (at least a millisecond), so that
         landings in this process and others interleave. `stop`, when set, ends it after a batch;
         what is left is pruned by the next call (a bulk half pruned is still published)."""
-        cutoff = time.time() - older_than
+        cutoff = self.clock() - older_than
         bulks = removed = 0
         while stop is None or not stop.is_set():
             started = time.monotonic()

@@ -68,6 +68,8 @@ class PostgresLedger(Ledger):
                          "SELECT j.value, ? FROM unnest(?::text[]) AS j(value)")
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
                    "ON CONFLICT (key) DO UPDATE SET value = (CAST(meta.value AS INTEGER) + 1)::text")
+    #: The database server's clock, as the owners' heartbeats are judged by.
+    CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 
     def __init__(self, url: str, schema: str, lease: float, owner: str, connection: Any, created: bool) -> None:
         super().__init__(shown_url(url), owner, connection, created)

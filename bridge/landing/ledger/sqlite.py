@@ -62,10 +62,21 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+#: The SQL function of this process's clock on the ledger's connections (`SqliteLedger.CLOCK`).
+_CLOCK_FUNCTION = "mqbridge_clock"
+
+
+def _connect(database: str | Path, timeout: float, *, uri: bool = False) -> sqlite3.Connection:
+    """A connection without implicit transactions (every write says BEGIN IMMEDIATE), usable from any
+    thread (the ledger's lock serialises it), with the ledger's clock (`SqliteLedger.CLOCK`)."""
+    db = sqlite3.connect(database, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri)
+    db.create_function(_CLOCK_FUNCTION, 0, time.time)
+    return db
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     """A connection that cannot write `path` (nor create it): a `file:` URI with `mode=ro`."""
-    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
-                           isolation_level=None, check_same_thread=False)
+    return _connect(f"{path.absolute().as_uri()}?mode=ro", BUSY_TIMEOUT_MS / 1000, uri=True)
 
 
 class SqliteLedger(Ledger):
@@ -78,6 +89,8 @@ class SqliteLedger(Ledger):
     TRANSIENT: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
     COUNT_PRUNE = ("INSERT INTO meta (key, value) VALUES ('prune_runs', '1') "
                    "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+    #: This host's clock (one host's ledger): Python's `time.time`, registered on each connection.
+    CLOCK = f"{_CLOCK_FUNCTION}()"
 
     # -- the backend hooks of Ledger ------------------------------------------------------------
     def _identities_parameter(self, identities: Sequence[str]) -> Any:
@@ -94,8 +107,7 @@ class SqliteLedger(Ledger):
     def _open_reader(self) -> Any:
         if self.read_only:
             return _connect_read_only(Path(self.path))
-        reader = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None,
-                                 check_same_thread=False)
+        reader = _connect(self.path, self.busy_timeout_ms / 1000)
         reader.execute("PRAGMA query_only = ON")
         return reader
 
@@ -129,9 +141,7 @@ class SqliteLedger(Ledger):
         try:
             private_dir(path.parent)
             created = private_file(path) or path.stat().st_size == 0  # empty: never set up
-            # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE.
-            db = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None,
-                                 check_same_thread=False)
+            db = _connect(path, busy_ms / 1000)
         except (OSError, sqlite3.Error) as exc:
             raise LedgerError(f"ledger {path}: cannot open: {exc}") from exc
         try:

@@ -244,7 +244,7 @@ class Follower:
         floor (a new forward's start)."""
         since = self.ledger.since(forward.name)
         if since is None:
-            start = 0.0 if forward.start == "all" else self.now()
+            start = 0.0 if forward.start == "all" else self.landing.clock()  # (publications are stamped by it)
             self.ledger.set_since(forward.name, start, floor=start)
             log.info("forward %s: starts with the bulks of %s published %s", forward.name, forward.table,
                      "from now on" if forward.start == "new" else "since the landing ledger's oldest")
