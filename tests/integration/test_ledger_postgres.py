@@ -1,7 +1,9 @@
 """The landing ledger in a real PostgreSQL (`[ledger] url`): the same records as the SQLite ledger,
 owners on other hosts judged by their heartbeat, secrets kept out of every message, and three
 `mqbridge run` processes with separate state_dirs sharing one queue and one ledger, two of them
-killed mid-stream: every message exactly once."""
+killed mid-stream: every message exactly once. Two live bridges that read the same messages never both
+land them (a claim), and a bridge on another host frozen (SIGSTOP) past its lease is fenced: on ActiveMQ
+and RabbitMQ in one run of the freeze (a pair of bridges on each broker's queue)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pytest
 from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
 from mqbridge.landing.ledger.postgres import IDLE_IN_TRANSACTION_SECONDS, PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.both_brokers import on_both_brokers
 from tests.support.delta_tables import DELTA_SPARK, delta_rows
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
@@ -291,56 +294,73 @@ def test_two_live_bridges_that_read_the_same_messages_never_both_land_them(
 
 
 def test_a_bridge_frozen_past_its_lease_is_fenced_and_never_lands_its_bulk_after_another_did(
-        tmp_path: Path, amq: AmqClient, pg: PostgresServer) -> None:
-    # Given bridge A on another host (lease 4 s) whose first bulk, of 40 messages, into a Delta table
-    # that did not exist before is prepared (its table version reserved; A made the table empty first,
-    # `delta_create`) when A freezes (SIGSTOP: a frozen VM), and its connection to the broker is lost,
-    # so that the broker gives the 40 to bridge B on this host
-    q = unique_queue("pg-frozen")
-    sent = bodies(40, "pf")
-    amq.put_many(q, sent)
-    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "frozen"\nlease = "4s"\n'
-    proxy = TcpProxy(("127.0.0.1", 61613))
-    config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40, port=proxy.port,
-                            extra_bridge=ledger, spark=DELTA_SPARK)
-    config_b = stomp_config(tmp_path, q, name="b.toml", state_dir="state-b", threads=1, batch=40,
-                            extra_bridge=ledger, spark=DELTA_SPARK)
-    gate = tmp_path / "gate-a"
-    table = tmp_path / "landing" / "orders"
-    run_a = OutputReader(_on_another_host("host-a", config_a, f"holding_prepared:{gate}"))
-    run_b: OutputReader | None = None
-    frozen = False
+        tmp_path: Path, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
+        pg: PostgresServer) -> None:
+    """Both brokers in one run of the fault: a pair of bridges (A, frozen, and B) on an ActiveMQ queue and
+    a pair on a RabbitMQ queue (`identity = "header:x-eo-id"`), each pair its own ledger schema and Delta
+    table; the two A's are frozen together, the two B's wait out the leases together."""
+    # Given on each broker bridge A on another host (lease 4 s) whose first bulk, of 40 messages, into a
+    # Delta table that did not exist before is prepared (its table version reserved; A made the table
+    # empty first, `delta_create`) when A freezes (SIGSTOP: a frozen VM), and its connection to the
+    # broker is lost, so that the broker gives the 40 to bridge B on this host
+    queues = on_both_brokers("pg-frozen", amq, activemq, rabbitmq)
+    sent = {q.broker: bodies(40, f"pf-{q.broker}") for q in queues}
+    proxies = {q.broker: TcpProxy(("127.0.0.1", q.port)) for q in queues}
+    gates = {q.broker: tmp_path / f"gate-a-{q.broker}" for q in queues}
+    tables = {q.broker: tmp_path / q.broker / "landing" / "orders" for q in queues}
+    configs_b: dict[str, Path] = {}
+    runs_a: dict[str, OutputReader] = {}
+    runs_b: dict[str, OutputReader] = {}
+    frozen: set[str] = set()
     try:
-        wait_until(lambda: Path(f"{gate}.reached").exists(), 240, "bridge A to prepare its bulk of the 40 messages")
-        os.kill(run_a.proc.pid, signal.SIGSTOP)  # `unshare` execs the shell, which execs python: one pid
-        frozen = True
-        assert proxy.cut() >= 1
-        # (the table is there, empty: made by A before it prepared the bulk)
-        assert (table / "_delta_log" / f"{0:020d}.json").exists() and not delta_rows(table)
-        # When B meets A's claim, waits for A's lease to expire, fences A's version and lands the 40
-        run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s"))
-        assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
-        assert account(sent, delta_rows(table)).clean
-        # and A resumes and finishes its write of the same bulk
-        gate.touch()
-        os.kill(run_a.proc.pid, signal.SIGCONT)
-        frozen = False
-        wait_until(lambda: "was decided by another process" in run_a.text(), 120,
-                   "bridge A to find its bulk decided by B")
-    finally:
-        proxy.close()
-        if frozen:
+        for q in queues:
+            q.put(sent[q.broker])
+            (tmp_path / q.broker).mkdir()
+            ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "frozen_{q.broker}"\nlease = "4s"\n'
+            config_a = q.bridge(state_dir="state-a", threads=1, batch=40, port=proxies[q.broker].port,
+                                extra_bridge=ledger, spark=DELTA_SPARK).write(tmp_path / q.broker / "a.toml")
+            configs_b[q.broker] = q.bridge(state_dir="state-b", threads=1, batch=40, extra_bridge=ledger,
+                                           spark=DELTA_SPARK).write(tmp_path / q.broker / "b.toml")
+            runs_a[q.broker] = OutputReader(_on_another_host(f"host-a-{q.broker}", config_a,
+                                                             f"holding_prepared:{gates[q.broker]}"))
+        for broker, gate in gates.items():
+            wait_until(Path(f"{gate}.reached").exists, 240, f"bridge A on {broker} to prepare its bulk of the 40")
+        for broker, run_a in runs_a.items():
+            os.kill(run_a.proc.pid, signal.SIGSTOP)  # `unshare` execs the shell, which execs python: one pid
+            frozen.add(broker)
+        for proxy in proxies.values():
+            assert proxy.cut() >= 1
+        # (each table is there, empty: made by its A before it prepared the bulk)
+        for table in tables.values():
+            assert (table / "_delta_log" / f"{0:020d}.json").exists() and not delta_rows(table)
+        # When each B meets its A's claim, waits for A's lease to expire, fences A's version and lands the 40
+        for broker, config_b in configs_b.items():
+            runs_b[broker] = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s"))
+        for broker, run_b in runs_b.items():
+            assert run_b.wait(timeout=240) == 0, f"{broker}:\n{run_b.text()[-5000:]}"
+            assert account(sent[broker], delta_rows(tables[broker])).clean, broker
+        # and each A resumes and finishes its write of the same bulk
+        for broker, run_a in runs_a.items():
+            gates[broker].touch()
             os.kill(run_a.proc.pid, signal.SIGCONT)
-        _stop(run_a, run_b)
-    out_b = run_b.text()
-    # Then B decided A's bulk as never committed (its version fenced) and landed the messages
-    assert "never committed into table orders" in out_b, out_b[-5000:]
-    # and A's late write was skipped by Delta: every message once; A gave the messages back
-    out_a = run_a.text()
-    result = account(sent, delta_rows(table))
-    assert result.clean, f"{result}\n{out_a[-3000:]}"
-    assert "messages given back" in out_a, out_a[-5000:]
-    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+            frozen.discard(broker)
+        wait_until(lambda: all("was decided by another process" in run_a.text() for run_a in runs_a.values()), 120,
+                   "each bridge A to find its bulk decided by its B")
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+        for broker in frozen:
+            os.kill(runs_a[broker].proc.pid, signal.SIGCONT)
+        _stop(*runs_a.values(), *runs_b.values())
+    for q in queues:
+        out_a, out_b = runs_a[q.broker].text(), runs_b[q.broker].text()
+        # Then on each broker B decided A's bulk as never committed (its version fenced) and landed the messages
+        assert "never committed into table orders" in out_b, f"{q.broker}:\n{out_b[-5000:]}"
+        # and A's late write was skipped by Delta: every message once; A gave the messages back
+        result = account(sent[q.broker], delta_rows(tables[q.broker]))
+        assert result.clean, f"{q.broker}: {result}\n{out_a[-3000:]}"
+        assert "messages given back" in out_a, f"{q.broker}:\n{out_a[-5000:]}"
+        assert q.depths() == (0, 0), q.broker
 
 
 def test_a_bridge_gone_silent_inside_a_write_transaction_holds_the_others_up_only_for_a_bound(

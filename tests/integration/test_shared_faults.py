@@ -1,32 +1,40 @@
-"""Faults of what bridges on several hosts share (issue 51): two `mqbridge run` processes on one queue
-with one PostgreSQL ledger, while the ledger's server restarts, while the warehouse's S3-compatible
-server restarts, and with one bridge's clock 10 minutes ahead. Each counted like a total-queue
-checker: every message in the table once (lost, duplicated, unexpected: all 0), nothing moved to the
-backout queue, the queue empty. A restarted server is an outage, never poison; a clock is never what a
-lease is judged by (the ledger judges heartbeats by the database server's clock)."""
+"""Faults of what bridges on several hosts share (issue 51): `mqbridge run` processes with one PostgreSQL
+ledger while the ledger's server restarts, while the warehouse's S3-compatible server restarts, and with
+one bridge's clock 10 minutes ahead, each on ActiveMQ and RabbitMQ in one run of the fault: a pair of
+bridges on an ActiveMQ queue and a pair on a RabbitMQ queue (`identity = "header:x-eo-id"`) share the
+restart or the skewed clock (on the S3 server each bridge writes a Delta table of its own: one writer per
+table there, docs/guarantees.md). Each pair counted like a total-queue checker: every message of its
+queue in its table (tables) once (lost, duplicated, unexpected: all 0), nothing moved to its backout
+queue, the queue empty. A restarted server is an outage, never poison; a clock is never what a lease is judged by (the
+ledger judges heartbeats by the database server's clock)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import shutil
 import subprocess
 import sys
-import uuid
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
 import pytest
+from deltalake.exceptions import TableNotFoundError
+from psycopg import sql
 
 from mqbridge.landing.ledger.postgres import PostgresLedger
-from tests.support.amq import AmqClient, unique_queue
+from tests.support.amq import AmqClient
+from tests.support.both_brokers import on_both_brokers
 from tests.support.delta_tables import DELTA_SPARK, JARS
-from tests.support.exactly_once import RABBIT_SOURCE, OutputReader, Rabbit, account, bodies, published_files
+from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.object_stores import S3Server, private_s3_server
 from tests.support.postgres import PostgresServer, postgres_server
-from tests.support.processes import ROOT, landed, leftovers, mqbridge, stomp_bridge, stomp_config
+from tests.support.processes import ROOT, landed, leftovers, mqbridge
 from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -61,107 +69,139 @@ def _finish(runs: list[OutputReader], timeout: float, what: str) -> None:
                           f"{run.text()[-5000:]}"
 
 
+def _all(runs: dict[str, list[OutputReader]]) -> list[OutputReader]:
+    """Every run of both brokers' pairs."""
+    return [run for pair in runs.values() for run in pair]
+
+
+def _tails(runs: list[OutputReader]) -> str:
+    """The end of each run's output."""
+    return "\n".join(f"-- bridge {i}:\n{run.text()[-3000:]}" for i, run in enumerate(runs))
+
+
 def _stop(runs: list[OutputReader]) -> None:
-    """Stop each run still going: SIGTERM, SIGKILL after 60 s."""
+    """Stop each run still going: SIGTERM, SIGKILL after 60 s. The end of each one's output is printed
+    (pytest shows it when the test fails, a wait's timeout too)."""
     for run in runs:
         if run.wait(0) is None:
             run.terminate()
+    print(_tails(runs))
 
 
 def test_the_ledgers_postgresql_restarted_under_load_is_an_outage_and_every_message_lands_once(
-        tmp_path: Path, spark: Any, amq: AmqClient, pg: PostgresServer) -> None:
-    # Given 2,000 messages on one ActiveMQ queue and two bridges landing them through one ledger
-    q = unique_queue("shared-pg")
-    sent = bodies(2000, "spg")
-    amq.put_many(q, sent)
-    configs = [stomp_config(tmp_path, q, name=f"b{i}.toml", state_dir=f"state{i}", batch=50,
-                            extra_bridge=_ledger(pg, "restart")) for i in range(2)]
-    table = tmp_path / "landing" / "orders"
-    runs: list[OutputReader] = []
+        tmp_path: Path, spark: Any, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
+        pg: PostgresServer) -> None:
+    """One restart under two pairs of bridges at once: a pair on an ActiveMQ queue and a pair on a
+    RabbitMQ queue (each pair its own ledger schema and table)."""
+    # Given 2,000 messages on an ActiveMQ queue and 2,000 on a RabbitMQ queue, and on each queue two
+    # bridges landing them through one ledger
+    queues = on_both_brokers("shared-pg", amq, activemq, rabbitmq)
+    sent = {q.broker: bodies(2000, f"spg-{q.broker}") for q in queues}
+    runs: dict[str, list[OutputReader]] = {}
+    tables = {q.broker: tmp_path / q.broker / "landing" / "orders" for q in queues}
     try:
-        for config in configs:
-            runs.append(OutputReader(mqbridge("run", "--config", str(config), "--until-idle", "3s")))
-            runs[-1].wait_subscribed(threads=2)
-        wait_until(lambda: published_files(table) >= 2, 120, "the first bulks of the two bridges to land")
-        # When the PostgreSQL server restarts (fast shutdown: every session ended) while both land
+        for q in queues:
+            q.put(sent[q.broker])
+            (tmp_path / q.broker).mkdir()
+            configs = [q.bridge(state_dir=f"state{i}", batch=50, extra_bridge=_ledger(pg, f"restart_{q.broker}"))
+                       .write(tmp_path / q.broker / f"b{i}.toml") for i in range(2)]
+            runs[q.broker] = [OutputReader(mqbridge("run", "--config", str(config), "--until-idle", "3s"))
+                              for config in configs]
+        for run in _all(runs):
+            run.wait_subscribed(threads=2)
+        wait_until(lambda: all(published_files(table) >= 2 for table in tables.values()), 120,
+                   "the first bulks of both pairs of bridges to land")
+        # When the PostgreSQL server restarts (fast shutdown: every session ended) while all four land
         pg.restart()
-        before = published_files(table)
-        wait_until(lambda: all(OUTAGE in run.text() or run.proc.poll() is not None for run in runs), 60,
-                   "both bridges to meet the restarted ledger (or to end)")
-        _finish(runs, 240, "after the ledger's restart")
+        before = {broker: published_files(table) for broker, table in tables.items()}
+        wait_until(lambda: all(OUTAGE in run.text() or run.proc.poll() is not None for run in _all(runs)), 60,
+                   "the four bridges to meet the restarted ledger (or to end)")
+        _finish(_all(runs), 240, "after the ledger's restart")
     finally:
-        _stop(runs)
-    # Then it was an outage to them: each one said so, reconnected and landed on
-    outputs = [run.text() for run in runs]
-    assert published_files(table) > before, "nothing landed after the restart: it was not under load"
-    assert all("ledger postgresql://" in out and OUTAGE in out for out in outputs), outputs[0][-5000:]
-    # and every message is in the table once; nothing was moved, nothing is left
-    result = account(sent, landed(spark, table))
-    assert result.clean, f"{result}\n{outputs[0][-3000:]}"
-    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
+        _stop(_all(runs))
+    for q in queues:
+        # Then on each broker it was an outage to both bridges: each one said so, reconnected and landed on
+        table, outputs = tables[q.broker], [run.text() for run in runs[q.broker]]
+        assert published_files(table) > before[q.broker], f"{q.broker}: nothing landed after the restart: " \
+                                                          "it was not under load"
+        assert all("ledger postgresql://" in out and OUTAGE in out for out in outputs), \
+            f"{q.broker}:\n{outputs[0][-5000:]}"
+        # and every message is in its table once; nothing was moved, nothing is left
+        result = account(sent[q.broker], landed(spark, table))
+        assert result.clean, f"{q.broker}: {result}\n{outputs[0][-3000:]}"
+        assert q.depths() == (0, 0) and leftovers(table) == [], q.broker
 
 
 @pytest.mark.timeout(600)
 def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_message_lands_once(
-        tmp_path: Path, rabbitmq: tuple[str, int], pg: PostgresServer) -> None:
-    """On RabbitMQ the identity is a header the producer sets (its `message-id` is per delivery:
-    docs/guarantees.md), with the defaults otherwise. The S3 server is one of this test's own:
-    the shared one on port 9000 is never stopped."""
+        tmp_path: Path, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
+        pg: PostgresServer) -> None:
+    """One restart under two pairs of bridges at once: a pair on an ActiveMQ queue and a pair on a
+    RabbitMQ queue, each pair its own ledger schema, with the defaults otherwise. Each bridge writes a
+    Delta table of its own on the S3 server, the one writer of that table there: Delta's S3 log store
+    makes no conditional put, so two drivers that commit one version of a table at once can both
+    succeed, the later log file replacing the earlier (docs/guarantees.md; with both bridges of a pair
+    on one table, 50 of 400 messages were lost that way here: both their bulks were recorded published,
+    one of them in no version). The pair's ledger keeps each message in one of its two tables, once.
+    The S3 server is one of this test's own: the shared one on port 9000 is never stopped."""
     for name in ("delta", "s3"):
         if not (JARS / name).is_dir():
             pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
-    rabbit = Rabbit(rabbitmq)
-    name = f"test.shared-s3.{uuid.uuid4().hex[:8]}"
-    q, header = f"/queue/{name}", "x-eo-id"
-    sent = bodies(400, "ss3")
-    messages = [(body, {header: f"id-{i}"}) for i, body in enumerate(sent)]
-    rabbit.put(q, messages[:200])
+    queues = on_both_brokers("shared-s3", amq, activemq, rabbitmq)
+    sent = {q.broker: bodies(400, f"ss3-{q.broker}") for q in queues}
+    for q in queues:
+        q.put(sent[q.broker][:200])
     with private_s3_server(tmp_path / "s3") as s3proxy:
-        # Given two bridges landing one RabbitMQ queue into a Delta table on a private S3-compatible server
+        # Given on each broker two bridges landing its queue into Delta tables on a private S3-compatible
+        # server (each bridge its own table)
         s3 = s3proxy.server
         bucket = s3.new_bucket("restart")
         secret = tmp_path / "s3-secret"
         secret.write_text(s3.secret_key)
         secret.chmod(0o600)
         conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{secret}}}"}
-        configs = [stomp_bridge(q, port=rabbitmq[1], broker="rabbitmq", extra_source=RABBIT_SOURCE, batch=50,
-                                extra_listener=f'identity = "header:{header}"', spark=DELTA_SPARK,
-                                state_dir=f"state{i}", extra_bridge=_ledger(pg, "s3restart"))
-                   .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **conf)
-                   .write(tmp_path / f"b{i}.toml") for i in range(2)]
-        runs: list[OutputReader] = []
+        runs: dict[str, list[OutputReader]] = {}
         try:
             # (run without --until-idle: a bridge that the broker gave nothing while its Spark started
-            # would end idle before the fault; they are stopped once every message is in the table)
-            for config in configs:
-                runs.append(OutputReader(mqbridge("run", "--config", str(config))))
-            wait_until(lambda: all(_STARTED in run.text() for run in runs) and any(
-                _COMMITTED.search(run.text()) for run in runs) or any(run.proc.poll() is not None for run in runs),
-                300, "both bridges' Spark sessions to start and the first messages to land on the S3 server")
-            assert all(run.proc.poll() is None for run in runs), runs[0].text()[-5000:] + runs[1].text()[-5000:]
-            # When that server stops while they land (the other 200 messages come meanwhile), and starts
-            # again (same port, same buckets)
+            # would end idle before the fault; they are stopped once every message is in the tables)
+            for q in queues:
+                configs = [q.bridge(batch=50, spark=DELTA_SPARK, state_dir=f"state-{q.broker}{i}",
+                                    extra_bridge=_ledger(pg, f"s3restart_{q.broker}"))
+                           .set("spark", warehouse=f"s3a://{bucket}/{q.broker}{i}").set("spark.conf", **conf)
+                           .write(tmp_path / f"{q.broker}{i}.toml") for i in range(2)]
+                runs[q.broker] = [OutputReader(mqbridge("run", "--config", str(config))) for config in configs]
+            wait_until(lambda: all(_STARTED in run.text() for run in _all(runs)) and all(
+                any(_COMMITTED.search(run.text()) for run in pair) for pair in runs.values()) or any(
+                run.proc.poll() is not None for run in _all(runs)),
+                300, "the four bridges' Spark sessions to start and the first messages of each queue to land "
+                     "on the S3 server")
+            assert all(run.proc.poll() is None for run in _all(runs)), _tails(_all(runs))
+            # When that server stops while they land (the other 200 messages of each queue come
+            # meanwhile), and starts again (same port, same buckets)
             s3proxy.stop()
-            rabbit.put(q, messages[200:])
+            for q in queues:
+                q.put(sent[q.broker][200:])
             wait_until(lambda: all(f"sink orders {OUTAGE}" in run.text() or run.proc.poll() is not None
-                                   for run in runs), 120, "both bridges to find the S3 server gone (sink unavailable)")
+                                   for run in _all(runs)), 120,
+                       "the four bridges to find the S3 server gone (sink unavailable)")
             s3proxy.start()
-            wait_until(lambda: _rows(s3, bucket) >= len(sent) or any(
-                run.proc.poll() is not None for run in runs), 300, "the 400 messages to be in the table on S3",
-                every=1.0)
-            codes = [run.terminate() for run in runs]
+            wait_until(lambda: all(sum(_pair_bodies(s3, bucket, q.broker).values()) >= len(sent[q.broker])
+                                   for q in queues) or any(run.proc.poll() is not None for run in _all(runs)), 300,
+                       "the 400 messages of each queue to be in its pair's tables on S3", every=1.0)
+            codes = [run.terminate() for run in _all(runs)]
         finally:
-            _stop(runs)
-        assert codes == [0, 0], runs[0].text()[-5000:] + runs[1].text()[-5000:]
-        # Then it was an outage to both, never poison: each said so, and every message is in the table
-        # once (as delta-rs sees it)
-        outputs = [run.text() for run in runs]
-        assert all(f"sink orders {OUTAGE}" in out and "available again" in out for out in outputs), \
-            outputs[0][-3000:] + outputs[1][-3000:]
-        result = account(sent, s3.delta_bodies(bucket))
-        assert result.clean, f"{result}\n{outputs[0][-3000:]}\n{outputs[1][-3000:]}"
-        # and nothing was moved to the backout queue; the queue is empty
-        assert rabbit.depth(q) == 0 and rabbit.depth(f"{q}.backout") == 0
+            _stop(_all(runs))
+        assert codes == [0, 0, 0, 0], _tails(_all(runs))
+        for q in queues:
+            # Then on each broker it was an outage to both bridges, never poison: each said so, and
+            # every message is in the pair's tables once (as delta-rs sees them)
+            outputs = [run.text() for run in runs[q.broker]]
+            assert all(f"sink orders {OUTAGE}" in out and "available again" in out for out in outputs), \
+                f"{q.broker}:\n{_tails(runs[q.broker])}"
+            result = account(sent[q.broker], _pair_bodies(s3, bucket, q.broker, strict=True))
+            assert result.clean, f"{q.broker}: {result}\n{_tails(runs[q.broker])}"
+            # and nothing was moved to the backout queue; the queue is empty
+            assert q.depths() == (0, 0), q.broker
 
 
 def _value(db: psycopg.Connection[Any], query: LiteralString) -> Any:
@@ -171,12 +211,27 @@ def _value(db: psycopg.Connection[Any], query: LiteralString) -> Any:
     return row[0]
 
 
-def _rows(s3: S3Server, bucket: str) -> int:
-    """The rows of the table on `s3` (delta-rs); 0 while it cannot be read."""
-    try:
-        return sum(s3.delta_bodies(bucket).values())
-    except Exception:  # (delta-rs raises its own errors, and OSError, for a server still starting)
-        return 0
+def _pair_bodies(s3: S3Server, bucket: str, broker: str, strict: bool = False) -> collections.Counter[bytes]:
+    """The bodies in the tables `orders` of the two bridges of `broker`'s pair on `s3` (warehouses
+    `<broker>0` and `<broker>1` of `bucket`), read by delta-rs. A table not made (its bridge landed
+    nothing) holds none; one that cannot be read yet (a server starting) holds none unless `strict`."""
+    found: collections.Counter[bytes] = collections.Counter()
+    for i in range(2):
+        try:
+            found += s3.delta_bodies(bucket, f"{broker}{i}/orders")
+        except TableNotFoundError:
+            continue
+        except Exception:  # (delta-rs raises its own errors, and OSError, for a server still starting)
+            if strict:
+                raise
+    return found
+
+
+def _last_logged(out: str) -> float:
+    """The time of the last line a bridge logged (`%(asctime)s`: its own clock, local time), in epoch seconds."""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d{3} ", out, re.MULTILINE)
+    assert stamps, out[-3000:]
+    return datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S").timestamp()
 
 
 def _skewed_on_another_host(host: str, config: Path, offset: str, *args: str) -> subprocess.Popen[str]:
@@ -193,63 +248,84 @@ def _skewed_on_another_host(host: str, config: Path, offset: str, *args: str) ->
 
 
 def test_a_bridge_whose_clock_is_ten_minutes_ahead_judges_no_lease_by_it_and_lands_nothing_twice(
-        tmp_path: Path, spark: Any, amq: AmqClient, pg: PostgresServer) -> None:
+        tmp_path: Path, spark: Any, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
+        pg: PostgresServer) -> None:
     """A lease judged by the clock of the bridge that asks would make the bridge 10 minutes ahead take
     every other bridge for dead (their heartbeats 10 minutes old to it) and decide their bulks while
     they publish them; one judged by the bridge that writes the heartbeat would keep a dead bridge
-    alive for 10 minutes. The ledger writes and judges heartbeats by the database server's clock."""
+    alive for 10 minutes. The ledger writes and judges heartbeats by the database server's clock.
+    Both brokers at once: a pair of bridges (A ahead, B right) on an ActiveMQ queue and a pair on a
+    RabbitMQ queue, each pair its own ledger schema and table."""
     if shutil.which("faketime") is None:
         pytest.fail("faketime is missing: run scripts/test-tools.sh (Debian's faketime package)")
-    # Given 40 messages that bridge B (this host, its clock right) reads through a connection the test
-    # can cut and holds prepared in the ledger (its claim), and bridge A on another host, 10 min ahead
-    q = unique_queue("shared-clock")
-    first, more = bodies(40, "sc0"), bodies(200, "sc")
-    amq.put_many(q, first)
-    ledger = _ledger(pg, "clock")
-    proxy = TcpProxy(("127.0.0.1", 61613))
-    config_b = stomp_config(tmp_path, q, name="b.toml", state_dir="state-b", threads=1, batch=40, port=proxy.port,
-                            extra_bridge=ledger)
-    config_a = stomp_config(tmp_path, q, name="a.toml", state_dir="state-a", threads=1, batch=40,
-                            extra_bridge=ledger)
-    gate = tmp_path / "gate-b"
-    table = tmp_path / "landing" / "orders"
-    run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "3s",
-                                  failpoint=f"holding_prepared:{gate}"))
-    runs = [run_b]
+    # Given on each broker 40 messages that bridge B (this host, its clock right) reads through a
+    # connection the test can cut and holds prepared in the ledger (its claim), and bridge A on another
+    # host, 10 min ahead
+    queues = on_both_brokers("shared-clock", amq, activemq, rabbitmq)
+    first = {q.broker: bodies(40, f"sc0-{q.broker}") for q in queues}
+    more = {q.broker: bodies(200, f"sc-{q.broker}") for q in queues}
+    proxies = {q.broker: TcpProxy(("127.0.0.1", q.port)) for q in queues}
+    gates = {q.broker: tmp_path / f"gate-b-{q.broker}" for q in queues}
+    tables = {q.broker: tmp_path / q.broker / "landing" / "orders" for q in queues}
+    runs: dict[str, list[OutputReader]] = {}
+    skew: dict[str, float] = {}
+    ahead: dict[str, Any] = {}
     try:
-        wait_until(lambda: Path(f"{gate}.reached").exists(), 180, "bridge B to prepare its bulk of the 40 messages")
-        runs.append(run_a := OutputReader(_skewed_on_another_host("host-a", config_a, "+10m", "--until-idle", "3s")))
-        run_a.wait_subscribed(threads=1)
+        configs: dict[str, Path] = {}
+        for q in queues:
+            q.put(first[q.broker])
+            (tmp_path / q.broker).mkdir()
+            ledger = _ledger(pg, f"clock_{q.broker}")
+            config_b = q.bridge(state_dir="state-b", threads=1, batch=40, port=proxies[q.broker].port,
+                                extra_bridge=ledger).write(tmp_path / q.broker / "b.toml")
+            configs[q.broker] = q.bridge(state_dir="state-a", threads=1, batch=40,
+                                         extra_bridge=ledger).write(tmp_path / q.broker / "a.toml")
+            runs[q.broker] = [OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "3s",
+                                                    failpoint=f"holding_prepared:{gates[q.broker]}"))]
+        for broker, gate in gates.items():
+            wait_until(Path(f"{gate}.reached").exists, 180,
+                       f"bridge B on {broker} to prepare its bulk of the 40 messages")
+        for q in queues:
+            runs[q.broker].append(OutputReader(_skewed_on_another_host(
+                f"host-a-{q.broker}", configs[q.broker], "+10m", "--until-idle", "3s")))
+        for pair in runs.values():
+            pair[1].wait_subscribed(threads=1)
         # When B's connection is cut, so that the broker gives the 40 to A while B's claim stands
-        assert proxy.cut() >= 1
-        wait_until(lambda: "which is alive or within its lease" in run_a.text() or "of a process that is gone"
-                   in run_a.text() or run_a.proc.poll() is not None, 120,
-                   "bridge A to meet B's claim on the 40 (and wait for it, or decide it)")
-        # and B publishes its bulk; then 400 more messages come, which both land
-        gate.touch()
-        amq.put_many(q, more)
-        _finish(runs, 240, "with bridge A's clock 10 minutes ahead")
+        for proxy in proxies.values():
+            assert proxy.cut() >= 1
+        wait_until(lambda: all("which is alive or within its lease" in a.text() or "of a process that is gone"
+                               in a.text() or a.proc.poll() is not None for _, a in runs.values()), 120,
+                   "each bridge A to meet its B's claim on the 40 (and wait for it, or decide it)")
+        # and B publishes its bulk; then 200 more messages come, which both land
+        for q in queues:
+            gates[q.broker].touch()
+            q.put(more[q.broker])
+        _finish(_all(runs), 240, "with bridge A's clock 10 minutes ahead")
+        skew = {broker: _last_logged(pair[1].text()) - time.time() for broker, pair in runs.items()}
         with psycopg.connect(pg.url, autocommit=True) as db:
-            db.execute('SET search_path TO "clock"')
-            skew = _value(db, "SELECT MAX(b.prepared_at) - EXTRACT(EPOCH FROM now()) FROM bulks b "
-                              "WHERE b.owner LIKE 'host-a%'")
-            ahead = _value(db, "SELECT COUNT(*) FROM owners WHERE last_seen > now()")
+            for q in queues:
+                db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(f"clock_{q.broker}")))
+                ahead[q.broker] = _value(db, "SELECT COUNT(*) FROM owners WHERE last_seen > now()")
     finally:
-        proxy.close()
-        _stop(runs)
-    out_a = run_a.text()
-    # Then A's clock was ahead (its own records of its bulks say so), yet A judged B alive by the
-    # server's clock: its start-up left B's bulk alone, it waited for B's claim and never decided B's bulk
-    assert "0 bulks rolled forward, 0 rolled back" in out_a and "1 bulks of live processes left alone" in out_a, \
-        out_a[-5000:]
-    assert "which is alive or within its lease" in out_a and "of a process that is gone" not in out_a, out_a[-5000:]
-    assert skew is not None and skew > 500, f"bridge A's bulks were not prepared 10 minutes ahead ({skew})"
-    # and no heartbeat is in the future by the server's clock (A's is not 10 minutes ahead)
-    assert ahead == 0
-    # and every message is in the table once, nothing moved, nothing left
-    result = account(first + more, landed(spark, table))
-    assert result.clean, f"{result}\n{out_a[-3000:]}"
-    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0 and leftovers(table) == []
+        for proxy in proxies.values():
+            proxy.close()
+        _stop(_all(runs))
+    for q in queues:
+        out_a = runs[q.broker][1].text()
+        # Then on each broker A's clock was ahead (the times of its own log say so), yet A judged B
+        # alive by the server's clock: its start-up left B's bulk alone, it waited for B's claim and
+        # never decided B's bulk
+        assert "0 bulks rolled forward, 0 rolled back" in out_a and "1 bulks of live processes left alone" in out_a, \
+            f"{q.broker}:\n{out_a[-5000:]}"
+        assert "which is alive or within its lease" in out_a and "of a process that is gone" not in out_a, \
+            f"{q.broker}:\n{out_a[-5000:]}"
+        assert skew[q.broker] > 500, f"{q.broker}: bridge A's clock was not 10 minutes ahead ({skew[q.broker]:.0f} s)"
+        # and no heartbeat is in the future by the server's clock (A's is not 10 minutes ahead)
+        assert ahead[q.broker] == 0, q.broker
+        # and every message is in its table once, nothing moved, nothing left
+        result = account(first[q.broker] + more[q.broker], landed(spark, tables[q.broker]))
+        assert result.clean, f"{q.broker}: {result}\n{out_a[-3000:]}"
+        assert q.depths() == (0, 0) and leftovers(tables[q.broker]) == [], q.broker
 
 
 def test_a_heartbeat_in_the_future_keeps_its_owner_alive_until_the_server_clock_passes_it(pg: PostgresServer) -> None:
