@@ -350,22 +350,24 @@ def report(measured: list[Measured], extra: dict[str, float]) -> None:
     print(" N  measured msg/s  predicted msg/s  error   limited by     terms (msg/s)")
     for m in measured:
         rate, limit, each = predict(one.inputs, m.n, free_cores=m.inputs.free_cores)
-        own, own_limit, _ = predict(m.inputs, m.n)
+        own = ""
+        if m.inputs.ledger_xacts > 0 and m.inputs.bridges * m.inputs.standing_cpu < m.inputs.free_cores:
+            own_rate, own_limit, _ = predict(m.inputs, m.n)
+            own = f"  (own inputs: {own_rate:,.0f}, {own_limit}, {error(own_rate, m.rate):+.0f}%)"
         print(f" {m.n}  {m.rate:>14,.0f}  {rate:>15,.0f}  {error(rate, m.rate):>+5.0f}%  {limit:<13}  "
-              + ", ".join(f"{k} {v:,.0f}" for k, v in each.items())
-              + f"  (own inputs: {own:,.0f}, {own_limit}, {error(own, m.rate):+.0f}%)")
+              + ", ".join(f"{k} {v:,.0f}" for k, v in each.items()) + own)
     print("\nbridges on separate hosts (2 cores each; the broker, the ledger and the table shared), "
-          "from the N = 1 inputs:")
-    for n in (1, 3, 10, 100):
-        rate, limit, each = separate_hosts(one.inputs, n, host_cores=2)
-        print(f" {n:>3}  {rate:>10,.0f} msg/s, limited by {limit}: "
-              + ", ".join(f"{k} {v:,.0f}" for k, v in each.items()))
+          "from the N = 1 inputs, each bridge's bulks closed at `latency` (the default 1s, and 10s):")
+    for latency in (1.0, 10.0):
+        for n in (1, 3, 10, 100):
+            rate, limit, each = separate_hosts(one.inputs, n, host_cores=2, latency=latency)
+            print(f" latency {latency:>2.0f}s {n:>3} bridges  {rate:>10,.0f} msg/s, limited by {limit}: "
+                  + ", ".join(f"{k} {v:,.0f}" for k, v in each.items()))
     per_bridge = separate_hosts(one.inputs, 1, host_cores=2)[0]
-    commits_each = per_bridge / one.inputs.rows_per_commit
-    print(f"   one bridge alone on 2 cores: {per_bridge:,.0f} msg/s, {commits_each:.2f} commits/s; the table's "
-          f"{extra['table log']:.1f} commits/s are used up at {extra['table log'] / commits_each:.1f} bridges at "
-          f"this bulk size; the ledger's capacity at {extra['ledger'] / (one.inputs.ledger_xacts * per_bridge):.1f}; "
-          f"the broker's dispatch at {extra['dispatch'] / per_bridge:.1f}")
+    print(f"   one bridge alone on 2 cores: {per_bridge:,.0f} msg/s; the ledger is used up at "
+          f"{extra['ledger'] / (one.inputs.ledger_xacts * per_bridge):.1f} such bridges, the broker's dispatch at "
+          f"{extra['dispatch'] / per_bridge:.1f}; the table's {extra['table log']:.1f} commits/s at "
+          f"{extra['table log']:.0f} bridges x latency in seconds (one commit per bridge per latency)")
 
 
 def main() -> None:

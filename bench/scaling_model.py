@@ -81,14 +81,21 @@ def predict(inputs: Inputs, n: int, free_cores: float | None = None,
     return each[limit], limit, each
 
 
-def separate_hosts(inputs: Inputs, n: int, host_cores: int) -> tuple[float, str, dict[str, float]]:
+def separate_hosts(inputs: Inputs, n: int, host_cores: int,
+                   latency: float = 1.0) -> tuple[float, str, dict[str, float]]:
     """`n` bridges each on a host of its own with `host_cores` cores (the broker, PostgreSQL and the
     table shared): one bridge's rate is bounded by its Python (the GIL), its unit round trip and its
-    host's cores over its own CPU per message (Python and JVM)."""
+    host's cores over its own CPU per message (Python and JVM). A bridge's bulks are not N = 1's here:
+    a bridge closes a bulk at the latest at its type's `latency` (`mqbridge.bulks.sizing`), so with its
+    share of what the other terms allow it commits about once per `latency`, bulks of share x latency
+    rows; the table then takes (its commits/s) x those rows."""
     own = inputs.python_cpu + inputs.jvm_cpu  # per message of one bridge, whichever bridge served it
     each = terms(inputs, n, shared_machine=False)
     each["per bridge"] = n * min(1 / inputs.python_cpu, inputs.in_flight / inputs.receipt_to_commit,
                                  host_cores / own)
+    others = min(v for k, v in each.items() if k != "table")
+    rows = max(1.0, others / n * latency)
+    each["table"] = min(n * inputs.table_commits, inputs.table_log_commits) * rows
     limit = min(each, key=lambda k: each[k])
     return each[limit], limit, each
 
