@@ -34,11 +34,17 @@ Killing point of the stored results (`mqbridge.outbound.stored`), on their sende
     after_stored_result   a message's "stored" result is confirmed by the broker; its bulk has not
                           necessarily landed, its final result is not sent (first one only)
 
-One point changes behaviour instead of killing (`active`), the first time it is reached:
+Some points change behaviour instead of killing (`active`), the first time they are reached (the
+first N times with `point:N`):
 
     spark_write_hang      the next bulk write never ends: by Spark until its job group is cancelled
                           by `[spark] write_timeout`; by pyarrow (`[spark] writer`) its thread blocks
-                          for good and is abandoned at `write_timeout`
+                          for good and is abandoned at `write_timeout`. Spark's hang is a filter that
+                          sleeps on each row (`HANG_FILTER`): it acts on a bulk's rows only, never on
+                          a Delta table's empty making, whose frame has none (it would not hang there)
+    delta_create_hang     the next making of a Delta table (`mqbridge.landing.delta_create`) never
+                          ends: a Spark job of it sleeps until its job group is cancelled by
+                          `write_timeout`; nothing is committed
     purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
                           jobs are cancelled at shutdown)
 
@@ -107,10 +113,11 @@ POINTS = ("after_stage", "after_prepare", "after_publish", "before_source_commit
           "redrive_before_commit", "redrive_after_commit",
           "replay_before_commit", "replay_after_commit", "after_stored_result")
 _fired: set[str] = set()
-_reached: dict[str, int] = {}  # how often each waiting point was reached (`wait`'s `#N`)
+_reached: dict[str, int] = {}  # how often each point was reached (`wait`'s `#N`, `active`'s `:N`)
 
 #: Test only: a Spark filter that keeps every row and never ends (Java's Thread.sleep through SQL
-#: reflection, no UDF; interrupted by a job cancel). A dropped column would be optimised away.
+#: reflection, no UDF; interrupted by a job cancel). A dropped column would be optimised away. It sleeps
+#: once per row: on a frame of no rows it ends at once.
 HANG_FILTER = "length(coalesce(reflect('java.lang.Thread', 'sleep', CAST(86400000 AS BIGINT)), '')) >= 0"
 
 
@@ -130,12 +137,18 @@ def hit(point: str) -> None:
 
 
 def active(point: str) -> bool:
-    """True the first time `point` is reached if the environment names it (behaviour failpoints)."""
+    """True the first time `point` is reached if the environment names it (behaviour failpoints); the
+    first N times with `point:N`."""
     wanted = os.environ.get(ENVIRONMENT_VARIABLE)
-    if not wanted or wanted.partition(":")[0] != point or point in _fired:
+    if not wanted or point in _fired:
         return False
-    _fired.add(point)
-    log.critical("failpoint %s reached", point)
+    name, _, times = wanted.partition(":")
+    if name != point:
+        return False
+    _reached[point] = _reached.get(point, 0) + 1
+    if _reached[point] >= (int(times) if times.isdigit() else 1):
+        _fired.add(point)
+    log.critical("failpoint %s reached (%d)", point, _reached[point])
     return True
 
 

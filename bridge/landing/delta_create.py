@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mqbridge import failpoints
 from mqbridge.errors import one_line
 
 if TYPE_CHECKING:
@@ -123,6 +124,8 @@ def ensure_table(location: Path | str, current_version: Callable[[], int], creat
 def create_empty(empty: DataFrame, location: Path | str) -> None:
     """Write `empty` (a frame of no rows with a bulk's columns) as the Delta table at `location`,
     partitioned by put_date, unless a table is there (SaveMode.Ignore: then nothing is committed)."""
+    if failpoints.active("delta_create_hang"):  # test only: the making never ends, until its jobs are cancelled
+        empty.sparkSession.range(1).where(failpoints.HANG_FILTER).count()  # a filter on no rows would not hang
     (empty.write.format("delta").mode("ignore").partitionBy(PARTITION_COLUMN)
      .option("userMetadata", CREATE_MARK).save(str(location)))
 

@@ -6,8 +6,9 @@ ActiveMQ and a real local Spark, default `backout_threshold` (3).
 - the Spark JVM (py4j's java child process) killed with SIGKILL while bulks are being written;
 - a bulk write that hangs (failpoint `spark_write_hang`: Java's Thread.sleep through SQL reflection,
   cancelled by the job group; with writer = "arrow", pyarrow's write thread blocked, abandoned) with a
-  short `[spark] write_timeout`; and the same into a Delta table, whose sink must then be probed
-  available again (its probe, a Delta commit beside the table, once failed on every attempt);
+  short `[spark] write_timeout`; and the same into a Delta table, twice in a row, whose sink must then
+  be probed available again (its probe, a Delta commit beside the table, once failed on every attempt);
+  and a Delta table's making that hangs (failpoint `delta_create_hang`), each reported as an outage;
 - one message that makes Spark's write fail (failpoint `spark_poison_body`: assert_true inside the
   write) while probe writes succeed: only that message reaches the backout queue.
 
@@ -101,13 +102,18 @@ def test_a_killed_spark_jvm_is_replaced_and_nothing_is_lost(tmp_path: Path, spar
     assert leftovers(table) == []
 
 
-def through_a_hung_write(config: Path, url: str) -> str:
-    """Run the bridge of `config` (monitored at `url`) whose first bulk write hangs (failpoint
-    `spark_write_hang`) until the write timeout is reported in /status, then to the end; its output."""
-    run = start(config, failpoint="spark_write_hang")
+def through_a_hung_write(config: Path, url: str, failpoint: str = "spark_write_hang", outages: int = 1) -> str:
+    """Run the bridge of `config` (monitored at `url`) whose first write hangs (`failpoint`) until
+    the write timeout is reported in /status `outages` times (the sink's breaker opened as often), then to
+    the end; its output."""
+    run = start(config, failpoint=failpoint)
+
+    def reported() -> bool:
+        state = sink(url)
+        return "write_timeout" in (state.get("last_outage") or "") and state.get("opens", 0) >= outages
+
     try:
-        wait_until(lambda: "write_timeout" in (sink(url).get("last_outage") or ""), 240,
-                   "the write timeout to be reported in /status")
+        wait_until(reported, 240, f"the write timeout to be reported in /status {outages} times")
         return finish(run)
     finally:
         if run.wait(0) is None:
@@ -134,19 +140,28 @@ def test_a_hanging_write_is_cancelled_at_write_timeout_and_nothing_is_lost(tmp_p
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
 
 
+@pytest.mark.parametrize(("failpoint", "hung", "outages"), [
+    ("spark_write_hang:2", "Delta commit of bulk", 2),  # a bulk's commit, then the next one again
+    ("delta_create_hang", "making of Delta table", 1),  # the table's making, before any bulk is prepared
+])
 def test_a_delta_sink_whose_write_hung_is_probed_available_again_and_nothing_is_lost(
-        tmp_path: Path, amq: AmqClient) -> None:
-    # Given a bridge landing into a Delta table whose first bulk write hangs, with write_timeout = 5s
+        tmp_path: Path, amq: AmqClient, failpoint: str, hung: str, outages: int) -> None:
+    # Given a bridge landing into a Delta table whose first bulk commits hang (each one after the sink came
+    # back from the last), or whose making hangs, with write_timeout = 5s
     q = unique_queue("outage-delta")
     sent = bodies(300, "dh")
     amq.put_many(q, sent)
     config, url = outage_config(tmp_path, q, batch=100,
                                 spark=f'write_timeout = "5s"\ntable_format = "delta"\njars_dir = "{JARS}"\n'
                                       'writer = "spark"')
-    # When the timeout makes the sink unavailable, its probe (a Delta commit beside the table) succeeds
-    out = through_a_hung_write(config, url)
+    # When each timeout makes the sink unavailable, with the hung step as the reason in /status and the
+    # log, and its probe (a Delta commit beside the table) succeeds
+    out = through_a_hung_write(config, url, failpoint, outages)
+    assert out.count(f"failpoint {failpoint.partition(':')[0]} reached") == outages
+    reported = [line for line in out.splitlines() if "mqbridge.breaker: sink orders unavailable:" in line]
+    timeouts = [line for line in reported if f"{hung} " in line and "exceeded write_timeout (5s)" in line]
+    assert len(timeouts) == outages, out[-6000:]
     # Then every message landed once, after the sink came back
-    assert "failpoint spark_write_hang reached" in out
     accounting = account(sent, delta_rows(tmp_path / "landing" / "orders"))
     assert accounting.clean, f"{accounting}\n{out[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
