@@ -6,10 +6,17 @@ Java's JdbcCatalog keeps that name in its `catalog_name` column, so a reader wit
 SqlCatalog, `mqbridge.landing.iceberg_read`) loads it under the same name. A type's table is
 `mqbridge.<namespace>.<table>`, its data and metadata at `<warehouse>/<table>`.
 
-`IcebergCatalog` is the section with what it is resolved against (the state directory of the embedded
-SQLite catalog, the warehouse): the configuration binds it when it is loaded (`bind` / `bound`), and
-the Iceberg table format (`mqbridge.table_formats.iceberg`) reads it from there, because the
-table-format seam hands a format a table's location only.
+`IcebergCatalog` is the section with what it is resolved against (the state directory, the warehouse):
+the configuration binds it when it is loaded (`bind` / `bound`), and the Iceberg table format
+(`mqbridge.table_formats.iceberg`) reads it from there, because the table-format seam hands a format
+a table's location only.
+
+On an `s3a://` warehouse the catalog must be configured (`uri`): the embedded SQLite catalog lives
+beside the tables it describes, and SQLite cannot live on S3; kept in `state_dir` instead, a wiped
+state_dir would lose every table's commit pointer, and the rebuilt ledger would then find no table
+and land every message delivered again into a new one (`store_problems`). Such a warehouse holds
+Iceberg tables only (`IcebergCatalog.on_store`): a table there is found by the configuration, not by
+listing the store, so Delta and Iceberg types do not share one.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from pydantic import Field, SecretStr, model_validator
 
 from mqbridge.config.base import ICEBERG_CATALOG_DIR, Model
 from mqbridge.config.plaintext import is_loopback
+from mqbridge.config.tables import is_template
+from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
 #: The Spark catalog (and pyiceberg catalog) name under which the bridge's Iceberg tables are kept.
@@ -48,7 +57,8 @@ class IcebergSection(Model):
                                                      "catalog)")
     uri: str | None = Field(default=None, description="Where the catalog is: jdbc:postgresql://HOST:5432/DB, "
                             "thrift://HOST:9083 (hive), http(s)://HOST/... (rest); None with jdbc: the embedded "
-                            "SQLite catalog <warehouse>/_iceberg/catalog.db, beside the tables it describes (one host)")
+                            "SQLite catalog <warehouse>/_iceberg/catalog.db, beside the tables it describes (one "
+                            "host, a local warehouse only: an s3a:// warehouse needs its catalog's uri)")
     user: str | None = Field(default=None, description="The catalog's user (jdbc)")
     password: SecretStr | None = Field(default=None, description="The catalog's password (use ${ENV:...} or "
                                        "${FILE:...}); never logged, never on a command line")
@@ -109,10 +119,10 @@ def plaintext_problem(section: IcebergSection) -> str | None:
             "allow_plaintext_password = true to accept the risk")
 
 
-def iceberg_problems(spark: Any, types: Any) -> list[tuple[Loc, str]]:
+def iceberg_problems(spark: Any, types: Any, compaction: Any = None) -> list[tuple[Loc, str]]:
     """What a configuration asks of its Iceberg types that is refused (each with its key and why): a
     Spark Connect `remote` (a server would go on committing a dead bridge's append, which no fence
-    stops: Iceberg has no idempotent append), an object store or HDFS warehouse (not built yet).
+    stops: Iceberg has no idempotent append), what an object-store warehouse may not hold (`store_problems`).
     (`retention`, `max_rows` and `[compaction]` are Iceberg's own commits: `mqbridge.maintenance.iceberg`.)"""
     names = sorted(n for n, t in types.items() if (t.table_format or spark.table_format) == "iceberg")
     if not names:
@@ -123,9 +133,49 @@ def iceberg_problems(spark: Any, types: Any) -> list[tuple[Loc, str]]:
                          "own Spark driver only: a Spark Connect server would go on committing a dead bridge's bulk "
                          "after recovery decided it had not landed (Iceberg has no idempotent append to fence it); "
                          "remove remote, or land these types as delta"))
-    if not isinstance(spark.warehouse, Path):
-        problems.append((("spark", "warehouse"), f"Iceberg tables on {spark.warehouse} are {NOT_BUILT}: use a local "
-                         "warehouse directory, or land these types as delta"))
+    if isinstance(spark.warehouse, ObjectStoreUri):
+        problems.extend(store_problems(spark, types, names, compaction))
+    return problems
+
+
+def store_problems(spark: Any, types: Any, names: list[str], compaction: Any = None) -> list[tuple[Loc, str]]:
+    """What an object-store or HDFS warehouse may not hold of the Iceberg types `names`: HDFS at all
+    (not built); on `s3a://`, the embedded catalog (its SQLite file cannot live on the store, and in
+    state_dir a wiped state_dir would lose the tables' commit pointers: a catalog `uri` is required),
+    Delta or Parquet types beside them (a table on the store is known by the configuration's format),
+    and table templates, the purge and the compaction of Iceberg tables there (not built)."""
+    warehouse = spark.warehouse
+    listed = ", ".join(names)
+    if warehouse.scheme != "s3a":
+        return [(("spark", "warehouse"), f"Iceberg tables on {warehouse.scheme}:// ({warehouse}) are {NOT_BUILT}: "
+                 "use an s3a:// or a local warehouse, or land these types as delta")]
+    problems: list[tuple[Loc, str]] = []
+    if spark.iceberg.uri is None:
+        problems.append((("spark", "iceberg", "uri"), f"Iceberg tables on {warehouse} (types {listed}) need a catalog "
+                         "server: the embedded SQLite catalog cannot live on S3, and kept in state_dir a wiped "
+                         "state_dir would lose every table's commit pointer (the messages delivered again would land "
+                         "into new tables); set uri (jdbc:postgresql://HOST:5432/DB, thrift://HOST:9083, "
+                         "https://HOST/...)"))
+    others = sorted(n for n, t in types.items() if (t.table_format or spark.table_format) != "iceberg")
+    if others:
+        problems.append((("spark", "warehouse"), f"{warehouse} holds the Iceberg tables of types {listed}; the types "
+                         f"{', '.join(others)} are not Iceberg: a warehouse on an object store holds one transactional "
+                         'format (its tables are not told apart by listing the store); set table_format = "iceberg" '
+                         "for every type, or give them another bridge"))
+    if compaction is not None and compaction.interval is not None:
+        problems.append((("compaction", "interval"), f"the compaction of Iceberg tables on {warehouse} is "
+                         f"{NOT_BUILT}: remove it (or use a local warehouse)"))
+    for name in names:
+        if is_template(types[name].table or name):
+            problems.append((("types", name, "table"), f"a table template's Iceberg tables on {warehouse} are "
+                             f"{NOT_BUILT} (a ledger rebuilt after a wiped state_dir would not find the tables it "
+                             "rendered): give the type a plain table name (or use a local warehouse)"))
+        if types[name].retention is not None:
+            problems.append((("types", name, "retention"), f"the purge of Iceberg tables on {warehouse} is "
+                             f"{NOT_BUILT}: remove it (or use a local warehouse)"))
+        if types[name].max_rows is not None:
+            problems.append((("types", name, "max_rows"), f"the purge of Iceberg tables on {warehouse} is "
+                             f"{NOT_BUILT}: remove it (or use a local warehouse)"))
     return problems
 
 
@@ -137,7 +187,10 @@ class IcebergCatalog:
 
     section: IcebergSection
     state_dir: Path
-    warehouse: Path
+    warehouse: Location
+    #: Whether the configuration lands Iceberg tables on this object-store warehouse (it then holds
+    #: no other format: `store_problems`), so that a table there is Iceberg (`on_store`).
+    lands_on_store: bool = False
 
     @property
     def uri(self) -> str:
@@ -151,7 +204,20 @@ class IcebergCatalog:
         table's current metadata file is the table's commit point, which the table's files alone do not
         tell (a failed commit can leave a newer metadata file no snapshot of the table ever reached):
         a wiped or replaced state_dir must not lose it, since the ledger is then rebuilt from the tables."""
+        if isinstance(self.warehouse, ObjectStoreUri):  # refused at load (`store_problems`)
+            raise ConfigError(f"the embedded Iceberg catalog cannot live on {self.warehouse}: set [spark.iceberg] uri")
         return self.warehouse / CATALOG_DIR / "catalog.db"
+
+    def on_store(self, location: object) -> bool:
+        """Whether `location` is a table on the object-store warehouse of this configuration's Iceberg
+        tables (one there is Iceberg: the configuration lands no other format on that store)."""
+        if not (self.lands_on_store and isinstance(location, ObjectStoreUri)):
+            return False
+        try:
+            location.relative_to(self.warehouse)
+        except ValueError:
+            return False
+        return True
 
     @property
     def namespace(self) -> str:
@@ -164,6 +230,11 @@ class IcebergCatalog:
     def name_of(self, location: object) -> str:
         """The name in the catalog of the table at `location`: its directory under the warehouse (the
         last part of a location elsewhere)."""
+        if isinstance(location, ObjectStoreUri):
+            try:
+                return str(location.relative_to(self.warehouse))
+            except ValueError:
+                return location.name
         path = Path(str(location))
         try:
             return str(path.relative_to(self.warehouse))
@@ -182,6 +253,12 @@ def bind(catalog: IcebergCatalog | None) -> None:
         _bound = catalog
 
 
+def bound_or_none() -> IcebergCatalog | None:
+    """The catalog of the loaded configuration, None when no configuration was loaded."""
+    with _bound_lock:
+        return _bound
+
+
 def bound() -> IcebergCatalog:
     """The catalog of the loaded configuration; ConfigError when no configuration was loaded."""
     with _bound_lock:
@@ -193,4 +270,5 @@ def bound() -> IcebergCatalog:
 
 
 __all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "CATALOG_DIR", "ICEBERG_CATALOG", "NOT_BUILT", "VERSION_PROPERTY",
-           "IcebergCatalog", "IcebergSection", "bind", "bound", "iceberg_problems", "plaintext_problem"]
+           "IcebergCatalog", "IcebergSection", "bind", "bound", "bound_or_none", "iceberg_problems",
+           "plaintext_problem", "store_problems"]

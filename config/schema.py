@@ -324,7 +324,7 @@ class BridgeConfig(Model):
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
-        problems.extend(iceberg_problems(self.spark, self.types))
+        problems.extend(iceberg_problems(self.spark, self.types, self.compaction))
         problems.extend(partition_problems(self.spark.table_format, self.types))
         problems.extend(forward_problems(self.forwards, self.sources, self.listeners, self.bridge.exactly_once))
         if problems:
@@ -378,12 +378,24 @@ class BridgeConfig(Model):
         return warehouse
 
     def iceberg_catalog(self) -> IcebergCatalog | None:
-        """`[spark.iceberg]` resolved against this file (`config.iceberg.IcebergCatalog`); None when the
-        warehouse is not a local directory (no Iceberg type may land there)."""
+        """`[spark.iceberg]` resolved against this file (`config.iceberg.IcebergCatalog`). On an object
+        store: None unless a type lands Iceberg tables there (`store_problems` allows s3a:// with a
+        catalog uri), the warehouse then carrying its store's settings for pyiceberg's FileIO (as
+        `tables_warehouse`; without them when `[spark.conf]` was loaded without its secrets: a command
+        that reads the tables then says which key it needs)."""
         warehouse = self.resolve_warehouse()
-        if isinstance(warehouse, ObjectStoreUri):
+        state_dir = self.resolve_path(self.bridge.state_dir)
+        if not isinstance(warehouse, ObjectStoreUri):
+            return IcebergCatalog(self.spark.iceberg, state_dir, warehouse)
+        if not any((t.table_format or self.spark.table_format) == "iceberg" for t in self.types.values()):
             return None
-        return IcebergCatalog(self.spark.iceberg, self.resolve_path(self.bridge.state_dir), warehouse)
+        try:
+            self.require_resolved("spark.conf")
+        except ConfigError:
+            pass  # loaded without its secrets: a command that reads the tables resolves them (`tables_warehouse`)
+        else:
+            warehouse = warehouse.with_storage(delta_rs_options(warehouse, self.spark.conf))
+        return IcebergCatalog(self.spark.iceberg, state_dir, warehouse, lands_on_store=True)
 
     @property
     def unresolved(self) -> dict[str, str]:

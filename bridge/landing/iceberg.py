@@ -252,9 +252,18 @@ def append(frame: DataFrame, catalog: IcebergCatalog, table: str, bulk_id: str,
     frame.writeTo(catalog.identifier(table)).options(**snapshot_options(bulk_id, transaction)).append()
 
 
+def table_exists(spark: SparkSession, catalog: IcebergCatalog, table: str) -> bool:
+    """Whether the catalog holds the table `table`, by listing its namespace (made if missing, as by the
+    probe): Spark's `catalog.tableExists` asks a missing table's name as a view as well, which Java's
+    JdbcCatalog refuses in the layout it creates ("initialized without view support")."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
+    rows = spark.sql(f"SHOW TABLES IN {ICEBERG_CATALOG}.{catalog.namespace}").collect()
+    return any(str(row["tableName"]).lower() == table.lower() for row in rows)
+
+
 def committed(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id: str) -> bool | None:
     """Whether a snapshot of the table `table` carries `bulk_id`; None when there is no such table."""
-    if not spark.catalog.tableExists(f"{ICEBERG_CATALOG}.{catalog.namespace}.{table}"):
+    if not table_exists(spark, catalog, table):
         return None
     rows = spark.sql(f"SELECT count(*) AS n FROM {catalog.identifier(table)}.snapshots "
                      f"WHERE summary['{BULK_ID_PROPERTY}'] = '{_quoted(bulk_id)}'").collect()
@@ -347,4 +356,5 @@ __all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "EXTENSION
            "PARTITION_TRANSFORMS", "TIME_FIELDS", "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf",
            "committed", "declared_comment", "describe_partitioning", "driver_alive", "ensure_table",
            "evolve_partitioning", "jar_files", "missing_from_spark", "partition_change", "partition_fields",
-           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "write_probe"]
+           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "table_exists",
+           "write_probe"]

@@ -15,10 +15,12 @@ error (`ConfigError`); a table that is not there `IcebergTableMissingError`. Eac
 its URI with the password left out (`shown_uri`); no error or log line carries a password, key or
 token (`CatalogProperties` hides them in its repr as well).
 
-Left for object stores (the configuration refuses an Iceberg warehouse that is not a local directory
-for now): an `s3a://` warehouse is passed on with the S3 settings pyiceberg's FileIO takes
-(`_s3_properties`, from the delta-rs options the warehouse's `ObjectStoreUri` carries), checked by unit
-tests only; HDFS would need pyarrow's libhdfs and is not tried.
+Object stores: an `s3a://` warehouse is passed on with the S3 settings pyiceberg's PyArrow FileIO takes
+(`_s3_properties`: the endpoint, path-style or virtual-hosted addressing, the region, the keys and
+timeouts, from the delta-rs options the warehouse's `ObjectStoreUri` carries, themselves built from
+the `[spark.conf]` S3A keys the bridge's Spark uses), so that pyiceberg reads the table's metadata and
+data files where Spark wrote them (tests/integration/test_iceberg_object_stores.py). HDFS would need
+pyarrow's libhdfs and is refused at load (`config.iceberg.store_problems`).
 """
 
 from __future__ import annotations
@@ -215,7 +217,10 @@ def _s3_properties(warehouse: ObjectStoreUri) -> dict[str, str]:
             rest = rest[len(bucket) + 1:]
         found["s3.endpoint"] = f"{scheme}://{rest}"
     found["s3.force-virtual-addressing"] = "true" if virtual else "false"
-    for option, setting in (("AWS_REGION", "s3.region"), ("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
+    # No region: pyiceberg would ask AWS for the bucket's (a request to s3.amazonaws.com, wrong for another
+    # server); S3A signs for us-east-1 then, and so does this reader.
+    found["s3.region"] = options.get("AWS_REGION") or "us-east-1"
+    for option, setting in (("AWS_ACCESS_KEY_ID", "s3.access-key-id"),
                             ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"),
                             ("AWS_SESSION_TOKEN", "s3.session-token")):
         if options.get(option):

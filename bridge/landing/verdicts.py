@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from mqbridge.landing.ledger import PreparedBulk
 
 #: The suffix of the ledger id of a bulk spread over several tables (`SparkExecutor`: one ledger bulk
-#: per table, `<bulk_id>.<n>`); its rows carry the bulk's own id.
-_TABLE_SUFFIX = re.compile(r"\.\d+\Z")
+#: per table, `<bulk_id>.<n>`), or of a bulk a rebuilt ledger adopted from a table's rows
+#: (`delta_ledger.adopt_rows`: `<bulk_id>~<table>`; a bulk id never holds '~'); its rows carry the
+#: bulk's own id.
+_TABLE_SUFFIX = re.compile(r"(\.\d+|~[^~]*)\Z")
 
 #: The verdicts of `judge`.
 FORGET, PUBLISHED, REFUSE = "forget", "published", "refuse"

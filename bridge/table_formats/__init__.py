@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbridge.config.iceberg import bound_or_none
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.table_formats import delta, iceberg, parquet
@@ -48,9 +49,12 @@ def format_of(path: Location) -> TableFormat:
     """The format of the table at `path`. A local directory: the first format that claims it (a
     directory with a `_delta_log` is a Delta table), else Parquet (also for no directory yet). On an
     object store or HDFS, where only a table that commits by its own transaction lands
-    (`config.warehouse`), that format, whether its table is there yet or not (its answers then say so)."""
+    (`config.warehouse`), that format, whether its table is there yet or not (its answers then say so):
+    Iceberg on the warehouse where the loaded configuration lands Iceberg tables (it lands no other
+    format there: `config.iceberg.store_problems`), else Delta."""
     if isinstance(path, ObjectStoreUri):
-        return TRANSACTIONAL
+        catalog = bound_or_none()
+        return iceberg.FORMAT if catalog is not None and catalog.on_store(path) else TRANSACTIONAL
     return next((f for f in FORMATS.values() if f is not DEFAULT and f.holds(Path(path))), DEFAULT)
 
 

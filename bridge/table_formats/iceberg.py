@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
+from mqbridge.config.iceberg import bound, bound_or_none
 from mqbridge.config.warehouse import Location
 from mqbridge.landing import iceberg
 from mqbridge.landing.rows import IDENTITY_COLUMN
@@ -51,8 +51,13 @@ class IcebergFormat(TableFormat):
     rolled_back = "not in the table; rolled back"  # nothing to fence: no snapshot carries it, its driver gone
 
     def holds(self, path: Location) -> bool:
-        """A local directory whose `metadata` holds an Iceberg table's metadata file."""
-        return isinstance(path, Path) and any((path / "metadata").glob("*.metadata.json"))
+        """A local directory whose `metadata` holds an Iceberg table's metadata file; on the object store
+        of the configuration's Iceberg tables, a table of its catalog (asked through pyiceberg: an
+        outage of the catalog or the store raised as one)."""
+        if isinstance(path, Path):
+            return any((path / "metadata").glob("*.metadata.json"))
+        catalog = bound_or_none()
+        return catalog is not None and catalog.on_store(path) and _table(path) is not None
 
     def containers(self, table: Location) -> list[Container]:
         """From the current snapshot's manifests, read by pyiceberg (`iceberg_read.containers`); [] when
@@ -160,7 +165,7 @@ class IcebergFormat(TableFormat):
         wrong: list[tuple[str, str]] = []
         purged = 0
         for name, members in sorted(by_table.items()):
-            found = _table(Path(str(warehouse)) / name)
+            found = _table(warehouse / name)
             if found is None:
                 wrong += [(b.bulk_id, f"no Iceberg table {name} in the catalog") for b in members]
                 continue
@@ -199,7 +204,7 @@ class IcebergFormat(TableFormat):
         if ledger.owner_alive(bulk.owner):
             return judge(bulk.bulk_id, bulk, "prepared", alive=True, gone=0, rows=0)
         iceberg.await_driver_gone(bound(), bulk.owner)
-        found = _table(Path(str(warehouse)) / bulk.table)
+        found = _table(warehouse / bulk.table)
         if found is not None and iceberg_read.snapshot_of_bulk(found, bulk.bulk_id) is not None:
             ledger.mark_published(bulk.bulk_id)
             verdict = Verdict(PUBLISHED, f"table {bulk.table} holds the snapshot of bulk {bulk.bulk_id}: the bulk is "
@@ -229,7 +234,7 @@ class IcebergFormat(TableFormat):
         cutoff = time.time() - dedupe_window
         learnt = 0
         for name, _ in tables:
-            if not spark.catalog.tableExists(f"{ICEBERG_CATALOG}.{catalog.namespace}.{name}"):
+            if not iceberg.table_exists(spark, catalog, name):
                 continue
             adopted, identities = adopt_rows(ledger, spark.table(catalog.identifier(name)), name, cutoff)
             learnt += identities

@@ -4,16 +4,21 @@ independent reader sees them (pyiceberg through the bridge's catalog; the ledger
 from __future__ import annotations
 
 import collections
+import os
 import re
 import shutil
+import signal
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.delta_tables import JARS
 from tests.support.exactly_once import account
-from tests.support.processes import run_until_idle
+from tests.support.processes import mqbridge, run_until_idle, run_until_killed
 
+#: What recovery logs of a dead process's bulk no snapshot carries (nothing is fenced in an Iceberg table).
+ROLLED_BACK = "never committed into table orders: not in the table; rolled back"
 #: `[spark]` of a bridge landing into Iceberg tables with its own driver.
 ICEBERG_SPARK = f'master = "local[2]"\ntable_format = "iceberg"\njars_dir = "{JARS}"\nwriter = "spark"'
 
@@ -46,11 +51,11 @@ def prepared_bulks(state_dir: Path) -> int:
 
 
 def wiped_and_delivered_again_lands_once(config: Path, amq: Any, queue: str, sent: list[bytes],
-                                         catalog: dict[str, str]) -> None:
+                                         catalog: dict[str, str]) -> str:
     """Wipe the bridge's state_dir (its ledger: a replaced disk), send every message again, run until
     idle, and assert that the new ledger learnt the landed messages from the table through its catalog
     and that every message is in the table exactly once (0 lost, 0 duplicated, 0 unexpected), with the
-    queue and its backout queue empty."""
+    queue and its backout queue empty; the bridge's output."""
     shutil.rmtree(config.parent / "state")
     amq.put_many(queue, sent)
     out = run_until_idle(config)
@@ -59,3 +64,86 @@ def wiped_and_delivered_again_lands_once(config: Path, amq: Any, queue: str, sen
     result = account(sent, iceberg_rows(catalog))
     assert result.clean, f"{result}\n{out[-4000:]}"
     assert amq.depth(queue) == 0 and amq.depth(queue + ".backout") == 0
+    return out
+
+
+def run_until_append_hangs_then_kill(config: Path, log: Path, after: str) -> str:
+    """Run with the first bulk's append hanging inside Spark (`spark_write_hang`) until its output says
+    `after` and exactly one bulk is prepared in the ledger (the one whose append hangs: the failpoint is
+    reached as its rows are read, before it is prepared), then SIGKILL the Python process alone (its
+    driver JVM is left to end by itself); its output."""
+    state_dir = config.parent / "state"
+    with log.open("w") as out:
+        proc = mqbridge("run", "--config", str(config), failpoint="spark_write_hang", stdout=out)
+    try:
+        deadline = time.monotonic() + 180
+        while not ("failpoint spark_write_hang reached" in (text := log.read_text()) and after in text
+                   and prepared_bulks(state_dir) == 1):
+            assert proc.poll() is None, f"the bridge ended (exit {proc.returncode}):\n{text[-4000:]}"
+            assert time.monotonic() < deadline, (f"waited 180 s for {after!r} and one prepared bulk whose append "
+                                                 f"hangs ({prepared_bulks(state_dir)} prepared); output:\n"
+                                                 f"{text[-4000:]}")
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return log.read_text()
+
+
+def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: list[bytes],
+                                   catalog: dict[str, str]) -> str:
+    """Kill (SIGKILL) the bridge of `config` (one thread landing `queue`, whose messages `sent` have an
+    identity of their own) at each step of the landing protocol in turn: after_stage, after_prepare,
+    while its append runs inside Spark (its driver JVM then ends by itself, and the restart waits for it
+    to be gone before it asks the table), after_publish, before_source_commit, each kill checked against
+    what the table (read by pyiceberg through `catalog`) and the ledger show at that point; then wipe its
+    state_dir and deliver every message again (`wiped_and_delivered_again_lands_once`). The outputs of
+    every run, joined."""
+    state, q = config.parent / "state", queue
+    outs: list[str] = []
+
+    def table_holds(at_least: int, out: str, at_most: int | None = None) -> int:
+        """The table's rows, distinct and all sent, between at_least and at_most (default: at_least)."""
+        rows = iceberg_rows(catalog)
+        count, most = sum(rows.values()), at_least if at_most is None else at_most
+        assert at_least <= count <= most and set(rows) <= set(sent) and max(rows.values(), default=1) == 1, (
+            f"the table holds {count} rows (expected {at_least}..{most}, distinct, all sent)\n{out[-4000:]}")
+        return count
+
+    # When it is killed after staging its first bulk: nothing prepared, nothing in the table
+    out = run_until_killed(config, "after_stage")
+    outs.append(out)
+    assert prepared_bulks(state) == 0
+    table_holds(0, out)
+    # ... then after preparing it: prepared in the ledger, not in the table
+    out = run_until_killed(config, "after_prepare")
+    outs.append(out)
+    assert prepared_bulks(state) == 1
+    table_holds(0, out)
+    # ... then while its append runs in Spark: the dead process's bulk was decided by the table (no
+    # snapshot carries it) once its driver JVM was gone; the new one prepared, not in the table
+    out = run_until_append_hangs_then_kill(config, config.parent / "hang.log", ROLLED_BACK)
+    outs.append(out)
+    assert prepared_bulks(state) == 1
+    table_holds(0, out)
+    # ... then after its append committed: the hung append never committed (decided so once its JVM
+    # was gone), and the new bulk is in the table, still prepared in the ledger
+    out = run_until_killed(config, "after_publish")
+    outs.append(out)
+    assert ROLLED_BACK in out, out[-4000:]
+    assert prepared_bulks(state) == 1
+    landed = table_holds(1, out, len(sent) - 1)
+    # ... then before its source commit: a snapshot carries the dead process's bulk (recorded published,
+    # its messages back from the broker committed without landing again: killed at that commit)
+    out = run_until_killed(config, "before_source_commit")
+    outs.append(out)
+    assert "had committed into table orders: recorded published" in out, out[-4000:]
+    assert prepared_bulks(state) == 0
+    table_holds(landed, out, len(sent) - 1)
+    # ... and then its state_dir (the ledger) is wiped and every message is sent again: the new ledger
+    # learns the landed messages from the table (whose catalog survived), and every message is in the
+    # table exactly once
+    outs.append(wiped_and_delivered_again_lands_once(config, amq, q, sent, catalog))
+    return "".join(outs)

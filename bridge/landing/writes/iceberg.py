@@ -1,18 +1,18 @@
 """Bulks into an Apache Iceberg table (`mqbridge.landing.iceberg`) of the `[spark.iceberg]` catalog, in a
-local warehouse: each bulk ONE append by Spark, read from the bulk's handoff file, whose snapshot
+local warehouse or on S3 (`s3a://`): each bulk ONE append by Spark, read from the bulk's handoff file, whose snapshot
 carries the bulk's id and transaction, so that recovery asks the table's snapshots whether it landed
 (`Landing.commit`, `iceberg.settle`)."""
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
 from mqbridge.config.iceberg import IcebergCatalog, bound
-from mqbridge.errors import ConfigError
 from mqbridge.landing import iceberg
 from mqbridge.landing.deadlines import spark_guarded
 from mqbridge.landing.ledger import TableTransaction, owner_id
@@ -45,20 +45,17 @@ class IcebergWrites:
         Spark cannot convert are found first and left out (the ledger prepares exactly the rows the
         append holds); then `Landing.commit` prepares the bulk with its transaction and runs the append,
         built again on the current session at each attempt."""
-        if not isinstance(location, Path):
-            raise ConfigError(f"table {table}: Iceberg tables land in a local warehouse, not {location}")
         context = self._context
         messages = bulk.messages
         landing = context.landing
         owner = landing.owner if landing is not None else owner_id()
         rows = arrow_table(bulk, keep)
-        handoff = staging_dir(location, owner, f"{ledger_bulk_id}.rows")
         ready: list[tuple[SparkSession, DataFrame]] = []
         what = f"Iceberg append of bulk {ledger_bulk_id}"
+        handoff: Path | None = None
         try:
             spark = context.sessions.get()
-            if writes_as_this_user(spark):
-                private_staging(handoff)
+            handoff = self._handoff(spark, location, owner, ledger_bulk_id)
             if context.body_format is not None:
                 leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready)
             landed = [i for i in keep if results[i] is None]
@@ -94,11 +91,27 @@ class IcebergWrites:
             for _, frame in ready:
                 with contextlib.suppress(Exception):
                     frame.unpersist()
-            discard(handoff)
-            for empty in (handoff.parent, handoff.parents[1]):  # no staging left where the bulk's was the last
-                with contextlib.suppress(OSError):
-                    empty.rmdir()
+            if handoff is not None:
+                discard(handoff)
+                for empty in (handoff.parent, handoff.parents[1]):  # no staging left where the bulk's was the last
+                    with contextlib.suppress(OSError):
+                        empty.rmdir()
         return landed
+
+    @staticmethod
+    def _handoff(spark: SparkSession, location: Path | ObjectStoreUri, owner: str, bulk_id: str) -> Path | None:
+        """Where the bulk's rows are handed to Spark (`mqbridge.landing.handoff`): under the table's
+        `_staging` in a local warehouse; for an object store (the table's files are on the store, read by
+        Spark through S3A), a private local directory when Spark's executors run in this host's driver,
+        else None (the rows go to Spark with `createDataFrame`), as for Delta."""
+        if isinstance(location, Path):
+            handoff = staging_dir(location, owner, f"{bulk_id}.rows")
+            if writes_as_this_user(spark):
+                private_staging(handoff)
+            return handoff
+        if not str(spark.conf.get("spark.master", "")).startswith("local"):
+            return None
+        return Path(tempfile.mkdtemp(prefix="mqbridge-handoff-")) / bulk_id
 
     def probe(self, owner: str) -> None:
         """`BulkWrites.probe` by Spark: the catalog answers (`iceberg.write_probe`), and the session's

@@ -1,6 +1,7 @@
 """`table_format = "iceberg"` and `[spark.iceberg]` (config.iceberg): accepted in `[spark]` and per type;
-refused with a reason for what is not built (a Spark Connect `remote`, an object-store warehouse; the
-purge and the compaction are accepted) and for a catalog password that would travel in clear; and the
+refused with a reason for what is not built (a Spark Connect `remote`; on an s3a:// warehouse the embedded
+catalog, other formats beside, the purge and the compaction; HDFS; the purge and the compaction are
+accepted on a local warehouse) and for a catalog password that would travel in clear; and the
 catalog's Spark settings (`mqbridge.landing.iceberg.session_conf`), whose password is named like a
 credential (so it reaches the driver JVM in a private file, never on its command line)."""
 
@@ -13,6 +14,7 @@ import pytest
 from mqbridge.config import BridgeConfig, parse_config
 from mqbridge.config.iceberg import ICEBERG_CATALOG, bound
 from mqbridge.config.schema import SECRET_CONF_KEY
+from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError
 from mqbridge.landing import iceberg
 
@@ -78,9 +80,54 @@ def test_the_purge_of_parquet_types_beside_iceberg_ones_is_accepted() -> None:
     assert config.types["old"].retention is not None
 
 
-def test_an_object_store_warehouse_is_refused_for_iceberg_types() -> None:
-    message = refused('[spark]\nwarehouse = "s3a://bucket/landing"\ntable_format = "iceberg"\n'
-                      'writer = "spark"\n[types.orders]\n')
+S3 = '[spark]\nwarehouse = "s3a://bucket/landing"\ntable_format = "iceberg"\nwriter = "spark"\n'
+PG = '[spark.iceberg]\nuri = "jdbc:postgresql://127.0.0.1:5432/iceberg"\n'
+
+
+def test_an_s3a_warehouse_without_a_catalog_uri_is_refused_naming_the_key() -> None:
+    """The embedded SQLite catalog cannot live on S3, and in state_dir a wiped state_dir would lose the tables."""
+    message = refused(S3 + "[types.orders]\n")
+    assert "spark.iceberg.uri" in message and "catalog server" in message and "wiped state_dir" in message
+
+
+def test_an_s3a_warehouse_with_a_catalog_uri_lands_iceberg_tables_there() -> None:
+    config = parse(S3 + '[spark.conf]\n"spark.hadoop.fs.s3a.endpoint" = "http://127.0.0.1:9000"\n'
+                   '"spark.hadoop.fs.s3a.path.style.access" = "true"\n' + PG + "[types.orders]\n")
+    catalog = bound()
+    assert catalog == config.iceberg_catalog() and catalog.lands_on_store
+    assert str(catalog.warehouse) == "s3a://bucket/landing" and catalog.uri.startswith("jdbc:postgresql:")
+    assert catalog.warehouse.storage_options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"  # type: ignore[union-attr]
+    table = catalog.warehouse / "orders"
+    assert catalog.on_store(table) and catalog.name_of(table) == "orders"
+    assert not catalog.on_store(ObjectStoreUri("s3a://other/orders")) and not catalog.on_store(Path("/wh/orders"))
+    conf = iceberg.catalog_conf(catalog)
+    assert conf[f"spark.sql.catalog.{ICEBERG_CATALOG}.warehouse"] == "s3a://bucket/landing"
+
+
+def test_a_table_on_the_store_of_the_iceberg_types_is_an_iceberg_one_and_a_delta_store_stays_delta() -> None:
+    from mqbridge.table_formats import format_of
+
+    parse(S3 + PG + "[types.orders]\n")
+    assert format_of(ObjectStoreUri("s3a://bucket/landing/orders")).name == "iceberg"
+    parse('[spark]\nwarehouse = "s3a://bucket/landing"\ntable_format = "delta"\nwriter = "spark"\n[types.orders]\n')
+    assert format_of(ObjectStoreUri("s3a://bucket/landing/orders")).name == "delta"
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('[types.orders]\n[types.old]\ntable_format = "delta"\n', "spark.warehouse"),
+    ('[types.orders]\nretention = "7d"\n', "types.orders.retention"),
+    ("[types.orders]\nmax_rows = 10\n", "types.orders.max_rows"),
+    ('[types.orders]\n[compaction]\ninterval = "1h"\n', "compaction.interval"),
+    ('[types.orders]\ntable = "t_{destination}"\n', "types.orders.table"),
+])
+def test_what_an_s3a_warehouse_of_iceberg_tables_does_not_hold_is_refused_naming_the_key(text: str, key: str) -> None:
+    message = refused(S3 + PG + text)
+    assert key in message, message
+
+
+def test_an_hdfs_warehouse_is_refused_for_iceberg_types() -> None:
+    message = refused('[spark]\nwarehouse = "hdfs://nn:8020/landing"\ntable_format = "iceberg"\n'
+                      'writer = "spark"\n' + PG + "[types.orders]\n")
     assert "spark.warehouse" in message and "not built yet for Iceberg tables" in message
 
 

@@ -108,6 +108,7 @@ def test_s3a_warehouse_gets_pyiceberg_s3_settings() -> None:
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"})
     found = pyiceberg_properties("jdbc", "jdbc:sqlite:/s/c.db", warehouse=path_style)
     assert (found["s3.endpoint"], found["s3.force-virtual-addressing"]) == ("http://127.0.0.1:9000", "false")
+    assert found["s3.region"] == "us-east-1"  # S3A's signing region without one: never asked of AWS
 
 
 def test_the_properties_never_show_a_secret() -> None:

@@ -67,6 +67,7 @@ def test_the_verdict_follows_the_rows_in_the_table() -> None:
     assert "rolls it forward" in judge(BULK, bulk, "prepared", alive=False, gone=0, rows=0).reason
     assert "is published" in judge(BULK, None, "published", alive=False, gone=0, rows=0).reason
     assert row_bulk_id(f"{BULK}.1") == BULK  # a bulk spread over tables: its rows carry the bulk's own id
+    assert row_bulk_id(f"{BULK}~orders_v2.1") == BULK  # adopted by a rebuilt ledger from table orders_v2.1's rows
 
 
 # -- start-up and the running bridge ----------------------------------------------------------

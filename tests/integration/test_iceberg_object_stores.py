@@ -1,0 +1,120 @@
+"""Iceberg tables on an object store: `[spark] warehouse = "s3a://bucket/wh"` on the shared S3-compatible
+server (S3Proxy, `scripts/s3.sh`), the catalog a JDBC catalog on a real PostgreSQL (an object-store
+warehouse needs a catalog server: `config.iceberg.store_problems`). A real `mqbridge run` with its own
+Spark driver, the Iceberg and S3A jars (`scripts/jars.sh iceberg s3`), Iceberg's HadoopFileIO through
+S3A with the S3 secret only through `${FILE:…}`, on a real ActiveMQ: killed with SIGKILL at each step
+of the landing protocol in turn, then its state_dir wiped and every message sent again (the ledger
+rebuilt from the table through the catalog). Every message must be in the table exactly once as
+pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it, and
+`ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys. And a
+wrong secret is an outage that names the keys and loses nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.amq import AmqClient, unique_queue
+from tests.support.delta_tables import JARS
+from tests.support.exactly_once import bodies
+from tests.support.iceberg_tables import ICEBERG_SPARK, killed_at_each_step_then_wiped
+from tests.support.object_stores import S3_REGION, S3Server
+from tests.support.processes import mqbridge, run_until_said, stomp_bridge
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("pyiceberg")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jars() -> None:
+    for name, jar in (("iceberg", "iceberg-spark-runtime-*.jar"), ("s3", "hadoop-aws-*.jar")):
+        if not any((JARS / name).glob(jar)):
+            pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[object]:
+    from tests.support.postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, port: int, *,
+                      secret: str | None = None) -> Path:
+    """A bridge landing `queue` (one thread, units of 25, identity the body's hash) into the Iceberg table
+    `orders` under s3a://<bucket>/wh, its catalog the JDBC catalog on the PostgreSQL at `port`; the S3
+    secret key (`secret`, else the server's) and the catalog's password each read from a private file
+    by `${FILE:…}`."""
+    from tests.support.postgres import PASSWORD, USER
+
+    files = {}
+    for name, value in (("s3-secret", secret or s3.secret_key), ("catalog-password", PASSWORD)):
+        files[name] = tmp_path / name
+        files[name].write_text(value)
+        files[name].chmod(0o600)
+    conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{files['s3-secret']}}}"}
+    spark = (ICEBERG_SPARK + f'\n[spark.iceberg]\ncatalog = "jdbc"\nuri = "jdbc:postgresql://127.0.0.1:{port}/postgres"'
+             f'\nuser = "{USER}"\npassword = "${{FILE:{files["catalog-password"]}}}"\n')
+    return (stomp_bridge(queue, spark=spark, threads=1, batch=25, extra_listener='identity = "body-sha256"')
+            .set("spark", warehouse=f"s3a://{bucket}/wh", until_idle_outage_limit="20s")
+            .set("spark.conf", **conf).write(tmp_path / "bridge.toml"))
+
+
+def pyiceberg_catalog(s3: S3Server, port: int) -> dict[str, str]:
+    """pyiceberg's properties of the bridge's catalog on PostgreSQL, its files read over the S3 API."""
+    from tests.support.postgres import PASSWORD, USER
+
+    return {"type": "sql", "init_catalog_tables": "false",
+            "uri": f"postgresql+psycopg://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres",
+            "s3.endpoint": s3.endpoint, "s3.region": S3_REGION, "s3.force-virtual-addressing": "false",
+            "s3.access-key-id": s3.access_key, "s3.secret-access-key": s3.secret_key}
+
+
+@pytest.mark.timeout(900)
+def test_a_bridge_killed_at_each_step_lands_every_message_once_into_an_iceberg_table_on_s3(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, postgres: object) -> None:
+    # Given 150 messages and a bridge landing them into an Iceberg table on S3, its catalog on PostgreSQL
+    from tests.support.postgres import PASSWORD
+
+    port = postgres.port  # type: ignore[attr-defined]
+    q = unique_queue("iceberg-s3-kills")
+    sent = bodies(150, "is3")
+    amq.put_many(q, sent)
+    config = s3_iceberg_config(tmp_path, q, s3_server, s3_server.new_bucket("iceberg"), port)
+    # When it is killed at each step of the landing protocol in turn, and then its state_dir is wiped and
+    # every message sent again: every message is in the table on S3 exactly once, the queue and its
+    # backout queue empty (the helper's assertions)
+    out = killed_at_each_step_then_wiped(config, amq, q, sent, pyiceberg_catalog(s3_server, port))
+    # And the bridge's own reader without Spark (pyiceberg with the S3 settings it maps from the S3A keys)
+    # finds one row per identity of every published bulk in the table on S3, and lists its partitions
+    verified = mqbridge("ledger", "--config", str(config), "--verify")
+    verify_out, _ = verified.communicate(timeout=120)
+    assert verified.returncode == 0 and "verify: OK (" in verify_out, verify_out[-3000:]
+    listed = mqbridge("tables", "--config", str(config))
+    tables_out, _ = listed.communicate(timeout=120)
+    assert listed.returncode == 0 and "Iceberg table, snapshot" in tables_out, tables_out[-3000:]
+    # And no secret was in any output
+    for text in (out, verify_out, tables_out):
+        assert s3_server.secret_key not in text and PASSWORD not in text
+
+
+def test_a_wrong_secret_is_an_outage_of_the_iceberg_table_on_s3_that_names_the_keys(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, postgres: object) -> None:
+    # Given messages and a bridge whose S3 secret key is wrong (its catalog on PostgreSQL answers)
+    q = unique_queue("iceberg-s3-wrong-secret")
+    sent = bodies(30, "iwrong")
+    amq.put_many(q, sent)
+    wrong = "not-the-secret-0123456789abcdefghijklmnop"
+    bucket = s3_server.new_bucket("isecret")
+    config = s3_iceberg_config(tmp_path, q, s3_server, bucket, postgres.port, secret=wrong)  # type: ignore[attr-defined]
+    # When it runs: it says which keys to check, within a bounded time
+    out = run_until_said(config, "refused the credentials", tmp_path / "bridge.log", 240)
+    # Then the reason names the keys; every message is still on its queue (an outage is never poison:
+    # nothing on the backout queue); no secret in the output
+    assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
+    assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
+    assert wrong not in out and s3_server.secret_key not in out
