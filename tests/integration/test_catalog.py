@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mqbridge.landing.jvm import JIT_OPTIONS
 from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.exactly_once import OutputReader
@@ -45,8 +46,10 @@ print(json.dumps({"rows": rows.count(), "distinct": rows.select("msg_id").distin
 def read_by_name(tmp_path: Path) -> dict[str, Any]:
     """What a fresh Spark process on the same metastore reads as table `orders`. (The metastore is an
     embedded Derby database: one process at a time, so the bridge has stopped.) Its driver maps the
-    tests' class-data archive once it is made, as the bridges do (`tests.support.class_archive`)."""
-    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path), shared_archive.java_options()],
+    tests' class-data archive once it is made and compiles with C1 only, as the bridges' drivers do
+    (`tests.support.class_archive`, `mqbridge.landing.jvm.JIT_OPTIONS`: a short-lived JVM starts faster)."""
+    java = f"{JIT_OPTIONS} {shared_archive.java_options()}".strip()
+    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path), java],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))

@@ -27,6 +27,7 @@ import pytest
 
 from mqbridge.config import load_config
 from mqbridge.landing.delta import FENCE_MARK
+from mqbridge.landing.jvm import JIT_OPTIONS
 from mqbridge.landing.ledger import open_ledger_for_reading, owner_id
 from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
@@ -227,7 +228,9 @@ catalog = true
     assert "catalog: Delta table orders registered" in out and "could not be registered" not in out, out[-3000:]
     # Then a separate Spark with Delta reads the table by name: a Delta table, every message once, with
     # every bulk committed after its registration (no REFRESH)
-    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path), shared_archive.java_options(), str(JARS)],
+    # (its driver maps the tests' class-data archive and compiles with C1 only, as the bridges' drivers do)
+    java = f"{JIT_OPTIONS} {shared_archive.java_options()}".strip()
+    result = subprocess.run([sys.executable, "-c", READER, str(tmp_path), java, str(JARS)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     read = json.loads(result.stdout.strip().splitlines()[-1])

@@ -134,9 +134,10 @@ def test_follow_to_rabbitmq_sends_each_row_once_across_a_kill(tmp_path: Path, sp
 
 def test_follow_waits_out_a_broker_restart_mid_stream_and_sends_each_row_once(tmp_path: Path, spark: Any) -> None:
     with private_activemq(tmp_path / "amq") as broker:
-        # Given 3,000 messages landed from a private ActiveMQ, and a follow sending them on in batches of 10
+        # Given 2,000 messages landed from a private ActiveMQ (bulks of 500), and a follow sending them on in
+        # batches of 10: once it has sent its first bulk, three are left (150 batches)
         queue, destination = unique_queue("follow-restart"), unique_queue("follow-restart-out")
-        sent = bodies(3000, "restart")
+        sent = bodies(2000, "restart")
         with AmqClient("127.0.0.1", broker.port) as client:
             client.put_many(queue, sent)
         config = (stomp_bridge(queue, port=broker.port, threads=1, batch=500)
@@ -159,6 +160,9 @@ def test_follow_waits_out_a_broker_restart_mid_stream_and_sends_each_row_once(tm
         code = follow.wait(timeout=240)
         assert code == 0, follow.text()
         assert "passing again" in follow.text(), follow.text()
+        # ... mid-stream: rows were still to be sent when the broker stopped (a bulk sent after the failure)
+        after_failure = follow.text().split("a pass failed", 1)[1]
+        assert "rows of bulk" in after_failure, f"every row was sent before the broker stopped:\n{follow.text()}"
         with AmqClient("127.0.0.1", broker.port) as client:
             accounting = account(sent, collections.Counter(bytes(f.body) for f in client.drain(destination)))
         assert accounting.clean, accounting
