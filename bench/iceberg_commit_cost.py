@@ -34,12 +34,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.delta_fence_scan import spread  # noqa: E402
+from bench.delta_txn_commit import make_bulk  # noqa: E402
 from mqbridge.config.iceberg import ICEBERG_CATALOG, IcebergCatalog, IcebergSection  # noqa: E402
 from mqbridge.landing import iceberg  # noqa: E402
 from mqbridge.landing.rows import arrow_table  # noqa: E402
 from mqbridge.landing.session import create_spark_session  # noqa: E402
 from mqbridge.landing.writes.frames import landed_frame  # noqa: E402
-from mqbridge.message import Bulk, Message  # noqa: E402
 from tests.support.hive_metastore import hive_metastore  # noqa: E402
 from tests.support.iceberg_rest import missing_jars, rest_catalog_server  # noqa: E402
 from tests.support.postgres import PASSWORD, USER, postgres_server  # noqa: E402
@@ -73,18 +74,6 @@ REPORT = re.compile(r"CommitReport\{tableName=([\w.]+),.*?totalDuration=TimerRes
 HIVE_CONF = {"spark.hadoop.iceberg.engine.hive.lock-enabled": "false"}
 
 
-def make_bulk(n: int, first: int) -> Bulk:
-    """`n` messages of 1 KB with ActiveMQ-like ids, each body distinct, put today."""
-    now = datetime.now(UTC)
-    bulk = Bulk("bench")
-    for i in range(first, first + n):
-        msg_id = f"ID:bench-host-40000-1700000000000-1:1:1:1:{i}"
-        bulk.add(Message(msg_id=msg_id, body=os.urandom(512).hex().encode(), source="bench",
-                         destination="/queue/bench", put_timestamp=now, received_timestamp=now,
-                         delivery_count=1, token=msg_id, identity=msg_id))
-    return bulk
-
-
 def renamed(conf: dict[str, str], name: str) -> dict[str, str]:
     """The bridge's catalog settings (`spark.sql.catalog.mqbridge*`) under the catalog name `name`."""
     prefix = f"spark.sql.catalog.{ICEBERG_CATALOG}"
@@ -108,14 +97,6 @@ def catalogs(work: Path) -> Iterator[dict[str, IcebergCatalog]]:
             "hive": IcebergSection(catalog="hive", uri=hive.uri),
         }
         yield {name: IcebergCatalog(section, state, warehouse / name) for name, section in sections.items()}
-
-
-def spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    ms = sorted(v * 1000 for v in values)
-    q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
-    return f"{statistics.median(ms):7.1f} [{q[0]:.1f}, {q[2]:.1f}]"
 
 
 def commit_seconds(log: Path) -> dict[str, list[float]]:
@@ -159,15 +140,15 @@ def run(spark: Any, found: dict[str, IcebergCatalog], args: argparse.Namespace, 
     for name, catalog in found.items():
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.bench")
         properties = ", ".join(f"'{k}' = '{v}'" for k, v in iceberg.TABLE_PROPERTIES.items())
-        frame = landed_frame(spark, arrow_table(make_bulk(1, 0), [0]), work / "_handoff" / "schema", 1, 1, None,
-                             identity=True)[0]
+        one = arrow_table(make_bulk(1, 0, datetime.now(UTC)), [0])
+        frame = landed_frame(spark, one, work / "_handoff" / "schema", 1, 1, None, identity=True)[0]
         columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in frame.schema.fields)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {tables[name]} ({columns}) USING iceberg "
                   f"PARTITIONED BY ({iceberg.PARTITION_TRANSFORMS['day']}) "
                   f"LOCATION '{catalog.warehouse / 'orders'}' TBLPROPERTIES ({properties})")
     for round_no in range(1, args.warm + args.appends + 1):
         for name in found:
-            bulk = make_bulk(args.rows, first)
+            bulk = make_bulk(args.rows, first, datetime.now(UTC))
             first += args.rows
             handoff = work / "_handoff" / f"{name}-{round_no}"
             frame = landed_frame(spark, arrow_table(bulk, list(range(args.rows))), handoff, 1, 2, None,
