@@ -2,9 +2,10 @@
 ledger while the ledger's server restarts, while the warehouse's S3-compatible server restarts, and with
 one bridge's clock 10 minutes ahead, each on ActiveMQ and RabbitMQ in one run of the fault: a pair of
 bridges on an ActiveMQ queue and a pair on a RabbitMQ queue (`identity = "header:x-eo-id"`) share the
-restart or the skewed clock (on the S3 server each bridge writes a Delta table of its own: one writer per
-table there, docs/guarantees.md). Each pair counted like a total-queue checker: every message of its
-queue in its table (tables) once (lost, duplicated, unexpected: all 0), nothing moved to its backout
+restart or the skewed clock; under the S3 server's restart the pair is two bridges that each read both
+queues (two Spark drivers, not four), each bridge writing a Delta table of its own for each broker (one
+writer per table there, docs/guarantees.md). Each broker counted like a total-queue checker: every
+message of its queue in its table (tables) once (lost, duplicated, unexpected: all 0), nothing moved to its backout
 queue, the queue empty. A restarted server is an outage, never poison; a clock is never what a lease is judged by (the
 ledger judges heartbeats by the database server's clock)."""
 
@@ -34,7 +35,7 @@ from tests.support.delta_tables import DELTA_SPARK, JARS
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
 from tests.support.object_stores import S3Server, private_s3_server
 from tests.support.postgres import PostgresServer, postgres_server
-from tests.support.processes import ROOT, landed, leftovers, mqbridge
+from tests.support.processes import ROOT, landed, leftovers, mqbridge, process_bridge
 from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -42,8 +43,6 @@ pytestmark = pytest.mark.integration
 
 #: How a bridge of these tests says that a sink is down (`mqbridge.bulks.breaker`): an outage.
 OUTAGE = "unavailable"
-#: A bridge's periodic counters once it has committed messages at the source (`mqbridge.supervisor`).
-_COMMITTED = re.compile(r"committed=[1-9]")
 #: What a bridge says once its Spark driver is up (`mqbridge.landing.session`).
 _STARTED = "Spark: SparkSession started"
 
@@ -136,14 +135,16 @@ def test_the_ledgers_postgresql_restarted_under_load_is_an_outage_and_every_mess
 def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_message_lands_once(
         tmp_path: Path, amq: AmqClient, activemq: tuple[str, int], rabbitmq: tuple[str, int],
         pg: PostgresServer) -> None:
-    """One restart under two pairs of bridges at once: a pair on an ActiveMQ queue and a pair on a
-    RabbitMQ queue, each pair its own ledger schema, with the defaults otherwise. Each bridge writes a
-    Delta table of its own on the S3 server, the one writer of that table there: Delta's S3 log store
-    makes no conditional put, so two drivers that commit one version of a table at once can both
-    succeed, the later log file replacing the earlier (docs/guarantees.md; with both bridges of a pair
+    """One restart under two bridges, each reading an ActiveMQ queue and a RabbitMQ queue at once (a
+    source and a listener for each broker, one ledger schema, the defaults otherwise): four listeners of
+    each queue's pair, two Spark drivers. Each listener feeds a message type of its own, so each bridge
+    writes a Delta table of its own for each broker on the S3 server, the one writer of that table there:
+    Delta's S3 log store makes no conditional put, so two drivers that commit one version of a table at
+    once can both succeed, the later log file replacing the earlier (docs/guarantees.md; with two bridges
     on one table, 50 of 400 messages were lost that way here: both their bulks were recorded published,
-    one of them in no version). The pair's ledger keeps each message in one of its two tables, once.
-    The S3 server is one of this test's own: the shared one on port 9000 is never stopped."""
+    one of them in no version). The ledger keeps each message of a broker in one of its two tables
+    (one per bridge), once. The S3 server is one of this test's own: the shared one on port 9000 is
+    never stopped."""
     for name in ("delta", "s3"):
         if not (JARS / name).is_dir():
             pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
@@ -152,56 +153,65 @@ def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_me
     for q in queues:
         q.put(sent[q.broker][:200])
     with private_s3_server(tmp_path / "s3") as s3proxy:
-        # Given on each broker two bridges landing its queue into Delta tables on a private S3-compatible
-        # server (each bridge its own table)
+        # Given two bridges, each landing both queues into Delta tables on a private S3-compatible server
+        # (a table for each broker on each bridge)
         s3 = s3proxy.server
         bucket = s3.new_bucket("restart")
         secret = tmp_path / "s3-secret"
         secret.write_text(s3.secret_key)
         secret.chmod(0o600)
         conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{secret}}}"}
-        runs: dict[str, list[OutputReader]] = {}
+        runs: list[OutputReader] = []
         try:
-            # (run without --until-idle: a bridge that the broker gave nothing while its Spark started
+            # (run without --until-idle: a bridge that the brokers gave nothing while its Spark started
             # would end idle before the fault; they are stopped once every message is in the tables)
-            for q in queues:
-                configs = [q.bridge(batch=50, spark=DELTA_SPARK, state_dir=f"state-{q.broker}{i}",
-                                    extra_bridge=_ledger(pg, f"s3restart_{q.broker}"))
-                           .set("spark", warehouse=f"s3a://{bucket}/{q.broker}{i}").set("spark.conf", **conf)
-                           .write(tmp_path / f"{q.broker}{i}.toml") for i in range(2)]
-                runs[q.broker] = [OutputReader(mqbridge("run", "--config", str(config))) for config in configs]
-            wait_until(lambda: all(_STARTED in run.text() for run in _all(runs)) and all(
-                any(_COMMITTED.search(run.text()) for run in pair) for pair in runs.values()) or any(
-                run.proc.poll() is not None for run in _all(runs)),
-                300, "the four bridges' Spark sessions to start and the first messages of each queue to land "
-                     "on the S3 server")
-            assert all(run.proc.poll() is None for run in _all(runs)), _tails(_all(runs))
+            for i in range(2):
+                bridge = (process_bridge("eo", state_dir=f"state{i}").without("types.orders")
+                          .add("bridge", _ledger(pg, "s3restart")).add("spark", DELTA_SPARK)
+                          .set("spark", warehouse=f"s3a://{bucket}/bridge{i}").set("spark.conf", **conf))
+                for q in queues:
+                    bridge = q.read_by(bridge.set(f"types.{_type(q.broker)}", bulk_size="128KB",
+                                                  bulk_timeout="500ms"), _type(q.broker), batch=50)
+                config = bridge.write(tmp_path / f"bridge{i}.toml")
+                runs.append(OutputReader(mqbridge("run", "--config", str(config))))
+            wait_until(lambda: all(_STARTED in run.text() for run in runs) and all(
+                _pair_bodies(s3, bucket, q.broker) for q in queues) or any(
+                run.proc.poll() is not None for run in runs),
+                300, "the two bridges' Spark sessions to start and the first messages of each queue to land "
+                     "on the S3 server", every=1.0)
+            assert all(run.proc.poll() is None for run in runs), _tails(runs)
             # When that server stops while they land (the other 200 messages of each queue come
             # meanwhile), and starts again (same port, same buckets)
             s3proxy.stop()
             for q in queues:
                 q.put(sent[q.broker][200:])
-            wait_until(lambda: all(f"sink orders {OUTAGE}" in run.text() or run.proc.poll() is not None
-                                   for run in _all(runs)), 120,
-                       "the four bridges to find the S3 server gone (sink unavailable)")
+            wait_until(lambda: all(all(f"sink {_type(q.broker)} {OUTAGE}" in run.text() for q in queues)
+                                   or run.proc.poll() is not None for run in runs), 120,
+                       "both bridges to find the S3 server gone for both brokers' tables (sink unavailable)")
             s3proxy.start()
             wait_until(lambda: all(sum(_pair_bodies(s3, bucket, q.broker).values()) >= len(sent[q.broker])
-                                   for q in queues) or any(run.proc.poll() is not None for run in _all(runs)), 300,
-                       "the 400 messages of each queue to be in its pair's tables on S3", every=1.0)
-            codes = [run.terminate() for run in _all(runs)]
+                                   for q in queues) or any(run.proc.poll() is not None for run in runs), 300,
+                       "the 400 messages of each queue to be in its tables on S3", every=1.0)
+            codes = [run.terminate() for run in runs]
         finally:
-            _stop(_all(runs))
-        assert codes == [0, 0, 0, 0], _tails(_all(runs))
+            _stop(runs)
+        assert codes == [0, 0], _tails(runs)
         for q in queues:
-            # Then on each broker it was an outage to both bridges, never poison: each said so, and
-            # every message is in the pair's tables once (as delta-rs sees them)
-            outputs = [run.text() for run in runs[q.broker]]
-            assert all(f"sink orders {OUTAGE}" in out and "available again" in out for out in outputs), \
-                f"{q.broker}:\n{_tails(runs[q.broker])}"
+            # Then on each broker it was an outage to both bridges, never poison: each said so of that
+            # broker's table, and every message of the broker is in its two tables once (as delta-rs
+            # sees them)
+            sink = f"sink {_type(q.broker)}"
+            assert all(f"{sink} {OUTAGE}" in run.text() and f"{sink}: probe write succeeded; available again"
+                       in run.text() for run in runs), f"{q.broker}:\n{_tails(runs)}"
             result = account(sent[q.broker], _pair_bodies(s3, bucket, q.broker, strict=True))
-            assert result.clean, f"{q.broker}: {result}\n{_tails(runs[q.broker])}"
+            assert result.clean, f"{q.broker}: {result}\n{_tails(runs)}"
             # and nothing was moved to the backout queue; the queue is empty
             assert q.depths() == (0, 0), q.broker
+
+
+def _type(broker: str) -> str:
+    """The message type (and so the table) that a bridge of the S3 restart lands `broker`'s queue into."""
+    return f"orders_{broker}"
 
 
 def _value(db: psycopg.Connection[Any], query: LiteralString) -> Any:
@@ -212,13 +222,13 @@ def _value(db: psycopg.Connection[Any], query: LiteralString) -> Any:
 
 
 def _pair_bodies(s3: S3Server, bucket: str, broker: str, strict: bool = False) -> collections.Counter[bytes]:
-    """The bodies in the tables `orders` of the two bridges of `broker`'s pair on `s3` (warehouses
-    `<broker>0` and `<broker>1` of `bucket`), read by delta-rs. A table not made (its bridge landed
+    """The bodies in `broker`'s tables (`_type`) of the two bridges on `s3` (warehouses `bridge0` and
+    `bridge1` of `bucket`), read by delta-rs. A table not made (its bridge landed
     nothing) holds none; one that cannot be read yet (a server starting) holds none unless `strict`."""
     found: collections.Counter[bytes] = collections.Counter()
     for i in range(2):
         try:
-            found += s3.delta_bodies(bucket, f"{broker}{i}/orders")
+            found += s3.delta_bodies(bucket, f"bridge{i}/{_type(broker)}")
         except TableNotFoundError:
             continue
         except Exception:  # (delta-rs raises its own errors, and OSError, for a server still starting)

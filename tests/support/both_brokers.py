@@ -56,6 +56,20 @@ class BrokerQueue:
                            extra_listener=f'identity = "header:{HEADER}"')
         return stomp_bridge(self.name, **options)
 
+    def read_by(self, toml: BridgeToml, message_type: str, **listener: Any) -> BridgeToml:
+        """`toml` with this queue's broker as source `[sources.<broker>]` and a `[[listeners]]` table reading
+        the queue into `message_type` (2 threads, wait 200ms, its backout queue; on RabbitMQ the guest
+        login and the header identity), `listener` adding or overriding keys: one bridge reading a queue
+        of each broker, a listener (and so a type, a table) for each."""
+        source = f"sources.{self.broker}"
+        toml = toml.set(source, kind="stomp", port=self.port, broker=self.broker, heartbeat="10s")
+        keys: dict[str, Any] = {"source": self.broker, "queue": self.name, "threads": 2, "wait": "200ms",
+                                "message_type": message_type, "backout_queue": self.backout}
+        if self.broker == "rabbitmq":
+            toml = toml.add(source, RABBIT_SOURCE)
+            keys["identity"] = f"header:{HEADER}"
+        return toml.listener(**{**keys, **listener})
+
 
 def on_both_brokers(prefix: str, amq: AmqClient, activemq: tuple[str, int],
                     rabbitmq: tuple[str, int]) -> list[BrokerQueue]:
