@@ -44,11 +44,11 @@ def postgres() -> Iterator[object]:
 
 
 def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, port: int, *,
-                      secret: str | None = None) -> Path:
+                      secret: str | None = None, namespace: str = "mqbridge") -> Path:
     """A bridge landing `queue` (one thread, units of 25, identity the body's hash) into the Iceberg table
     `orders` under s3a://<bucket>/wh, its catalog the JDBC catalog on the PostgreSQL at `port`; the S3
     secret key (`secret`, else the server's) and the catalog's password each read from a private file
-    by `${FILE:…}`."""
+    by `${FILE:…}`; the catalog's tables in `namespace`."""
     from tests.support.postgres import PASSWORD, USER
 
     files = {}
@@ -58,7 +58,7 @@ def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, por
         files[name].chmod(0o600)
     conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{files['s3-secret']}}}"}
     spark = (ICEBERG_SPARK + f'\n[spark.iceberg]\ncatalog = "jdbc"\nuri = "jdbc:postgresql://127.0.0.1:{port}/postgres"'
-             f'\nuser = "{USER}"\npassword = "${{FILE:{files["catalog-password"]}}}"\n')
+             f'\nuser = "{USER}"\npassword = "${{FILE:{files["catalog-password"]}}}"\nnamespace = "{namespace}"\n')
     return (stomp_bridge(queue, spark=spark, threads=1, batch=25, extra_listener='identity = "body-sha256"')
             .set("spark", warehouse=f"s3a://{bucket}/wh", until_idle_outage_limit="20s")
             .set("spark.conf", **conf).write(tmp_path / "bridge.toml"))
@@ -104,13 +104,16 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_an_iceberg_t
 
 def test_a_wrong_secret_is_an_outage_of_the_iceberg_table_on_s3_that_names_the_keys(
         tmp_path: Path, amq: AmqClient, s3_server: S3Server, postgres: object) -> None:
-    # Given messages and a bridge whose S3 secret key is wrong (its catalog on PostgreSQL answers)
+    # Given messages and a bridge whose S3 secret key is wrong (its catalog on PostgreSQL answers, in a
+    # namespace of its own: with no table there its first write meets the refusal, not a ledger rebuild
+    # reading the kill test's table, which named it only after about 95 s of retries)
     q = unique_queue("iceberg-s3-wrong-secret")
     sent = bodies(30, "iwrong")
     amq.put_many(q, sent)
     wrong = "not-the-secret-0123456789abcdefghijklmnop"
     bucket = s3_server.new_bucket("isecret")
-    config = s3_iceberg_config(tmp_path, q, s3_server, bucket, postgres.port, secret=wrong)  # type: ignore[attr-defined]
+    port = postgres.port  # type: ignore[attr-defined]
+    config = s3_iceberg_config(tmp_path, q, s3_server, bucket, port, secret=wrong, namespace="wrong_secret")
     # When it runs: it says which keys to check, within a bounded time
     out = run_until_said(config, "refused the credentials", tmp_path / "bridge.log", 240)
     # Then the reason names the keys; every message is still on its queue (an outage is never poison:
