@@ -23,18 +23,15 @@ import pytest
 
 from mqbridge.landing import delta, delta_create
 from tests.support.delta_commits import APP, count_rows, raw_bulk
-from tests.support.delta_tables import JARS, bulk_counts_now
+from tests.support.delta_tables import (
+    bulk_counts_now,
+    delta_jars_fetched,  # noqa: F401 (the module's autouse fixture)
+)
 from tests.support.object_stores import DeltaSpark
 
 pytestmark = pytest.mark.integration
 
 deltalake = pytest.importorskip("deltalake")
-
-@pytest.fixture(scope="module", autouse=True)
-def _delta_jars() -> None:
-    if not (JARS / "delta").is_dir():
-        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
-
 
 # --- run in the Delta-enabled driver (`DeltaSpark.run`): module-level functions -------------------
 

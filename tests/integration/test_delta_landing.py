@@ -18,7 +18,15 @@ import pytest
 
 from mqbridge.landing import delta
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.delta_tables import DELTA_SPARK, JARS, bulk_counts_now, bulk_counts_until, delta_facts, delta_rows
+from tests.support.delta_tables import (
+    DELTA_SPARK,
+    JARS,
+    bulk_counts_now,
+    bulk_counts_until,
+    delta_facts,
+    delta_jars_fetched,  # noqa: F401 (the module's autouse fixture)
+    delta_rows,
+)
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import DeltaSpark
 from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_bridge, stomp_config
@@ -26,12 +34,6 @@ from tests.support.processes import mqbridge, run_until_idle, run_until_killed, 
 pytestmark = pytest.mark.integration
 
 deltalake = pytest.importorskip("deltalake")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _delta_jars() -> None:
-    if not (JARS / "delta").is_dir():
-        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
 
 
 def delta_config(tmp_path: Path, queue: str) -> Path:

@@ -24,7 +24,12 @@ import pytest
 from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
 from mqbridge.message import Bulk, Message
 from tests.support.configs import BridgeToml
-from tests.support.delta_tables import SMALL_TABLE_CONF, run_in_driver, scheduled_rounds
+from tests.support.delta_tables import (
+    SMALL_TABLE_CONF,
+    delta_jars_fetched,  # noqa: F401 (the module's autouse fixture)
+    run_in_driver,
+    scheduled_rounds,
+)
 from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge
 from tests.support.purge import purge_bridge
@@ -42,12 +47,6 @@ DAY1, DAY2, FILES = 300, 50, 5
 NINETY_PERCENT = "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 10 != 0"
 #: Twenty messages of the first day, all in one of its files (file k holds the messages n % 5 == k).
 ONE_FILE = "msg_id LIKE 'm%' AND cast(substring(msg_id, 2) AS INT) % 5 = 0 AND cast(substring(msg_id, 2) AS INT) < 100"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _delta_jars() -> None:
-    if not (JARS / "delta").is_dir():
-        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
 
 
 def land(table: Path) -> set[str]:

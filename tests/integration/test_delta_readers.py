@@ -31,7 +31,12 @@ from mqbridge.landing.jvm import JIT_OPTIONS
 from mqbridge.landing.ledger import open_ledger_for_reading, owner_id
 from tests.support import class_archive as shared_archive
 from tests.support.amq import AmqClient, unique_queue
-from tests.support.delta_tables import DELTA_SPARK, JARS, run_in_driver
+from tests.support.delta_tables import (
+    DELTA_SPARK,
+    JARS,
+    delta_jars_fetched,  # noqa: F401 (the module's autouse fixture)
+    run_in_driver,
+)
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import DeltaSpark
 from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed, stomp_config
@@ -39,12 +44,6 @@ from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_ki
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 deltalake = pytest.importorskip("deltalake")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _delta_jars() -> None:
-    if not (JARS / "delta").is_dir():
-        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
 
 
 def command(*args: str, timeout: float = 300) -> tuple[int, str]:

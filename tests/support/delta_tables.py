@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.processes import ROOT
 
 #: The project's jar folder (`scripts/jars.sh delta`, `mqbridge jars`).
@@ -23,6 +25,14 @@ DELTA_SPARK = f'master = "local[2]"\ntable_format = "delta"\njars_dir = "{JARS}"
 #: tasks, 10,000 by default, 75 s of every `mqbridge purge` and `compact` on the 2-core machine (5 s with 2).
 SMALL_TABLE_CONF = {"spark.sql.shuffle.partitions": "2",
                     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def delta_jars_fetched() -> None:
+    """Each Delta test module's precondition (an autouse fixture the module imports): the Delta Lake jars
+    fetched, else every test fails naming the command that fetches them (never a silent skip)."""
+    if not (JARS / "delta").is_dir():
+        pytest.fail(f"the Delta Lake jars are missing from {JARS / 'delta'}: run scripts/jars.sh delta")
 
 
 def delta_rows(table: Path, column: str = "body") -> collections.Counter[bytes]:
