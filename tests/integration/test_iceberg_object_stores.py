@@ -7,10 +7,13 @@ of the landing protocol in turn, then its state_dir wiped and every message sent
 rebuilt from the table through the catalog). Every message must be in the table exactly once as
 pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it, and
 `ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys. And a
-wrong secret is an outage that names the keys and loses nothing."""
+wrong secret is an outage that names the keys and loses nothing, met by the first write or by the
+ledger's rebuild from a table there."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from tests.support.delta_tables import JARS
 from tests.support.exactly_once import bodies
 from tests.support.iceberg_tables import ICEBERG_SPARK, killed_at_each_step_then_wiped
 from tests.support.object_stores import S3_REGION, S3Server
-from tests.support.processes import mqbridge, run_until_said, stomp_bridge
+from tests.support.processes import mqbridge, run_until_idle, run_until_said, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +121,41 @@ def test_a_wrong_secret_is_an_outage_of_the_iceberg_table_on_s3_that_names_the_k
     out = run_until_said(config, "refused the credentials", tmp_path / "bridge.log", 240)
     # Then the reason names the keys; every message is still on its queue (an outage is never poison:
     # nothing on the backout queue); no secret in the output
+    assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
+    assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
+    assert wrong not in out and s3_server.secret_key not in out
+
+
+#: Iceberg reads a table's metadata file with 20 tries whatever the error, its back-off sleeps alone
+#: 87.1 s (100 ms times 4 per try, at most 5 s: `BaseMetastoreTableOperations.refreshFromMetadataLocation`).
+#: A bridge whose ledger rebuild met a refused key only there named it about 95 s after its start; asked
+#: of the store first (`iceberg.store_answers`), it must within this, its start included.
+REBUILD_BOUND = 80.0
+
+
+def test_a_wrong_secret_met_by_the_ledger_rebuild_from_an_iceberg_table_on_s3_is_named_before_icebergs_retries(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, postgres: object) -> None:
+    # Given an Iceberg table on S3 a bridge landed messages into (its catalog on PostgreSQL, a namespace
+    # of its own), then its state_dir wiped (the next start rebuilds the ledger by reading the table)
+    port = postgres.port  # type: ignore[attr-defined]
+    q = unique_queue("iceberg-s3-rebuild-secret")
+    amq.put_many(q, bodies(10, "irebuilt"))
+    bucket = s3_server.new_bucket("irebuild")
+    config = s3_iceberg_config(tmp_path, q, s3_server, bucket, port, namespace="rebuild_secret")
+    run_until_idle(config)
+    assert amq.depth(q) == 0
+    shutil.rmtree(tmp_path / "state")
+    # ... and more messages, and the S3 secret key now wrong
+    sent = bodies(20, "irebuild-wrong")
+    amq.put_many(q, sent)
+    wrong = "not-the-secret-0123456789abcdefghijklmnop"
+    config = s3_iceberg_config(tmp_path, q, s3_server, bucket, port, secret=wrong, namespace="rebuild_secret")
+    # When it runs: it says which keys to check before Iceberg's own retries of the table's read could end
+    started = time.monotonic()
+    out = run_until_said(config, "refused the credentials", tmp_path / "bridge.log", REBUILD_BOUND)
+    print(f"named after {time.monotonic() - started:.0f} s (the bridge's start included)")
+    # Then the reason names the keys; every new message is still on its queue (the ledger unavailable
+    # is an outage, never poison: nothing on the backout queue); no secret in the output
     assert "spark.hadoop.fs.s3a.access.key / secret.key" in out, out[-4000:]
     assert amq.depth(q) == len(sent) and amq.depth(q + ".backout") == 0
     assert wrong not in out and s3_server.secret_key not in out
