@@ -43,7 +43,6 @@ from mqbridge.landing import (
 )
 from mqbridge.landing.ledger import PreparedBulk, open_ledger, owner_id
 from mqbridge.landing.object_stores import object_store_outage
-from mqbridge.landing.object_stores import session_conf as store_session_conf
 from mqbridge.landing.schema_verdicts import check_schemas
 from mqbridge.lint import start_warnings
 from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
@@ -56,7 +55,7 @@ from mqbridge.strict_modes import check_trusted
 from mqbridge.supervision.guard import MemoryGuard
 from mqbridge.supervision.reload import ConfigReloader
 from mqbridge.supervision.supervisor import Bridge, ChainFactory, SourceFactory
-from mqbridge.table_formats import format_named, format_of, format_of_bulk, formats_configured, session_conf_for
+from mqbridge.table_formats import command_session_conf, format_named, format_of, format_of_bulk, formats_configured
 from mqbridge.tracing.backout_log import BackoutLog
 from mqbridge.tracing.where import NO_LEDGER, Locator
 
@@ -323,8 +322,7 @@ def _spark_section(config: BridgeConfig) -> SparkSection:
     section = config.spark
     if section.remote:
         return section
-    conf = store_session_conf(config.resolve_warehouse(), section.conf, config.resolve_path(section.jars_dir))
-    conf = session_conf_for(config.types, section.table_format, config.resolve_path(section.jars_dir), conf)
+    conf = command_session_conf(config)
     return section if conf == section.conf else section.model_copy(update={"conf": conf})
 
 

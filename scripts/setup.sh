@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything mqbridge needs on a Debian machine: Java, ActiveMQ (started, STOMP on
+# Set up everything mqbridge needs on a Debian machine: Java (a JDK), ActiveMQ (started, STOMP on
 # 127.0.0.1:61613), and a virtualenv in .venv with mqbridge installed in editable mode.
 # The editable install is setuptools' *strict* mode: a tree of links under build/ that mypy and IDEs
 # can follow (the folders map to the one import root `mqbridge`); run this script again after adding
@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# a JDK, not only a runtime: `mqbridge jars delta` compiles the Delta log store of s3a:// tables with its
+# javac (mqbridge.landing.log_store)
+command -v javac >/dev/null 2>&1 || need_apt+=(default-jdk-headless)
 [ -f /usr/share/activemq/bin/activemq.jar ] || need_apt+=(activemq)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 # systemd-analyze verifies the rendered service unit in the tests (not started as init)

@@ -51,4 +51,18 @@ def cmd_jars(args: argparse.Namespace) -> int:
         print(f"{name}: {len(paths)} jars in {folder / name}")
         for path in paths:
             print(f"  {path.name}")
+        if name == "delta":
+            _build_log_store(folder / name)
     return 0
+
+
+def _build_log_store(delta_dir: Path) -> None:
+    """Build the Delta log store of `s3a://` tables beside the Delta jars (`mqbridge.landing.log_store`).
+    Without a JDK only a note: the store is needed only for Delta tables on s3a://, where its absence is
+    a start-up error naming this command."""
+    from mqbridge.landing.log_store import LogStoreBuildError, build
+
+    try:
+        print(f"  {build(delta_dir).name} (the log store of Delta tables on s3a://, compiled here)")
+    except LogStoreBuildError as exc:
+        print(f"  not built: the log store of Delta tables on s3a:// ({exc}); needed only for Delta tables on s3a://")

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import LedgerUnavailableError
-from mqbridge.landing import jar_sets
+from mqbridge.landing import jar_sets, log_store
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 from mqbridge.landing.ledger.owners import judged_by_pid
 
@@ -103,12 +103,17 @@ def jar_files(jars_dir: Path) -> list[Path]:
                             "[spark] table_format = \"delta\" needs the Delta Lake jars", FETCH_COMMAND)
 
 
-def session_conf(jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
+def session_conf(jars_dir: Path, conf: Mapping[str, str], warehouse: Location | None = None) -> dict[str, str]:
     """The Spark settings a session that writes Delta tables gets besides `conf` (`[spark] conf`,
-    which wins): the jars (added to any `spark.jars` of `conf`) and Delta's SQL extension and catalog."""
+    which wins): the jars (added to any `spark.jars` of `conf`) and Delta's SQL extension and catalog;
+    for a `warehouse` on `s3a://`, the log store that makes each commit by a conditional PUT
+    (`mqbridge.landing.log_store`, its jar among the Delta jars)."""
     jars = [str(j) for j in jar_files(jars_dir)]
     given = [j for j in conf.get("spark.jars", "").split(",") if j]
-    return {**SESSION_CONF, **DEFAULT_CONF, **conf, "spark.jars": ",".join([*given, *jars])}
+    result = {**SESSION_CONF, **DEFAULT_CONF, **conf, "spark.jars": ",".join([*given, *jars])}
+    if isinstance(warehouse, ObjectStoreUri) and warehouse.scheme == "s3a":
+        result = log_store.session_conf(Path(jars_dir) / JAR_SET, result, FETCH_COMMAND)
+    return result
 
 
 #: Why a Spark without Delta Lake on its class path cannot write a Delta type: an outage of its sink.

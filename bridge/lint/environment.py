@@ -157,13 +157,15 @@ def _drivers(config: BridgeConfig) -> Iterator[Finding]:
 
 def _table_formats(config: BridgeConfig) -> Iterator[Finding]:
     """What each table format the types land in needs here, as the format says: the jars of the
-    bridge's own Spark driver (its `session_conf`: Delta's; a Spark Connect server brings its own) and
+    bridge's own Spark driver (its `session_conf`: Delta's, and on s3a:// its log store; a Spark Connect
+    server brings its own) and
     the package its tables are read back with (`reader_missing`: delta-rs for Delta)."""
     for name in formats_configured(config.types, config.spark.table_format):
         table_format = format_named(name)
         if config.spark.remote is None:
             try:
-                table_format.session_conf(_resolved(config, config.spark.jars_dir), {})
+                table_format.session_conf(_resolved(config, config.spark.jars_dir), config.spark.conf,
+                                          config.resolve_warehouse())
             except ConfigError as exc:
                 yield Finding(("spark", "jars_dir"), str(exc))
         missing = table_format.reader_missing()

@@ -107,16 +107,17 @@ def command_session_conf(config: BridgeConfig) -> dict[str, str]:
     if section.remote:
         return dict(section.conf)
     jars_dir = config.resolve_path(section.jars_dir)
-    conf = store_session_conf(config.resolve_warehouse(), section.conf, jars_dir)
-    return session_conf_for(config.types, section.table_format, jars_dir, conf)
+    warehouse = config.resolve_warehouse()
+    conf = store_session_conf(warehouse, section.conf, jars_dir)
+    return session_conf_for(config.types, section.table_format, jars_dir, conf, warehouse)
 
 
 def session_conf_for(types: Mapping[str, TypeConfig], default: str, jars_dir: Path,
-                     conf: Mapping[str, str]) -> dict[str, str]:
+                     conf: Mapping[str, str], warehouse: Location | None = None) -> dict[str, str]:
     """`conf` with what a Spark driver of the bridge's own needs for every format the `types` land in
-    (Delta's jars, SQL extension and catalog; ConfigError naming the command that fetches the jars
-    when they are missing); nothing added for Parquet."""
+    (Delta's jars, SQL extension and catalog, and its log store on `s3a://`; ConfigError naming the
+    command that fetches the jars when they are missing); nothing added for Parquet."""
     result = dict(conf)
     for name in formats_configured(types, default):
-        result = format_named(name).session_conf(jars_dir, result)
+        result = format_named(name).session_conf(jars_dir, result, warehouse)
     return result

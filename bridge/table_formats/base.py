@@ -129,10 +129,12 @@ class TableFormat(ABC):
 
     # -- Spark --------------------------------------------------------------------------------
     @abstractmethod
-    def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    def session_conf(self, jars_dir: Path, conf: Mapping[str, str],
+                     warehouse: Location | None = None) -> dict[str, str]:
         """The settings a Spark driver of the bridge's own needs to read and write this format besides
-        `conf` (which wins): nothing for Parquet; Delta's jars, SQL extension and catalog. ConfigError
-        naming the command that fetches a jar that is missing (`check-config` reports it)."""
+        `conf` (which wins), in `warehouse` where that matters: nothing for Parquet; Delta's jars, SQL
+        extension and catalog (and on `s3a://` its log store). ConfigError naming the command that
+        fetches a jar that is missing (`check-config` reports it)."""
 
     @abstractmethod
     def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,

@@ -69,8 +69,9 @@ class DeltaFormat(TableFormat):
         return ("Delta tables are read back (mqbridge tables, where, replay) with delta-rs, which is not installed",
                 'pip install "mqbridge[delta]"')
 
-    def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
-        return delta.session_conf(jars_dir, conf)
+    def session_conf(self, jars_dir: Path, conf: Mapping[str, str],
+                     warehouse: Location | None = None) -> dict[str, str]:
+        return delta.session_conf(jars_dir, conf, warehouse)
 
     def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,
              as_of_timestamp: str | None = None) -> Any:

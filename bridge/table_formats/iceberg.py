@@ -107,7 +107,8 @@ class IcebergFormat(TableFormat):
                 'pip install "mqbridge[iceberg]"')
 
     # -- Spark --------------------------------------------------------------------------------
-    def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    def session_conf(self, jars_dir: Path, conf: Mapping[str, str],
+                     warehouse: Location | None = None) -> dict[str, str]:
         """The jars, Iceberg's SQL extension and the bound configuration's catalog (`iceberg.session_conf`)."""
         return iceberg.session_conf(jars_dir, conf, bound())
 

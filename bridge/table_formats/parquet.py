@@ -77,7 +77,8 @@ class ParquetFormat(TableFormat):
 
         return table_schemas(local(table), message_type)
 
-    def session_conf(self, jars_dir: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    def session_conf(self, jars_dir: Path, conf: Mapping[str, str],
+                     warehouse: Location | None = None) -> dict[str, str]:
         return dict(conf)  # Spark reads and writes Parquet as it is
 
     def read(self, spark: Any, table: Location, *, as_of_version: int | None = None,

@@ -137,14 +137,13 @@ def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_me
         pg: PostgresServer) -> None:
     """One restart under two bridges, each reading an ActiveMQ queue and a RabbitMQ queue at once (a
     source and a listener for each broker, one ledger schema, the defaults otherwise): four listeners of
-    each queue's pair, two Spark drivers. Each listener feeds a message type of its own, so each bridge
-    writes a Delta table of its own for each broker on the S3 server, the one writer of that table there:
-    Delta's S3 log store makes no conditional put, so two drivers that commit one version of a table at
-    once can both succeed, the later log file replacing the earlier (docs/guarantees.md; with two bridges
-    on one table, 50 of 400 messages were lost that way here: both their bulks were recorded published,
-    one of them in no version). The ledger keeps each message of a broker in one of its two tables
-    (one per bridge), once. The S3 server is one of this test's own: the shared one on port 9000 is
-    never stopped."""
+    each queue's pair, two Spark drivers. Each listener feeds a message type of its own, one Delta table
+    for each broker on the S3 server, which both bridges commit to: two writers of each table. Their
+    commits of one version meet at the store, which refuses the later log file (the bridge's log store
+    makes it by a conditional PUT, `mqbridge.landing.log_store`), and Delta commits it as the next
+    version. With Delta's default store on S3 the later file replaced the earlier: 50 of 400 messages
+    were lost here that way, both bulks recorded published and one of them in no version. The S3 server
+    is one of this test's own: the shared one on port 9000 is never stopped."""
     for name in ("delta", "s3"):
         if not (JARS / name).is_dir():
             pytest.fail(f"the {name} jars are missing from {JARS / name}: run scripts/jars.sh {name}")
@@ -154,7 +153,7 @@ def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_me
         q.put(sent[q.broker][:200])
     with private_s3_server(tmp_path / "s3") as s3proxy:
         # Given two bridges, each landing both queues into Delta tables on a private S3-compatible server
-        # (a table for each broker on each bridge)
+        # (a table for each broker, written by both bridges)
         s3 = s3proxy.server
         bucket = s3.new_bucket("restart")
         secret = tmp_path / "s3-secret"
@@ -168,14 +167,14 @@ def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_me
             for i in range(2):
                 bridge = (process_bridge("eo", state_dir=f"state{i}").without("types.orders")
                           .add("bridge", _ledger(pg, "s3restart")).add("spark", DELTA_SPARK)
-                          .set("spark", warehouse=f"s3a://{bucket}/bridge{i}").set("spark.conf", **conf))
+                          .set("spark", warehouse=f"s3a://{bucket}/wh").set("spark.conf", **conf))
                 for q in queues:
                     bridge = q.read_by(bridge.set(f"types.{_type(q.broker)}", bulk_size="128KB",
                                                   bulk_timeout="500ms"), _type(q.broker), batch=50)
                 config = bridge.write(tmp_path / f"bridge{i}.toml")
                 runs.append(OutputReader(mqbridge("run", "--config", str(config))))
             wait_until(lambda: all(_STARTED in run.text() for run in runs) and all(
-                _pair_bodies(s3, bucket, q.broker) for q in queues) or any(
+                _shared_table_bodies(s3, bucket, q.broker) for q in queues) or any(
                 run.proc.poll() is not None for run in runs),
                 300, "the two bridges' Spark sessions to start and the first messages of each queue to land "
                      "on the S3 server", every=1.0)
@@ -189,21 +188,20 @@ def test_the_warehouses_s3_server_restarted_under_load_is_an_outage_and_every_me
                                    or run.proc.poll() is not None for run in runs), 120,
                        "both bridges to find the S3 server gone for both brokers' tables (sink unavailable)")
             s3proxy.start()
-            wait_until(lambda: all(sum(_pair_bodies(s3, bucket, q.broker).values()) >= len(sent[q.broker])
+            wait_until(lambda: all(sum(_shared_table_bodies(s3, bucket, q.broker).values()) >= len(sent[q.broker])
                                    for q in queues) or any(run.proc.poll() is not None for run in runs), 300,
-                       "the 400 messages of each queue to be in its tables on S3", every=1.0)
+                       "the 400 messages of each queue to be in its table on S3", every=1.0)
             codes = [run.terminate() for run in runs]
         finally:
             _stop(runs)
         assert codes == [0, 0], _tails(runs)
         for q in queues:
             # Then on each broker it was an outage to both bridges, never poison: each said so of that
-            # broker's table, and every message of the broker is in its two tables once (as delta-rs
-            # sees them)
+            # broker's table, and every message of the broker is in its table once (as delta-rs sees it)
             sink = f"sink {_type(q.broker)}"
             assert all(f"{sink} {OUTAGE}" in run.text() and f"{sink}: probe write succeeded; available again"
                        in run.text() for run in runs), f"{q.broker}:\n{_tails(runs)}"
-            result = account(sent[q.broker], _pair_bodies(s3, bucket, q.broker, strict=True))
+            result = account(sent[q.broker], _shared_table_bodies(s3, bucket, q.broker, strict=True))
             assert result.clean, f"{q.broker}: {result}\n{_tails(runs)}"
             # and nothing was moved to the backout queue; the queue is empty
             assert q.depths() == (0, 0), q.broker
@@ -221,20 +219,18 @@ def _value(db: psycopg.Connection[Any], query: LiteralString) -> Any:
     return row[0]
 
 
-def _pair_bodies(s3: S3Server, bucket: str, broker: str, strict: bool = False) -> collections.Counter[bytes]:
-    """The bodies in `broker`'s tables (`_type`) of the two bridges on `s3` (warehouses `bridge0` and
-    `bridge1` of `bucket`), read by delta-rs. A table not made (its bridge landed
-    nothing) holds none; one that cannot be read yet (a server starting) holds none unless `strict`."""
-    found: collections.Counter[bytes] = collections.Counter()
-    for i in range(2):
-        try:
-            found += s3.delta_bodies(bucket, f"bridge{i}/{_type(broker)}")
-        except TableNotFoundError:
-            continue
-        except Exception:  # (delta-rs raises its own errors, and OSError, for a server still starting)
-            if strict:
-                raise
-    return found
+def _shared_table_bodies(s3: S3Server, bucket: str, broker: str, strict: bool = False) -> collections.Counter[bytes]:
+    """The bodies in `broker`'s table (`_type`, in the warehouse `wh` of `bucket` on `s3`) that the two
+    bridges write, read by delta-rs. A table not made yet holds none; one that cannot be read yet (a
+    server starting) holds none unless `strict`."""
+    try:
+        return s3.delta_bodies(bucket, f"wh/{_type(broker)}")
+    except TableNotFoundError:
+        return collections.Counter()
+    except Exception:  # (delta-rs raises its own errors, and OSError, for a server still starting)
+        if strict:
+            raise
+        return collections.Counter()
 
 
 def _last_logged(out: str) -> float:

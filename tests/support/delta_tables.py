@@ -97,6 +97,57 @@ def delta_facts(spark: Any, path: str) -> dict[str, bool]:
     return facts
 
 
+def conditional_creates(spark: Any, path: str) -> dict[str, str]:
+    """Two creates of the object at `path` through the driver's S3A with S3A's conditional-create option
+    (If-None-Match: *), the S3 server's promise the Delta log store rests on
+    (`mqbridge.landing.log_store`): the second's outcome (the Java class of its error, or "written") and
+    what the object holds after both."""
+    from mqbridge.landing.log_store import CONDITIONAL_CREATE
+
+    jvm = spark._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def create(text: str) -> str:
+        try:
+            out = fs.createFile(target).overwrite(False).must(CONDITIONAL_CREATE, True).build()
+            out.write(bytearray(text.encode()))
+            out.close()
+        except Exception as exc:  # a Py4JJavaError: its Java class says what the store answered
+            return str(exc.java_exception.getClass().getName())  # type: ignore[attr-defined]
+        return "written"
+
+    first, second = create("first"), create("second")
+    return {"first": first, "second": second, "content": _read_text(spark, path)}
+
+
+def log_store_writes(spark: Any, path: str) -> dict[str, str]:
+    """Two writes of the log file `path` by mqbridge's Delta log store, as two writers of one version
+    make them (overwrite false): the second's outcome (the Java class Delta's commit sees, or "written")
+    and what the file holds after both."""
+    from mqbridge.landing.log_store import CLASS_NAME
+
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    store = getattr(jvm, CLASS_NAME)(conf)
+
+    def write(action: str) -> str:
+        lines = jvm.java.util.ArrayList()
+        lines.add(action)
+        try:
+            store.write(jvm.org.apache.hadoop.fs.Path(path), lines.iterator(), False, conf)
+        except Exception as exc:
+            return str(exc.java_exception.getClass().getName())  # type: ignore[attr-defined]
+        return "written"
+
+    first, second = write('{"commitInfo":{"writer":"a"}}'), write('{"commitInfo":{"writer":"b"}}')
+    return {"first": first, "second": second, "content": _read_text(spark, path)}
+
+
+def _read_text(spark: Any, path: str) -> str:
+    return "".join(row.value for row in spark.read.text(path).collect())
+
+
 def bulk_counts_until(spark: Any, path: str, stop: str, every: float = 0.2) -> list[dict[str, int]]:
     """Rows per bulk_id of the Delta table at `path` as Spark reads it, read again every `every`
     seconds until the file `stop` exists (reads before the table's first commit are left out)."""

@@ -187,7 +187,9 @@ def delta_jars(sets: tuple[str, ...] = ("delta", "s3")) -> list[str]:
 
 
 def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
-    """A local[2] Spark with Delta Lake (and S3A for `s3`), small enough for the tests."""
+    """A local[2] Spark with Delta Lake (and S3A and the bridge's log store for `s3`), small enough for the tests."""
+    from mqbridge.landing import log_store
+
     conf = {
         "spark.jars": ",".join(delta_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -195,7 +197,10 @@ def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
         **SMALL_TABLE_CONF,
         "spark.databricks.delta.snapshotPartitions": "2",
     }
-    return {**conf, **(s3.spark_conf() if s3 else {})}
+    if s3 is None:
+        return conf
+    # on S3 its commits go through the bridge's log store, as the bridge's own do (`mqbridge.landing.log_store`)
+    return {**conf, **s3.spark_conf(), log_store.CONF_KEY: log_store.CLASS_NAME}
 
 
 # --- the child process's side -------------------------------------------------------------------

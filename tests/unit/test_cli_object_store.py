@@ -17,6 +17,7 @@ import pytest
 from mqbridge.cli import main
 from mqbridge.commands.where import from_files as where_from_files
 from mqbridge.config import load_config
+from mqbridge.landing import log_store
 from mqbridge.landing.ledger import SqliteLedger, TableTransaction, owner_id
 from tests.support.configs import orders
 
@@ -26,7 +27,7 @@ WAREHOUSE = "s3a://landing-bucket/mqbridge"
 def write(tmp_path: Path, jars: bool = True) -> Path:
     jars_dir = tmp_path / "jars"
     for folder, name in (("delta", "delta-spark_4.1_2.13-4.4.0.jar"), ("delta", "delta-storage-4.4.0.jar"),
-                         ("s3", "hadoop-aws-3.4.2.jar")):
+                         ("delta", log_store.JAR_NAME), ("s3", "hadoop-aws-3.4.2.jar")):
         if jars or folder == "delta":
             (jars_dir / folder).mkdir(parents=True, exist_ok=True)
             (jars_dir / folder / name).write_bytes(b"")

@@ -7,7 +7,9 @@ decides at once, or, while it cannot be asked, when the bulk's messages come bac
 from __future__ import annotations
 
 import os
+import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from mqbridge.landing.landing import Landing
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions
 from mqbridge.landing.publication import recover, roll_forward
 from mqbridge.table_formats import formats_configured
+from tests.support.processes import ROOT
 
 
 def test_a_prepared_bulk_keeps_its_table_transaction_and_no_files(ledger: Ledger) -> None:
@@ -76,6 +79,47 @@ def test_missing_delta_jars_are_a_start_up_error_naming_the_command(tmp_path: Pa
     assert conf["spark.jars"].split(",")[0] == "/x/other.jar" and len(conf["spark.jars"].split(",")) == 3
     assert conf["spark.databricks.delta.snapshotPartitions"] == "8"  # [spark] conf wins
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_delta_on_s3a_starts_with_the_conditional_put_log_store_and_without_its_jar_names_the_command(
+        tmp_path: Path) -> None:
+    from mqbridge.config.warehouse import parse_warehouse
+    from mqbridge.landing import log_store
+
+    (tmp_path / "delta").mkdir()
+    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
+        (tmp_path / "delta" / jar).write_bytes(b"")
+    on_s3 = parse_warehouse("s3a://bucket/wh")
+    # a local or HDFS warehouse: Delta's own store (renames that never replace a file)
+    assert log_store.CONF_KEY not in delta.session_conf(tmp_path, {}, tmp_path / "wh")
+    assert log_store.CONF_KEY not in delta.session_conf(tmp_path, {}, parse_warehouse("hdfs://nn:9820/wh"))
+    # s3a:// without the built jar: a start-up error naming the command that builds it
+    with pytest.raises(ConfigError, match=r"need mqbridge's conditional-put log store .* `mqbridge jars --config"):
+        delta.session_conf(tmp_path, {}, on_s3)
+    (tmp_path / "delta" / log_store.JAR_NAME).write_bytes(b"")
+    conf = delta.session_conf(tmp_path, {}, on_s3)
+    assert conf[log_store.CONF_KEY] == log_store.CLASS_NAME
+    assert str(tmp_path / "delta" / log_store.JAR_NAME) in conf["spark.jars"].split(",")
+    # an operator's own log store (e.g. Delta's DynamoDB one) wins, and needs no jar of the bridge's
+    (tmp_path / "delta" / log_store.JAR_NAME).unlink()
+    own = {log_store.CONF_KEY: "io.delta.storage.S3DynamoDBLogStore"}
+    assert delta.session_conf(tmp_path, own, on_s3)[log_store.CONF_KEY] == "io.delta.storage.S3DynamoDBLogStore"
+
+
+def test_the_log_store_is_compiled_into_the_delta_jar_folder_once(tmp_path: Path) -> None:
+    from mqbridge.landing import log_store
+
+    storage = sorted((ROOT / "jars" / "delta").glob("delta-storage-*.jar"))
+    if not storage or shutil.which("javac") is None:
+        pytest.skip("needs the Delta jars (scripts/jars.sh delta) and a JDK's javac")
+    shutil.copy(storage[-1], tmp_path)
+    jar = log_store.build(tmp_path)
+    assert jar == tmp_path / log_store.JAR_NAME
+    with zipfile.ZipFile(jar) as archive:
+        assert "org/mqbridge/delta/ConditionalPutLogStore.class" in archive.namelist()
+    made = jar.stat().st_mtime_ns
+    assert log_store.build(tmp_path) == jar and jar.stat().st_mtime_ns == made  # kept, not compiled again
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
 def test_vacuum_lists_files_in_as_many_tasks_as_the_driver_host_has_cores_unless_spark_conf_says(

@@ -15,6 +15,7 @@ from mqbridge.app import _spark_section  # the composition root's merge: the set
 from mqbridge.config import parse_config
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError
+from mqbridge.landing.log_store import JAR_NAME as LOG_STORE_JAR
 from mqbridge.landing.object_stores import (
     HDFS_CONF,
     S3A_CONF,
@@ -90,7 +91,7 @@ def test_missing_s3a_jars_are_a_start_up_error_naming_the_command(tmp_path: Path
 
 
 def test_the_bridge_starts_its_driver_with_delta_and_the_object_store_settings(tmp_path: Path) -> None:
-    for folder, names in (("delta", ("delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")),
+    for folder, names in (("delta", ("delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", LOG_STORE_JAR)),
                           ("s3", ("hadoop-aws-3.4.2.jar",))):
         (tmp_path / folder).mkdir()
         for name in names:
@@ -106,7 +107,8 @@ def test_the_bridge_starts_its_driver_with_delta_and_the_object_store_settings(t
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == SIMPLE_PROVIDER
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert [Path(j).name for j in conf["spark.jars"].split(",")] == [
-        "hadoop-aws-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]
+        "hadoop-aws-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", LOG_STORE_JAR]
+    assert conf["spark.delta.logStore.s3a.impl"] == "org.mqbridge.delta.ConditionalPutLogStore"
     assert cfg.spark.conf.get("spark.hadoop.fs.s3a.retry.limit") is None  # the configuration itself is unchanged
 
 
