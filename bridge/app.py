@@ -44,6 +44,7 @@ from mqbridge.landing import (
 from mqbridge.landing.ledger import PreparedBulk, open_ledger, owner_id
 from mqbridge.landing.object_stores import object_store_outage
 from mqbridge.landing.schema_verdicts import check_schemas
+from mqbridge.landing.session import store_answers
 from mqbridge.lint import start_warnings
 from mqbridge.maintenance.compaction_scheduler import CompactionScheduler
 from mqbridge.maintenance.entries import request_deleter
@@ -296,6 +297,8 @@ def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landin
 
         def rebuild() -> int:
             try:
+                if on_store:  # one request first: a silent or refusing store named after it, not after many
+                    store_answers(sessions.get(), warehouse)
                 for name, types in on_store.items():  # plain tables by name, a template's as listed (delta-rs)
                     store = config.tables_warehouse()
                     by_format[name] = [(str(path.relative_to(store)), path) for path

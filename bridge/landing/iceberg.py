@@ -39,7 +39,6 @@ from mqbridge.config.iceberg import (
     VERSION_PROPERTY,
     IcebergCatalog,
 )
-from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.errors import ConfigError, LedgerUnavailableError
 from mqbridge.landing import jar_sets
 from mqbridge.landing.schema_check import DECLARED
@@ -257,8 +256,13 @@ def table_exists(spark: SparkSession, catalog: IcebergCatalog, table: str) -> bo
     """Whether the catalog holds the table `table`, by listing its namespace (made if missing, as by the
     probe): Spark's `catalog.tableExists` asks a missing table's name as a view as well, which Java's
     JdbcCatalog refuses in the layout it creates ("initialized without view support"). On an object
-    store its warehouse is asked first (`store_answers`): every caller goes on to read the table."""
-    store_answers(spark, catalog)
+    store its warehouse is asked first (`session.store_answers`): every caller goes on to read the
+    table, and Iceberg itself reads a table's metadata file with 20 tries over about 90 s whatever the
+    error (`BaseMetastoreTableOperations.refreshFromMetadataLocation`), so a refused key met there would
+    be named only after them."""
+    from mqbridge.landing.session import store_answers
+
+    store_answers(spark, catalog.warehouse)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
     rows = spark.sql(f"SHOW TABLES IN {ICEBERG_CATALOG}.{catalog.namespace}").collect()
     return any(str(row["tableName"]).lower() == table.lower() for row in rows)
@@ -273,27 +277,13 @@ def committed(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id:
     return int(rows[0]["n"]) > 0
 
 
-def store_answers(spark: SparkSession, catalog: IcebergCatalog) -> None:
-    """On an object-store warehouse, one request to it through the driver's Hadoop file system (S3A, with
-    the session's keys and its single try): an error naming the refusal (a wrong key: HTTP 403), the
-    missing bucket or the silent endpoint at once. Iceberg itself reads a table's metadata file with 20
-    tries over about 90 s whatever the error (`BaseMetastoreTableOperations.refreshFromMetadataLocation`),
-    so a refused key met by a read of the table is named only after them. Nothing to ask locally."""
-    warehouse = catalog.warehouse
-    if not isinstance(warehouse, ObjectStoreUri):
-        return
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:  # Spark Connect: refused with Iceberg types (config.iceberg)
-        return
-    path = jvm.org.apache.hadoop.fs.Path(str(warehouse))
-    path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
-
-
 def write_probe(spark: SparkSession, catalog: IcebergCatalog) -> None:
     """The catalog and the warehouse answer: the catalog's namespace created if missing, and listed (the
     probe of an Iceberg sink: a write of the table itself would add a snapshot to it); the warehouse on
-    an object store asked once (`store_answers`)."""
-    store_answers(spark, catalog)
+    an object store asked once (`session.store_answers`)."""
+    from mqbridge.landing.session import store_answers
+
+    store_answers(spark, catalog.warehouse)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
     spark.sql(f"SHOW TABLES IN {ICEBERG_CATALOG}.{catalog.namespace}").collect()
 
@@ -377,5 +367,5 @@ __all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "EXTENSION
            "PARTITION_TRANSFORMS", "TIME_FIELDS", "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf",
            "committed", "declared_comment", "describe_partitioning", "driver_alive", "ensure_table",
            "evolve_partitioning", "jar_files", "missing_from_spark", "partition_change", "partition_fields",
-           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "store_answers",
-           "table_exists", "write_probe"]
+           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "table_exists",
+           "write_probe"]

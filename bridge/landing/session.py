@@ -306,6 +306,24 @@ def write_probe(spark: SparkSession, target: Path) -> None:
 WAREHOUSE_PROBE = "_mqbridge_probe"
 
 
+def store_answers(spark: SparkSession, location: object) -> None:
+    """For a `location` on an object store or HDFS (a URI, not a Path), ONE request to it through the
+    driver's Hadoop file system, with the session's keys and the bridge's single try and timeouts
+    (`object_stores.S3A_CONF`): an error naming the refusal (a wrong key: HTTP 403), the missing bucket
+    or the silent endpoint as soon as that request ends. Asked before the first read of a table, which
+    makes several requests, each waiting out its own timeout (Delta reads `_last_checkpoint` three times,
+    then lists the log: a silent endpoint was named after about 70 s of them) or retrying on its own
+    (Iceberg, `iceberg.table_exists`). Nothing to ask of a local directory, nor through Spark Connect (no
+    driver objects here)."""
+    if isinstance(location, Path):
+        return
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return
+    path = jvm.org.apache.hadoop.fs.Path(str(location))
+    path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
+
+
 def check_warehouse(sessions: SparkSessions, warehouse: Path | str, owner: str) -> None:
     """Before the first bulk: write a row through Spark into the warehouse and read it back from
     this process. WarehouseInvisibleError, naming the warehouse, the Spark mode and what to fix,

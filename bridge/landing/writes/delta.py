@@ -22,7 +22,7 @@ from mqbridge.landing.deadlines import spark_guarded
 from mqbridge.landing.ledger import TableTransaction, owner_id
 from mqbridge.landing.publication import STAGING, discard, owner_dirname, private_staging, staging_dir
 from mqbridge.landing.rows import ARROW_SCHEMA, IDENTITY_COLUMN, arrow_table
-from mqbridge.landing.session import is_connect, writes_as_this_user
+from mqbridge.landing.session import is_connect, store_answers, writes_as_this_user
 from mqbridge.landing.writes import WriteContext
 from mqbridge.landing.writes.frames import (
     SPARK_WRITE_FAILPOINTS,
@@ -147,10 +147,12 @@ class DeltaWrites:
             return
         context = self._context
         spark = context.sessions.get()
+        def make() -> None:
+            store_answers(spark, location)  # one request first: a silent or refusing store named after it
+            delta_create.make_table(spark, location, lambda: empty_frame(spark, context.body_format))
+
         with table_turns(location).lock:  # two writers of this process (types sharing a table) ask one after the other
-            spark_guarded(spark, context.message_type, f"making of Delta table {location}",
-                          lambda: delta_create.make_table(spark, location,
-                                                          lambda: empty_frame(spark, context.body_format)),
+            spark_guarded(spark, context.message_type, f"making of Delta table {location}", make,
                           context.write_timeout)
 
     def _handoff(self, location: Path | str, owner: str, bulk_id: str) -> Path | None:
