@@ -43,7 +43,8 @@ from mqbridge.errors import ConfigError
 #: An endpoint that accepts connections and never answers costs each request its 15 s, and a Delta write
 #: makes several (the log's `_last_checkpoint` is read 3 times, then the log listed): a bare write still
 #: waited after 7 minutes with 30 s / 60 s and 3 tries, failed after 305 s with 15 s / 15 s and 3 tries,
-#: after 136 s with 1; the bridge with these names it 80-110 s after its start (test_delta_object_stores.py).
+#: after 136 s with 1. The bridge asks the store with one request before any of those
+#: (`session.store_answers`) and names it about 40 s after its start (test_delta_object_stores.py).
 S3A_CONF = {
     "spark.hadoop.fs.s3a.attempts.maximum": "1",
     "spark.hadoop.fs.s3a.retry.limit": "1",
