@@ -62,12 +62,19 @@ def build(delta_dir: Path) -> Path:
             raise LogStoreBuildError(f"javac could not compile {SOURCE.name}: {(done.stderr or done.stdout).strip()}")
         with (tempfile.NamedTemporaryFile(dir=delta_dir, prefix=f".{JAR_NAME}.", delete=False) as tmp,
               zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as jar):
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: mqbridge\r\n\r\n")
+            # fixed entry times: the same source and javac make the same jar, byte for byte
+            jar.writestr(_entry("META-INF/MANIFEST.MF"), "Manifest-Version: 1.0\r\nCreated-By: mqbridge\r\n\r\n")
             for path in sorted(Path(work).rglob("*.class")):
-                jar.write(path, str(path.relative_to(work)))
+                jar.writestr(_entry(str(path.relative_to(work))), path.read_bytes())
     os.replace(tmp.name, target)
     os.chmod(target, 0o644)
     return target
+
+
+def _entry(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
 
 
 def _javac() -> str:

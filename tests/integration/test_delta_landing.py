@@ -186,7 +186,8 @@ def test_mqbridge_jars_fetches_the_pinned_jars_checked_against_their_checksums(t
         proc = mqbridge("jars", "--dir", str(tmp_path))
         out = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, out
-    # Then they are the project's (byte for byte), and a repository without them is an error that says so
+    # Then they are the project's (byte for byte: the fetched jars, and the log store of Delta tables on S3
+    # compiled beside them), and a repository without them is an error that says so
     for jar in (JARS / "delta").glob("*.jar"):
         assert (tmp_path / "delta" / jar.name).read_bytes() == jar.read_bytes()
     proc = mqbridge("jars", "--dir", str(tmp_path / "other"), "--repository", "https://repo.maven.apache.org/none")

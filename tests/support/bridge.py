@@ -70,7 +70,7 @@ class RunningBridge:
         return self.wait()
 
 
-def run_until_idle(bridge: Bridge, idle: float = 2.0, timeout: float = 180.0) -> int:
+def run_until_idle(bridge: Bridge, idle: float = 1.0, timeout: float = 180.0) -> int:
     return RunningBridge(bridge, until_idle=idle).wait(timeout)
 
 

@@ -152,9 +152,13 @@ def run_until_killed(config: Path, failpoint: str, timeout: float = 240,
     return out
 
 
-def run_until_idle(config: Path, idle: str = "2s", timeout: float = 300,
+def run_until_idle(config: Path, idle: str = "1s", timeout: float = 300,
                    env_extra: dict[str, str] | None = None) -> str:
-    """Run to the end (`--until-idle`), expecting exit 0; its output."""
+    """Run to the end (`--until-idle`), expecting exit 0; its output. One second of idleness is enough
+    for a bridge whose messages are on its queues before it starts: it is idle only once every listener
+    holds nothing, the collector is empty and, where the broker tells a queue's depth, the backlog poller
+    has read it empty since the last commit (`Supervisor.idle`); each second more was a second of every
+    such run of the suite."""
     proc = mqbridge("run", "--config", str(config), "--until-idle", idle, env_extra=env_extra)
     out = output_within(proc, timeout, f"the end of `mqbridge run --until-idle {idle}`")
     assert proc.returncode == 0, out
