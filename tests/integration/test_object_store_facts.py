@@ -2,7 +2,10 @@
 bare Spark driver (Delta 4.4.0 and S3A's jars, no bridge) against a real S3-compatible server (S3Proxy
 on its file-system backend, scripts/s3.sh) and Hadoop's own HDFS mini cluster (scripts/hdfs.sh): an
 append reads back; a second write with the same `txnAppId`/`txnVersion` is skipped by Delta itself
-(no new commit); `deltalake` (delta-rs) reads the S3 table and its `transaction_version`; the S3 secret
+(no new commit); `deltalake` (delta-rs) reads the S3 table and its `transaction_version`; the S3 server
+refuses a second conditional create of one object (HTTP 412, the first one's bytes kept), and the
+bridge's Delta log store (`mqbridge.landing.log_store`, which the driver commits through on S3) answers a
+second writer of one version with the `FileAlreadyExistsException` Delta's commit retries on; the S3 secret
 is on neither the driver JVM's command line nor in its environment; and the errors S3A raises for a
 wrong secret (403 `AccessDeniedException`), a bucket that does not exist (404 `UnknownStoreException`)
 and an endpoint that does not answer (`ConnectException` after S3A's retries, bounded by
