@@ -114,7 +114,8 @@ class Locator:
         prepared = self._prepared(key, notes) if not held and landed is None else []
         moved = self._moved(key, searched, notes)
         if held or prepared:
-            doc["in_flight"] = [_held(h) for h in held] + [_prepared(b) for b in prepared]
+            now = self._ledger_now(notes) if prepared else time.time()
+            doc["in_flight"] = [_held(h) for h in held] + [_prepared(b, now) for b in prepared]
         if found is not None:
             doc["landed"] = _landed(key, found[1])
             if found[1].transaction is not None:  # the table's own commit published it: the table says where
@@ -190,6 +191,18 @@ class Locator:
             notes.append(f"the landing ledger's prepared bulks could not be read: {exc}")
             return []
 
+    def _ledger_now(self, notes: list[str]) -> float:
+        """The ledger's clock now (`Ledger.clock`), which stamped its bulks' `prepared_at`: a shared ledger's
+        is its database server's, and a host whose clock is ahead or behind would misjudge a bulk's age by
+        its own. This host's clock, with a note, when the ledger cannot say."""
+        clock = getattr(self.ledger, "clock", None)
+        try:
+            return float(clock()) if clock is not None else time.time()
+        except BridgeError as exc:
+            notes.append(f"a prepared bulk's time in flight is judged by this host's clock: the ledger's could not be "
+                         f"read: {exc}")
+            return time.time()
+
     def _moved(self, key: str, searched: list[str], notes: list[str]) -> MovedMessage | None:
         if self.backout_log is None:
             return None
@@ -255,11 +268,12 @@ def _held(held: Held) -> dict[str, Any]:
             "delivery_count": m.delivery_count}
 
 
-def _prepared(bulk: PreparedBulk) -> dict[str, Any]:
+def _prepared(bulk: PreparedBulk, now: float) -> dict[str, Any]:
+    """A prepared bulk in flight, its age judged at `now` by the clock that stamped it (the ledger's)."""
     dates = put_dates(bulk.files)
     return {"bulk": bulk.bulk_id, "bulk_state": "prepared", "table": bulk.table,
             "put_date": dates[0] if len(dates) == 1 else None, "owner": bulk.owner, "prepared": iso(bulk.prepared_at),
-            "seconds_in_flight": round(max(0.0, time.time() - bulk.prepared_at), 1)}
+            "seconds_in_flight": round(max(0.0, now - bulk.prepared_at), 1)}
 
 
 def _landed(key: str, bulk: PublishedBulk) -> dict[str, Any]:

@@ -136,6 +136,18 @@ def test_a_prepared_bulk_is_in_flight_in_the_ledger(ledger: SqliteLedger) -> Non
         "b7", "prepared", "orders", "2024-05-01", owner_id())
 
 
+def test_a_prepared_bulks_time_in_flight_is_judged_by_the_ledgers_clock_that_stamped_it(
+        ledger: SqliteLedger, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shared ledger stamps prepared_at by its server's clock; this host's clock may be minutes off
+    cfg, _ = memory_config()
+    ledger.prepare("b7", "orders", [("/w/orders/_staging/x", DAY1)], ["ID:7"])
+    [bulk] = ledger.in_progress()
+    monkeypatch.setattr(ledger, "clock", lambda: bulk.prepared_at + 42.0)
+    monkeypatch.setattr(time, "time", lambda: bulk.prepared_at + 600.0)  # this host 10 minutes ahead
+    doc = Locator(cfg.listeners, cfg.bridge.dedupe_window, ledger=ledger).locate("ID:7")
+    assert doc["in_flight"][0]["seconds_in_flight"] == 42.0
+
+
 def test_unknown_says_what_it_cannot_rule_out(tmp_path: Path, ledger: SqliteLedger) -> None:
     cfg, _ = memory_config(extra='identity = "header:order-id"')
     doc = Locator(cfg.listeners, cfg.bridge.dedupe_window, ledger=ledger,
