@@ -18,7 +18,7 @@ HEADER = """# Testing
 modules' docstrings; do not edit by hand (tests/unit/test_testing_doc.py checks it). -->
 
 `./scripts/test.sh` installs everything on a fresh Debian machine and runs the whole suite: the static
-checks (ruff, mypy strict), then pytest twice: `tests/unit` on two worker processes (pytest-xdist),
+checks (ruff, mypy strict), then pytest twice: `tests/unit` on four worker processes (pytest-xdist),
 then `tests/contract` and `tests/integration` in one process (they share the servers their session starts).
 With arguments it runs one pytest with them: `./scripts/test.sh -m "not integration"` runs only what
 needs no broker (a few minutes). What the suite runs for real, never mocked: ActiveMQ and
