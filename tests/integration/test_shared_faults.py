@@ -4,9 +4,10 @@ one bridge's clock 10 minutes ahead, each on ActiveMQ and RabbitMQ in one run of
 bridges on an ActiveMQ queue and a pair on a RabbitMQ queue (`identity = "header:x-eo-id"`) share the
 restart or the skewed clock; under the S3 server's restart the pair is two bridges that each read both
 queues (two Spark drivers, not four), both writing one Delta table for each broker (two writers of a
-table on S3, whose commits of one version meet at the store's conditional PUT: docs/guarantees.md). Each
-broker counted like a total-queue checker: every message of its queue in its table once (lost, duplicated, unexpected: all 0), nothing moved to its backout
-queue, the queue empty. A restarted server is an outage, never poison; a clock is never what a lease is judged by (the
+table on S3, whose commits of one version meet at the store's conditional PUT: docs/guarantees.md).
+Each broker counted like a total-queue checker: every message of its queue in its table once (lost,
+duplicated, unexpected: all 0), nothing moved to its backout queue, the queue empty. A restarted server
+is an outage, never poison; a clock is never what a lease is judged by (the
 ledger judges heartbeats by the database server's clock)."""
 
 from __future__ import annotations
