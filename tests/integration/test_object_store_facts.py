@@ -20,7 +20,8 @@ import uuid
 import psutil
 import pytest
 
-from tests.support.delta_tables import conditional_creates, log_store_writes
+from mqbridge.landing import log_store
+from tests.support.delta_tables import conditional_creates, delta_log_store, log_store_writes
 from tests.support.exactly_once import free_port
 from tests.support.object_stores import DeltaSpark, S3Server
 
@@ -49,6 +50,8 @@ def test_delta_on_s3_lands_once_per_transaction_and_delta_rs_reads_it(
 
     bucket = s3_server.new_bucket("facts")
     _appends_once_per_transaction(delta_spark, f"s3a://{bucket}/landing/t")
+    # (committed through the bridge's log store, as the bridge's driver is told to: `spark.delta.logStore.s3a.impl`)
+    assert _ok(delta_spark.run(delta_log_store, f"s3a://{bucket}/landing/t")) == log_store.CLASS_NAME
 
     table = DeltaTable(f"s3://{bucket}/landing/t", storage_options=s3_server.storage_options())
     assert sorted(table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()) == [1, 2, 3, 4]

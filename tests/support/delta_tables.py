@@ -144,6 +144,20 @@ def log_store_writes(spark: Any, path: str) -> dict[str, str]:
     return {"first": first, "second": second, "content": _read_text(spark, path)}
 
 
+def delta_log_store(spark: Any, path: str) -> str:
+    """The class of the log store Delta committed the table at `path` through in this session: Delta's
+    `DelegatingLogStore` keeps one store per scheme (a private map, read by reflection, filled on first
+    use), a Java store inside Delta's adaptor."""
+    store = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).store()
+    if store.getClass().getName().endswith("DelegatingLogStore"):
+        field = store.getClass().getDeclaredField("schemeToLogStoreMap")
+        field.setAccessible(True)
+        store = field.get(store).get(path.split(":", 1)[0]).get()
+    if store.getClass().getName().endswith("LogStoreAdaptor"):
+        store = store.logStoreImpl()
+    return str(store.getClass().getName())
+
+
 def _read_text(spark: Any, path: str) -> str:
     return "".join(row.value for row in spark.read.text(path).collect())
 
