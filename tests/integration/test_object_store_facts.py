@@ -16,6 +16,7 @@ ten minutes). The driver is the session's `delta_spark` (tests/integration/conft
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import psutil
 import pytest
@@ -60,27 +61,22 @@ def test_delta_on_s3_lands_once_per_transaction_and_delta_rs_reads_it(
     assert table.version() == 1
 
 
-def test_the_s3_server_refuses_a_conditional_create_of_an_object_that_exists(
-        delta_spark: DeltaSpark, s3_server: S3Server) -> None:
+@pytest.mark.parametrize(("write_twice", "refused_with"), [
     # The promise mqbridge's Delta log store rests on, asked through S3A's own conditional create
-    # (If-None-Match: *): the second create of one object is refused with HTTP 412, the first one's
-    # bytes kept. (A plain create with overwrite=false only looks first: two at once both write.)
+    # (If-None-Match: *): the server refuses the second create of one object with HTTP 412. (A plain
+    # create with overwrite=false only looks first: two at once both write.)
+    (conditional_creates, "org.apache.hadoop.fs.s3a.RemoteFileChangedException"),
+    # Two writers of one version through the bridge's log store: the second gets the exception by which
+    # Delta's commit detects a concurrent commit (it then checks for a conflict and tries the next
+    # version). Delta's default store on S3 wrote over the first instead (two Spark drivers appending 40
+    # commits each to one table on this server: 79 of 80 rows kept).
+    (log_store_writes, "java.nio.file.FileAlreadyExistsException"),
+], ids=["s3-server", "log-store"])
+def test_the_second_writer_of_one_log_file_on_s3_is_refused_and_the_first_ones_bytes_kept(
+        delta_spark: DeltaSpark, s3_server: S3Server, write_twice: Any, refused_with: str) -> None:
     bucket = s3_server.new_bucket("facts")
-    outcome = _ok(delta_spark.run(conditional_creates, f"s3a://{bucket}/log/00000000000000000001.json"))
-    assert outcome == {"first": "written", "second": "org.apache.hadoop.fs.s3a.RemoteFileChangedException",
-                       "content": "first"}, outcome
-
-
-def test_the_log_store_refuses_a_second_commit_of_one_version_as_delta_expects(
-        delta_spark: DeltaSpark, s3_server: S3Server) -> None:
-    # Two writers of one version through the bridge's log store: the second gets the exception by
-    # which Delta's commit detects a concurrent commit (it then checks for a conflict and tries the next
-    # version); the first one's commit stays whole. Delta's default store on S3 wrote over it instead
-    # (two Spark drivers appending 40 commits each to one table on this server: 79 of 80 rows kept).
-    bucket = s3_server.new_bucket("facts")
-    outcome = _ok(delta_spark.run(log_store_writes, f"s3a://{bucket}/t/_delta_log/00000000000000000001.json"))
-    assert outcome == {"first": "written", "second": "java.nio.file.FileAlreadyExistsException",
-                       "content": '{"commitInfo":{"writer":"a"}}'}, outcome
+    outcome = _ok(delta_spark.run(write_twice, f"s3a://{bucket}/t/_delta_log/00000000000000000001.json"))
+    assert outcome == {"first": "written", "second": refused_with, "content": "first"}, outcome
 
 
 def test_delta_on_hdfs_lands_once_per_transaction(delta_spark: DeltaSpark, hdfs_cluster: str) -> None:

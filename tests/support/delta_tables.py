@@ -99,48 +99,49 @@ def delta_facts(spark: Any, path: str) -> dict[str, bool]:
 
 def conditional_creates(spark: Any, path: str) -> dict[str, str]:
     """Two creates of the object at `path` through the driver's S3A with S3A's conditional-create option
-    (If-None-Match: *), the S3 server's promise the Delta log store rests on
-    (`mqbridge.landing.log_store`): the second's outcome (the Java class of its error, or "written") and
-    what the object holds after both."""
+    (If-None-Match: *), the S3 server's promise the Delta log store rests on (`mqbridge.landing.log_store`);
+    `_written_twice`'s outcome."""
     from mqbridge.landing.log_store import CONDITIONAL_CREATE
 
-    jvm = spark._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
+    target = spark._jvm.org.apache.hadoop.fs.Path(path)
     fs = target.getFileSystem(spark._jsc.hadoopConfiguration())
 
-    def create(text: str) -> str:
-        try:
-            out = fs.createFile(target).overwrite(False).must(CONDITIONAL_CREATE, True).build()
-            out.write(bytearray(text.encode()))
-            out.close()
-        except Exception as exc:  # a Py4JJavaError: its Java class says what the store answered
-            return str(exc.java_exception.getClass().getName())  # type: ignore[attr-defined]
-        return "written"
+    def create(text: str) -> None:
+        out = fs.createFile(target).overwrite(False).must(CONDITIONAL_CREATE, True).build()
+        out.write(bytearray(text.encode()))
+        out.close()
 
-    first, second = create("first"), create("second")
-    return {"first": first, "second": second, "content": _read_text(spark, path)}
+    return _written_twice(spark, path, create)
 
 
 def log_store_writes(spark: Any, path: str) -> dict[str, str]:
-    """Two writes of the log file `path` by mqbridge's Delta log store, as two writers of one version
-    make them (overwrite false): the second's outcome (the Java class Delta's commit sees, or "written")
-    and what the file holds after both."""
+    """Two writes of the log file `path` by mqbridge's Delta log store, as two writers of one version make
+    them (overwrite false); `_written_twice`'s outcome."""
     from mqbridge.landing.log_store import CLASS_NAME
 
     jvm = spark._jvm
     conf = spark._jsc.hadoopConfiguration()
     store = getattr(jvm, CLASS_NAME)(conf)
 
-    def write(action: str) -> str:
+    def write(text: str) -> None:
         lines = jvm.java.util.ArrayList()
-        lines.add(action)
+        lines.add(text)
+        store.write(jvm.org.apache.hadoop.fs.Path(path), lines.iterator(), False, conf)
+
+    return _written_twice(spark, path, write)
+
+
+def _written_twice(spark: Any, path: str, write: Any) -> dict[str, str]:
+    """`write` of "first", then of "second", to the one object at `path`: each one's outcome (the Java
+    class of its error, or "written") and what the object holds after both."""
+    def outcome(text: str) -> str:
         try:
-            store.write(jvm.org.apache.hadoop.fs.Path(path), lines.iterator(), False, conf)
-        except Exception as exc:
+            write(text)
+        except Exception as exc:  # a Py4JJavaError: its Java class says what the store answered
             return str(exc.java_exception.getClass().getName())  # type: ignore[attr-defined]
         return "written"
 
-    first, second = write('{"commitInfo":{"writer":"a"}}'), write('{"commitInfo":{"writer":"b"}}')
+    first, second = outcome("first"), outcome("second")
     return {"first": first, "second": second, "content": _read_text(spark, path)}
 
 
