@@ -52,6 +52,7 @@ from mqbridge.errors import LedgerUnavailableError
 from mqbridge.landing import jar_sets, log_store
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction
 from mqbridge.landing.ledger.owners import judged_by_pid
+from mqbridge.landing.verdicts import holds_rows_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -214,10 +215,11 @@ def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, table_path: 
         # version did not: Delta skips the fence's txnVersion otherwise); or by a later version of the
         # same process, committed after this bulk's write failed while the table could not be asked
         # (its store unreachable: the bulk was left undecided and the table's next bulks went on).
-        # Only a commit carrying the bulk's id means its rows went in: recording it published on the
-        # version alone would commit its messages at their source without landing them. Otherwise
+        # Only a commit carrying the bulk's id (or, once that commit left the log, the bulk's rows)
+        # means its rows went in: recording it published on the version alone would commit its
+        # messages at their source without landing them. Otherwise
         # Delta skips any write of that version from now on, so the bulk is forgotten unfenced.
-        if not _committed_by(spark, table_path, bulk.bulk_id, after=-1):
+        if not _landed(spark, table_path, bulk.bulk_id, after=-1):
             ledger.forget(bulk.bulk_id)
             return False
         ledger.mark_published(bulk.bulk_id)
@@ -230,7 +232,7 @@ def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, table_path: 
             "exists or once that bridge starts again on its host")
     if before >= 0:
         _fence(spark, table_path, transaction)
-        if _committed_by(spark, table_path, bulk.bulk_id, after=before):
+        if _landed(spark, table_path, bulk.bulk_id, after=before):
             ledger.mark_published(bulk.bulk_id)
             return True
     ledger.forget(bulk.bulk_id)
@@ -245,6 +247,17 @@ def _fence(spark: SparkSession, table_path: Path | str, transaction: TableTransa
      .option("txnAppId", transaction.app_id).option("txnVersion", str(transaction.version))
      .option("userMetadata", f"{FENCE_MARK} {transaction.app_id} {transaction.version}")
      .save(str(table_path)))
+
+
+def _landed(spark: SparkSession, table_path: Path | str, bulk_id: str, *, after: int) -> bool:
+    """Whether the bulk's rows went into the table: a commit newer than version `after` carries its id,
+    or the table holds a row of it. The rows are asked when no commit does, since commits leave the
+    log's history (`delta.logRetentionDuration`, 30 days by default, at a checkpoint) while the app id's
+    version stays in the checkpoint: a bulk committed that long before it is settled (its bridge down all
+    that time, its messages still on their queue) would otherwise be taken for fenced and land again. A
+    fence, or a later version that passed the bulk's, leaves no row of it (`verdicts.holds_rows_of`)."""
+    return _committed_by(spark, table_path, bulk_id, after=after) \
+        or holds_rows_of(spark.read.format("delta").load(str(table_path)), bulk_id)
 
 
 def _committed_by(spark: SparkSession, table_path: Path | str, bulk_id: str, *, after: int) -> bool:

@@ -42,6 +42,7 @@ from mqbridge.config.iceberg import (
 from mqbridge.errors import ConfigError, LedgerUnavailableError
 from mqbridge.landing import jar_sets
 from mqbridge.landing.schema_check import DECLARED
+from mqbridge.landing.verdicts import holds_rows_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -351,12 +352,15 @@ def await_driver_gone(catalog: IcebergCatalog, owner: str, timeout: float = DRIV
 
 def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, catalog: IcebergCatalog) -> bool:
     """Decide a prepared bulk by the table's snapshots (see the module docstring): True when one
-    carries its id (recorded published), False when none does (forgotten: its messages land again
-    when they come back). A dead owner's driver JVM is waited for first; this process's own bulk (its
+    carries its id, or none does but the table holds its rows (its snapshot expired after a purge or
+    compaction: `verdicts.holds_rows_of`): recorded published; False otherwise (forgotten: its messages
+    land again when they come back). A dead owner's driver JVM is waited for first; this process's own bulk (its
     append raised) is asked at once: its append ran in this process's driver, and returned."""
     if bulk.owner != ledger.owner:
         await_driver_gone(catalog, bulk.owner)
-    if committed(spark, catalog, bulk.table, bulk.bulk_id):
+    found = committed(spark, catalog, bulk.table, bulk.bulk_id)
+    if found or (found is False and holds_rows_of(spark.table(catalog.identifier(bulk.table)), bulk.bulk_id)):
+        # (no snapshot kept carries the id, but its rows are there: its snapshot expired since)
         ledger.mark_published(bulk.bulk_id)
         return True
     ledger.forget(bulk.bulk_id)

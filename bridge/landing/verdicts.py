@@ -1,13 +1,15 @@
 """What `mqbridge ledger --abandon` decides about a stuck bulk (`mqbridge.landing.stuck`): the verdicts,
-the pure decision from what was found (`judge`), and the `bulk_id` a ledger bulk's rows carry
-(`row_bulk_id`). Apart from `stuck`, so that the table formats that look for a bulk's rows
-(`mqbridge.table_formats`) and `ledger --verify` use them without importing the command's module.
+the pure decision from what was found (`judge`), the `bulk_id` a ledger bulk's rows carry
+(`row_bulk_id`) and whether a table holds any (`holds_rows_of`). Apart from `stuck`, so that the table
+formats that look for a bulk's rows (`mqbridge.table_formats`, `mqbridge.landing.delta` and `iceberg`)
+and `ledger --verify` use them without importing the command's module.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from mqbridge.landing.ledger import PreparedBulk
 
@@ -61,3 +63,15 @@ def row_bulk_id(bulk_id: str) -> str:
     """The `bulk_id` the rows of ledger bulk `bulk_id` carry (the bulk's own id, without the table
     number of a bulk spread over several tables)."""
     return _TABLE_SUFFIX.sub("", bulk_id)
+
+
+def holds_rows_of(table: Any, bulk_id: str) -> bool:
+    """Whether the Spark DataFrame `table` (a table's current version) holds a row of ledger bulk
+    `bulk_id`. A table format's settle asks it when no commit it still keeps carries the bulk's id: a
+    commit leaves Delta's log history after `delta.logRetentionDuration` and an Iceberg snapshot is
+    expired after `[purge] vacuum_retention`, while the rows they wrote stay (a bulk settled that long
+    after its commit was taken for never landed, and landed again). What is left: a bulk whose commit
+    left the log and whose rows a purge removed too reads as never landed, and lands again."""
+    from pyspark.sql import functions as F
+
+    return bool(table.where(F.col("bulk_id") == F.lit(row_bulk_id(bulk_id))).limit(1).collect())

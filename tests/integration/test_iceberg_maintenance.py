@@ -13,7 +13,8 @@ pays for one JVM start:
    put_date), then `mqbridge purge --strategy delete` (position deletes), `mqbridge purge --strategy copy`
    (the first day copied, the second dropped) with `vacuum_retention = "0s"` (snapshots expired, an old
    orphan file removed, the snapshot before the purge no longer readable), more small files landed,
-   `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files), `mqbridge purge` by
+   `mqbridge compact` (`rewrite_data_files` sorted by put_timestamp: fewer files), a bulk left prepared
+   whose snapshot the compaction expired settled as landed by its rows, `mqbridge purge` by
    the type's row cap (`max_rows`), and `mqbridge ledger --verify` (the purged bulks counted apart);
 3. the table's partitioning (`[types.X] partition_by`): made `days(put_timestamp)`; with `partition_by =
    "hour"` its spec evolved to `hours(put_timestamp)` by the next append (files of both specs side by
@@ -201,6 +202,31 @@ def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
             found["as_of_time_rows"] = FORMAT.read(spark, table, as_of_timestamp=committed).count()
         except Exception as exc:
             found["as_of_rows"] = str(exc).splitlines()[0][:300]
+    return found
+
+
+def _settled_after_the_snapshots_expired(config: str) -> dict[str, Any]:
+    """Two bulks left prepared by a dead bridge, in a ledger of their own: one whose rows are in the table
+    (the bulk that landed message m300, whose snapshot a compaction's clean-up expired since) and one that
+    never landed; each decided as the next bridge decides it (`iceberg.settle`)."""
+    from mqbridge.config.iceberg import bound
+    from mqbridge.landing import iceberg
+    from mqbridge.landing.ledger import SqliteLedger
+
+    spark = _session(config)
+    cfg = _child["cfg"]
+    name = "mqbridge.mqbridge.orders"
+    bulk_id, identities = spark.sql(f"SELECT bulk_id, collect_list(identity) FROM {name} WHERE bulk_id = "
+                                    f"(SELECT bulk_id FROM {name} WHERE msg_id = 'm300') GROUP BY bulk_id").first()
+    found: dict[str, Any] = {"snapshots naming it": spark.sql(
+        f"SELECT count(*) FROM {name}.snapshots WHERE summary['{iceberg.BULK_ID_PROPERTY}'] = '{bulk_id}'").first()[0]}
+    ledger = SqliteLedger.open(cfg.resolve_path(cfg.bridge.state_dir) / "settle.sqlite3", owner="settler:1:1.00")
+    ledger.prepare(bulk_id, "orders", [], identities)
+    ledger.prepare("never-landed", "orders", [], ["never-1"])
+    for prepared in ledger.prepared_holding([identities[0], "never-1"]):
+        found["landed" if prepared.bulk_id == bulk_id else "never landed"] = (
+            iceberg.settle(ledger, prepared, spark, bound()), ledger.state_of(prepared.bulk_id))
+    ledger.close()
     return found
 
 
@@ -440,6 +466,11 @@ def test_iceberg_purge_by_delete_and_copy_then_compaction_keep_exactly_the_survi
     compacted = call(child, _table_facts, config)
     assert compacted["files"] == {("2024-06-01", 0): 1}, compacted
     assert len(compacted["snapshots"]) == 1, compacted  # expired after the compaction (0 s)
+
+    # And a bulk a dead bridge left prepared whose snapshot has expired since is decided by its rows: landed
+    # (forgotten, its messages would land twice when they come back); one that never landed is forgotten
+    settled = call(child, _settled_after_the_snapshots_expired, config)
+    assert settled == {"snapshots naming it": 0, "landed": (True, "published"), "never landed": (False, None)}, settled
 
     # When `mqbridge purge` runs by the type's row cap (`max_rows = 60`, the lifted refusal), no --where
     config = config_for(tmp_path, "0s", max_rows=60)
