@@ -119,7 +119,7 @@ def plaintext_problem(section: IcebergSection) -> str | None:
             "allow_plaintext_password = true to accept the risk")
 
 
-def iceberg_problems(spark: Any, types: Any, compaction: Any = None) -> list[tuple[Loc, str]]:
+def iceberg_problems(spark: Any, types: Any) -> list[tuple[Loc, str]]:
     """What a configuration asks of its Iceberg types that is refused (each with its key and why): a
     Spark Connect `remote` (a server would go on committing a dead bridge's append, which no fence
     stops: Iceberg has no idempotent append), what an object-store warehouse may not hold (`store_problems`).
@@ -134,16 +134,17 @@ def iceberg_problems(spark: Any, types: Any, compaction: Any = None) -> list[tup
                          "after recovery decided it had not landed (Iceberg has no idempotent append to fence it); "
                          "remove remote, or land these types as delta"))
     if isinstance(spark.warehouse, ObjectStoreUri):
-        problems.extend(store_problems(spark, types, names, compaction))
+        problems.extend(store_problems(spark, types, names))
     return problems
 
 
-def store_problems(spark: Any, types: Any, names: list[str], compaction: Any = None) -> list[tuple[Loc, str]]:
+def store_problems(spark: Any, types: Any, names: list[str]) -> list[tuple[Loc, str]]:
     """What an object-store or HDFS warehouse may not hold of the Iceberg types `names`: HDFS at all
     (not built); on `s3a://`, the embedded catalog (its SQLite file cannot live on the store, and in
     state_dir a wiped state_dir would lose the tables' commit pointers: a catalog `uri` is required),
     Delta or Parquet types beside them (a table on the store is known by the configuration's format),
-    and table templates, the purge and the compaction of Iceberg tables there (not built)."""
+    and table templates there (not built). Their purge and compaction run there as on a local warehouse
+    (Iceberg's own commits through the catalog, `mqbridge.maintenance.iceberg`)."""
     warehouse = spark.warehouse
     listed = ", ".join(names)
     if warehouse.scheme != "s3a":
@@ -162,20 +163,11 @@ def store_problems(spark: Any, types: Any, names: list[str], compaction: Any = N
                          f"{', '.join(others)} are not Iceberg: a warehouse on an object store holds one transactional "
                          'format (its tables are not told apart by listing the store); set table_format = "iceberg" '
                          "for every type, or give them another bridge"))
-    if compaction is not None and compaction.interval is not None:
-        problems.append((("compaction", "interval"), f"the compaction of Iceberg tables on {warehouse} is "
-                         f"{NOT_BUILT}: remove it (or use a local warehouse)"))
     for name in names:
         if is_template(types[name].table or name):
             problems.append((("types", name, "table"), f"a table template's Iceberg tables on {warehouse} are "
                              f"{NOT_BUILT} (a ledger rebuilt after a wiped state_dir would not find the tables it "
                              "rendered): give the type a plain table name (or use a local warehouse)"))
-        if types[name].retention is not None:
-            problems.append((("types", name, "retention"), f"the purge of Iceberg tables on {warehouse} is "
-                             f"{NOT_BUILT}: remove it (or use a local warehouse)"))
-        if types[name].max_rows is not None:
-            problems.append((("types", name, "max_rows"), f"the purge of Iceberg tables on {warehouse} is "
-                             f"{NOT_BUILT}: remove it (or use a local warehouse)"))
     return problems
 
 

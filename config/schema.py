@@ -324,7 +324,7 @@ class BridgeConfig(Model):
         problems.extend(results_to_problems(self.types, self.sources, self.listeners))
         problems.extend(object_store_problems(self.spark, self.types, self.compaction, self.purge))
         problems.extend(mixed_format_problems(self.spark.table_format, self.types))
-        problems.extend(iceberg_problems(self.spark, self.types, self.compaction))
+        problems.extend(iceberg_problems(self.spark, self.types))
         problems.extend(partition_problems(self.spark.table_format, self.types))
         problems.extend(forward_problems(self.forwards, self.sources, self.listeners, self.bridge.exactly_once))
         if problems:

@@ -6,7 +6,9 @@ S3A with the S3 secret only through `${FILE:…}`, on a real ActiveMQ: killed wi
 of the landing protocol in turn, then its state_dir wiped and every message sent again (the ledger
 rebuilt from the table through the catalog). Every message must be in the table exactly once as
 pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it, and
-`ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys. And a
+`ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys; then
+`mqbridge compact` rewrites its small files into one and `mqbridge purge` deletes a quarter of its rows
+(position deletes) on S3, every other row kept once. And a
 wrong secret is an outage that names the keys and loses nothing, met by the first write or by the
 ledger's rebuild from a table there."""
 
@@ -21,14 +23,17 @@ import pytest
 
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import JARS
-from tests.support.exactly_once import bodies
-from tests.support.iceberg_tables import ICEBERG_SPARK, killed_at_each_step_then_wiped
+from tests.support.exactly_once import account, bodies
+from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, killed_at_each_step_then_wiped
 from tests.support.object_stores import S3_REGION, S3Server
 from tests.support.processes import mqbridge, run_until_idle, run_until_said, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
 pytest.importorskip("pyiceberg")
+
+#: Every fourth message sent (bodies `is3-00000:…`, `is3-00004:…`, …): `mqbridge purge --where` designates them.
+EVERY_FOURTH = "cast(cast(substring(body, 5, 5) AS STRING) AS INT) % 4 = 0"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,7 +56,8 @@ def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, por
     """A bridge landing `queue` (one thread, units of 25, identity the body's hash) into the Iceberg table
     `orders` under s3a://<bucket>/wh, its catalog the JDBC catalog on the PostgreSQL at `port`; the S3
     secret key (`secret`, else the server's) and the catalog's password each read from a private file
-    by `${FILE:…}`; the catalog's tables in `namespace`."""
+    by `${FILE:…}`; the catalog's tables in `namespace`; for `mqbridge purge` and `compact`, an
+    operator's equal per-row purge costs, snapshots kept 0 s, 2 small files compact a partition."""
     from tests.support.postgres import PASSWORD, USER
 
     files = {}
@@ -64,7 +70,16 @@ def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, por
              f'\nuser = "{USER}"\npassword = "${{FILE:{files["catalog-password"]}}}"\nnamespace = "{namespace}"\n')
     return (stomp_bridge(queue, spark=spark, threads=1, batch=25, extra_listener='identity = "body-sha256"')
             .set("spark", warehouse=f"s3a://{bucket}/wh", until_idle_outage_limit="20s")
+            .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0, vacuum_retention="0s")
+            .set("compaction", small_files=2)
             .set("spark.conf", **conf).write(tmp_path / "bridge.toml"))
+
+
+def data_files(catalog: dict[str, str], table: str = "orders") -> int:
+    """The data files of the table's current snapshot, as pyiceberg reads its manifests on S3."""
+    from pyiceberg.catalog import load_catalog
+
+    return len(load_catalog("mqbridge", **catalog).load_table(("mqbridge", table)).inspect.files())
 
 
 def pyiceberg_catalog(s3: S3Server, port: int) -> dict[str, str]:
@@ -100,8 +115,27 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_an_iceberg_t
     listed = mqbridge("tables", "--config", str(config))
     tables_out, _ = listed.communicate(timeout=120)
     assert listed.returncode == 0 and "Iceberg table, snapshot" in tables_out, tables_out[-3000:]
+    catalog = pyiceberg_catalog(s3_server, port)
+    files_before = data_files(catalog)
+    assert files_before > 2, files_before  # a file per bulk: small files to compact
+    # When `mqbridge compact` runs (rewrite_data_files sorted by put_timestamp on S3, then the snapshots
+    # before it expired: `vacuum_retention` 0 s)
+    compacted = mqbridge("compact", "--config", str(config))
+    compact_out, _ = compacted.communicate(timeout=300)
+    # Then the partition is one file, and every message is still in the table exactly once
+    assert compacted.returncode == 0 and "action compact" in compact_out and "1 files after" in compact_out, (
+        compact_out[-4000:])
+    assert data_files(catalog) == 1
+    assert account(sent, iceberg_rows(catalog)).clean
+    # When `mqbridge purge` deletes every fourth message (position deletes written to S3)
+    purged = mqbridge("purge", "--config", str(config), "--where", EVERY_FOURTH, "--strategy", "delete")
+    purge_out, _ = purged.communicate(timeout=300)
+    # Then exactly those rows left the table, every other row is there once
+    assert purged.returncode == 0 and "designated 38/150" in purge_out and "strategy delete  measured" in purge_out, (
+        purge_out[-4000:])
+    assert account(sent[1::4] + sent[2::4] + sent[3::4], iceberg_rows(catalog)).clean
     # And no secret was in any output
-    for text in (out, verify_out, tables_out):
+    for text in (out, verify_out, tables_out, compact_out, purge_out):
         assert s3_server.secret_key not in text and PASSWORD not in text
 
 

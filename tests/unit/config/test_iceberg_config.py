@@ -1,7 +1,7 @@
 """`table_format = "iceberg"` and `[spark.iceberg]` (config.iceberg): accepted in `[spark]` and per type;
 refused with a reason for what is not built (a Spark Connect `remote`; on an s3a:// warehouse the embedded
-catalog, other formats beside, the purge and the compaction; HDFS; the purge and the compaction are
-accepted on a local warehouse) and for a catalog password that would travel in clear; and the
+catalog, other formats beside, table templates; HDFS; the purge and the compaction are accepted on a
+local and an s3a:// warehouse) and for a catalog password that would travel in clear; and the
 catalog's Spark settings (`mqbridge.landing.iceberg.session_conf`), whose password is named like a
 credential (so it reaches the driver JVM in a private file, never on its command line)."""
 
@@ -115,14 +115,18 @@ def test_a_table_on_the_store_of_the_iceberg_types_is_an_iceberg_one_and_a_delta
 
 @pytest.mark.parametrize(("text", "key"), [
     ('[types.orders]\n[types.old]\ntable_format = "delta"\n', "spark.warehouse"),
-    ('[types.orders]\nretention = "7d"\n', "types.orders.retention"),
-    ("[types.orders]\nmax_rows = 10\n", "types.orders.max_rows"),
-    ('[types.orders]\n[compaction]\ninterval = "1h"\n', "compaction.interval"),
     ('[types.orders]\ntable = "t_{destination}"\n', "types.orders.table"),
 ])
 def test_what_an_s3a_warehouse_of_iceberg_tables_does_not_hold_is_refused_naming_the_key(text: str, key: str) -> None:
     message = refused(S3 + PG + text)
     assert key in message, message
+
+
+@pytest.mark.parametrize("text", ['[types.orders]\nretention = "7d"\n', "[types.orders]\nmax_rows = 10\n",
+                                  '[types.orders]\nretention = "7d"\n[compaction]\ninterval = "1h"\n'])
+def test_the_purge_and_the_compaction_of_iceberg_tables_on_an_s3a_warehouse_are_accepted(text: str) -> None:
+    config = parse(S3 + PG + text)
+    assert config.types["orders"].retention is not None or config.types["orders"].max_rows == 10
 
 
 def test_an_hdfs_warehouse_is_refused_for_iceberg_types() -> None:
