@@ -87,8 +87,14 @@ STATS_COLUMNS = ("put_timestamp", "received_timestamp", "bulk_id", "message_type
 #: (bench/delta_txn_commit.py; 45% of the mean commit time at 10), while a reader replays at most 100
 #: small JSON commits. It keeps per-file statistics (min/max) of `STATS_COLUMNS` only, not of Delta's
 #: default first 32 columns: a commit of 8,000 rows took 541 ms against 605 ms (median of 30,
-#: bench/delta_txn_commit.py variants g and c). Tables that exist keep their own properties.
+#: bench/delta_txn_commit.py variants g and c). Tables that exist keep their own properties. The
+#: checksum file of each version does not hold the table's list of files (`allFilesInCrc`): a commit
+#: whose snapshot is another writer's version (another bridge on the same table) could not carry that
+#: list forward, and rebuilt the table's whole state by Spark jobs to write it, in every commit: two
+#: bridges on one table made 542-710 msg/s together against 4,641 for one alone, 3,193 without the list
+#: (bench/scaling.py, docs/scaling.md).
 DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2",
+                "spark.databricks.delta.allFilesInCrc.enabled": "false",
                 "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, os.cpu_count() or 2)),
                 "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
                 "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)}
