@@ -1,21 +1,18 @@
-"""A bulk's Delta commit through Delta's transaction API (`mqbridge.landing.delta_commit`), checked with
-a bare Spark and Delta (the session's Delta-enabled driver, no bridge) on real tables: its commit is
-a normal Delta commit (delta-rs reads its rows and its app id's version, DESCRIBE HISTORY shows a
-WRITE with the bulk id as user metadata, the table partitioned by put_date) whose SetTransaction
-Delta's own writer honours (a DataFrame write of the same version is skipped); a later attempt of a
-version already in the log is skipped, never written twice (also the bridge's own job for a raw
-bulk, `raw_job`, called again); a first attempt that skipped the lookup
-still loses to a commit of the same app id that landed after its transaction started (Delta's
-conflict check), and, with a ledger other hosts share (`check_fence`), finds a fence that came before
-its transaction (its first version of a table it made, the version after its own commit), which it
-would write through without that look; and readers polling meanwhile (delta-rs in the test process, Spark in the driver)
-only ever see whole commits. And a dead owner's bulk whose version a fence reached is decided as not
-landed, and so is a bulk whose write failed undecided and whose version a later bulk of its process
-passed; once the log's history no longer holds their commits (cleaned after its retention), the
-committed bulk is still decided as landed, by its rows, and the fenced one still not. And a commit
-after another writer's (two bridges on one table) builds the table's file list for its checksum file
-by one more Spark job only when the checksum keeps that list (Delta's default, not the bridge's). (A
-table made empty before its first bulk: test_delta_create.py.)"""
+"""A bulk's Delta commit through Delta's transaction API (`mqbridge.landing.delta_commit`), checked with a
+bare Spark and Delta (the session's Delta-enabled driver, no bridge) on real tables: its commit is a
+normal Delta commit (delta-rs reads its rows and its app id's version, DESCRIBE HISTORY shows a WRITE
+with the bulk id as user metadata, the table partitioned by put_date) whose SetTransaction Delta's own
+writer honours (a DataFrame write of the same version is skipped); a later attempt of a version already
+in the log is skipped, never written twice (also the bridge's own job for a raw bulk, `raw_job`, called
+again); a first attempt that skipped the lookup still loses to a commit of the same app id that landed
+after its transaction started (Delta's conflict check), and, with a ledger other hosts share
+(`check_fence`), finds a fence that came before its transaction (its first version of a table it made,
+the version after its own commit), which it would write through without that look; and readers polling
+meanwhile (delta-rs in the test process, Spark in the driver) only ever see whole commits. And a commit
+after another writer's (two bridges on one table) builds the table's file list for its checksum file by
+one more Spark job only when the checksum keeps that list (Delta's default, not the bridge's). (A table
+made empty before its first bulk: test_delta_create.py; how a dead process's prepared bulk is decided by
+the table: test_delta_settle.py.)"""
 
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ from typing import Any
 import pytest
 
 from mqbridge.landing import delta, delta_create
-from tests.support.delta_commits import APP, count_rows, raw_bulk
+from tests.support.delta_commits import APP, count_rows, frame_rows, raw_bulk
 from tests.support.delta_tables import (
     bulk_counts_now,
     delta_jars_fetched,  # noqa: F401 (the module's autouse fixture)
@@ -40,12 +37,6 @@ deltalake = pytest.importorskip("deltalake")
 # --- run in the Delta-enabled driver (`DeltaSpark.run`): module-level functions -------------------
 
 
-def _rows(spark: Any, bulk_id: str, ids: range) -> Any:
-    return spark.createDataFrame([(i, bulk_id, f"body {i}", "2026-11-28") for i in ids],
-                                 "id LONG, bulk_id STRING, body STRING, put_date STRING") \
-        .selectExpr("id", "bulk_id", "body", "CAST(put_date AS DATE) AS put_date")
-
-
 def commit_facts(spark: Any, path: str) -> dict[str, Any]:
     """A bulk committed by the transaction API (first attempt), then the same version again by a
     later attempt and by Delta's own DataFrame writer, then the next version: what the table says."""
@@ -54,15 +45,15 @@ def commit_facts(spark: Any, path: str) -> dict[str, Any]:
 
     facts: dict[str, Any] = {}
     facts["first attempt committed"] = delta_commit.write_frame(
-        _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+        frame_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
     facts["rows after the first"] = count_rows(spark, path)
     facts["later attempt of version 1 committed"] = delta_commit.write_frame(
-        _rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1), first_attempt=False)
-    (_rows(spark, "bulk-1", range(0, 5)).write.format("delta").mode("append").partitionBy("put_date")
+        frame_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1), first_attempt=False)
+    (frame_rows(spark, "bulk-1", range(0, 5)).write.format("delta").mode("append").partitionBy("put_date")
      .option("txnAppId", APP).option("txnVersion", "1").save(path))
     facts["rows after the repeats"] = count_rows(spark, path)
     facts["later attempt of version 2 committed"] = delta_commit.write_frame(
-        _rows(spark, "bulk-2", range(5, 8)), path, "bulk-2", TableTransaction(APP, 2), first_attempt=False)
+        frame_rows(spark, "bulk-2", range(5, 8)), path, "bulk-2", TableTransaction(APP, 2), first_attempt=False)
     facts["rows at the end"] = count_rows(spark, path)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
     facts["history"] = [(int(h["version"]), h["operation"], h["userMetadata"], dict(h["operationParameters"]))
@@ -76,8 +67,8 @@ def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
     from mqbridge.landing import delta_commit
     from mqbridge.landing.ledger import TableTransaction
 
-    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
-    pending = delta_commit.start(_rows(spark, "bulk-2", range(5, 10)), path, "bulk-2", TableTransaction(APP, 2))
+    delta_commit.write_frame(frame_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+    pending = delta_commit.start(frame_rows(spark, "bulk-2", range(5, 10)), path, "bulk-2", TableTransaction(APP, 2))
     assert pending is not None
     delta._fence(spark, path, TableTransaction(APP, 2))
     try:
@@ -86,57 +77,6 @@ def fenced_while_writing(spark: Any, path: str) -> dict[str, Any]:
     except Exception as exc:
         error = str(exc)
     return {"error": error[:2000], "rows": count_rows(spark, path)}
-
-
-def settled_after_a_fence(spark: Any, path: str, ledger_path: str) -> dict[str, Any]:
-    """A dead owner's bulk of version 2, fenced by another bridge's settle that then died before it
-    forgot the bulk (its `_fence` committed, its `ledger.forget` never ran): the next settle decides it.
-    Also a bulk of version 3 whose commit did go in, for the contrast."""
-    from pathlib import Path as _Path
-
-    from mqbridge.landing import delta_commit
-    from mqbridge.landing.ledger import SqliteLedger, TableTransaction
-
-    ledger = SqliteLedger.open(_Path(ledger_path), owner="settler:1:1.00")
-    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
-    ledger.prepare("bulk-2", "t", [], ["m5", "m6"], transaction=TableTransaction(APP, 2))
-    delta._fence(spark, path, TableTransaction(APP, 2))  # the first settler's fence; it died before forget
-    ledger.prepare("bulk-3", "t", [], ["m7"], transaction=TableTransaction(APP, 3))
-    delta_commit.write_frame(_rows(spark, "bulk-3", range(7, 8)), path, "bulk-3", TableTransaction(APP, 3))
-    bulks = {b.bulk_id: b for b in ledger.prepared_holding(["m5", "m7"])}
-    facts = {"bulk-2 landed": delta.settle(ledger, bulks["bulk-2"], spark, path),
-             "bulk-3 landed": delta.settle(ledger, bulks["bulk-3"], spark, path)}
-    facts.update({"bulk-2 state": ledger.state_of("bulk-2"), "bulk-3 state": ledger.state_of("bulk-3"),
-                  "published": sorted(ledger.published(["m5", "m6", "m7"])), "rows": count_rows(spark, path)})
-    ledger.close()
-    return facts
-
-
-def settled_past_a_later_version(spark: Any, path: str, ledger_path: str) -> dict[str, Any]:
-    """This process's bulk of version 2, whose write failed while its table could not be asked (the
-    store unreachable: the bulk left prepared, undecided), then its bulk of version 3, committed once the
-    store answered again: the settle of version 2 when its messages come again, then a late write of
-    version 2 (a Spark job still under way)."""
-    from pathlib import Path as _Path
-
-    from mqbridge.landing import delta_commit
-    from mqbridge.landing.ledger import SqliteLedger, TableTransaction
-
-    ledger = SqliteLedger.open(_Path(ledger_path), owner="bridge:1:1.00")
-    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
-    ledger.prepare("bulk-2", "t", [], ["m5", "m6"], transaction=TableTransaction(APP, 2))  # its write failed
-    ledger.prepare("bulk-3", "t", [], ["m7"], transaction=TableTransaction(APP, 3))
-    delta_commit.write_frame(_rows(spark, "bulk-3", range(7, 8)), path, "bulk-3", TableTransaction(APP, 3))
-    ledger.mark_published("bulk-3")
-    bulk = ledger.prepared_holding(["m5"])[0]
-    facts: dict[str, Any] = {"bulk-2 landed": delta.settle(ledger, bulk, spark, path)}
-    facts.update({"bulk-2 state": ledger.state_of("bulk-2"), "published": sorted(ledger.published(["m5", "m6", "m7"])),
-                  "rows": count_rows(spark, path)})
-    facts["late write committed"] = delta_commit.write_frame(
-        _rows(spark, "bulk-2", range(5, 7)), path, "bulk-2", TableTransaction(APP, 2), first_attempt=False)
-    facts["rows after"] = count_rows(spark, path)
-    ledger.close()
-    return facts
 
 
 def jobs_of_a_commit_on_another_writers_version(spark: Any, root: str, all_files_in_crc: str) -> dict[str, int]:
@@ -155,14 +95,14 @@ def jobs_of_a_commit_on_another_writers_version(spark: Any, root: str, all_files
     for case in ("alone", "after another writer"):
         path = f"{root}/{case.replace(' ', '-')}"
         for k in range(3):  # a table of a few commits, each with its checksum file
-            delta_commit.write_frame(_rows(spark, f"warm-{k}", range(k * 5, k * 5 + 5)), path, f"warm-{k}",
+            delta_commit.write_frame(frame_rows(spark, f"warm-{k}", range(k * 5, k * 5 + 5)), path, f"warm-{k}",
                                      TableTransaction(APP, k + 1))
-        pending = delta_commit.start(_rows(spark, "bulk", range(100, 105)), path, "bulk", None)
+        pending = delta_commit.start(frame_rows(spark, "bulk", range(100, 105)), path, "bulk", None)
         assert pending is not None
         staged = delta_commit.StagedCommit(spark, path, pending)  # its files written, as the bridge stages them
         if case == "after another writer":  # as another process's: its own DeltaLog, not this one's
             spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-            delta_commit.write_frame(_rows(spark, "other", range(200, 205)), path, "other",
+            delta_commit.write_frame(frame_rows(spark, "other", range(200, 205)), path, "other",
                                      TableTransaction("mqbridge:another-bridge", 1))
             # ... read before its checksum file is there (the other process writes it after its commit)
             newest = max(Path(path, "_delta_log").glob("*.crc"))
@@ -175,42 +115,6 @@ def jobs_of_a_commit_on_another_writers_version(spark: Any, root: str, all_files
         found[case] = len(tracker.getJobIdsForGroup(group))
     spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
     return found
-
-
-def settled_after_the_log_forgot_them(spark: Any, path: str, ledger_path: str) -> dict[str, Any]:
-    """A dead owner's bulk of version 2 that committed, and its bulk of version 3 that another bridge's
-    settle fenced before dying itself, both still prepared; then the log's history loses them: every
-    entry so far made older than `delta.logRetentionDuration` (30 days), and a later commit's checkpoint
-    (the table checkpoints at every commit) makes Delta clean the log. The next settle decides both."""
-    import os
-    import time as _time
-    from pathlib import Path as _Path
-
-    from mqbridge.landing import delta_commit
-    from mqbridge.landing.ledger import SqliteLedger, TableTransaction
-
-    ledger = SqliteLedger.open(_Path(ledger_path), owner="settler:1:1.00")
-    delta_commit.write_frame(_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
-    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")
-    ledger.prepare("bulk-2", "t", [], ["m5", "m6"], transaction=TableTransaction(APP, 2))
-    delta_commit.write_frame(_rows(spark, "bulk-2", range(5, 7)), path, "bulk-2", TableTransaction(APP, 2))
-    ledger.prepare("bulk-3", "t", [], ["m7"], transaction=TableTransaction(APP, 3))
-    delta._fence(spark, path, TableTransaction(APP, 3))
-    delta_commit.write_frame(_rows(spark, "bulk-4", range(8, 9)), path, "bulk-4", TableTransaction(APP, 4))
-    aged = _time.time() - 40 * 86400
-    for entry in _Path(path, "_delta_log").iterdir():
-        os.utime(entry, (aged, aged))
-    delta_commit.write_frame(_rows(spark, "bulk-5", range(9, 10)), path, "bulk-5", TableTransaction(APP, 5))
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
-    bulks = {b.bulk_id: b for b in ledger.prepared_holding(["m5", "m7"])}
-    facts = {"history": sorted((int(h["version"]), h["userMetadata"]) for h in history),
-             "app version": delta.committed_version(spark, path, APP)[1],
-             "bulk-2 landed": delta.settle(ledger, bulks["bulk-2"], spark, path),
-             "bulk-3 landed": delta.settle(ledger, bulks["bulk-3"], spark, path)}
-    facts.update({"bulk-2 state": ledger.state_of("bulk-2"), "bulk-3 state": ledger.state_of("bulk-3"),
-                  "published": sorted(ledger.published(["m5", "m6", "m7"])), "rows": count_rows(spark, path)})
-    ledger.close()
-    return facts
 
 
 def commits_read_meanwhile(spark: Any, path: str, bulks: int, stop: str) -> dict[str, Any]:
@@ -238,7 +142,7 @@ def commits_read_meanwhile(spark: Any, path: str, bulks: int, stop: str) -> dict
     try:
         for n in range(1, bulks + 1):
             size = 50 + 10 * n
-            delta_commit.write_frame(_rows(spark, f"bulk-{n}", range(first, first + size)), path, f"bulk-{n}",
+            delta_commit.write_frame(frame_rows(spark, f"bulk-{n}", range(first, first + size)), path, f"bulk-{n}",
                                      TableTransaction(APP, n))
             first += size
     finally:
@@ -408,22 +312,6 @@ def test_the_bridges_raw_job_called_again_for_its_version_is_skipped_not_written
     assert "identity" in facts["columns"] and "put_date" in facts["columns"], facts
 
 
-def test_a_bulk_fenced_by_a_settler_that_died_before_forgetting_it_is_never_taken_for_landed(
-        tmp_path: Path, delta_spark: DeltaSpark) -> None:
-    # Given a dead owner's prepared bulk whose version another bridge fenced (an empty commit of that
-    # version) before dying itself, the bulk still prepared; and a bulk whose commit went in
-    # When the next bridge settles both
-    outcome = delta_spark.run(settled_after_a_fence, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
-    # Then the fenced bulk is forgotten (its rows were never in: its messages land when they come back),
-    # not recorded published (which would commit its messages at their source without landing them),
-    # and the committed one is recorded published
-    assert (facts["bulk-2 landed"], facts["bulk-2 state"]) == (False, None), facts
-    assert (facts["bulk-3 landed"], facts["bulk-3 state"]) == (True, "published"), facts
-    assert facts["published"] == ["m7"] and facts["rows"] == 6, facts
-
-
 def test_a_commit_after_another_writers_builds_the_tables_file_list_only_when_the_checksum_keeps_it(
         tmp_path: Path, delta_spark: DeltaSpark) -> None:
     # Given a table a bulk's transaction started on, and another writer's commit before the bulk's commit (two
@@ -444,42 +332,6 @@ def test_a_commit_after_another_writers_builds_the_tables_file_list_only_when_th
     assert runs["true"]["alone"] == runs["false"]["alone"] == 0, runs
     assert runs["false"]["after another writer"] < runs["true"]["after another writer"], runs
     assert DEFAULT_CONF["spark.databricks.delta.allFilesInCrc.enabled"] == "false"
-
-
-def test_a_bulk_whose_commit_left_the_logs_history_is_still_taken_for_landed_and_a_fenced_one_is_not(
-        tmp_path: Path, delta_spark: DeltaSpark) -> None:
-    # Given a dead owner's prepared bulk whose commit went in and one whose version was fenced, and the
-    # log's history cleaned of both since (a bridge down longer than delta.logRetentionDuration, its
-    # messages still on their queue)
-    # When the next bridge settles both
-    outcome = delta_spark.run(settled_after_the_log_forgot_them, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
-    metadata = [meta for _, meta in facts["history"]]
-    assert "bulk-2" not in metadata and "bulk-5" in metadata, facts["history"]  # really gone from the log
-    assert facts["app version"] == 5, facts
-    # Then the committed bulk is recorded published by its rows (forgotten, its messages would land again),
-    # and the fenced one, which left no row, is forgotten (its messages land when they come back)
-    assert (facts["bulk-2 landed"], facts["bulk-2 state"]) == (True, "published"), facts
-    assert (facts["bulk-3 landed"], facts["bulk-3 state"]) == (False, None), facts
-    assert facts["published"] == ["m5", "m6"] and facts["rows"] == 9, facts
-
-
-def test_a_bulk_whose_version_a_later_bulk_of_its_process_passed_is_never_taken_for_landed(
-        tmp_path: Path, delta_spark: DeltaSpark) -> None:
-    # Given a bridge's prepared bulk of version 2 whose write failed while the store could not be asked
-    # (left undecided), and its next bulk, version 3, committed once the store answered (the S3 server
-    # restarted under two listener threads: tests/integration/test_shared_faults.py)
-    # When the bridge settles version 2 as its messages come again
-    outcome = delta_spark.run(settled_past_a_later_version, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
-    # Then the bulk is forgotten (its messages land when they come back), not recorded published because
-    # its app id's version passed 2 (which committed its messages at their source without landing them:
-    # 10 of 400 lost), and a late write of version 2 is skipped by Delta
-    assert (facts["bulk-2 landed"], facts["bulk-2 state"]) == (False, None), facts
-    assert facts["published"] == ["m7"] and facts["rows"] == 6, facts
-    assert (facts["late write committed"], facts["rows after"]) == (False, 6), facts
 
 
 def test_a_first_attempt_loses_to_a_fence_of_its_version_that_landed_after_its_transaction_started(
