@@ -16,6 +16,7 @@ TIMESTAMP_MICROS), no dictionary for msg_id and body (WRITE_OPTIONS).
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import uuid
 from collections.abc import Mapping
@@ -46,12 +47,19 @@ def codec_of(conf: Mapping[str, str]) -> str | None:
 def write_bulk(table: pa.Table, target: Path, *, codec: str, file_bytes: int) -> list[Path]:
     """Write `table` (the landed columns, `put_date` among them; any column starting with `_` is
     left out) under `target` partitioned by put_date; the files written."""
+    return [path for path, _, _ in write_files(table, target, codec=codec, file_bytes=file_bytes)]
+
+
+def write_files(table: pa.Table, target: Path, *, codec: str,
+                file_bytes: int) -> list[tuple[Path, dt.date, pa.Table]]:
+    """`write_bulk`, saying of each file written its put_date and the rows it holds (in the file's
+    order, without put_date): what a table format's commit describes the file by (`mqbridge.landing.delta_files`)."""
     columns = [name for name in table.column_names if not name.startswith("_")]
     table = table.select(columns).sort_by([(name, "ascending") for name in SORT_COLUMNS])
     data_columns = [name for name in columns if name != PARTITION]
     schema = pa.schema([table.schema.field(name).with_nullable(True) for name in data_columns])
     dictionary = [name for name in data_columns if name not in NO_DICTIONARY]
-    written: list[Path] = []
+    written: list[tuple[Path, dt.date, pa.Table]] = []
     dates = table.column(PARTITION)
     for date in pc.unique(dates).to_pylist():
         rows = table.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
@@ -64,9 +72,10 @@ def write_bulk(table: pa.Table, target: Path, *, codec: str, file_bytes: int) ->
         for start in range(0, part.num_rows, step):
             suffix = "" if codec == "none" else f".{codec}"
             path = directory / f"part-{len(written):05d}-{uuid.uuid4()}.c000{suffix}.parquet"
-            pq.write_table(part.slice(start, step), path, compression=codec, use_dictionary=dictionary,
+            rows_of_file = part.slice(start, step)
+            pq.write_table(rows_of_file, path, compression=codec, use_dictionary=dictionary,
                            coerce_timestamps="us", store_schema=False)
-            written.append(path)
+            written.append((path, date, rows_of_file))
     return written
 
 

@@ -36,19 +36,25 @@ Spark Connect has no driver objects here: use `delta.write_frame` there.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mqbridge.landing import delta_create
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from mqbridge.landing import arrow_writer, delta_create, delta_files
 from mqbridge.landing.delta import commit_options
 from mqbridge.landing.handoff import raw_frame
 from mqbridge.landing.ledger import TableTransaction
+from mqbridge.landing.rows import IDENTITY_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 #: The column a bridge's Delta table is partitioned by.
 PARTITION_COLUMN = delta_create.PARTITION_COLUMN
@@ -191,7 +197,12 @@ class StagedCommit:
             if metric.isDefined():
                 self._metrics.put(name, metric.get())
 
-    def commit(self, transaction: TableTransaction | None) -> bool:
+    def usable(self, spark: SparkSession) -> bool:
+        """Whether `commit` can commit the files through `spark`: the session whose job wrote them (its
+        JVM holds their commit data), on the table's schema as the job found it."""
+        return self.spark is spark and not self.changes_metadata
+
+    def commit(self, transaction: TableTransaction | None, spark: SparkSession | None = None) -> bool:
         """Commit the staged files, with `transaction`'s SetTransaction, on a transaction of the table's
         current snapshot, as `write_frame` commits (a first attempt registers the app id as read; a
         later one looks it up): True when committed; False when the version was already in the log
@@ -223,6 +234,105 @@ class StagedCommit:
             if action.getClass().getSimpleName() == "AddFile":
                 path = action.absolutePath(delta_log)
                 path.getFileSystem(conf).delete(path, False)
+
+
+def stage_arrow(spark: SparkSession, rows: pa.Table, table_dir: Path, *, codec: str, file_bytes: int,
+                bulk_id: str) -> ArrowFiles | None:
+    """Write a raw bulk's data files into the existing Delta table at `table_dir` (a local warehouse) with
+    pyarrow, in this process, as the Parquet path's raw bulks are written (`arrow_writer.write_files`: the
+    landed columns, `rows`' `_identity` as IDENTITY_COLUMN), each described by its `add` action
+    (`mqbridge.landing.delta_files`); `ArrowFiles.commit` commits them in the table's turn. None, and
+    nothing written, when the table is not there or its shape asks for Spark's writer
+    (`delta_files.shape_problem`: said once per table in the log)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table_dir)) \
+        .unsafeVolatileSnapshot()
+    if int(snapshot.version()) < 0:
+        return None
+    metadata = snapshot.metadata()
+    converters = jvm.scala.jdk.javaapi.CollectionConverters
+    configuration = dict(converters.asJava(metadata.configuration()))
+    files = rows.drop_columns(["_row"]).rename_columns(
+        [IDENTITY_COLUMN if name == "_identity" else name for name in rows.column_names if name != "_row"])
+    columns = delta_files.spark_type_names(files.schema, from_arrow_schema(files.schema).json())
+    problem = delta_files.shape_problem(metadata.schemaString(), list(converters.asJava(metadata.partitionColumns())),
+                                        configuration, columns)
+    if problem:
+        if _spark_writes.setdefault(str(table_dir), problem) == problem:
+            log.info("Delta table %s: its bulks' files are written by Spark, not pyarrow: %s", table_dir, problem)
+        return None
+    stats = [name.strip() for name in configuration["delta.dataSkippingStatsColumns"].split(",")]
+    vectors = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
+    written = arrow_writer.write_files(files, table_dir, codec=codec, file_bytes=file_bytes)
+    adds = [delta_files.add_action(table_dir, path, date, part, stats, vectors) for path, date, part in written]
+    return ArrowFiles(spark, str(table_dir), bulk_id, metadata, adds, [path for path, _, _ in written],
+                      rows=files.num_rows, size=sum(path.stat().st_size for path, _, _ in written))
+
+
+#: Delta tables whose bulks Spark writes (`stage_arrow`), with why: said once in the log.
+_spark_writes: dict[str, str] = {}
+
+
+class ArrowFiles:
+    """A raw bulk's data files, written into a Delta table by pyarrow and not yet in its log (`stage_arrow`):
+    as a `StagedCommit`, no reader sees them until `commit` adds them, in the table's turn, with the
+    bulk's SetTransaction; files never committed are removed by `discard`, or by VACUUM after a kill."""
+
+    changes_metadata = False  # the files hold the table's own columns (`delta_files.shape_problem`)
+
+    def __init__(self, spark: SparkSession, location: str, bulk_id: str, metadata: Any, adds: list[str],
+                 paths: list[Path], *, rows: int, size: int) -> None:
+        self.spark, self.location, self.bulk_id = spark, location, bulk_id
+        self._metadata, self._adds, self._paths = metadata, adds, paths
+        self._rows, self._size = rows, size
+
+    def usable(self, spark: SparkSession) -> bool:
+        """Files on disk need no particular session: any driver of this process commits them."""
+        return True
+
+    def commit(self, transaction: TableTransaction | None, spark: SparkSession | None = None) -> bool | None:
+        """Commit the files on a transaction of the table's current snapshot with `transaction`'s
+        SetTransaction, as `StagedCommit.commit` does, through `spark` (this process's driver; the one
+        they were staged with if None): True when committed; False when the version was already in the
+        log; None, committing nothing, when the table's metadata changed since the files were written
+        (a schema, a property: write the bulk again by Spark). The files are removed unless committed."""
+        spark = spark or self.spark
+        jvm = spark._jvm
+        assert jvm is not None
+        jspark = spark._jsparkSession
+        delta = jvm.org.apache.spark.sql.delta
+        txn = delta.DeltaLog.forTable(jspark, self.location).startTransaction()
+        if not txn.metadata().equals(self._metadata):
+            self.discard()
+            return None
+        actions = jvm.java.util.ArrayList()
+        for add in self._adds:
+            actions.add(delta.actions.Action.fromJson(add))
+        if transaction is not None:
+            if _in_log(jvm, txn.deltaLog(), txn, self.location, transaction,
+                       _first_attempt(self.location, transaction)):
+                self.discard()
+                return False
+            now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(jvm.java.lang.System.currentTimeMillis()))
+            actions.add(delta.actions.SetTransaction(transaction.app_id, transaction.version, now))
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        metrics = jvm.java.util.HashMap()
+        for name, value in (("numFiles", len(self._adds)), ("numOutputRows", self._rows),
+                            ("numOutputBytes", self._size)):
+            metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(jspark.sparkContext(), name)
+            metric.set(value)
+            metrics.put(name, metric)
+        txn.registerSQLMetrics(jspark, utils.toScalaMap(metrics))
+        committed = txn.commitIfNeeded(utils.toSeq(actions), _write_operation(jvm, self.bulk_id),
+                                       _scala_map(jvm, {}))
+        _record_commit(self.location, transaction, committed)
+        return True
+
+    def discard(self) -> None:
+        """Remove the files (a file left is unreferenced, and VACUUM's)."""
+        for path in self._paths:
+            path.unlink(missing_ok=True)
 
 
 def write_frame(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transaction: TableTransaction | None,
@@ -287,12 +397,18 @@ def start(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transact
     none = scala.Option.empty()
     command = delta.commands.WriteIntoDelta(delta_log, append, delta_options, partitions, _scala_map(jvm, {}), jdf,
                                             none, none, False)
-    # As WriteIntoDelta.run describes its commit (DESCRIBE HISTORY: operation WRITE, mode Append,
-    # partitionBy, the user metadata; the schema merged).
-    operation = getattr(delta, "DeltaOperations$Write")(
-        append, scala.Option.apply(partitions), none, scala.Option.apply(bulk_id), none, none,
-        scala.Option.apply(jvm.java.lang.Boolean.TRUE), none, none)
-    return PendingCommit(jvm, jspark, txn, command, operation)
+    return PendingCommit(jvm, jspark, txn, command, _write_operation(jvm, bulk_id))
+
+
+def _write_operation(jvm: Any, bulk_id: str) -> Any:
+    """The operation of a bulk's commit, as WriteIntoDelta.run describes its commit (DESCRIBE HISTORY:
+    operation WRITE, mode Append, partitionBy, the bulk's id as the user metadata; the schema merged)."""
+    scala = jvm.scala
+    none = scala.Option.empty()
+    partitions = _scala_seq(jvm, [PARTITION_COLUMN])
+    return getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+        jvm.org.apache.spark.sql.SaveMode.Append, scala.Option.apply(partitions), none, scala.Option.apply(bulk_id),
+        none, none, scala.Option.apply(jvm.java.lang.Boolean.TRUE), none, none)
 
 
 def _spark_and_java_frame(frame: Any, spark: SparkSession | None) -> tuple[SparkSession, Any]:

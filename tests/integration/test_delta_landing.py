@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from mqbridge.landing import delta
@@ -44,12 +45,14 @@ def delta_config(tmp_path: Path, queue: str) -> Path:
 def test_overlapping_writes_killed_at_a_step_land_every_message_once_and_staged_files_stay_unseen(
         tmp_path: Path, amq: AmqClient, failpoint: str) -> None:
     # Given a Delta table that exists (50 messages landed), 600 more messages, and a bridge writing two
-    # bulks of the type at a time (`writes_per_type = 2`: a bulk's files are written by its Spark job
-    # before its turn, `delta_commit.stage_raw`, while the bulk before it commits) that dies at the failpoint
+    # bulks of the type at a time (`writes_per_type = 2`), whose raw bulks' files pyarrow writes
+    # (`writer = "arrow"`: before the bulk's turn, `delta_commit.stage_arrow`, while the bulk before it
+    # commits; the Spark job that does the same, `stage_raw`, is killed in the test below), that dies at the failpoint
     q = unique_queue(f"delta-overlap-{failpoint}")
     first = bodies(50, f"{failpoint}-first")
     amq.put_many(q, first)
-    config = stomp_bridge(q, spark=DELTA_SPARK).set("collector", writes_per_type=2).write(tmp_path / "bridge.toml")
+    arrow = DELTA_SPARK.replace('writer = "spark"', 'writer = "arrow"')
+    config = stomp_bridge(q, spark=arrow).set("collector", writes_per_type=2).write(tmp_path / "bridge.toml")
     run_until_idle(config)
     sent = bodies(600, failpoint)
     amq.put_many(q, sent)
@@ -66,6 +69,10 @@ def test_overlapping_writes_killed_at_a_step_land_every_message_once_and_staged_
     result = account(first + sent, delta_rows(table))
     assert result.clean, f"{result}\n{out[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    # and every file the table holds was written by pyarrow, not by a Spark job
+    writers = {pq.read_metadata(uri.removeprefix("file://")).created_by.split(" version")[0]
+               for uri in deltalake.DeltaTable(str(table)).file_uris()}
+    assert writers == {"parquet-cpp-arrow"}, writers
 
 
 @pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])

@@ -25,6 +25,7 @@ from mqbridge.landing.rows import ARROW_SCHEMA, IDENTITY_COLUMN, arrow_table
 from mqbridge.landing.session import is_connect, store_answers, writes_as_this_user
 from mqbridge.landing.writes import WriteContext
 from mqbridge.landing.writes.frames import (
+    FILE_BYTES,
     SPARK_WRITE_FAILPOINTS,
     WRITE_OPTIONS,
     landed_frame,
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 
 
 class DeltaWrites:
-    """Writes the bulks of one message type into Delta tables, one commit per bulk, by Spark only
-    (pyarrow writes no Delta commit)."""
+    """Writes the bulks of one message type into Delta tables, one commit per bulk, committed by Spark's
+    driver (a raw bulk's files in a local warehouse written by pyarrow when `[spark] writer` lets it)."""
 
     name = "delta"
 
@@ -65,7 +66,7 @@ class DeltaWrites:
         rows = arrow_table(bulk, keep)
         handoff = self._handoff(location, owner, ledger_bulk_id)
         ready: list[tuple[SparkSession, DataFrame]] = []  # a typed bulk's frame, parsed and kept by Spark
-        staged: list[delta_commit.StagedCommit] = []  # a raw bulk's files, written before its turn
+        staged: list[delta_commit.StagedCommit | delta_commit.ArrowFiles] = []  # a raw bulk's files, before its turn
         what = f"Delta commit of bulk {ledger_bulk_id}"
         try:
             if context.body_format is not None:
@@ -73,18 +74,21 @@ class DeltaWrites:
             landed = [i for i in keep if results[i] is None]
             if landed:
                 self._make_table(location)
-                self._stage(bulk, keep, rows, handoff, str(location), ledger_bulk_id, staged)
+                self._stage(bulk, keep, rows, handoff, location, ledger_bulk_id, staged)
                 if staged:
                     bulk.files_written()  # only the commit is left: the type's next bulk may start its job
 
                 def write(transaction: TableTransaction | None) -> None:
                     spark = context.sessions.get()
                     files = staged.pop() if staged else None
-                    if files is not None and files.spark is spark and not files.changes_metadata:
-                        spark_guarded(spark, context.message_type, what, lambda: files.commit(transaction),
-                                      context.write_timeout)
-                        return
-                    if files is not None and files.spark is spark:
+                    if files is not None and files.usable(spark):
+                        outcome: list[bool | None] = []
+                        spark_guarded(spark, context.message_type, what,
+                                      lambda: outcome.append(files.commit(transaction, spark)), context.write_timeout)
+                        if outcome != [None]:
+                            return
+                        # None: the table's metadata changed since pyarrow wrote the files: Spark writes the bulk
+                    elif files is not None and files.spark is spark:
                         files.discard()  # written on a schema this bulk changes: written again below
                     job = self._job(spark, bulk, keep, rows, handoff, str(location), ledger_bulk_id, transaction, ready)
                     spark_guarded(spark, context.message_type, what, job, context.write_timeout)
@@ -177,21 +181,35 @@ class DeltaWrites:
         return (handoff is not None and self._context.body_format is None and not is_connect(spark)
                 and not failpoints.armed(*SPARK_WRITE_FAILPOINTS))
 
-    def _stage(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None, location: str,
-               bulk_id: str, staged: list[delta_commit.StagedCommit]) -> None:
-        """Write a raw bulk's data files into its existing table before its turn (`delta_commit.stage_raw`),
-        into `staged`, where `_job` would commit them through the transaction API; the bulk then says
-        so (`Bulk.files_written`), and the collector starts the next bulk of the type, whose Spark job
-        overlaps this bulk's commit (its turn only commits). A failed job raises here, before the
-        ledger prepares anything, as a failed Parquet staging does."""
+    def _stage(self, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
+               location: Path | ObjectStoreUri, bulk_id: str,
+               staged: list[delta_commit.StagedCommit | delta_commit.ArrowFiles]) -> None:
+        """Write a raw bulk's data files into its existing table before its turn, into `staged`, where `_job`
+        would commit them through the transaction API: by pyarrow in this process in a local warehouse
+        when pyarrow writes the type's raw bulks (`[spark] writer`, `delta_commit.stage_arrow`), else by
+        a Spark job (`delta_commit.stage_raw`). The bulk then says so (`Bulk.files_written`), and the
+        collector starts the next bulk of the type, whose files are written while this bulk commits (its
+        turn only commits). A failed write raises here, before the ledger prepares anything, as a failed
+        Parquet staging does."""
         context = self._context
         spark = context.sessions.get()
         if handoff is None or not self._by_transaction_api(spark, handoff):
             return
+        codec = context.pyarrow_codec
+        if codec is not None and isinstance(location, Path):
+            def arrow() -> None:
+                files = delta_commit.stage_arrow(spark, rows, location, codec=codec, file_bytes=FILE_BYTES,
+                                                 bulk_id=bulk_id)
+                if files is not None:
+                    staged.append(files)
+
+            spark_guarded(spark, context.message_type, f"Delta files of bulk {bulk_id}", arrow, context.write_timeout)
+            if staged:
+                return
         tasks, groups = spread(spark, bulk, keep)
 
         def job() -> None:
-            files = delta_commit.stage_raw(spark, rows, handoff, location, tasks=tasks, groups=groups,
+            files = delta_commit.stage_raw(spark, rows, handoff, str(location), tasks=tasks, groups=groups,
                                            sort=SORT_COLUMNS, writer_options=WRITE_OPTIONS, identity=IDENTITY_COLUMN,
                                            bulk_id=bulk_id)
             if files is not None:
