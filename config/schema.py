@@ -177,8 +177,12 @@ class SparkSection(Model):
     writer: Literal["auto", "arrow", "spark"] = Field(
         default="spark", description="Who writes the Parquet files of a type without `schema`: `spark` (a Spark "
         "job reads, sorts and writes every bulk: the data pipeline runs on Spark), `arrow` (pyarrow, in the "
-        "bridge's process, bypassing Spark), `auto` (arrow, except with `remote` or a compression codec pyarrow "
-        "does not write); a type with `schema` is always written by Spark")
+        "bridge's process, bypassing Spark's job), `auto` (arrow, except with `remote` or a compression codec "
+        "pyarrow does not write); a type with `schema` is always written by Spark. A Delta table in a local "
+        "warehouse takes pyarrow's files too, committed by Delta in the Spark driver with the statistics Delta's "
+        "writer collects (a table with column mapping, constraints, generated columns or no "
+        "`delta.dataSkippingStatsColumns` keeps the Spark job); on an object store or HDFS, and for Iceberg, "
+        "Spark writes")
     write_timeout: Duration = Field(default=parse_duration("10m"), gt=0, description="A bulk or probe write running "
                                     "longer is cancelled (its Spark job group) and counts as an outage of the sink")
     probe_interval_max: Duration = Field(default=parse_duration("1m"), gt=0, description="Longest wait between two "
