@@ -282,9 +282,9 @@ class ArrowFiles:
     bulk's SetTransaction; files never committed are removed by `discard`, or by VACUUM after a kill.
 
     The commit's Java objects (the add actions, the operation, the metrics) are made when the files are
-    written, outside the turn, as a Spark job's staged files have theirs: in the turn each py4j call
-    waits for the bridge's GIL, which its busy listener threads share (made in the turn, they made a
-    commit take 0.35-0.54 s in the steady benchmark, against 0.19-0.28 s for a staged Spark job's)."""
+    written, outside the turn, as a Spark job's staged files have theirs, so that the turn holds only the
+    commit. (The commit still takes longer in the bridge than a staged Spark job's: 0.35-0.54 s against
+    0.19-0.28 s in the steady benchmark, 0.31-0.39 s with these objects made before; docs/performance.md.)"""
 
     changes_metadata = False  # the files hold the table's own columns (`delta_files.shape_problem`)
 
