@@ -114,14 +114,21 @@ def settled_after_the_log_forgot_them(spark: Any, path: str, ledger_path: str) -
 # --- the test's side -----------------------------------------------------------------------------
 
 
+def settled(delta_spark: DeltaSpark, scenario: Any, tmp_path: Path) -> dict[str, Any]:
+    """The facts `scenario` (one of the functions above) returns from the Delta driver, for a table and a
+    ledger under `tmp_path`; fails with the driver's traceback if it raised."""
+    outcome = delta_spark.run(scenario, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
+    assert outcome["ok"], outcome.get("traceback")
+    facts: dict[str, Any] = outcome["value"]
+    return facts
+
+
 def test_a_bulk_fenced_by_a_settler_that_died_before_forgetting_it_is_never_taken_for_landed(
         tmp_path: Path, delta_spark: DeltaSpark) -> None:
     # Given a dead owner's prepared bulk whose version another bridge fenced (an empty commit of that
     # version) before dying itself, the bulk still prepared; and a bulk whose commit went in
     # When the next bridge settles both
-    outcome = delta_spark.run(settled_after_a_fence, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
+    facts = settled(delta_spark, settled_after_a_fence, tmp_path)
     # Then the fenced bulk is forgotten (its rows were never in: its messages land when they come back),
     # not recorded published (which would commit its messages at their source without landing them),
     # and the committed one is recorded published
@@ -136,9 +143,7 @@ def test_a_bulk_whose_commit_left_the_logs_history_is_still_taken_for_landed_and
     # log's history cleaned of both since (a bridge down longer than delta.logRetentionDuration, its
     # messages still on their queue)
     # When the next bridge settles both
-    outcome = delta_spark.run(settled_after_the_log_forgot_them, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
+    facts = settled(delta_spark, settled_after_the_log_forgot_them, tmp_path)
     metadata = [meta for _, meta in facts["history"]]
     assert "bulk-2" not in metadata and "bulk-5" in metadata, facts["history"]  # really gone from the log
     assert facts["app version"] == 5, facts
@@ -155,9 +160,7 @@ def test_a_bulk_whose_version_a_later_bulk_of_its_process_passed_is_never_taken_
     # (left undecided), and its next bulk, version 3, committed once the store answered (the S3 server
     # restarted under two listener threads: tests/integration/test_shared_faults.py)
     # When the bridge settles version 2 as its messages come again
-    outcome = delta_spark.run(settled_past_a_later_version, str(tmp_path / "t"), str(tmp_path / "ledger.sqlite3"))
-    assert outcome["ok"], outcome.get("traceback")
-    facts = outcome["value"]
+    facts = settled(delta_spark, settled_past_a_later_version, tmp_path)
     # Then the bulk is forgotten (its messages land when they come back), not recorded published because
     # its app id's version passed 2 (which committed its messages at their source without landing them:
     # 10 of 400 lost), and a late write of version 2 is skipped by Delta

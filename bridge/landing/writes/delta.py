@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from mqbridge import failpoints
 from mqbridge.landing import delta, delta_commit, delta_create
 from mqbridge.landing.containers import SORT_COLUMNS
-from mqbridge.landing.deadlines import abandoned_after, spark_guarded
+from mqbridge.landing.deadlines import spark_guarded
 from mqbridge.landing.ledger import TableTransaction, owner_id
 from mqbridge.landing.publication import STAGING, discard, owner_dirname, private_staging, staging_dir
 from mqbridge.landing.rows import ARROW_SCHEMA, IDENTITY_COLUMN, arrow_table
@@ -32,7 +32,7 @@ from mqbridge.landing.writes.frames import (
     leave_out_corrupt,
     spread,
 )
-from mqbridge.landing.writes.parquet import probe_staged
+from mqbridge.landing.writes.parquet import abandoned_write, probe_staged
 from mqbridge.landing.writes.table_turns import table_turns
 from mqbridge.message import Bulk, MessageResult
 
@@ -198,15 +198,11 @@ class DeltaWrites:
         codec = context.pyarrow_codec
         if codec is not None and isinstance(location, Path):
             written: list[delta_commit.ArrowFiles | None] = []
-            timeout = context.write_timeout
-            abandoned_after(  # a write blocked in the filesystem cannot be interrupted: its thread is left
-                timeout, f"arrow-write-{context.message_type}",
+            abandoned_write(  # a write blocked in the filesystem cannot be interrupted: its thread is left
+                context, f"arrow-write-{context.message_type}", f"write of bulk {bulk_id}", location,
                 lambda: written.append(delta_commit.stage_arrow(spark, rows, location, codec=codec,
                                                                 file_bytes=FILE_BYTES, bulk_id=bulk_id)),
-                logged=f"type {context.message_type}: pyarrow write of bulk {bulk_id} to {location} running for "
-                f"more than write_timeout {timeout:.0f}s: abandoned (its files are in no commit)",
-                error=f"pyarrow write of bulk {bulk_id} exceeded write_timeout ({timeout:.0f}s); the filesystem "
-                f"of {location} does not answer")
+                left="its files are in no commit")
             if written[0] is not None:
                 staged.append(written[0])
                 return

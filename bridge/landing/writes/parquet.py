@@ -90,7 +90,7 @@ def probe_staged(context: WriteContext, owner: str, arrow: str | None,
     try:
         if arrow is not None:
             private_staging(target)
-            _abandoned_after(context, f"arrow-probe-{context.message_type}", what, target,
+            abandoned_write(context, f"arrow-probe-{context.message_type}", what, target,
                              lambda: arrow_writer.write_probe(target))
         else:
             spark = context.sessions.get()
@@ -108,12 +108,14 @@ def probe_staged(context: WriteContext, owner: str, arrow: str | None,
                     empty.rmdir()
 
 
-def _abandoned_after(context: WriteContext, thread: str, what: str, target: Path, write: Callable[[], object]) -> None:
-    """A pyarrow `write` to `target`, abandoned past `write_timeout` (`deadlines.abandoned_after`)."""
+def abandoned_write(context: WriteContext, thread: str, what: str, target: Path, write: Callable[[], object],
+                    left: str = "its staging directory is discarded") -> None:
+    """A pyarrow `write` to `target`, abandoned past `write_timeout` (`deadlines.abandoned_after`); the log
+    says what becomes of what it `left`."""
     timeout = context.write_timeout
     abandoned_after(timeout, thread, write,
                     logged=f"type {context.message_type}: pyarrow {what} to {target} running for more than "
-                    f"write_timeout {timeout:.0f}s: abandoned (its staging directory is discarded)",
+                    f"write_timeout {timeout:.0f}s: abandoned ({left})",
                     error=f"pyarrow {what} exceeded write_timeout ({timeout:.0f}s); the filesystem of "
                     f"{target.parent} does not answer")
 
@@ -253,5 +255,5 @@ class ParquetWrites:
                 threading.Event().wait()
             arrow_writer.write_bulk(table, target, codec=codec, file_bytes=frames.FILE_BYTES)
 
-        _abandoned_after(self._context, f"arrow-write-{self._context.message_type}", f"write of bulk {bulk.bulk_id}",
+        abandoned_write(self._context, f"arrow-write-{self._context.message_type}", f"write of bulk {bulk.bulk_id}",
                          target, write)
