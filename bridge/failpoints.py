@@ -48,7 +48,7 @@ first N times with `point:N`):
     purge_write_hang      the next container a purge rewrites never ends (until the purge's Spark
                           jobs are cancelled at shutdown)
 
-One point waits instead (`wait`), the first time it is reached, so that a test can order what
+Points that wait instead (`wait`), the first time each is reached, so that a test can order what
 another process does against it:
 
     after_write_staged:FILE  a bulk write has staged its rows (nothing is published, and a write
@@ -57,6 +57,8 @@ another process does against it:
     holding_prepared:FILE    a bulk is prepared in the ledger (its claim on its identities), not yet
                              published or committed: a live bridge in the middle of its landing;
                              FILE.reached, then waits until FILE exists
+    holding_staged:FILE      a bulk's Iceberg append is staged under its WAP id, not yet published
+                             (`mqbridge.landing.iceberg.append`): FILE.reached, then waits until FILE exists
 
 `point:FILE#N` waits the N-th time the point is reached instead of the first.
 

@@ -45,6 +45,9 @@ CATALOG_DIR = ICEBERG_CATALOG_DIR
 BULK_ID_PROPERTY = "mqbridge.bulk-id"
 APP_ID_PROPERTY = "mqbridge.app-id"
 VERSION_PROPERTY = "mqbridge.version"
+#: The snapshot summary key of a fence (`mqbridge.landing.iceberg.fence`): the bulk id it fences, whose
+#: write-audit-publish id it was published under. A fence adds no rows.
+FENCE_PROPERTY = "mqbridge.fenced-bulk-id"
 #: What a configuration is told when it asks an Iceberg type for what is not built.
 NOT_BUILT = "not built yet for Iceberg tables"
 
@@ -261,6 +264,7 @@ def bound() -> IcebergCatalog:
     return catalog
 
 
-__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "CATALOG_DIR", "ICEBERG_CATALOG", "NOT_BUILT", "VERSION_PROPERTY",
+__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "CATALOG_DIR", "FENCE_PROPERTY", "ICEBERG_CATALOG", "NOT_BUILT",
+           "VERSION_PROPERTY",
            "IcebergCatalog", "IcebergSection", "bind", "bound", "bound_or_none", "iceberg_problems",
            "plaintext_problem", "store_problems"]

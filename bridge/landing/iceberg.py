@@ -2,16 +2,23 @@
 `mqbridge.<namespace>.<table>` of the `[spark.iceberg]` catalog, whose snapshot summary carries the
 bulk's id (`mqbridge.bulk-id`) and its ledger transaction (`mqbridge.app-id`, `mqbridge.version`).
 
-The protocol is the Delta one (`Landing.commit`: prepare, append, mark published, source commit),
-but Iceberg has no idempotent append and nothing to fence a version with: recovery of a dead
-process's prepared bulk (`settle`) looks its id up in the table's snapshots, published if found,
-forgotten if not. That answer holds only once no writer of the dead process can still commit. The
-bridge lands Iceberg tables by its own local driver only (a Spark Connect `remote` is refused,
-`config.iceberg`), whose JVM exits when its Python parent dies (PythonGatewayServer reads its stdin
-until EOF; tests/integration/test_iceberg_facts.py measures it): each process records its driver
-JVM (`record_driver`, before its first append) and `settle` waits until the dead owner's recorded JVM
-is gone. A dead owner on another host sharing a PostgreSQL ledger is taken for dead after its lease,
-longer than its JVM outlives it.
+The protocol is the Delta one (`Landing.commit`: prepare, append, mark published, source commit).
+Iceberg has no idempotent append (Delta's `txnAppId`), so a bulk's append is made idempotent and
+fenceable by Iceberg's write-audit-publish, on tables made with `write.wap.enabled`: the append is
+*staged* under a WAP id, the bulk's id (`stage`: a snapshot readers do not see), then *published*
+by a cherry-pick (`publish`), and Iceberg publishes a WAP id once: a second publish of it fails
+with DuplicateWAPCommitException, whichever was staged first (tests/integration/test_iceberg_wap.py).
+Recovery of a prepared bulk that is not in the table (`settle`) first *fences* it: an empty append
+published under its WAP id (`fence`). From then on the bulk's own staged append can never be
+published: a dead process's Spark still finishing it, or a bridge that stalled or was cut off past its
+lease and goes on, fails (BulkFencedError) instead of landing its messages a second time; which of the
+two came first is told by the table's lineage (`published_as`, `mqbridge.landing.iceberg_snapshots`).
+
+The bridge lands Iceberg tables by its own local driver only (a Spark Connect `remote` is refused,
+`config.iceberg`). `mqbridge ledger --abandon`, which reads the table without Spark (pyiceberg) and so
+cannot fence, waits instead until the dead owner's driver JVM is gone: it exits when its Python parent
+dies (PythonGatewayServer reads its stdin until EOF; tests/integration/test_iceberg_facts.py measures
+it), and each process records its driver JVM (`record_driver`, before its first append).
 
 The jars are the `iceberg` set (`mqbridge jars iceberg`): the runtime and the JDBC drivers of the
 JDBC catalog (SQLite for the embedded catalog, `<warehouse>/_iceberg/catalog.db`; PostgreSQL). The
@@ -32,15 +39,18 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from mqbridge import failpoints
 from mqbridge.config.iceberg import (
     APP_ID_PROPERTY,
     BULK_ID_PROPERTY,
+    FENCE_PROPERTY,
     ICEBERG_CATALOG,
     VERSION_PROPERTY,
     IcebergCatalog,
 )
-from mqbridge.errors import ConfigError, LedgerUnavailableError
+from mqbridge.errors import BulkFencedError, ConfigError, LedgerUnavailableError
 from mqbridge.landing import jar_sets
+from mqbridge.landing.iceberg_snapshots import STAGED_WAP_ID, publication
 from mqbridge.landing.schema_check import DECLARED
 from mqbridge.landing.verdicts import holds_rows_of
 
@@ -62,8 +72,16 @@ EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 #: How a typed column's comment starts: its declared field's JSON follows (`declared_comment`).
 DECLARED_COMMENT = "mqbridge.declared="
 #: Properties of a table the bridge creates: a typed type's new column is added by its append
-#: (`merge-schema`, which needs `accept-any-schema`); format version 2 (row-level deletes for a purge).
-TABLE_PROPERTIES = {"format-version": "2", "write.spark.accept-any-schema": "true"}
+#: (`merge-schema`, which needs `accept-any-schema`); format version 2 (row-level deletes for a purge);
+#: appends made under a WAP id staged, not published (`stage`; set on a table made before, `ensure_table`).
+WAP_ENABLED = "write.wap.enabled"
+TABLE_PROPERTIES = {"format-version": "2", "write.spark.accept-any-schema": "true", WAP_ENABLED: "true"}
+#: The session setting under which Iceberg's Spark writer stages an append (read when the write is planned).
+WAP_ID_CONF = "spark.wap.id"
+#: The Java exception of a second publish of one WAP id (a bulk fenced, or a fence met its bulk).
+DUPLICATE_WAP = "DuplicateWAPCommitException"
+#: What `published_as` finds in a table's lineage for a bulk: its rows, or a fence of it.
+ROWS, FENCE = "rows", "fence"
 #: `[types.X] partition_by` -> the transform of the table's hidden partitioning: a reader filtering on
 #: put_timestamp skips the other partitions; put_date stays a column (the landed row's contract).
 PARTITION_TRANSFORMS = {"day": "days(put_timestamp)", "hour": "hours(put_timestamp)"}
@@ -164,7 +182,8 @@ def ensure_table(spark: SparkSession, catalog: IcebergCatalog, table: str, frame
     with its declared field, `declared_comment`) if they are missing; evolve an existing table's partition
     spec to it (`evolve_partitioning`; `key` names the setting in its errors and logs); add the typed
     columns `frame` has and the table lacks (a type's schema added a column), commented alike (the
-    append's `merge-schema` would add them without the comment)."""
+    append's `merge-schema` would add them without the comment); enable write-audit-publish on a table
+    made before the bridge staged its appends (`stage`)."""
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ICEBERG_CATALOG}.{catalog.namespace}")
     identifier = catalog.identifier(table)
     columns = ", ".join(_column(f) for f in frame.schema.fields)
@@ -177,6 +196,9 @@ def ensure_table(spark: SparkSession, catalog: IcebergCatalog, table: str, frame
     missing = [f for f in frame.schema.fields if f.name.lower() not in present]
     if missing:
         spark.sql(f"ALTER TABLE {identifier} ADD COLUMNS ({', '.join(_column(f) for f in missing)})")
+    wap = spark.sql(f"SHOW TBLPROPERTIES {identifier} ('{WAP_ENABLED}')").collect()
+    if not wap or str(wap[0]["value"]).lower() != "true":  # a table made before appends were staged
+        spark.sql(f"ALTER TABLE {identifier} SET TBLPROPERTIES ('{WAP_ENABLED}' = 'true')")
 
 
 def partition_fields(spark: SparkSession, identifier: str) -> list[str]:
@@ -249,8 +271,63 @@ def evolve_partitioning(spark: SparkSession, identifier: str, partition_by: str,
 def append(frame: DataFrame, catalog: IcebergCatalog, table: str, bulk_id: str,
            transaction: TableTransaction | None) -> None:
     """Append `frame` (the landed columns and the identity) to the table `table` (made before,
-    `ensure_table`) as one snapshot carrying the bulk (`snapshot_options`)."""
-    frame.writeTo(catalog.identifier(table)).options(**snapshot_options(bulk_id, transaction)).append()
+    `ensure_table`) as one snapshot carrying the bulk (`snapshot_options`): staged and published under
+    the bulk's WAP id when the bulk has a ledger transaction (`stage`, `publish`), else appended at once.
+    `frame`'s session must be one that no other write uses meanwhile (see `stage`)."""
+    if transaction is None:
+        frame.writeTo(catalog.identifier(table)).options(**snapshot_options(bulk_id, None)).append()
+        return
+    staged = stage(frame, catalog, table, bulk_id, transaction)
+    failpoints.wait("holding_staged")  # tests only: the bridge stalls between its stage and its publish
+    if staged is not None:
+        publish(frame.sparkSession, catalog, table, staged, bulk_id)
+
+
+def stage(frame: DataFrame, catalog: IcebergCatalog, table: str, wap_id: str,
+          transaction: TableTransaction | None, properties: Mapping[str, str] | None = None) -> int | None:
+    """Append `frame` to the table `table` staged under `wap_id` (the bulk's id), carrying the bulk
+    (`snapshot_options`) or the snapshot `properties` instead (a fence's): the staged snapshot's id, which readers do
+    not see until `publish`. The WAP id is a setting of `frame`'s session (Iceberg's writer reads it
+    nowhere else), set for the append only: that session must be one no other write uses meanwhile,
+    or that write would be staged too (`IcebergWrites` keeps a session of its own, `fence` makes one).
+    None when the table did not stage the append (its `write.wap.enabled` turned off by hand since
+    `ensure_table`): the append is published already, without a fence's protection (logged)."""
+    spark = frame.sparkSession
+    identifier = catalog.identifier(table)
+    options = ({f"snapshot-property.{k}": v for k, v in properties.items()} if properties is not None
+               else snapshot_options(wap_id, transaction))
+    spark.conf.set(WAP_ID_CONF, wap_id)
+    try:
+        frame.writeTo(identifier).options(**options).append()
+    finally:
+        spark.conf.unset(WAP_ID_CONF)
+    marker = FENCE_PROPERTY if properties is not None else BULK_ID_PROPERTY
+    rows = spark.sql(f"SELECT snapshot_id FROM {identifier}.snapshots WHERE summary['{STAGED_WAP_ID}'] = "
+                     f"'{_quoted(wap_id)}' AND summary['{marker}'] = '{_quoted(wap_id)}' "
+                     "ORDER BY committed_at DESC LIMIT 1").collect()
+    if not rows:
+        log.warning("Iceberg table %s did not stage the append of bulk %s (its %s is not true): it is published "
+                    "without write-audit-publish, which fences a bulk of a bridge that stalled past its lease; "
+                    "set it back (ALTER TABLE ... SET TBLPROPERTIES ('%s' = 'true'))", identifier, wap_id,
+                    WAP_ENABLED, WAP_ENABLED)
+        return None
+    return int(rows[0]["snapshot_id"])
+
+
+def publish(spark: SparkSession, catalog: IcebergCatalog, table: str, snapshot_id: int, wap_id: str) -> None:
+    """Publish the staged snapshot `snapshot_id` of the table `table` (Iceberg's `cherrypick_snapshot`: a
+    fast-forward, or a new snapshot on top of the current one). BulkFencedError when its WAP id was
+    published before: by a fence (another process decided the bulk: its owner's lease had expired),
+    or by the bulk itself (a publish whose answer was lost; `settle` tells which)."""
+    identifier = catalog.identifier(table)
+    try:
+        spark.sql(f"CALL {ICEBERG_CATALOG}.system.cherrypick_snapshot('{_quoted(identifier)}', "
+                  f"{int(snapshot_id)})").collect()
+    except Exception as exc:
+        if DUPLICATE_WAP in str(exc):
+            raise BulkFencedError(f"bulk {wap_id} of Iceberg table {table} was decided by another process: its WAP id "
+                                  "was published before (a fence), its append can never be") from None
+        raise
 
 
 def table_exists(spark: SparkSession, catalog: IcebergCatalog, table: str) -> bool:
@@ -269,13 +346,40 @@ def table_exists(spark: SparkSession, catalog: IcebergCatalog, table: str) -> bo
     return any(str(row["tableName"]).lower() == table.lower() for row in rows)
 
 
-def committed(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id: str) -> bool | None:
-    """Whether a snapshot of the table `table` carries `bulk_id`; None when there is no such table."""
-    if not table_exists(spark, catalog, table):
-        return None
-    rows = spark.sql(f"SELECT count(*) AS n FROM {catalog.identifier(table)}.snapshots "
-                     f"WHERE summary['{BULK_ID_PROPERTY}'] = '{_quoted(bulk_id)}'").collect()
-    return int(rows[0]["n"]) > 0
+def published_as(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id: str) -> str | None:
+    """What the current lineage of the table `table` (read afresh: `REFRESH TABLE`, another process may
+    have published since) holds of `bulk_id`: ROWS when a snapshot published its rows, FENCE when one
+    published a fence of it (`mqbridge.landing.iceberg_snapshots.publication`), None when neither."""
+    identifier = catalog.identifier(table)
+    spark.sql(f"REFRESH TABLE {identifier}")
+    summaries = {int(r["snapshot_id"]): dict(r["summary"] or {})
+                 for r in spark.sql(f"SELECT snapshot_id, summary FROM {identifier}.snapshots").collect()}
+    lineage = [int(r["snapshot_id"]) for r in spark.sql(
+        f"SELECT snapshot_id FROM {identifier}.history WHERE is_current_ancestor").collect()]
+    for snapshot_id in lineage:
+        found = publication(summaries.get(snapshot_id, {}), summaries)
+        if found.bulk_id == bulk_id:
+            return ROWS
+        if found.fenced == bulk_id:
+            return FENCE
+    return None
+
+
+def fence(spark: SparkSession, catalog: IcebergCatalog, table: str, bulk_id: str) -> None:
+    """Publish an empty append under `bulk_id`'s WAP id (`FENCE_PROPERTY` in its summary), so that the
+    bulk's own staged append can never be published after it (`publish`). Done on a new session of
+    `spark`'s driver (`stage` sets the WAP id on it). A bulk published first makes the fence's publish
+    fail: nothing to do, `published_as` then finds the bulk's rows."""
+    session = spark.newSession()
+    identifier = catalog.identifier(table)
+    staged = stage(session.table(identifier).limit(0), catalog, table, bulk_id, None, {FENCE_PROPERTY: bulk_id})
+    if staged is None:
+        raise LedgerUnavailableError(f"bulk {bulk_id} of Iceberg table {table} cannot be fenced: the table's "
+                                     f"{WAP_ENABLED} is not true; set it back to decide the bulk")
+    try:
+        publish(session, catalog, table, staged, bulk_id)
+    except BulkFencedError:
+        log.info("Iceberg table %s: bulk %s was published (or fenced) before its fence", identifier, bulk_id)
 
 
 def write_probe(spark: SparkSession, catalog: IcebergCatalog) -> None:
@@ -351,25 +455,35 @@ def await_driver_gone(catalog: IcebergCatalog, owner: str, timeout: float = DRIV
 
 
 def settle(ledger: Ledger, bulk: PreparedBulk, spark: SparkSession, catalog: IcebergCatalog) -> bool:
-    """Decide a prepared bulk by the table's snapshots (see the module docstring): True when one
-    carries its id, or none does but the table holds its rows (its snapshot expired after a purge or
-    compaction: `verdicts.holds_rows_of`): recorded published; False otherwise (forgotten: its messages
-    land again when they come back). A dead owner's driver JVM is waited for first; this process's own bulk (its
-    append raised) is asked at once: its append ran in this process's driver, and returned."""
-    if bulk.owner != ledger.owner:
-        await_driver_gone(catalog, bulk.owner)
-    found = committed(spark, catalog, bulk.table, bulk.bulk_id)
-    if found or (found is False and holds_rows_of(spark.table(catalog.identifier(bulk.table)), bulk.bulk_id)):
-        # (no snapshot kept carries the id, but its rows are there: its snapshot expired since)
+    """Decide a prepared bulk by the table (see the module docstring): True when its rows are published
+    in the table's lineage, or no snapshot kept says but the table holds its rows (its snapshot expired
+    after a purge or compaction: `verdicts.holds_rows_of`): recorded published. Otherwise the bulk is
+    fenced first (`fence`), so that its own append, staged by a process that may still run, can never be
+    published, and the lineage asked again: a fence published, the bulk is forgotten (its messages land
+    again when they come back) and False; the bulk's rows published after all (its writer was first),
+    True. A table that is not there: forgotten (nothing can publish into it)."""
+    if not table_exists(spark, catalog, bulk.table):
+        ledger.forget(bulk.bulk_id)
+        return False
+    found = published_as(spark, catalog, bulk.table, bulk.bulk_id)
+    if found is None and holds_rows_of(spark.table(catalog.identifier(bulk.table)), bulk.bulk_id):
+        found = ROWS
+    if found is None:
+        fence(spark, catalog, bulk.table, bulk.bulk_id)
+        found = published_as(spark, catalog, bulk.table, bulk.bulk_id)
+        if found is None:
+            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of Iceberg table {bulk.table} was fenced, yet its "
+                                         "table's lineage shows neither the fence nor the bulk (rolled back by hand?)")
+    if found == ROWS:
         ledger.mark_published(bulk.bulk_id)
         return True
     ledger.forget(bulk.bulk_id)
     return False
 
 
-__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "EXTENSION", "JAR_SET", "MISSING_FROM_SPARK",
-           "PARTITION_TRANSFORMS", "TIME_FIELDS", "VERSION_PROPERTY", "append", "await_driver_gone", "catalog_conf",
-           "committed", "declared_comment", "describe_partitioning", "driver_alive", "ensure_table",
-           "evolve_partitioning", "jar_files", "missing_from_spark", "partition_change", "partition_fields",
-           "record_driver", "record_process", "session_conf", "settle", "snapshot_options", "table_exists",
-           "write_probe"]
+__all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "DUPLICATE_WAP", "EXTENSION", "FENCE", "JAR_SET",
+           "MISSING_FROM_SPARK", "PARTITION_TRANSFORMS", "ROWS", "TIME_FIELDS", "VERSION_PROPERTY", "WAP_ENABLED",
+           "WAP_ID_CONF", "append", "await_driver_gone", "catalog_conf", "declared_comment", "describe_partitioning",
+           "driver_alive", "ensure_table", "evolve_partitioning", "fence", "jar_files", "missing_from_spark",
+           "partition_change", "partition_fields", "publish", "published_as", "record_driver", "record_process",
+           "session_conf", "settle", "snapshot_options", "stage", "table_exists", "write_probe"]

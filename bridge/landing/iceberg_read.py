@@ -5,7 +5,8 @@ answered with pyiceberg (the `iceberg` extra) from a table its catalog loaded
 
 What is read, each from the table's metadata unless said otherwise: its snapshots (`snapshots`: each
 bulk's append carries the bulk's id and the ledger's transaction as snapshot properties,
-`mqbridge.config.iceberg.BULK_ID_PROPERTY` and the others beside it); its containers per put_date
+`mqbridge.config.iceberg.BULK_ID_PROPERTY` and the others beside it, read through its publication,
+`mqbridge.landing.iceberg_snapshots`); its containers per put_date
 (`containers`: the data files' record counts, sizes and put_timestamp bounds of the current snapshot,
 without reading a row); its typed columns (`typed_schema`); and, by reading rows, the rows of some
 identities (`rows_with_identities`), the rows per bulk (`rows_by_bulk`) and a whole scan, of the
@@ -23,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
-from mqbridge.config.iceberg import APP_ID_PROPERTY, BULK_ID_PROPERTY, VERSION_PROPERTY
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import BridgeError
 from mqbridge.landing.containers import Container
+from mqbridge.landing.iceberg_snapshots import publication
 from mqbridge.landing.rows import IDENTITY_COLUMN, LANDED_COLUMNS
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class SnapshotBulk:
     snapshot_id: int
     committed_at: float  # epoch seconds (the snapshot's timestamp-ms)
     operation: str  # append, overwrite, delete, replace
-    bulk_id: str | None  # BULK_ID_PROPERTY; None: not a bulk's append (a purge, a compaction, another writer)
+    bulk_id: str | None  # the bulk it published (`publication`); None: not a bulk's (a fence, a purge, a compaction)
     app_id: str | None  # APP_ID_PROPERTY: the ledger's TableTransaction of the bulk
     version: int | None  # VERSION_PROPERTY
     current: bool  # the current snapshot or one of its ancestors (False: rolled back, staged)
@@ -99,16 +100,19 @@ def snapshots(table: Table) -> list[SnapshotBulk]:
     while walk is not None and walk.snapshot_id not in lineage:
         lineage.add(walk.snapshot_id)
         walk = by_id.get(walk.parent_snapshot_id) if walk.parent_snapshot_id is not None else None
+    summaries = {s.snapshot_id: _summary(s) for s in table.metadata.snapshots}
     found = []
     for snapshot in sorted(table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0)):
-        summary: dict[str, str] = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
         operation = str(snapshot.summary.operation.value) if snapshot.summary else ""
-        version = summary.get(VERSION_PROPERTY)
+        published = publication(summaries[snapshot.snapshot_id], summaries)
         found.append(SnapshotBulk(snapshot.snapshot_id, snapshot.timestamp_ms / 1000.0, operation,
-                                  summary.get(BULK_ID_PROPERTY), summary.get(APP_ID_PROPERTY),
-                                  int(version) if version is not None and version.lstrip("-").isdigit() else None,
+                                  published.bulk_id, published.app_id, published.version,
                                   snapshot.snapshot_id in lineage))
     return found
+
+
+def _summary(snapshot: Any) -> dict[str, str]:
+    return dict(snapshot.summary.additional_properties) if snapshot.summary else {}
 
 
 def snapshot_of_bulk(table: Table, bulk_id: str) -> SnapshotBulk | None:

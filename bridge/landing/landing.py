@@ -184,12 +184,19 @@ class Landing(Observer):
             raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
                                          f"{bulk.table}, which commits by transaction; this bridge has no table "
                                          "of that format configured to ask whether it committed")
+        if bulk.owner != self.owner:
+            # Taken over first: its owner, if it only stalled, can then never record it published after
+            # the fence below (`Ledger.mark_published`); until decided, it is this process's to decide.
+            if not self.ledger.take_over(bulk.bulk_id):
+                return True  # decided meanwhile by another process
+            self._undecided.add(bulk.bulk_id)
         try:
             landed = self.settle(bulk)
         except Exception as exc:
             raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
                                          f"{bulk.table}; its table cannot be asked whether it committed now: "
                                          f"{exc}") from exc
+        self._undecided.discard(bulk.bulk_id)
         if landed:
             log.warning("bulk %s of a process that is gone had committed into table %s: recorded published",
                         bulk.bulk_id, bulk.table)
@@ -364,8 +371,11 @@ class Landing(Observer):
             try:
                 step()
                 failpoints.hit("after_publish")
-                self.ledger.mark_published(bulk_id)
+                self.ledger.mark_published(bulk_id, owner=self.owner)
                 return
+            except BulkFencedError:  # taken over by another process, which decides it
+                self.counters.inc("ledger_bulks_fenced")
+                raise
             except Exception as exc:
                 if self._decided_elsewhere(bulk_id, table, exc):
                     return

@@ -21,7 +21,6 @@ from mqbridge.errors import Loc
 from mqbridge.landing import shared_tables
 from mqbridge.landing.ledger import ledger_path
 from mqbridge.lint.findings import Finding
-from mqbridge.table_formats import formats_configured
 
 #: RabbitMQ's STOMP prefix for a queue that must already exist: a SEND to a missing one is dropped.
 _AMQ_QUEUE = "/amq/queue/"
@@ -110,11 +109,3 @@ def _tables(config: BridgeConfig) -> Iterator[Finding]:
     for a, b, table in shared_tables(config.types):  # legal: a purge of one designates its rows by message_type
         yield Finding(("types", a, "table"), f"types {a} and {b} can land in the same table {table!r}",
                       "give each type its own table unless they are meant to share it", "warning")
-    iceberg = formats_configured(config.types, config.spark.table_format).get("iceberg", [])
-    if iceberg and config.ledger.url is not None and config.bridge.exactly_once:
-        # Iceberg has no idempotent append: a stalled bridge's late append cannot be fenced (docs/guarantees.md).
-        yield Finding(("ledger", "url"), f"a ledger bridges on other hosts may share, with Iceberg types "
-                      f"({', '.join(sorted(iceberg))}): a bridge that stalls past its lease inside an Iceberg append "
-                      "can land that bulk after another bridge landed its messages",
-                      "land these types from one bridge host, or as delta (docs/guarantees.md, "
-                      "\"Two live bridges, one message\")", "warning")

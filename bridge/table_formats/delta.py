@@ -187,6 +187,8 @@ class DeltaFormat(TableFormat):
             raise ValueError(f"bulk {bulk.bulk_id} has no table transaction")
         if ledger.owner_alive(bulk.owner):
             return judge(bulk.bulk_id, bulk, "prepared", alive=True, gone=0, rows=0)
+        if not ledger.take_over(bulk.bulk_id):  # its owner, if only stalled, can never record it published now
+            return judge(bulk.bulk_id, None, ledger.state_of(bulk.bulk_id), alive=False, gone=0, rows=0)
         table = _table_in(warehouse, bulk)
         if delta_read.is_delta(table):
             before = -1  # a commit of the bulk is one newer than this version

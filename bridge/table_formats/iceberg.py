@@ -48,7 +48,7 @@ class IcebergFormat(TableFormat):
     transactional = True
     catalog_partitions = False  # its metadata holds its partitions and columns
     identity_column = IDENTITY_COLUMN
-    rolled_back = "not in the table; rolled back"  # nothing to fence: no snapshot carries it, its driver gone
+    rolled_back = "not in the table: fenced (an empty append published under its WAP id) and rolled back"
 
     def holds(self, path: Location) -> bool:
         """A local directory whose `metadata` holds an Iceberg table's metadata file; on the object store
@@ -205,6 +205,8 @@ class IcebergFormat(TableFormat):
         if ledger.owner_alive(bulk.owner):
             return judge(bulk.bulk_id, bulk, "prepared", alive=True, gone=0, rows=0)
         iceberg.await_driver_gone(bound(), bulk.owner)
+        if not ledger.take_over(bulk.bulk_id):  # its owner, if only stalled, can never record it published now
+            return judge(bulk.bulk_id, None, ledger.state_of(bulk.bulk_id), alive=False, gone=0, rows=0)
         found = _table(warehouse / bulk.table)
         if found is not None and iceberg_read.snapshot_of_bulk(found, bulk.bulk_id) is not None:
             ledger.mark_published(bulk.bulk_id)
@@ -222,7 +224,7 @@ class IcebergFormat(TableFormat):
 
     # -- recovery with Spark -------------------------------------------------------------------
     def settle(self, ledger: Ledger, bulk: PreparedBulk, spark: Any, location: Location) -> bool:
-        """The bulk id among the table's snapshots, once the dead owner's driver is gone (`iceberg.settle`)."""
+        """The bulk's publication in the table's lineage, fenced first if it is not there (`iceberg.settle`)."""
         return iceberg.settle(ledger, bulk, spark, bound())
 
     def rebuild_ledger(self, ledger: Ledger, spark: Any, tables: Sequence[tuple[str, Location]],

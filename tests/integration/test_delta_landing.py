@@ -1,9 +1,9 @@
-"""Delta Lake tables (`[spark] table_format = "delta"`) on the real parts: `mqbridge run` with its own
-Spark driver and the Delta jars of `scripts/jars.sh delta`, on a real ActiveMQ, killed with SIGKILL
-at each step of the landing protocol; every message must be in the Delta table exactly once, as
-`deltalake` (delta-rs, an independent reader) sees it, with the queue empty. And the facts the
-protocol rests on, checked with a bare Spark and Delta: a repeated transaction version is skipped,
-an empty commit fences a version, the log tells each app id's version."""
+"""Delta Lake tables (`[spark] table_format = "delta"`) on the real parts: `mqbridge run` with its own Spark
+driver and the Delta jars of `scripts/jars.sh delta`, on a real ActiveMQ, killed with SIGKILL at each step
+of the landing protocol in turn (each start recovering the kill before); every message must be in the
+Delta table exactly once, as `deltalake` (delta-rs, an independent reader) sees it, with the queue empty.
+And the facts the protocol rests on, checked with a bare Spark and Delta: a repeated transaction version
+is skipped, an empty commit fences a version, the log tells each app id's version."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ from tests.support.delta_tables import (
 )
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import DeltaSpark
-from tests.support.processes import mqbridge, run_until_idle, run_until_killed, stomp_bridge, stomp_config
+from tests.support.processes import (
+    killed_in_turn,
+    mqbridge,
+    run_until_idle,
+    run_until_killed,
+    stomp_bridge,
+    stomp_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -75,30 +82,31 @@ def test_overlapping_writes_killed_at_a_step_land_every_message_once_and_staged_
     assert writers == {"parquet-cpp-arrow"}, writers
 
 
-@pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])
+@pytest.mark.timeout(900)
 def test_a_bridge_killed_at_each_step_lands_every_message_once_into_the_delta_table(
-        tmp_path: Path, amq: AmqClient, failpoint: str) -> None:
-    # Given 600 messages (units of 200 on two threads: the killed bulk, and more after it) and a bridge
-    # landing into a Delta table that dies at the failpoint
-    q = unique_queue(f"delta-{failpoint}")
-    sent = bodies(600, failpoint)
+        tmp_path: Path, amq: AmqClient) -> None:
+    # Given 600 messages (units of 200 on two threads) and a bridge landing into a Delta table
+    q = unique_queue("delta-steps")
+    sent = bodies(600, "steps")
     amq.put_many(q, sent)
     config = delta_config(tmp_path, q)
-    run_until_killed(config, failpoint)
-    # When it is started again and runs until idle
-    out = run_until_idle(config)
+    # When it is killed at each step of the landing in turn (each start recovers what the kill before left,
+    # then dies at the next step), then runs until idle
+    runs = killed_in_turn(config, ("after_stage", "after_prepare", "after_publish", "before_source_commit"))
     # Then every message is in the Delta table exactly once: 0 lost, 0 duplicated, 0 unexpected
     rows = delta_rows(tmp_path / "landing" / "orders")
     result = account(sent, rows)
-    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert result.clean, f"{result}\n{runs.last[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
-    if failpoint == "after_prepare":  # the table is asked: the dead process's version never committed
-        assert "never committed into table orders: fenced and rolled back" in out, out[-4000:]
-    if failpoint == "after_publish":  # the table is asked: it did
-        assert "had committed into table orders: recorded published" in out, out[-4000:]
-    if failpoint in ("after_publish", "before_source_commit"):
-        # the killed unit comes back and is recognised, not landed again
-        assert "already landed; committed without landing them again" in out, out[-4000:]
+    # ... the table was asked: the version of the bulk killed after_prepare never committed, the one killed
+    # after_publish did
+    after = runs.after
+    assert "never committed into table orders: fenced and rolled back" in after["after_prepare"], runs.last[-4000:]
+    assert "had committed into table orders: recorded published" in after["after_publish"], runs.last[-4000:]
+    # ... and the units killed after_publish and before_source_commit came back and were recognised, not
+    # landed again
+    assert "already landed; committed without landing them again" in after["after_publish"], runs.last[-4000:]
+    assert "already landed; committed without landing them again" in after["before_source_commit"], runs.last[-4000:]
 
 
 def test_delta_skips_a_repeated_or_fenced_version_and_its_log_tells_each_apps_version(

@@ -1,11 +1,12 @@
 """Delta tables where the data lives: `[spark] warehouse = "s3a://bucket/prefix"` on a real S3-compatible
 server (S3Proxy, `scripts/s3.sh`) and `hdfs://…` on Hadoop's own mini cluster (`scripts/hdfs.sh`), both
 started by the session's fixtures. A real `mqbridge run` with its own Spark driver, the Delta and S3A
-jars, the secret key only through `${FILE:…}`, on a real ActiveMQ; killed with SIGKILL at each step of
-the landing protocol, started again: every message in the table exactly once as delta-rs (an
-independent reader) sees it. And a wrong secret, an endpoint that accepts connections and never
-answers (a few lines of Python here), or a closed port while a lost ledger's rebuild lists the tables a
-template rendered (delta-rs), is an outage of the sink, named within a bounded time, that loses nothing."""
+jars, the secret key only through `${FILE:…}`, on a real ActiveMQ; killed with SIGKILL at each step of the
+landing protocol in turn, each start recovering what the kill before left, then run until idle: every
+message in the table exactly once as delta-rs (an independent reader) sees it. And a wrong secret, an
+endpoint that accepts connections and never answers (a few lines of Python here), or a closed port while a
+lost ledger's rebuild lists the tables a template rendered (delta-rs), is an outage of the sink, named
+within a bounded time, that loses nothing."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.support.amq import AmqClient, unique_queue
 from tests.support.delta_tables import DELTA_SPARK, JARS
 from tests.support.exactly_once import account, bodies
 from tests.support.object_stores import S3Server
-from tests.support.processes import run_until_idle, run_until_killed, run_until_said, stomp_bridge
+from tests.support.processes import killed_in_turn, run_until_idle, run_until_killed, run_until_said, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -62,29 +63,32 @@ def hdfs_rows(location: str) -> collections.Counter[bytes]:
                                .column("body").to_pylist())
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("failpoint", ["after_stage", "after_prepare", "after_publish", "before_source_commit"])
+#: The steps of the landing protocol a bridge is killed at, in turn, in one run of the test below.
+STEPS = ("after_stage", "after_prepare", "after_publish", "before_source_commit")
+
+
+@pytest.mark.timeout(900)
 def test_a_bridge_killed_at_each_step_lands_every_message_once_into_a_delta_table_on_s3(
-        tmp_path: Path, amq: AmqClient, s3_server: S3Server, failpoint: str) -> None:
-    # Given 600 messages and a bridge landing into a Delta table on S3 that dies at the failpoint
-    q = unique_queue(f"s3-{failpoint}")
-    sent = bodies(600, failpoint)
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server) -> None:
+    # Given 600 messages and a bridge landing into a Delta table on S3
+    q = unique_queue("s3-steps")
+    sent = bodies(600, "steps")
     amq.put_many(q, sent)
     bucket = s3_server.new_bucket("kill")
     config = s3_config(tmp_path, q, s3_server, bucket)
-    killed = run_until_killed(config, failpoint)
-    # When it is started again and runs until idle
-    out = run_until_idle(config)
+    # When it is killed at each step of the landing in turn (each start recovers what the kill before left,
+    # then dies at the next step), then runs until idle
+    runs = killed_in_turn(config, STEPS)
     # Then every message is in the table on S3 exactly once: 0 lost, 0 duplicated, 0 unexpected
     result = account(sent, s3_server.delta_bodies(bucket))
-    assert result.clean, f"{result}\n{out[-4000:]}"
+    assert result.clean, f"{result}\n{runs.last[-4000:]}"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
-    if failpoint == "after_prepare":
-        assert "never committed into table orders: fenced and rolled back" in out, out[-4000:]
-    if failpoint == "after_publish":
-        assert "had committed into table orders: recorded published" in out, out[-4000:]
+    # ... a start after the kill after_prepare fenced that bulk's version, one after the kill after_publish
+    # found its commit in the log
+    assert "never committed into table orders: fenced and rolled back" in runs.after["after_prepare"], runs.last[-4000:]
+    assert "had committed into table orders: recorded published" in runs.after["after_publish"], runs.last[-4000:]
     # And the secret was in no output and on no command line
-    assert s3_server.secret_key not in killed + out
+    assert s3_server.secret_key not in runs.every
 
 
 @pytest.mark.timeout(600)

@@ -1,6 +1,6 @@
-"""Exactly-once landing on the real parts: `mqbridge run` killed with SIGKILL at each step of the
-landing protocol (failpoints), then restarted; every message must be in its table exactly once,
-byte-identical, with the queue empty and no staging leftovers."""
+"""Exactly-once landing on the real parts: `mqbridge run` killed with SIGKILL at each step of the landing
+protocol in turn (failpoints; each start recovering the kill before), then run until idle; every message
+must be in its table exactly once, byte-identical, with the queue empty and no staging leftovers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mqbridge.config import load_config
 from mqbridge.landing.ledger import SqliteLedger, ledger_path, owner_id
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.bridge import run_until_idle as run_until_idle_in_process
-from tests.support.processes import landed, leftovers, run_until_idle, run_until_killed, stomp_config
+from tests.support.processes import killed_in_turn, landed, leftovers, run_until_idle, run_until_killed, stomp_config
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
@@ -25,37 +25,36 @@ def bodies(n: int, tag: str) -> list[bytes]:
     return [f"{tag}-{i:05d}:".encode() + bytes(range(256)) for i in range(n)]
 
 
-@pytest.mark.parametrize(("ack_mode", "failpoint"), [
-    ("cumulative", "after_stage"),
-    ("cumulative", "after_prepare"),
-    ("cumulative", "after_publish"),
-    ("cumulative", "before_source_commit"),
-    ("cumulative", "after_source_commit"),
-    ("individual", "after_publish"),
-    ("individual", "before_source_commit"),
-])
+#: The steps a bridge of each ack mode is killed at, in turn, in one test (`killed_in_turn`).
+STEPS = {"cumulative": ("after_stage", "after_prepare", "after_publish", "before_source_commit", "after_source_commit"),
+         "individual": ("after_publish", "before_source_commit")}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("ack_mode", list(STEPS))
 def test_kill_at_each_step_then_restart_lands_every_message_exactly_once(
-        tmp_path: Path, spark: Any, amq: AmqClient, ack_mode: str, failpoint: str) -> None:
-    # Given 3,000 messages and a bridge that dies at the failpoint on its first bulk
-    q = unique_queue(f"eo-{failpoint}")
-    sent = bodies(3000, failpoint)
+        tmp_path: Path, spark: Any, amq: AmqClient, ack_mode: str) -> None:
+    # Given 3,000 messages and a bridge
+    q = unique_queue(f"eo-{ack_mode}")
+    sent = bodies(3000, ack_mode)
     amq.put_many(q, sent)
     config = stomp_config(tmp_path, q, ack_mode=ack_mode)
     table = tmp_path / "landing" / "orders"
-    run_until_killed(config, failpoint)
-    # When it is started again and runs until idle
-    out = run_until_idle(config)
+    # When it is killed at each step of the landing in turn (each start recovers what the kill before left,
+    # then dies at the next step), then runs until idle
+    runs = killed_in_turn(config, STEPS[ack_mode])
     # Then every message is in the table exactly once, byte-identical; nothing is left behind
     rows = landed(spark, table)
     assert set(rows) == set(sent), f"{len(set(sent) - set(rows))} lost, {len(set(rows) - set(sent))} unexpected"
     assert [b for b, n in rows.items() if n > 1] == [], "duplicated"
     assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
     assert leftovers(table) == []
-    if failpoint in ("after_prepare", "after_publish"):
-        assert re.search(r"ledger recovery: [1-9]\d* bulks rolled forward", out), out
-    if failpoint in ("after_prepare", "after_publish", "before_source_commit"):
-        # the killed unit comes back and is recognised, not landed again
-        assert "already landed; committed without landing them again" in out, out
+    for step in STEPS[ack_mode]:
+        if step in ("after_prepare", "after_publish"):
+            assert re.search(r"ledger recovery: [1-9]\d* bulks rolled forward", runs.after[step]), (step, runs.last)
+        if step in ("after_prepare", "after_publish", "before_source_commit"):
+            # the killed unit comes back and is recognised, not landed again
+            assert "already landed; committed without landing them again" in runs.after[step], (step, runs.last)
 
 
 def test_a_deleted_ledger_degrades_to_at_least_once_with_a_warning(tmp_path: Path, spark: Any, amq: AmqClient) -> None:

@@ -1,11 +1,11 @@
 """A fact the Iceberg landing rests on (`mqbridge.landing.iceberg`), checked with a bare pyspark child (no
 bridge, no jars: the driver's gateway, not Iceberg, is what is measured): a local driver JVM exits on its
 own once its Python parent is killed with SIGKILL (PythonGatewayServer reads its stdin until EOF), so that
-a dead bridge's driver can be waited for before its bulk is decided; the time it takes is printed. And
-the bridge's wait for it (`iceberg.await_driver_gone`, before recovery decides a dead process's bulk)
-returns only once that JVM is gone. (That an append's `snapshot-property.*` options come back in its
-snapshot's summary, how recovery finds a bulk, is checked on the tables of
-tests/integration/test_iceberg_read.py.)"""
+`mqbridge ledger --abandon`, which reads the table without Spark and cannot fence a dead bridge's bulk,
+can wait for that bridge's driver before it decides; the time it takes is printed. And the wait
+(`iceberg.await_driver_gone`) returns only once that JVM is gone. (Recovery with Spark fences the bulk
+instead: tests/integration/test_iceberg_wap.py; that an append's `snapshot-property.*` options come back
+in its snapshot's summary is checked on the tables of tests/integration/test_iceberg_read.py.)"""
 
 from __future__ import annotations
 

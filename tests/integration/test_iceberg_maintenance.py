@@ -196,8 +196,9 @@ def _table_facts(config: str, as_of: int | None = None) -> dict[str, Any]:
         table = cfg.tables_warehouse() / "orders"
         try:
             found["as_of_rows"] = FORMAT.read(spark, table, as_of_version=as_of).count()
-            # and as of the time that snapshot was committed (`mqbridge replay --as-of-timestamp`)
-            committed = spark.sql(f"SELECT cast(committed_at AS STRING) FROM {name}.snapshots WHERE snapshot_id = "
+            # and as of the time that snapshot became the table's current one (`mqbridge replay
+            # --as-of-timestamp`): its publish, later than its own timestamp (its staging: write-audit-publish)
+            committed = spark.sql(f"SELECT cast(made_current_at AS STRING) FROM {name}.history WHERE snapshot_id = "
                                   f"{as_of}").first()[0]
             found["as_of_time_rows"] = FORMAT.read(spark, table, as_of_timestamp=committed).count()
         except Exception as exc:

@@ -15,7 +15,6 @@ without the password in it), a PostgreSQL that does not answer (an outage)."""
 from __future__ import annotations
 
 import collections
-import glob
 import json
 import time
 from collections.abc import Iterator
@@ -27,9 +26,9 @@ import pytest
 
 from mqbridge.errors import ConfigError, SinkOutageError
 from tests.support.exactly_once import free_port
+from tests.support.iceberg_tables import bare_catalog, bare_properties, iceberg_conf, landed_rows
 from tests.support.object_stores import DeltaSpark
 from tests.support.postgres import PASSWORD, USER, PostgresServer, postgres_server
-from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -48,36 +47,13 @@ _COLUMNS = ("msg_id STRING, put_timestamp TIMESTAMP, bulk_id STRING, body BINARY
             "order_id STRING NOT NULL, amount DECIMAL(12,2), put_date DATE")
 
 
-def iceberg_conf(base: Path) -> dict[str, str]:
-    """A local[2] Spark with Iceberg's runtime and its catalog `mqbridge` on SQLite under `base`."""
-    jars = sorted(glob.glob(str(ROOT / "jars" / "iceberg" / "*.jar")))
-    if not jars:
-        pytest.fail(f"the Iceberg jars are missing from {ROOT / 'jars' / 'iceberg'}: run scripts/jars.sh iceberg")
-    return {"spark.jars": ",".join(jars),
-            "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-            "spark.sql.catalog.mqbridge": "org.apache.iceberg.spark.SparkCatalog",
-            "spark.sql.catalog.mqbridge.type": "jdbc",
-            "spark.sql.catalog.mqbridge.uri": f"jdbc:sqlite:{base}/catalog.db",
-            "spark.sql.catalog.mqbridge.warehouse": f"{base}/warehouse",
-            "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-
-
 # --- the child's side (DeltaSpark.run calls these with its session) ------------------------------------
-
-
-def _rows(spark: Any, rows: list[tuple[str, str, str, int]]) -> Any:
-    """Landed-looking rows (identity, put_timestamp "YYYY-MM-DD HH:MM:SS", bulk id, amount)."""
-    frame = spark.createDataFrame(rows, "identity STRING, ts STRING, bulk_id STRING, amount INT")
-    return frame.selectExpr("concat('m-', identity) AS msg_id", "to_timestamp(ts) AS put_timestamp",
-                            "bulk_id", "cast(identity AS BINARY) AS body", "identity",
-                            "concat('o-', identity) AS order_id", "cast(amount AS DECIMAL(12,2)) AS amount",
-                            "to_date(ts) AS put_date")
 
 
 def _append(spark: Any, table: str, rows: list[tuple[str, str, str, int]], app_id: str, version: int) -> None:
     """One bulk's append, as the bridge makes it: its id and transaction as snapshot properties."""
     bulk_id = rows[0][2]
-    (_rows(spark, rows).writeTo(table).option("snapshot-property.mqbridge.bulk-id", bulk_id)
+    (landed_rows(spark, rows).writeTo(table).option("snapshot-property.mqbridge.bulk-id", bulk_id)
      .option("snapshot-property.mqbridge.app-id", app_id).option("snapshot-property.mqbridge.version", str(version))
      .append())
 
@@ -103,14 +79,6 @@ def _facts(spark: Any, table: str) -> dict[str, Any]:
     return {"snapshots": snapshots, "dates": dates, "rows": rows, "files": files}
 
 
-def sqlite_catalog(base: str | Path) -> Any:
-    """The module's SQLite catalog as a loaded configuration names it (`[spark.iceberg] uri`)."""
-    from mqbridge.config.iceberg import IcebergCatalog, IcebergSection
-
-    return IcebergCatalog(IcebergSection(uri=f"jdbc:sqlite:{base}/catalog.db"), Path(base) / "state",
-                          Path(base) / "warehouse")
-
-
 def _typed_table(spark: Any, base: str) -> None:
     """The table TYPED as the bridge makes it (`iceberg.ensure_table`): its typed columns (order_id
     STRING NOT NULL, qty SMALLINT, which Iceberg keeps as an int) carrying their declared fields as the
@@ -123,11 +91,11 @@ def _typed_table(spark: Any, base: str) -> None:
 
     declared = {"order_id": StructField("order_id", StringType(), False), "qty": StructField("qty", ShortType()),
                 "channel": StructField("channel", StringType())}
-    rows = _rows(spark, [("t0", "2026-11-06 10:00:00", "b-t", 1)]).withColumn("qty", F.lit(1).cast("smallint"))
+    rows = landed_rows(spark, [("t0", "2026-11-06 10:00:00", "b-t", 1)]).withColumn("qty", F.lit(1).cast("smallint"))
     frame = rows.select(*(F.col(c).alias(c, metadata=declared_metadata(declared[c])) if c in declared else c
                           for c in ("msg_id", "put_timestamp", "bulk_id", "body", IDENTITY, "order_id", "qty",
                                     "put_date")))
-    catalog = sqlite_catalog(base)
+    catalog = bare_catalog(base)
     iceberg.ensure_table(spark, catalog, "typed", frame)
     iceberg.append(frame, catalog, "typed", "b-t", None)
     wider = frame.withColumn("channel", F.lit("web").alias("channel", metadata=declared_metadata(declared["channel"])))
@@ -190,13 +158,9 @@ def written(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) 
     yield {**outcome["value"], "base": base, "seconds": outcome["seconds"]}
 
 
-def sqlite_properties(base: Path) -> Any:
-    return iceberg_catalog.pyiceberg_properties("jdbc", f"jdbc:sqlite:{base}/catalog.db", warehouse=base / "warehouse")
-
-
 @pytest.fixture(scope="module")
 def catalog(written: dict[str, Any]) -> Any:
-    return iceberg_catalog.open_catalog(sqlite_properties(written["base"]))
+    return iceberg_catalog.open_catalog(bare_properties(written["base"]))
 
 
 def test_bare_pyiceberg_reads_what_java_jdbc_catalog_wrote(written: dict[str, Any]) -> None:
@@ -309,7 +273,7 @@ def test_the_written_schema_is_the_declared_one_and_a_narrowing_change_is_refuse
     from mqbridge.table_formats.iceberg import FORMAT
 
     base = written["base"]
-    bind(sqlite_catalog(base))
+    bind(bare_catalog(base))
     try:
         [(text, where)] = FORMAT.written_schemas(base / "warehouse" / "typed", "orders").items()
         [(plain, _)] = FORMAT.written_schemas(base / "warehouse" / "orders", "orders").items()

@@ -9,17 +9,24 @@ was staged first and whether the publish fast-forwards the table or is applied o
 snapshots. That is what would make an Iceberg bulk's publish idempotent (the WAP id is the bulk's
 transaction) and let recovery fence a dead writer's version (stage an empty append with its WAP id and
 publish it first: the dead writer's publish then fails). Each fact is one scenario below; the test
-prints the time of a stage and of a publish (two catalog commits per bulk instead of one)."""
+prints the time of a stage and of a publish (two catalog commits per bulk instead of one).
+
+Then the bridge's own functions on it (`mqbridge.landing.iceberg`): a bulk staged by a writer that is
+taken for dead is fenced by recovery (`settle`: forgotten), and that writer's publish afterwards is
+refused (BulkFencedError), no row landed; bulks published before recovery asks are recorded published,
+one by a fast-forward, one on top of a newer snapshot; and the table's lineage read by pyiceberg
+(`iceberg_read.bulk_ids`) names those two and not the fence."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_iceberg_read import iceberg_conf
+from tests.support.iceberg_tables import bare_catalog, bare_properties, iceberg_conf, landed_rows
 from tests.support.object_stores import DeltaSpark
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -105,16 +112,65 @@ def wap_facts(spark: Any) -> dict[str, Any]:
     return facts
 
 
+def fence_facts(spark: Any, base: str) -> dict[str, Any]:
+    """The bridge's stage, publish and settle on the table `orders` (made by `ensure_table`), a ledger
+    under `base` holding the bulks as prepared by a dead owner; what each step returned."""
+    from mqbridge.errors import BulkFencedError
+    from mqbridge.landing import iceberg
+    from mqbridge.landing.ledger import SqliteLedger, TableTransaction
+
+    catalog = bare_catalog(base)
+    ledger = SqliteLedger.open(Path(base) / "ledger.db", owner="elsewhere:1:1.00")
+    writer = spark.newSession()  # the dead writer's own session (the WAP id is a session setting)
+
+    def frame(bulk: str, ids: list[str]) -> Any:
+        return landed_rows(writer, [(i, "2026-11-06 10:00:00", bulk, 1) for i in ids])
+
+    def prepared(bulk: str, ids: list[str], version: int) -> Any:
+        ledger.prepare(bulk, "orders", (), ids, transaction=TableTransaction("mqbridge:dead", version))
+        return next(b for b in ledger.in_progress() if b.bulk_id == bulk)
+
+    iceberg.ensure_table(spark, catalog, "orders", frame("b-0", ["x"]))
+    facts: dict[str, Any] = {}
+    # A writer staged b-1 and stalled; recovery decides it
+    one = prepared("b-1", ["i1", "i2"], 1)
+    staged = iceberg.stage(frame("b-1", ["i1", "i2"]), catalog, "orders", "b-1", one.transaction)
+    facts["settle_staged"] = iceberg.settle(ledger, one, spark, catalog)
+    facts["state_after"] = ledger.state_of("b-1")
+    try:
+        iceberg.publish(writer, catalog, "orders", staged, "b-1")
+        facts["late_publish"] = "published"
+    except BulkFencedError as exc:
+        facts["late_publish"] = str(exc)
+    # Two bulks staged together, then published (a fast-forward, then one on top), then recovery asks
+    two, three = prepared("b-2", ["i3"], 2), prepared("b-3", ["i4"], 3)
+    staged_two = iceberg.stage(frame("b-2", ["i3"]), catalog, "orders", "b-2", two.transaction)
+    staged_three = iceberg.stage(frame("b-3", ["i4"]), catalog, "orders", "b-3", three.transaction)
+    iceberg.publish(writer, catalog, "orders", staged_two, "b-2")
+    iceberg.publish(writer, catalog, "orders", staged_three, "b-3")
+    facts["settle_published"] = [iceberg.settle(ledger, two, spark, catalog),
+                                 iceberg.settle(ledger, three, spark, catalog)]
+    facts["states"] = [ledger.state_of("b-2"), ledger.state_of("b-3")]
+    facts["lineage"] = {b: iceberg.published_as(spark, catalog, "orders", b) for b in ("b-1", "b-2", "b-3")}
+    facts["rows"] = sorted(r[0] for r in spark.table(catalog.identifier("orders")).select("identity").collect())
+    return facts
+
+
 # --- the test's side -------------------------------------------------------------------------------------
 
 
-def test_a_wap_id_is_published_once_whatever_was_staged_first(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DeltaSpark, Path]]:
+    """One bare Spark driver with Iceberg for the module, its SQLite catalog under a base of its own."""
+    base = tmp_path_factory.mktemp("iceberg-wap")
+    spark = DeltaSpark(iceberg_conf(base), base / "scratch")
+    yield spark, base
+    spark.close()
+
+
+def test_a_wap_id_is_published_once_whatever_was_staged_first(driver: tuple[DeltaSpark, Path]) -> None:
     # Given a bare Spark driver with Iceberg and a table with write.wap.enabled
-    driver = DeltaSpark(iceberg_conf(tmp_path), tmp_path / "scratch")
-    try:
-        result = driver.run(wap_facts)
-    finally:
-        driver.close()
+    result = driver[0].run(wap_facts)
     assert result["ok"], result.get("traceback")
     facts = result["value"]
     # Then staged appends are unseen, even two at once ...
@@ -133,3 +189,25 @@ def test_a_wap_id_is_published_once_whatever_was_staged_first(tmp_path: Path) ->
     # ... and the table's history names every id published (how recovery would ask)
     assert facts["published_ids"] == ["app:1", "app:2", "app:3", "app:4"], facts
     print(f"stage {facts['stage_seconds']:.2f}s, publish {facts['publish_seconds']:.2f}s")
+
+
+def test_recovery_fences_a_stalled_writers_bulk_and_its_publish_after_is_refused(
+        driver: tuple[DeltaSpark, Path]) -> None:
+    from mqbridge.landing import iceberg, iceberg_catalog, iceberg_read
+
+    spark, base = driver
+    # Given bulks prepared in the ledger by a bridge taken for dead: b-1 staged, not published; b-2 and
+    # b-3 staged together and published (when recovery asks, `iceberg.settle`)
+    result = spark.run(fence_facts, str(base))
+    assert result["ok"], result.get("traceback")
+    facts = result["value"]
+    # Then b-1 is fenced and forgotten, and its writer's publish afterwards is refused: none of its rows
+    assert (facts["settle_staged"], facts["state_after"]) == (False, None), facts
+    assert facts["late_publish"].startswith("bulk b-1 of Iceberg table orders was decided by another process"), facts
+    # ... b-2 and b-3 are recorded published
+    assert (facts["settle_published"], facts["states"]) == ([True, True], ["published", "published"]), facts
+    assert facts["lineage"] == {"b-1": iceberg.FENCE, "b-2": iceberg.ROWS, "b-3": iceberg.ROWS}, facts
+    assert facts["rows"] == ["i3", "i4"], facts
+    # ... and pyiceberg reads the same lineage: the two bulks, not the fence
+    table = iceberg_catalog.load_table(iceberg_catalog.open_catalog(bare_properties(base)), ("mqbridge", "orders"))
+    assert sorted(iceberg_read.bulk_ids(table)) == ["b-2", "b-3"]

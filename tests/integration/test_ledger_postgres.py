@@ -3,10 +3,12 @@ owners on other hosts judged by their heartbeat, secrets kept out of every messa
 `mqbridge run` processes with separate state_dirs sharing one queue and one ledger, two of them
 killed mid-stream: every message exactly once. Two live bridges that read the same messages never both
 land them (a claim), and a bridge on another host frozen (SIGSTOP) past its lease is fenced: on ActiveMQ
-and RabbitMQ in one run of the freeze (a pair of bridges on each broker's queue)."""
+and RabbitMQ in one run of the freeze (a pair of bridges on each broker's queue) into Delta tables, and
+on ActiveMQ between an Iceberg append's stage and its publish (write-audit-publish)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -20,14 +22,21 @@ from typing import Any
 import psycopg
 import pytest
 
-from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
+from mqbridge.errors import (
+    BulkFencedError,
+    DuplicateIdentityError,
+    IdentityClaimedError,
+    LedgerError,
+    LedgerUnavailableError,
+)
 from mqbridge.landing.ledger.postgres import IDLE_IN_TRANSACTION_SECONDS, PostgresLedger, shown_url
 from tests.support.amq import AmqClient, unique_queue
 from tests.support.both_brokers import on_both_brokers
 from tests.support.delta_tables import DELTA_SPARK, delta_rows
 from tests.support.exactly_once import OutputReader, account, bodies, published_files
+from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, sqlite_catalog
 from tests.support.postgres import PASSWORD, PostgresServer, postgres_server
-from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_config
+from tests.support.processes import ROOT, landed, leftovers, mqbridge, run_until_idle, stomp_bridge, stomp_config
 from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
@@ -92,6 +101,25 @@ def test_owners_on_other_hosts_are_judged_by_their_heartbeat(pg: PostgresServer)
         assert mine.owner_alive("other-host:4242:1.00")
     finally:
         other.close()
+        mine.close()
+
+
+def test_a_bulk_taken_over_is_never_recorded_published_by_its_owner(pg: PostgresServer) -> None:
+    # Given a bulk prepared by a bridge on another host that stalled, taken over by this one to decide it
+    stalled = PostgresLedger.open_url(pg.url, owner="stalled-host:7:1.00", schema="takeover", lease=1.0)
+    mine = PostgresLedger.open_url(pg.url, owner="this-host:1:1.00", schema="takeover", lease=1.0)
+    try:
+        stalled.prepare("b1", "orders", [], ["m1"])
+        assert mine.take_over("b1") and mine.in_progress()[0].owner == "this-host:1:1.00"
+        # When the stalled bridge resumes and records it published: refused, the bulk still prepared
+        with pytest.raises(BulkFencedError, match="taken over by this-host:1:1.00"):
+            stalled.mark_published("b1", owner="stalled-host:7:1.00")
+        assert mine.state_of("b1") == "prepared"
+        # Then the bridge that took it over decides it; a second take-over finds it decided
+        mine.mark_published("b1", owner="this-host:1:1.00")
+        assert mine.state_of("b1") == "published" and not stalled.take_over("b1")
+    finally:
+        stalled.close()
         mine.close()
 
 
@@ -441,3 +469,56 @@ def test_counters_are_exact_on_postgresql(pg: PostgresServer) -> None:
         assert (again.stats().bulks, again.stats().identities) == counted(again)
     finally:
         again.close()
+
+
+def test_a_bridge_frozen_between_its_iceberg_stage_and_publish_is_fenced_and_its_publish_refused(
+        tmp_path: Path, amq: AmqClient, activemq: tuple[str, int], pg: PostgresServer) -> None:
+    """Iceberg's fence (`mqbridge.landing.iceberg`: write-audit-publish): a bridge whose append of a bulk
+    is staged in the table, not yet published, when it stalls past its lease, never publishes it after
+    another bridge decided the bulk."""
+    # Given bridge A on another host (lease 4 s) whose first bulk of 40 messages into an Iceberg table is
+    # staged (its append made under the bulk's WAP id, unseen) when A freezes (SIGSTOP), and its
+    # connection to the broker is lost, so that the broker gives the 40 to bridge B on this host
+    q = unique_queue("pg-iceberg-frozen")
+    sent = bodies(40, "pif")
+    amq.put_many(q, sent)
+    proxy = TcpProxy(("127.0.0.1", activemq[1]))
+    gate = tmp_path / "gate-a"
+    ledger = f'\n[ledger]\nurl = "{pg.url}"\ndatabase_schema = "frozen_iceberg"\nlease = "4s"\n'
+    config_a = stomp_bridge(q, state_dir="state-a", threads=1, batch=40, port=proxy.port, extra_bridge=ledger,
+                            spark=ICEBERG_SPARK).write(tmp_path / "a.toml")
+    config_b = stomp_bridge(q, state_dir="state-b", threads=1, batch=40, extra_bridge=ledger,
+                            spark=ICEBERG_SPARK).write(tmp_path / "b.toml")
+    catalog = sqlite_catalog(tmp_path)
+    run_a = OutputReader(_on_another_host("host-a", config_a, f"holding_staged:{gate}"))
+    run_b: OutputReader | None = None
+    frozen = False
+    try:
+        wait_until(Path(f"{gate}.reached").exists, 240, "bridge A to stage its Iceberg append of the 40")
+        os.kill(run_a.proc.pid, signal.SIGSTOP)
+        frozen = True
+        assert proxy.cut() >= 1
+        assert iceberg_rows(catalog) == collections.Counter()  # staged: no reader sees it
+        # When B meets A's claim, waits for A's lease to expire, fences A's bulk and lands the 40
+        run_b = OutputReader(mqbridge("run", "--config", str(config_b), "--until-idle", "5s"))
+        assert run_b.wait(timeout=240) == 0, run_b.text()[-5000:]
+        assert account(sent, iceberg_rows(catalog)).clean
+        # and A resumes and publishes its staged append of the same bulk
+        gate.touch()
+        os.kill(run_a.proc.pid, signal.SIGCONT)
+        frozen = False
+        wait_until(lambda: "was decided by another process" in run_a.text(), 120,
+                   "bridge A to find its bulk decided by B (its publish refused)")
+    finally:
+        proxy.close()
+        if frozen:
+            os.kill(run_a.proc.pid, signal.SIGCONT)
+        _stop(run_a, run_b)
+    out_a, out_b = run_a.text(), run_b.text()
+    # Then B fenced A's bulk (never committed) and landed the messages; A's publish was refused: every
+    # message once, A gave the messages back, nothing left on the queue
+    assert "never committed into table orders: not in the table: fenced" in out_b, out_b[-5000:]
+    result = account(sent, iceberg_rows(catalog))
+    assert result.clean, f"{result}\n{out_a[-3000:]}"
+    assert "messages given back" in out_a, out_a[-5000:]
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0

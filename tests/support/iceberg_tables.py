@@ -4,6 +4,7 @@ independent reader sees them (pyiceberg through the bridge's catalog; the ledger
 from __future__ import annotations
 
 import collections
+import glob
 import os
 import re
 import shutil
@@ -13,12 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.delta_tables import JARS
 from tests.support.exactly_once import account
-from tests.support.processes import mqbridge, run_until_idle, run_until_killed
+from tests.support.processes import ROOT, mqbridge, run_until_idle, run_until_killed
 
-#: What recovery logs of a dead process's bulk no snapshot carries (nothing is fenced in an Iceberg table).
-ROLLED_BACK = "never committed into table orders: not in the table; rolled back"
+#: What recovery logs of a dead process's bulk the table's lineage does not hold (fenced, then forgotten).
+ROLLED_BACK = "never committed into table orders: not in the table: fenced"
 #: `[spark]` of a bridge landing into Iceberg tables with its own driver.
 ICEBERG_SPARK = f'master = "local[2]"\ntable_format = "iceberg"\njars_dir = "{JARS}"\nwriter = "spark"'
 
@@ -96,11 +99,11 @@ def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: lis
                                    catalog: dict[str, str]) -> str:
     """Kill (SIGKILL) the bridge of `config` (one thread landing `queue`, whose messages `sent` have an
     identity of their own) at each step of the landing protocol in turn: after_stage, after_prepare,
-    while its append runs inside Spark (its driver JVM then ends by itself, and the restart waits for it
-    to be gone before it asks the table), after_publish, before_source_commit, each kill checked against
-    what the table (read by pyiceberg through `catalog`) and the ledger show at that point; then wipe its
-    state_dir and deliver every message again (`wiped_and_delivered_again_lands_once`). The outputs of
-    every run, joined."""
+    while its append runs inside Spark (its driver JVM then ends by itself; the restart fences the bulk,
+    so that an append of it can never be published after, and asks the table), after_publish,
+    before_source_commit, each kill checked against what the table (read by pyiceberg through `catalog`)
+    and the ledger show at that point; then wipe its state_dir and deliver every message again
+    (`wiped_and_delivered_again_lands_once`). The outputs of every run, joined."""
     state, q = config.parent / "state", queue
     outs: list[str] = []
 
@@ -122,14 +125,14 @@ def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: lis
     outs.append(out)
     assert prepared_bulks(state) == 1
     table_holds(0, out)
-    # ... then while its append runs in Spark: the dead process's bulk was decided by the table (no
-    # snapshot carries it) once its driver JVM was gone; the new one prepared, not in the table
+    # ... then while its append runs in Spark: the dead process's bulk was decided by the table (not in
+    # its lineage: fenced, forgotten); the new one prepared, not in the table
     out = run_until_append_hangs_then_kill(config, config.parent / "hang.log", ROLLED_BACK)
     outs.append(out)
     assert prepared_bulks(state) == 1
     table_holds(0, out)
-    # ... then after its append committed: the hung append never committed (decided so once its JVM
-    # was gone), and the new bulk is in the table, still prepared in the ledger
+    # ... then after its append committed: the hung append never committed (fenced), and the new bulk
+    # is in the table, still prepared in the ledger
     out = run_until_killed(config, "after_publish")
     outs.append(out)
     assert ROLLED_BACK in out, out[-4000:]
@@ -147,3 +150,44 @@ def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: lis
     # table exactly once
     outs.append(wiped_and_delivered_again_lands_once(config, amq, q, sent, catalog))
     return "".join(outs)
+
+
+def iceberg_conf(base: Path) -> dict[str, str]:
+    """The settings of a local[2] Spark (a test's bare driver, `DeltaSpark`) with Iceberg's runtime and
+    its catalog `mqbridge` on SQLite under `base`."""
+    jars = sorted(glob.glob(str(ROOT / "jars" / "iceberg" / "*.jar")))
+    if not jars:
+        pytest.fail(f"the Iceberg jars are missing from {ROOT / 'jars' / 'iceberg'}: run scripts/jars.sh iceberg")
+    return {"spark.jars": ",".join(jars),
+            "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+            "spark.sql.catalog.mqbridge": "org.apache.iceberg.spark.SparkCatalog",
+            "spark.sql.catalog.mqbridge.type": "jdbc",
+            "spark.sql.catalog.mqbridge.uri": f"jdbc:sqlite:{base}/catalog.db",
+            "spark.sql.catalog.mqbridge.warehouse": f"{base}/warehouse",
+            "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+
+
+def landed_rows(spark: Any, rows: list[tuple[str, str, str, int]]) -> Any:
+    """A frame on `spark` of landed-looking rows (identity, put_timestamp "YYYY-MM-DD HH:MM:SS", bulk id,
+    amount)."""
+    frame = spark.createDataFrame(rows, "identity STRING, ts STRING, bulk_id STRING, amount INT")
+    return frame.selectExpr("concat('m-', identity) AS msg_id", "to_timestamp(ts) AS put_timestamp",
+                            "bulk_id", "cast(identity AS BINARY) AS body", "identity",
+                            "concat('o-', identity) AS order_id", "cast(amount AS DECIMAL(12,2)) AS amount",
+                            "to_date(ts) AS put_date")
+
+
+def bare_catalog(base: str | Path) -> Any:
+    """The SQLite catalog of `iceberg_conf(base)` as a loaded configuration names it (`[spark.iceberg]
+    uri`): an `IcebergCatalog`."""
+    from mqbridge.config.iceberg import IcebergCatalog, IcebergSection
+
+    return IcebergCatalog(IcebergSection(uri=f"jdbc:sqlite:{base}/catalog.db"), Path(base) / "state",
+                          Path(base) / "warehouse")
+
+
+def bare_properties(base: Path) -> Any:
+    """pyiceberg's properties of the SQLite catalog of `iceberg_conf(base)`."""
+    from mqbridge.landing.iceberg_catalog import pyiceberg_properties
+
+    return pyiceberg_properties("jdbc", f"jdbc:sqlite:{base}/catalog.db", warehouse=base / "warehouse")

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,26 @@ def run_until_idle(config: Path, idle: str = "1s", timeout: float = 300,
     out = output_within(proc, timeout, f"the end of `mqbridge run --until-idle {idle}`")
     assert proc.returncode == 0, out
     return out
+
+
+@dataclass(frozen=True)
+class KilledInTurn:
+    """The outputs of `killed_in_turn`."""
+
+    after: dict[str, str]  # by step: every run after the kill at that step (where its recovery is told), joined
+    last: str  # the run until idle
+    every: str  # every run's, joined
+
+
+def killed_in_turn(config: Path, steps: Sequence[str], idle: str = "1s") -> KilledInTurn:
+    """Kill the bridge of `config` at each of `steps` in turn, then run it until idle: each start
+    recovers what the kill before it left and then dies at the next step (`run_until_killed`), so that
+    one bridge's recovery of every step costs one start per step, not two (the queue must hold enough
+    messages for a bulk at each step)."""
+    killed = [run_until_killed(config, step) for step in steps]
+    last = run_until_idle(config, idle)
+    return KilledInTurn({step: "".join(killed[n + 1:]) + last for n, step in enumerate(steps)}, last,
+                        "".join(killed) + last)
 
 
 #: A directory whose `pymqi` is the fake driver over a persistent fake queue manager.

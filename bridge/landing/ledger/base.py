@@ -39,7 +39,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from mqbridge.errors import DuplicateIdentityError, IdentityClaimedError, LedgerError, LedgerUnavailableError
+from mqbridge.errors import (
+    BulkFencedError,
+    DuplicateIdentityError,
+    IdentityClaimedError,
+    LedgerError,
+    LedgerUnavailableError,
+)
 from mqbridge.landing.ledger.owners import judged_by_pid, owner_alive
 from mqbridge.landing.ledger.records import (
     LedgerStats,
@@ -300,16 +306,34 @@ class Ledger(ABC):
                 found[bulk_id] = prepared_bulk(bulk_id, table, moves, owner, prepared_at, count)
         return sorted(found.values(), key=lambda b: (b.prepared_at, b.bulk_id))
 
-    def mark_published(self, bulk_id: str) -> None:
-        """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk."""
+    def mark_published(self, bulk_id: str, *, owner: str | None = None) -> None:
+        """Record that every file of `bulk_id` is in place. Raises LedgerError for an unknown bulk. With
+        `owner` (a process recording its own bulk), BulkFencedError when another process has taken the
+        still-prepared bulk over to decide it (`take_over`: its owner's lease had expired, a stalled or
+        cut-off host): that process may have fenced the bulk's commit already, and recording it published
+        now would commit its messages at their source without their rows in the table."""
         with self._write() as db:
-            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            row = self._execute(db, "SELECT state, owner FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
             if row is None:
                 raise LedgerError(f"ledger {self.path}: no bulk {bulk_id!r} to mark published")
+            if owner is not None and row[0] == "prepared" and row[1] != owner:
+                raise BulkFencedError(f"bulk {bulk_id} was taken over by {row[1]} to be decided (its owner's lease had "
+                                      "expired): not recorded published by its owner")
             self._execute(db, f"UPDATE bulks SET state = 'published', published_at = {self.CLOCK} WHERE bulk_id = ?",
                           (bulk_id,))
             if row[0] == "prepared":  # marking a published bulk again changes no count
                 self._add_counts(db, prepared=-1, published=1)
+
+    def take_over(self, bulk_id: str) -> bool:
+        """Make this ledger's owner the owner of the prepared bulk `bulk_id` before deciding it for a
+        process that is dead or whose lease expired (it may only have stalled): from then on that process
+        cannot record the bulk published (`mark_published(owner=...)`), whatever it does once it resumes,
+        and the other processes leave the bulk to this one while it lives. False when the bulk is not
+        prepared any more (decided meanwhile)."""
+        with self._write() as db:
+            taken = self._execute(db, "UPDATE bulks SET owner = ? WHERE bulk_id = ? AND state = 'prepared'",
+                                  (self.owner, bulk_id)).rowcount
+        return bool(taken == 1)
 
     def forget(self, bulk_id: str) -> None:
         """Delete a rolled-back bulk and its identities (nothing of it was published)."""

@@ -101,11 +101,13 @@ class ParseContext(Protocol):
 
 
 def leave_out_corrupt(context: ParseContext, bulk: Bulk, keep: list[int], rows: pa.Table, handoff: Path | None,
-                      results: list[MessageResult | None], ready: list[tuple[SparkSession, DataFrame]]) -> None:
+                      results: list[MessageResult | None], ready: list[tuple[SparkSession, DataFrame]],
+                      spark: SparkSession | None = None) -> None:
     """Parse a typed bulk's bodies by one Spark job and mark the rows Spark cannot convert PERMANENT in
     `results`; the parsed frame of the other rows is kept by Spark (`ready`) for the table format's
-    write, which then writes only what parsed (Delta's commit, Iceberg's append)."""
-    spark = context.sessions.get()
+    write, which then writes only what parsed (Delta's commit, Iceberg's append). On `spark`, the
+    session the write will use, when it is not the context's (Iceberg's writer has its own)."""
+    spark = spark if spark is not None else context.sessions.get()
     tasks, groups = spread(spark, bulk, keep)
     parser = context.body_format
     frame, observation = landed_frame(spark, rows, handoff, tasks, groups, parser, identity=True)

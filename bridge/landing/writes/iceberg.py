@@ -1,12 +1,14 @@
 """Bulks into an Apache Iceberg table (`mqbridge.landing.iceberg`) of the `[spark.iceberg]` catalog, in a
 local warehouse or on S3 (`s3a://`): each bulk ONE append by Spark, read from the bulk's handoff file, whose snapshot
-carries the bulk's id and transaction, so that recovery asks the table's snapshots whether it landed
-(`Landing.commit`, `iceberg.settle`)."""
+carries the bulk's id and transaction, staged and published under the bulk's WAP id, so that recovery asks the
+table's lineage whether it landed and fences it if not (`Landing.commit`, `iceberg.settle`)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,9 +29,12 @@ from mqbridge.message import Bulk, MessageResult
 if TYPE_CHECKING:
     from mqbridge.config.warehouse import ObjectStoreUri
 
+log = logging.getLogger(__name__)
+
 
 class IcebergWrites:
-    """Writes the bulks of one message type into Iceberg tables, one append per bulk, by Spark only."""
+    """Writes the bulks of one message type into Iceberg tables, one append per bulk, by Spark only, each
+    writing thread on a session of its own (`_own_session`)."""
 
     name = "iceberg"
 
@@ -38,6 +43,7 @@ class IcebergWrites:
         self.arrow: str | None = None
         self._recorded: object | None = None  # the session whose driver JVM is recorded (`iceberg.record_driver`)
         self._tables: set[tuple[SparkSession, str]] = set()  # made by this writer (`_ensure_table`)
+        self._sessions = threading.local()  # each writing thread's own session (`_own_session`)
 
     def write(self, bulk: Bulk, keep: list[int], table: str, location: Path | ObjectStoreUri,
               ledger_bulk_id: str, results: list[MessageResult | None]) -> list[int]:
@@ -54,10 +60,10 @@ class IcebergWrites:
         what = f"Iceberg append of bulk {ledger_bulk_id}"
         handoff: Path | None = None
         try:
-            spark = context.sessions.get()
+            spark = self._own_session(context.sessions.get())
             handoff = self._handoff(spark, location, owner, ledger_bulk_id)
             if context.body_format is not None:
-                leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready)
+                leave_out_corrupt(self._context, bulk, keep, rows, handoff, results, ready, spark)
             landed = [i for i in keep if results[i] is None]
             if landed:
                 def frame_of(spark: SparkSession) -> DataFrame:
@@ -70,12 +76,13 @@ class IcebergWrites:
                     return frame
 
                 def write(transaction: TableTransaction | None) -> None:
-                    spark = context.sessions.get()
+                    spark = self._own_session(context.sessions.get())
                     self._record_driver(spark, owner)
                     frame = frame_of(spark)
                     spark_guarded(spark, context.message_type, what,
                                   lambda: iceberg.append(frame, self._catalog, table, ledger_bulk_id,
                                                          transaction), context.write_timeout)
+                    self._forget_cached(context.sessions.get(), table)
 
                 # The table made before the bulk is prepared: a prepared bulk's table is always there, so
                 # recovery finds it an Iceberg table (`format_of`) whatever the step the process died at.
@@ -97,6 +104,27 @@ class IcebergWrites:
                     with contextlib.suppress(OSError):
                         empty.rmdir()
         return landed
+
+    def _own_session(self, spark: SparkSession) -> SparkSession:
+        """This thread's own session of `spark`'s driver (`SparkSession.newSession`: the same JVM and
+        context, a configuration of its own), made once per thread and driver: an append is staged
+        under a WAP id set on its frame's session (`iceberg.stage`), which no other write may use
+        meanwhile, or it would be staged too (another type's, another table's of a template, a purge)."""
+        local = self._sessions
+        if getattr(local, "base", None) is not spark:
+            local.base, local.session = spark, spark.newSession()
+        own: SparkSession = local.session
+        return own
+
+    def _forget_cached(self, spark: SparkSession, table: str) -> None:
+        """Drop the table from the catalog cache of the process's session `spark` (`REFRESH TABLE`): the
+        append went through this thread's own session (`_own_session`), whose catalog is another instance,
+        and Iceberg's catalog cache would show `spark`'s readers (a purge, a compaction, recovery) the table
+        as it was for up to 30 s. Best effort: the append is done either way."""
+        try:
+            spark.sql(f"REFRESH TABLE {self._catalog.identifier(table)}")
+        except Exception as exc:
+            log.debug("REFRESH TABLE %s after an append failed: %s", table, exc)
 
     @staticmethod
     def _handoff(spark: SparkSession, location: Path | ObjectStoreUri, owner: str, bulk_id: str) -> Path | None:

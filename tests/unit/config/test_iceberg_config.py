@@ -198,18 +198,14 @@ def test_a_missing_iceberg_jar_is_a_configuration_error_naming_the_command(tmp_p
         iceberg.session_conf(tmp_path / "jars", {}, catalog)
 
 
-def test_iceberg_types_with_a_ledger_other_hosts_may_share_are_warned_of_at_start() -> None:
-    """Iceberg has no idempotent append, so a stalled bridge's late append cannot be fenced
-    (docs/guarantees.md, "Two live bridges, one message"): `run` and `check-config` say so."""
+def test_iceberg_types_with_a_ledger_other_hosts_may_share_are_not_warned_of() -> None:
+    """Iceberg's appends are fenced by write-audit-publish now (`mqbridge.landing.iceberg`; docs/guarantees.md,
+    "Two live bridges, one message"): `run` and `check-config` no longer warn of them with a shared ledger."""
     from mqbridge.lint import start_warnings
 
     ledger = '[ledger]\nurl = "postgresql://bridge@127.0.0.1:5432/db"\n'
     shared = parse(ledger + '[types.orders]\ntable_format = "iceberg"\n[types.other]\n')
-    [finding] = [f for f in start_warnings(shared) if f.loc == ("ledger", "url")]
-    assert "Iceberg types (orders)" in finding.problem and "stalls past its lease" in finding.problem
-    assert finding.severity == "warning"
-    for alone in (parse('[types.orders]\ntable_format = "iceberg"\n'), parse(ledger + "[types.orders]\n")):
-        assert not [f for f in start_warnings(alone) if f.loc == ("ledger", "url")]
+    assert not [f for f in start_warnings(shared) if f.loc == ("ledger", "url")]
 
 
 def test_partition_by_is_day_by_default_and_hour_is_accepted_for_iceberg_types() -> None:

@@ -47,6 +47,35 @@ def test_a_bulk_another_bridge_fenced_while_this_one_stalled_is_never_published(
     other.close()
 
 
+def test_a_bulk_another_bridge_took_over_and_fenced_but_not_yet_forgot_is_never_recorded_published(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # Given this bridge's bulk, prepared, whose write stalls past its lease, while another bridge takes it
+    # over to decide it (`Landing._settle` there: `take_over`, then the fence) and has not forgotten it yet
+    # (it is deciding, or died before it could): the bulk is still prepared in the ledger
+    other = _other(ledger)
+    counters = Counters()
+    landing = Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=3600, warehouse=tmp_path)
+
+    def write(transaction: TableTransaction) -> None:
+        [bulk] = other.prepared_holding(["m1"])
+        assert other.take_over(bulk.bulk_id)  # the other bridge's, then its fence of the version
+        # this write resumes: the table skips the fenced version, the write returns as if committed
+
+    # When it resumes and finishes: it is told it lost the bulk and records nothing, although the ledger
+    # still holds the bulk prepared (before take_over, it was recorded published: its messages committed
+    # at their source, their rows in no table)
+    with pytest.raises(BulkFencedError, match="b1 was taken over by other-host/1:42:1.00"):
+        landing.commit("b1", "orders", ["m1", "m2"], write)
+    assert ledger.state_of("b1") == "prepared" and ledger.published(["m1", "m2"]) == set()
+    assert counters.total("ledger_bulks_fenced") == 1
+    # ... and the other bridge decides it as it finds the table: a second take-over finds it decided
+    assert ledger.in_progress()[0].owner == "other-host/1:42:1.00"
+    other.forget("b1")
+    assert not other.take_over("b1")
+    landing.close()
+    other.close()
+
+
 def test_a_bulk_another_bridge_published_while_this_one_could_not_counts_as_landed(ledger: Ledger,
                                                                                   tmp_path: Path) -> None:
     # Given this bridge's prepared bulk whose publication fails again and again, while another bridge
