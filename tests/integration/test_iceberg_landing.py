@@ -9,7 +9,9 @@ warehouse, and survives it), every message is delivered again, and the ledger is
 every message must be in the Iceberg table exactly once, as pyiceberg (an independent reader, through the
 same catalog) sees it, with the queue empty. And once a typed (JSON) type into a JDBC catalog on a real
 PostgreSQL, its password in none of the output, after which a narrowed column is refused by `check-config`
-against the table's schema (each typed column's declared field, kept in its comment)."""
+against the table's schema (each typed column's declared field, kept in its comment). And two bridges
+(each its own state_dir and ledger) appending to one table at once, their commits interleaving: both commit,
+every message lands once."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from tests.support.iceberg_tables import (
     killed_at_each_step_then_wiped,
     sqlite_catalog,
 )
-from tests.support.processes import mqbridge, run_until_idle, stomp_bridge
+from tests.support.processes import mqbridge, output_within, run_until_idle, stomp_bridge
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +102,37 @@ def test_a_typed_type_lands_once_through_a_jdbc_catalog_on_postgresql_and_a_narr
     check_out, _ = checked.communicate(timeout=120)
     assert checked.returncode == 1 and "column 'qty': bigint -> int" in check_out, check_out[-3000:]
     assert ".metadata.json" in check_out and PASSWORD not in check_out, check_out[-3000:]
+
+
+@pytest.mark.timeout(600)
+def test_two_bridges_appending_to_one_table_at_once_both_commit_and_land_every_message_once(
+        tmp_path: Path, amq: AmqClient) -> None:
+    # Given 3,000 messages on one queue, and two bridges (each its own state_dir and ledger) reading it at
+    # once into the same Iceberg table of the embedded catalog, in bulks of about a hundred
+    from pyiceberg.catalog import load_catalog
+
+    from mqbridge.landing import iceberg_read
+
+    q = unique_queue("iceberg-two")
+    sent = bodies(3000, "two")
+    amq.put_many(q, sent)
+    configs = [stomp_bridge(q, spark=ICEBERG_SPARK, state_dir=f"state-{name}").write(tmp_path / f"{name}.toml")
+               for name in ("a", "b")]
+    # When both run until idle
+    runs = [mqbridge("run", "--config", str(config), "--until-idle", "2s") for config in configs]
+    outs = [output_within(run, 420, f"the end of bridge {name}'s `mqbridge run --until-idle 2s`")
+            for run, name in zip(runs, "ab", strict=True)]
+    # Then both succeeded, each committed its own bulks into the table, and every message is in it once
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(out[-3000:] for out in outs)
+    catalog = sqlite_catalog(tmp_path)
+    result = account(sent, iceberg_rows(catalog))
+    assert result.clean, f"{result}\n" + "\n".join(out[-3000:] for out in outs)
+    assert amq.depth(q) == 0 and amq.depth(q + ".backout") == 0
+    table = load_catalog("mqbridge", **catalog).load_table(("mqbridge", "orders"))
+    writers = {s.app_id for s in iceberg_read.snapshots(table) if s.current and s.bulk_id is not None}
+    assert len(writers) == 2, writers
+    # ... their commits interleaved: some publishes were applied on top of the other bridge's newer
+    # snapshot (a cherry-pick's own snapshot) instead of a fast-forward of the staged one
+    on_top = [s for s in table.metadata.snapshots
+              if s.summary and "published-wap-id" in s.summary.additional_properties]
+    assert on_top, "every publish was a fast-forward: the two bridges never committed in between each other"
