@@ -195,7 +195,8 @@ class Bulk:
 
     def files_written(self) -> None:
         """Said by a writer once the bulk's Spark job has written its files and only its commit, in its
-        table's turn, is left (a Delta table's, `mqbridge.landing.writes.delta`): the collector then
+        table's turn, is left (a Delta table's, `mqbridge.landing.writes.delta`; an Iceberg table's
+        publish of the staged append, `mqbridge.landing.writes.iceberg`): the collector then
         counts the bulk out of its type's `writes_per_type`, so that the next bulk's Spark job runs
         while this one commits. Once; nothing for a bulk no collector handed out (a triage's part)."""
         tell, self.on_files_written = self.on_files_written, None

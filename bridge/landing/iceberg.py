@@ -5,8 +5,9 @@ bulk's id (`mqbridge.bulk-id`) and its ledger transaction (`mqbridge.app-id`, `m
 The protocol is the Delta one (`Landing.commit`: prepare, append, mark published, source commit).
 Iceberg has no idempotent append (Delta's `txnAppId`), so a bulk's append is made idempotent and
 fenceable by Iceberg's write-audit-publish, on tables made with `write.wap.enabled`: the append is
-*staged* under a WAP id, the bulk's id (`stage`: a snapshot readers do not see), then *published*
-by a cherry-pick (`publish`), and Iceberg publishes a WAP id once: a second publish of it fails
+*staged* under a WAP id, the bulk's id (`stage`: a snapshot readers do not see; the bridge's writer
+stages before the table's turn, before the bulk is prepared), then *published* in the turn, after
+`prepare`, by a cherry-pick (`publish`), and Iceberg publishes a WAP id once: a second publish of it fails
 with DuplicateWAPCommitException, whichever was staged first (tests/integration/test_iceberg_wap.py).
 Recovery of a prepared bulk that is not in the table (`settle`) first *fences* it: an empty append
 published under its WAP id (`fence`). From then on the bulk's own staged append can never be
@@ -277,10 +278,15 @@ def append(frame: DataFrame, catalog: IcebergCatalog, table: str, bulk_id: str,
     if transaction is None:
         frame.writeTo(catalog.identifier(table)).options(**snapshot_options(bulk_id, None)).append()
         return
-    staged = stage(frame, catalog, table, bulk_id, transaction)
+    publish_staged(frame.sparkSession, catalog, table, stage(frame, catalog, table, bulk_id, transaction), bulk_id)
+
+
+def publish_staged(spark: SparkSession, catalog: IcebergCatalog, table: str, staged: int | None, bulk_id: str) -> None:
+    """The second half of a bulk's append, in its table's turn after the bulk is prepared: `publish` the
+    snapshot `stage` gave (None: the table did not stage it, it is published already)."""
     failpoints.wait("holding_staged")  # tests only: the bridge stalls between its stage and its publish
     if staged is not None:
-        publish(frame.sparkSession, catalog, table, staged, bulk_id)
+        publish(spark, catalog, table, staged, bulk_id)
 
 
 def stage(frame: DataFrame, catalog: IcebergCatalog, table: str, wap_id: str,
@@ -291,7 +297,8 @@ def stage(frame: DataFrame, catalog: IcebergCatalog, table: str, wap_id: str,
     nowhere else), set for the append only: that session must be one no other write uses meanwhile,
     or that write would be staged too (`IcebergWrites` keeps a session of its own, `fence` makes one).
     None when the table did not stage the append (its `write.wap.enabled` turned off by hand since
-    `ensure_table`): the append is published already, without a fence's protection (logged)."""
+    `ensure_table`): the append is published already, without a fence's protection, and a bulk's before
+    it is prepared (logged)."""
     spark = frame.sparkSession
     identifier = catalog.identifier(table)
     options = ({f"snapshot-property.{k}": v for k, v in properties.items()} if properties is not None
@@ -307,9 +314,10 @@ def stage(frame: DataFrame, catalog: IcebergCatalog, table: str, wap_id: str,
                      "ORDER BY committed_at DESC LIMIT 1").collect()
     if not rows:
         log.warning("Iceberg table %s did not stage the append of bulk %s (its %s is not true): it is published "
-                    "without write-audit-publish, which fences a bulk of a bridge that stalled past its lease; "
-                    "set it back (ALTER TABLE ... SET TBLPROPERTIES ('%s' = 'true'))", identifier, wap_id,
-                    WAP_ENABLED, WAP_ENABLED)
+                    "without write-audit-publish, which fences a bulk of a bridge that stalled past its lease, "
+                    "and before the bulk is prepared (a crash before that lands its messages again); set it back "
+                    "(ALTER TABLE ... SET TBLPROPERTIES ('%s' = 'true'))", identifier, wap_id, WAP_ENABLED,
+                    WAP_ENABLED)
         return None
     return int(rows[0]["snapshot_id"])
 
@@ -485,5 +493,5 @@ __all__ = ["APP_ID_PROPERTY", "BULK_ID_PROPERTY", "DECLARED_COMMENT", "DUPLICATE
            "MISSING_FROM_SPARK", "PARTITION_TRANSFORMS", "ROWS", "TIME_FIELDS", "VERSION_PROPERTY", "WAP_ENABLED",
            "WAP_ID_CONF", "append", "await_driver_gone", "catalog_conf", "declared_comment", "describe_partitioning",
            "driver_alive", "ensure_table", "evolve_partitioning", "fence", "jar_files", "missing_from_spark",
-           "partition_change", "partition_fields", "publish", "published_as", "record_driver", "record_process",
-           "session_conf", "settle", "snapshot_options", "stage", "table_exists", "write_probe"]
+           "partition_change", "partition_fields", "publish", "publish_staged", "published_as", "record_driver",
+           "record_process", "session_conf", "settle", "snapshot_options", "stage", "table_exists", "write_probe"]

@@ -309,13 +309,21 @@ class Landing(Observer):
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
         self._janitor.submit(discard, staging)
 
+    def transaction(self, table: str) -> TableTransaction:
+        """This process's next transaction of `table` (its app id, the table's next version), which
+        `commit` prepares a bulk with. A writer may draw it before the table's turn when the order of the
+        versions is not the table's to check (Iceberg: an append staged before its turn carries it,
+        `mqbridge.landing.writes.iceberg`); Delta's must be drawn in the turn, where they commit in order."""
+        return TableTransaction(app_id(self.owner), self._versions.next(table),
+                                check_fence=self.ledger.shared_across_hosts)
+
     def commit(self, bulk_id: str, table: str, identities: Sequence[str],
-               write: Callable[[TableTransaction], None]) -> None:
-        """Land `bulk_id` into a table that commits by its own transaction (Delta Lake), exactly once:
-        the bulk is prepared with its transaction (this process's app id, the table's next version),
-        then `write` writes its rows, one row per identity, as one commit carrying that transaction.
-        Nothing is staged: the table's log, not a file, says whether the bulk landed. The caller holds
-        the table's lock: versions commit in order.
+               write: Callable[[TableTransaction], None], transaction: TableTransaction | None = None) -> None:
+        """Land `bulk_id` into a table that commits by its own transaction (Delta Lake, Iceberg), exactly once:
+        the bulk is prepared with its transaction (`transaction`, drawn now unless the caller drew it
+        before), then `write` writes its rows, one row per identity, as one commit carrying that transaction.
+        No file is staged by the bridge: the table's log, not a file, says whether the bulk landed. The
+        caller holds the table's lock: versions drawn in the turn commit in order.
 
         A write that fails is decided at once by the table (`settle`: the version fenced, so that a
         write of it still under way, on a Spark Connect server, is skipped; then looked for): committed
@@ -327,8 +335,7 @@ class Landing(Observer):
         come again `published` asks the table once more before anything lands."""
         failpoints.hit("after_stage")
         start = time.perf_counter()
-        transaction = TableTransaction(app_id(self.owner), self._versions.next(table),
-                                       check_fence=self.ledger.shared_across_hosts)
+        transaction = transaction or self.transaction(table)
         prepared_at = time.time()
         self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
         failpoints.hit("after_prepare")

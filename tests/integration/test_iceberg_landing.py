@@ -1,8 +1,8 @@
 """Apache Iceberg tables (`[spark] table_format = "iceberg"`) on the real parts: `mqbridge run` with its own
 Spark driver and the Iceberg jars of `scripts/jars.sh iceberg`, on a real ActiveMQ. One bridge on one
-queue is killed with SIGKILL at each step of the landing protocol in turn (after_stage, after_prepare,
-while its append runs inside Spark (its driver JVM then ends by itself; the restart fences the bulk, so
-that an append of it can never be published after, and asks the table), after_publish,
+queue is killed with SIGKILL at each step of the landing protocol in turn (after_stage, after_prepare
+(its append staged: the restart fences the bulk, so that its append can never be published after, and
+asks the table), while its append is staged inside Spark (its driver JVM then ends by itself), after_publish,
 before_source_commit), each kill checked against what the table and the ledger show at that point; then
 its state_dir is wiped (a replaced disk: the embedded SQLite catalog lives beside the tables, under the
 warehouse, and survives it), every message is delivered again, and the ledger is rebuilt from the table:

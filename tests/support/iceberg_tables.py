@@ -70,21 +70,22 @@ def wiped_and_delivered_again_lands_once(config: Path, amq: Any, queue: str, sen
     return out
 
 
-def run_until_append_hangs_then_kill(config: Path, log: Path, after: str) -> str:
+def run_until_append_hangs_then_kill(config: Path, log: Path, after: str, prepared: int = 0) -> str:
     """Run with the first bulk's append hanging inside Spark (`spark_write_hang`) until its output says
-    `after` and exactly one bulk is prepared in the ledger (the one whose append hangs: the failpoint is
-    reached as its rows are read, before it is prepared), then SIGKILL the Python process alone (its
-    driver JVM is left to end by itself); its output."""
+    `after` and `prepared` bulks are in the ledger (0: the append hangs as it is staged, before its bulk is
+    prepared: `mqbridge.landing.writes.iceberg`), then SIGKILL the Python process alone (its driver JVM is
+    left to end by itself); its output."""
     state_dir = config.parent / "state"
     with log.open("w") as out:
         proc = mqbridge("run", "--config", str(config), failpoint="spark_write_hang", stdout=out)
     try:
         deadline = time.monotonic() + 180
         while not ("failpoint spark_write_hang reached" in (text := log.read_text()) and after in text
-                   and prepared_bulks(state_dir) == 1):
+                   and prepared_bulks(state_dir) == prepared):
             assert proc.poll() is None, f"the bridge ended (exit {proc.returncode}):\n{text[-4000:]}"
-            assert time.monotonic() < deadline, (f"waited 180 s for {after!r} and one prepared bulk whose append "
-                                                 f"hangs ({prepared_bulks(state_dir)} prepared); output:\n"
+            assert time.monotonic() < deadline, (f"waited 180 s for {after!r} and {prepared} prepared bulks "
+                                                 f"while an append hangs ({prepared_bulks(state_dir)} prepared); "
+                                                 f"output:\n"
                                                  f"{text[-4000:]}")
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
@@ -98,9 +99,10 @@ def run_until_append_hangs_then_kill(config: Path, log: Path, after: str) -> str
 def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: list[bytes],
                                    catalog: dict[str, str]) -> str:
     """Kill (SIGKILL) the bridge of `config` (one thread landing `queue`, whose messages `sent` have an
-    identity of their own) at each step of the landing protocol in turn: after_stage, after_prepare,
-    while its append runs inside Spark (its driver JVM then ends by itself; the restart fences the bulk,
-    so that an append of it can never be published after, and asks the table), after_publish,
+    identity of their own) at each step of the landing protocol in turn: after_stage (its append staged,
+    not prepared), after_prepare (staged and prepared: the restart fences the bulk, so that its staged
+    append can never be published after, and asks the table), while its append is staged inside Spark
+    (its driver JVM then ends by itself; nothing prepared), after_publish,
     before_source_commit, each kill checked against what the table (read by pyiceberg through `catalog`)
     and the ledger show at that point; then wipe its state_dir and deliver every message again
     (`wiped_and_delivered_again_lands_once`). The outputs of every run, joined."""
@@ -125,17 +127,17 @@ def killed_at_each_step_then_wiped(config: Path, amq: Any, queue: str, sent: lis
     outs.append(out)
     assert prepared_bulks(state) == 1
     table_holds(0, out)
-    # ... then while its append runs in Spark: the dead process's bulk was decided by the table (not in
-    # its lineage: fenced, forgotten); the new one prepared, not in the table
+    # ... then while its append is staged by Spark: the dead process's bulk, staged and prepared, was
+    # decided by the table (not in its lineage: fenced, forgotten); the new one not prepared, not in the table
     out = run_until_append_hangs_then_kill(config, config.parent / "hang.log", ROLLED_BACK)
     outs.append(out)
-    assert prepared_bulks(state) == 1
+    assert prepared_bulks(state) == 0
     table_holds(0, out)
-    # ... then after its append committed: the hung append never committed (fenced), and the new bulk
-    # is in the table, still prepared in the ledger
+    # ... then after its append was published: the bulk fenced before never was, nothing was left to
+    # decide, and the new bulk is in the table, still prepared in the ledger
     out = run_until_killed(config, "after_publish")
     outs.append(out)
-    assert ROLLED_BACK in out, out[-4000:]
+    assert ROLLED_BACK not in out, out[-4000:]
     assert prepared_bulks(state) == 1
     landed = table_holds(1, out, len(sent) - 1)
     # ... then before its source commit: a snapshot carries the dead process's bulk (recorded published,

@@ -49,8 +49,10 @@ class IcebergWrites:
               ledger_bulk_id: str, results: list[MessageResult | None]) -> list[int]:
         """Land the rows `keep` of `bulk` as one append to the Iceberg table `table`: a typed bulk's rows
         Spark cannot convert are found first and left out (the ledger prepares exactly the rows the
-        append holds); then `Landing.commit` prepares the bulk with its transaction and runs the append,
-        built again on the current session at each attempt."""
+        append holds); the append is staged under the bulk's id, carrying the transaction it will be
+        prepared with (`iceberg.stage`), before the table's turn; in the turn `Landing.commit` prepares
+        the bulk and publishes it (`iceberg.publish_staged`). A staged append nobody publishes (the
+        process died before the turn, the bulk was refused) stays unseen until snapshots expire."""
         context = self._context
         messages = bulk.messages
         landing = context.landing
@@ -75,23 +77,39 @@ class IcebergWrites:
                     ready.append((spark, frame))
                     return frame
 
-                def write(transaction: TableTransaction | None) -> None:
-                    spark = self._own_session(context.sessions.get())
-                    self._record_driver(spark, owner)
-                    frame = frame_of(spark)
-                    spark_guarded(spark, context.message_type, what,
-                                  lambda: iceberg.append(frame, self._catalog, table, ledger_bulk_id,
-                                                         transaction), context.write_timeout)
-                    self._forget_cached(context.sessions.get(), table)
-
                 # The table made before the bulk is prepared: a prepared bulk's table is always there, so
                 # recovery finds it an Iceberg table (`format_of`) whatever the step the process died at.
                 self._ensure_table(spark, table, frame_of(spark))
+                # Staged before the table's turn (readers see nothing of it until it is published), so that the
+                # type's next bulk runs its Spark job while this one waits for its turn and publishes.
+                transaction = landing.transaction(table) if landing is not None else None
+                staged: list[int | None] = []
+                if transaction is not None:
+                    frame = frame_of(spark)
+                    spark_guarded(spark, context.message_type, what, lambda: staged.append(
+                        iceberg.stage(frame, self._catalog, table, ledger_bulk_id, transaction)), context.write_timeout)
+                    bulk.files_written()  # only the publish is left: the type's next bulk may start its job
 
-                with table_turns(location).lock:  # one append of a table at a time from this process
+                def write(transaction: TableTransaction | None) -> None:
+                    spark = self._own_session(context.sessions.get())
+                    self._record_driver(spark, owner)
+                    if staged:
+                        snapshot = staged.pop()
+                        spark_guarded(spark, context.message_type, what,
+                                      lambda: iceberg.publish_staged(spark, self._catalog, table, snapshot,
+                                                                     ledger_bulk_id), context.write_timeout)
+                    else:
+                        frame = frame_of(spark)
+                        spark_guarded(spark, context.message_type, what,
+                                      lambda: iceberg.append(frame, self._catalog, table, ledger_bulk_id,
+                                                             transaction), context.write_timeout)
+                    self._forget_cached(context.sessions.get(), table)
+
+                with table_turns(location).lock:  # one publish of a table at a time from this process
                     if landing is not None:
                         landing.commit(ledger_bulk_id, table,
-                                       [messages[i].identity or messages[i].msg_id for i in landed], write)
+                                       [messages[i].identity or messages[i].msg_id for i in landed], write,
+                                       transaction)
                     else:
                         write(None)
         finally:
