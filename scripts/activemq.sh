@@ -9,6 +9,8 @@ PORT="${MQBRIDGE_STOMP_PORT:-61613}"
 MAX_FRAME="${MQBRIDGE_STOMP_MAX_FRAME:-104857600}"  # bytes; tests of oversized frames lower it
 # Destination statistics over STOMP (the bridge's backlog gauge): on unless MQBRIDGE_AMQ_STATISTICS=off.
 STATISTICS="${MQBRIDGE_AMQ_STATISTICS:-on}"
+# Each queue's maxPageSize (see the destination policy below): MQBRIDGE_AMQ_PAGE_SIZE, 50000 unless set.
+PAGE_SIZE="${MQBRIDGE_AMQ_PAGE_SIZE:-50000}"
 AUTH_USER="${MQBRIDGE_AMQ_AUTH_USER:-}"  # set (with MQBRIDGE_AMQ_AUTH_PASSWORD): only that user may connect
 # STOMP over TLS (tests/integration/test_broker_tls.py): MQBRIDGE_AMQ_TLS_KEYSTORE (PKCS12: the broker's key
 # and certificate), MQBRIDGE_AMQ_TLS_TRUSTSTORE (PKCS12: the CA of client certificates), their password
@@ -75,7 +77,7 @@ write_conf() {
              maxPageSize: a queue dispatches no more unacknowledged messages than it has paged in
              (default 200, which caps a bridge's units of work at a few hundred messages in all);
              it must cover the listeners' threads x in_flight x batch (the benchmark's 6 x 8 x 1000). -->
-        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="50000"/>
+        <policyEntry queue=">" producerFlowControl="false" memoryLimit="256mb" maxPageSize="${PAGE_SIZE}"/>
       </policyEntries></policyMap>
     </destinationPolicy>
     <persistenceAdapter><kahaDB directory="\${activemq.base}/data/kahadb"/></persistenceAdapter>
