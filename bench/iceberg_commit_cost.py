@@ -14,6 +14,11 @@ Per catalog: the append's wall time (Spark's job: the data files, then the commi
 as Iceberg's own commit report measures it (`CommitReport.commitMetrics.totalDuration`, logged by its
 LoggingMetricsReporter: the manifest list, the new metadata file and the catalog's swap of the table's
 pointer, with retries), median [q1, q3] in milliseconds, and the commit's share of the append.
+
+With `--wap`, each append is the bridge's: staged under a WAP id on a table with `write.wap.enabled` and
+found among the table's snapshots (`iceberg.stage`, timed whole and the look-up apart), then published by
+`cherrypick_snapshot` (timed: Iceberg's second catalog commit per bulk). The commit column is then the
+stage's commit: a publish that fast-forwards the table (every one here: one writer) sends no commit report.
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=20, help="appends per catalog (after the warm-up)")
     parser.add_argument("--warm", type=int, default=3, help="warm-up appends per catalog, not counted")
     parser.add_argument("--rows", type=int, default=2000, help="rows of 1 KB per append")
+    parser.add_argument("--wap", action="store_true",
+                        help="each append staged and published by write-audit-publish, as the bridge's")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-iceberg-commit-"))
     log = work / "commit-reports.log"
@@ -136,6 +143,7 @@ def run(spark: Any, found: dict[str, IcebergCatalog], args: argparse.Namespace, 
     """Append in rounds to each catalog's table and print the costs."""
     tables = {name: f"{name}.bench.orders" for name in found}
     appends: dict[str, list[float]] = {name: [] for name in found}
+    steps: dict[tuple[str, str], list[float]] = {}  # --wap: (catalog, step) -> seconds
     first = 0
     for name, catalog in found.items():
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.bench")
@@ -154,21 +162,64 @@ def run(spark: Any, found: dict[str, IcebergCatalog], args: argparse.Namespace, 
             frame = landed_frame(spark, arrow_table(bulk, list(range(args.rows))), handoff, 1, 2, None,
                                  identity=True)[0]
             started = time.perf_counter()
-            frame.writeTo(tables[name]).options(**iceberg.snapshot_options(f"bench-{round_no}", None)).append()
+            if args.wap:
+                timed = staged_and_published(spark, Named(name), frame, f"bench-{round_no}")
+            else:
+                frame.writeTo(tables[name]).options(**iceberg.snapshot_options(f"bench-{round_no}", None)).append()
             elapsed = time.perf_counter() - started
+            if args.wap:  # the bridge's append: its stage and its publish, not the look-up timed again
+                elapsed = timed["stage"] + timed["publish"]
             shutil.rmtree(handoff, ignore_errors=True)
             if round_no > args.warm:
                 appends[name].append(elapsed)
+                if args.wap:
+                    for step, seconds in timed.items():
+                        steps.setdefault((name, step), []).append(seconds)
         print(f"round {round_no}: " + ", ".join(f"{n} {appends[n][-1] * 1000:.0f} ms" for n in found
                                                 if round_no > args.warm), flush=True)
     reports = commit_seconds(log)
-    print(f"\n{args.rows} rows of 1 KB per append, {args.appends} appends per catalog after {args.warm} of "
-          f"warm-up, alternated; load after: {os.getloadavg()}")
+    print(f"\n{args.rows} rows of 1 KB per append{', staged and published' if args.wap else ''}, {args.appends} "
+          f"appends per catalog after {args.warm} of warm-up, alternated; load after: {os.getloadavg()}")
     print("catalog      append ms: median [q1, q3]   commit ms: median [q1, q3]   commit/append   reports")
     for name in found:
         commits = reports.get(tables[name], [])[args.warm:]
         share = statistics.median(commits) / statistics.median(appends[name]) if commits else float("nan")
         print(f"{name:11}  {spread(appends[name]):27}  {spread(commits):27}  {share:13.2f}   {len(commits)}")
+    if args.wap:
+        print("\ncatalog      stage ms (of it the look-up)              publish ms")
+        for name in found:
+            print(f"{name:11}  {spread(steps[(name, 'stage')]):27} ({spread(steps[(name, 'look-up')]).strip()})  "
+                  f"{spread(steps[(name, 'publish')])}")
+
+
+class Named:
+    """The catalog `name` of this benchmark's driver as `iceberg.stage` asks it (`IcebergCatalog.identifier`):
+    the bench holds four catalogs under their own names, where the bridge has one (`mqbridge`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def identifier(self, table: str) -> str:
+        return f"{self.name}.bench.`{table}`"
+
+
+def staged_and_published(spark: Any, catalog: Named, frame: Any, bulk_id: str) -> dict[str, float]:
+    """The bridge's append of `frame` as bulk `bulk_id` (`iceberg.stage` on a session of its own, then
+    `cherrypick_snapshot` in the table's catalog, as `iceberg.publish` calls it in `mqbridge`): the seconds of
+    the stage, of its look-up of the staged snapshot (the same query again: the table does not change between),
+    and of the publish."""
+    session = frame.sparkSession
+    started = time.perf_counter()
+    snapshot = iceberg.stage(frame, catalog, "orders", bulk_id, None)  # type: ignore[arg-type]
+    staged = time.perf_counter()
+    session.sql(f"SELECT snapshot_id FROM {catalog.identifier('orders')}.snapshots WHERE summary['wap.id'] = "
+                f"'{bulk_id}' ORDER BY committed_at DESC LIMIT 1").collect()
+    looked = time.perf_counter()
+    if snapshot is None:
+        sys.exit(f"{catalog.name}: the append was not staged (write.wap.enabled is not true)")
+    session.sql(f"CALL {catalog.name}.system.cherrypick_snapshot('{catalog.identifier('orders')}', "
+                f"{snapshot})").collect()
+    return {"stage": staged - started, "look-up": looked - staged, "publish": time.perf_counter() - looked}
 
 
 if __name__ == "__main__":
