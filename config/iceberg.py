@@ -31,7 +31,6 @@ from pydantic import Field, SecretStr, model_validator
 
 from mqbridge.config.base import ICEBERG_CATALOG_DIR, Model
 from mqbridge.config.plaintext import is_loopback
-from mqbridge.config.tables import is_template
 from mqbridge.config.warehouse import Location, ObjectStoreUri
 from mqbridge.errors import ConfigError, KeyedError, Loc
 
@@ -145,9 +144,10 @@ def store_problems(spark: Any, types: Any, names: list[str]) -> list[tuple[Loc, 
     """What an object-store or HDFS warehouse may not hold of the Iceberg types `names`: HDFS at all
     (not built); on `s3a://`, the embedded catalog (its SQLite file cannot live on the store, and in
     state_dir a wiped state_dir would lose the tables' commit pointers: a catalog `uri` is required),
-    Delta or Parquet types beside them (a table on the store is known by the configuration's format),
-    and table templates there (not built). Their purge and compaction run there as on a local warehouse
-    (Iceberg's own commits through the catalog, `mqbridge.maintenance.iceberg`)."""
+    Delta or Parquet types beside them (a table on the store is known by the configuration's format).
+    Their purge, compaction and table templates work there as on a local warehouse (Iceberg's own commits
+    through the catalog, `mqbridge.maintenance.iceberg`; a template's tables found by listing the store and
+    asking the catalog, `mqbridge.landing.tables`)."""
     warehouse = spark.warehouse
     listed = ", ".join(names)
     if warehouse.scheme != "s3a":
@@ -166,11 +166,6 @@ def store_problems(spark: Any, types: Any, names: list[str]) -> list[tuple[Loc, 
                          f"{', '.join(others)} are not Iceberg: a warehouse on an object store holds one transactional "
                          'format (its tables are not told apart by listing the store); set table_format = "iceberg" '
                          "for every type, or give them another bridge"))
-    for name in names:
-        if is_template(types[name].table or name):
-            problems.append((("types", name, "table"), f"a table template's Iceberg tables on {warehouse} are "
-                             f"{NOT_BUILT} (a ledger rebuilt after a wiped state_dir would not find the tables it "
-                             "rendered): give the type a plain table name (or use a local warehouse)"))
     return problems
 
 

@@ -370,6 +370,28 @@ def load_table(catalog: Catalog, identifier: tuple[str, str]) -> Table:
         raise _catalog_error(exc, catalog.properties, f"cannot load the table {shown_identifier(identifier)}") from exc
 
 
+def table_at(location: Location) -> Table | None:
+    """The Iceberg table at `location` as pyiceberg loads it through the loaded configuration's catalog
+    (`mqbridge.config.iceberg.bound`: its name there is `location`'s directory under the warehouse); None
+    when the catalog or the table is not there yet."""
+    from mqbridge.config.iceberg import bound
+
+    catalog = bound()
+    try:
+        return load_table(open_catalog(catalog_properties(catalog)), (catalog.namespace, catalog.name_of(location)))
+    except IcebergTableMissingError:
+        return None
+
+
+def is_table_on_store(location: ObjectStoreUri) -> bool:
+    """Whether `location`, on an object store, is a table of the loaded configuration's Iceberg catalog on
+    its warehouse (`table_at`; an outage of the catalog or the store raised as one)."""
+    from mqbridge.config.iceberg import bound_or_none
+
+    catalog = bound_or_none()
+    return catalog is not None and catalog.on_store(location) and table_at(location) is not None
+
+
 def shown_identifier(identifier: tuple[str, str]) -> str:
     return ".".join((ICEBERG_CATALOG, *identifier))
 

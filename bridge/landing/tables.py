@@ -9,9 +9,11 @@ readers skip `_` names). A purge finds a type's tables from these markers, never
 warehouse alone, and restricts its designation to the type's rows (`message_type`) wherever the
 table holds, or may hold, rows of other types.
 
-On an object store or HDFS only Delta tables land, and they keep no marker: a template's tables there
-are the Delta tables whose names it can render, found by listing the warehouse through delta-rs's own
-store client (`delta_read.directories`; no Python file system under pyarrow), as an unmarked local table.
+On an object store or HDFS the tables are Delta's or (on S3) Iceberg's, one format per warehouse, and they
+keep no marker: a template's tables there are the tables whose names it can render, found by listing the
+warehouse through delta-rs's own store client (`delta_read.directories`; no Python file system under
+pyarrow), as an unmarked local table: a directory holding a Delta log, or an Iceberg table of the
+configuration's catalog.
 
 A Spark append without the ledger (`exactly_once = false` with the Spark writer) writes straight
 into the table and publishes nothing, so its tables get no marker: they are treated as tables landed
@@ -155,18 +157,21 @@ def tables_of_type(warehouse: Location, name: str, table: str) -> list[Path] | l
 
 
 def _rendered_on_store(warehouse: ObjectStoreUri, table: str, pattern: re.Pattern[str]) -> list[Location]:
-    """The Delta tables on an object store or HDFS that the template `table` rendered (names matching
-    `pattern`): its directories listed level by level by delta-rs (`delta_read.directories`, one listing
-    per level of the template), each taken when it holds a Delta log. No marker there (`marker_types`):
-    a table is the type's by its name, as an unmarked local one."""
+    """The tables on an object store or HDFS that the template `table` rendered (names matching `pattern`):
+    its directories listed level by level by delta-rs (`delta_read.directories`, one listing per level of
+    the template), each taken when it holds a Delta log or is an Iceberg table of the configuration's
+    catalog (asked through pyiceberg: a directory left by a table dropped from the catalog is not one).
+    No marker there (`marker_types`): a table is the type's by its name, as an unmarked local one."""
     from mqbridge.landing.delta_read import directories, is_delta
+    from mqbridge.landing.iceberg_catalog import is_table_on_store
 
     levels = glob_pattern(table).split("/")
     found: list[ObjectStoreUri] = [warehouse]
     for level in levels:
         found = [parent / child for parent in found for child in directories(parent)
                  if fnmatch.fnmatchcase(child, level) and not child.startswith(("_", "."))]
-    return [uri for uri in found if pattern.fullmatch(uri.relative_to(warehouse).as_posix()) and is_delta(uri)]
+    return [uri for uri in found if pattern.fullmatch(uri.relative_to(warehouse).as_posix())
+            and (is_delta(uri) or is_table_on_store(uri))]
 
 
 @overload

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from mqbridge.config.iceberg import bound, bound_or_none
+from mqbridge.config.iceberg import bound
 from mqbridge.config.warehouse import Location
 from mqbridge.landing import iceberg
 from mqbridge.landing.rows import IDENTITY_COLUMN
@@ -56,8 +56,9 @@ class IcebergFormat(TableFormat):
         outage of the catalog or the store raised as one)."""
         if isinstance(path, Path):
             return any((path / "metadata").glob("*.metadata.json"))
-        catalog = bound_or_none()
-        return catalog is not None and catalog.on_store(path) and _table(path) is not None
+        from mqbridge.landing.iceberg_catalog import is_table_on_store
+
+        return is_table_on_store(path)
 
     def containers(self, table: Location) -> list[Container]:
         """From the current snapshot's manifests, read by pyiceberg (`iceberg_read.containers`); [] when
@@ -308,19 +309,11 @@ class _IcebergTableCompaction(TableCompaction):
 
 
 def _table(location: Location) -> Any:
-    """The Iceberg table at `location` as pyiceberg loads it through the bound catalog
-    (`mqbridge.landing.iceberg_read`); None when the catalog or the table is not there yet."""
+    """The Iceberg table at `location` through the bound catalog (`iceberg_catalog.table_at`); None when
+    the catalog or the table is not there yet."""
     from mqbridge.landing import iceberg_catalog
 
-    catalog = bound()
-    section = catalog.section
-    properties = iceberg_catalog.pyiceberg_properties(section.catalog, catalog.uri, section.user, section.password,
-                                                   catalog.warehouse)
-    try:
-        opened = iceberg_catalog.open_catalog(properties)
-        return iceberg_catalog.load_table(opened, (catalog.namespace, bound().name_of(location)))
-    except iceberg_catalog.IcebergTableMissingError:
-        return None
+    return iceberg_catalog.table_at(location)
 
 
 def declared_schema(schema: pa.Schema) -> StructType:

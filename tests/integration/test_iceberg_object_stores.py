@@ -8,7 +8,8 @@ rebuilt from the table through the catalog). Every message must be in the table 
 pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it, and
 `ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys; then
 `mqbridge compact` rewrites its small files into one and `mqbridge purge` deletes a quarter of its rows
-(position deletes) on S3, every other row kept once. And a
+(position deletes) on S3, every other row kept once. And a table template's tables there, found by
+`mqbridge tables` and by the ledger's rebuild after a wiped state_dir (nothing lands twice). And a
 wrong secret is an outage that names the keys and loses nothing, met by the first write or by the
 ledger's rebuild from a table there."""
 
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.amq import AmqClient, unique_queue
+from tests.support.configs import BridgeToml
 from tests.support.delta_tables import JARS
 from tests.support.exactly_once import account, bodies
 from tests.support.iceberg_tables import ICEBERG_SPARK, iceberg_rows, killed_at_each_step_then_wiped
@@ -53,6 +56,13 @@ def postgres() -> Iterator[object]:
 
 def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, port: int, *,
                       secret: str | None = None, namespace: str = "mqbridge") -> Path:
+    """`s3_iceberg_bridge` written to `<tmp_path>/bridge.toml`."""
+    return s3_iceberg_bridge(tmp_path, queue, s3, bucket, port, secret=secret, namespace=namespace).write(
+        tmp_path / "bridge.toml")
+
+
+def s3_iceberg_bridge(tmp_path: Path, queue: str, s3: S3Server, bucket: str, port: int, *,
+                      secret: str | None = None, namespace: str = "mqbridge") -> BridgeToml:
     """A bridge landing `queue` (one thread, units of 25, identity the body's hash) into the Iceberg table
     `orders` under s3a://<bucket>/wh, its catalog the JDBC catalog on the PostgreSQL at `port`; the S3
     secret key (`secret`, else the server's) and the catalog's password each read from a private file
@@ -68,11 +78,11 @@ def s3_iceberg_config(tmp_path: Path, queue: str, s3: S3Server, bucket: str, por
     conf = {**s3.spark_conf(), "spark.hadoop.fs.s3a.secret.key": f"${{FILE:{files['s3-secret']}}}"}
     spark = (ICEBERG_SPARK + f'\n[spark.iceberg]\ncatalog = "jdbc"\nuri = "jdbc:postgresql://127.0.0.1:{port}/postgres"'
              f'\nuser = "{USER}"\npassword = "${{FILE:{files["catalog-password"]}}}"\nnamespace = "{namespace}"\n')
-    return (stomp_bridge(queue, spark=spark, threads=1, batch=25, extra_listener='identity = "body-sha256"')
+    return (stomp_bridge(queue, spark=spark, threads=1, batch=25).every_listener(identity="body-sha256")
             .set("spark", warehouse=f"s3a://{bucket}/wh", until_idle_outage_limit="20s")
             .set("purge", delete_row_seconds=1e-5, copy_row_seconds=1e-5, container_seconds=0, vacuum_retention="0s")
             .set("compaction", small_files=2)
-            .set("spark.conf", **conf).write(tmp_path / "bridge.toml"))
+            .set("spark.conf", **conf))
 
 
 def data_files(catalog: dict[str, str], table: str = "orders") -> int:
@@ -137,6 +147,47 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_an_iceberg_t
     # And no secret was in any output
     for text in (out, verify_out, tables_out, compact_out, purge_out):
         assert s3_server.secret_key not in text and PASSWORD not in text
+
+
+def test_a_table_templates_iceberg_tables_on_s3_are_found_by_tables_and_by_the_ledgers_rebuild(
+        tmp_path: Path, amq: AmqClient, s3_server: S3Server, postgres: object) -> None:
+    # Given 10 messages on each of two queues, landed by one type whose table is a template
+    # (`q_{destination}`) into two Iceberg tables on S3 (its catalog on PostgreSQL, a namespace of its own)
+    port = postgres.port  # type: ignore[attr-defined]
+    by_queue = {f"/queue/itpl_{uuid.uuid4().hex[:8]}": bodies(10, f"itpl{n}") for n in range(2)}
+    for queue, sent in by_queue.items():
+        amq.put_many(queue, sent)
+    rendered = {f"q_{queue.removeprefix('/queue/')}": sent for queue, sent in by_queue.items()}
+    first, second = by_queue
+    bridge = (s3_iceberg_bridge(tmp_path, first, s3_server, s3_server.new_bucket("itemplate"), port,
+                                namespace="templates")
+              .add("types.orders", 'table = "q_{destination}"')
+              .listener(source="amq", queue=second, threads=1, batch=25, wait="200ms", message_type="orders",
+                        backout_queue=f"{second}.backout", identity="body-sha256"))
+    config = bridge.write(tmp_path / "bridge.toml")
+    catalog = pyiceberg_catalog(s3_server, port)
+    run_until_idle(config)
+    for table, sent in rendered.items():
+        assert account(sent, iceberg_rows(catalog, table, namespace="templates")).clean, table
+    # When `mqbridge tables` lists the type's tables
+    listed = mqbridge("tables", "--config", str(config))
+    tables_out, _ = listed.communicate(timeout=120)
+    # Then it finds both rendered tables on the store (listed, and each a table of the catalog)
+    assert listed.returncode == 0 and tables_out.count("Iceberg table, snapshot") == 2, tables_out[-3000:]
+    for table in rendered:
+        assert f"  {table}  (Iceberg table" in tables_out, tables_out[-3000:]
+    # When its state_dir is wiped (a replaced disk) and every message is delivered again
+    shutil.rmtree(tmp_path / "state")
+    for queue, sent in by_queue.items():
+        amq.put_many(queue, sent)
+    out = run_until_idle(config)
+    # Then the ledger is rebuilt from both tables, and nothing lands twice
+    assert "ledger rebuilt from the tables: 20 identities" in out, out[-4000:]
+    for table, sent in rendered.items():
+        result = account(sent, iceberg_rows(catalog, table, namespace="templates"))
+        assert result.clean, f"{table}: {result}\n{out[-6000:]}"
+    for queue in by_queue:
+        assert amq.depth(queue) == 0 and amq.depth(queue + ".backout") == 0
 
 
 def test_a_wrong_secret_is_an_outage_of_the_iceberg_table_on_s3_that_names_the_keys(

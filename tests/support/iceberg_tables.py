@@ -26,15 +26,17 @@ ROLLED_BACK = "never committed into table orders: not in the table: fenced"
 ICEBERG_SPARK = f'master = "local[2]"\ntable_format = "iceberg"\njars_dir = "{JARS}"\nwriter = "spark"'
 
 
-def iceberg_rows(catalog_properties: dict[str, str], table: str = "orders") -> collections.Counter[bytes]:
-    """How often each body is in the table's current snapshot, read by pyiceberg under the catalog name
-    `mqbridge` (Java's JdbcCatalog keeps the Spark catalog's name); empty when there is no table yet."""
+def iceberg_rows(catalog_properties: dict[str, str], table: str = "orders",
+                 namespace: str = "mqbridge") -> collections.Counter[bytes]:
+    """How often each body is in the table's current snapshot (in `namespace`), read by pyiceberg under the
+    catalog name `mqbridge` (Java's JdbcCatalog keeps the Spark catalog's name); empty when there is no table
+    yet."""
     from pyiceberg.catalog import load_catalog
 
     catalog = load_catalog("mqbridge", **catalog_properties)
-    if not catalog.table_exists(("mqbridge", table)):
+    if not catalog.table_exists((namespace, table)):
         return collections.Counter()
-    scanned = catalog.load_table(("mqbridge", table)).scan(selected_fields=("body",)).to_arrow()
+    scanned = catalog.load_table((namespace, table)).scan(selected_fields=("body",)).to_arrow()
     return collections.Counter(bytes(b) for b in scanned.column("body").to_pylist())
 
 
