@@ -72,9 +72,9 @@ def wiped_and_delivered_again_lands_once(config: Path, amq: Any, queue: str, sen
     return out
 
 
-def run_until_append_hangs_then_kill(config: Path, log: Path, after: str, prepared: int = 0) -> str:
+def run_until_append_hangs_then_kill(config: Path, log: Path, after: str) -> str:
     """Run with the first bulk's append hanging inside Spark (`spark_write_hang`) until its output says
-    `after` and `prepared` bulks are in the ledger (0: the append hangs as it is staged, before its bulk is
+    `after` and no bulk is prepared in the ledger (the append hangs as it is staged, before its bulk is
     prepared: `mqbridge.landing.writes.iceberg`), then SIGKILL the Python process alone (its driver JVM is
     left to end by itself); its output."""
     state_dir = config.parent / "state"
@@ -83,10 +83,10 @@ def run_until_append_hangs_then_kill(config: Path, log: Path, after: str, prepar
     try:
         deadline = time.monotonic() + 180
         while not ("failpoint spark_write_hang reached" in (text := log.read_text()) and after in text
-                   and prepared_bulks(state_dir) == prepared):
+                   and prepared_bulks(state_dir) == 0):
             assert proc.poll() is None, f"the bridge ended (exit {proc.returncode}):\n{text[-4000:]}"
-            assert time.monotonic() < deadline, (f"waited 180 s for {after!r} and {prepared} prepared bulks "
-                                                 f"while an append hangs ({prepared_bulks(state_dir)} prepared); "
+            assert time.monotonic() < deadline, (f"waited 180 s for {after!r} and no prepared bulk while an "
+                                                 f"append hangs ({prepared_bulks(state_dir)} prepared); "
                                                  f"output:\n"
                                                  f"{text[-4000:]}")
             time.sleep(0.2)
