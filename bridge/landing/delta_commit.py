@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from mqbridge.landing import arrow_writer, delta_create, delta_files
+from mqbridge.landing import arrow_writer, delta_checksums, delta_create, delta_files
 from mqbridge.landing.delta import commit_options
 from mqbridge.landing.handoff import raw_frame
 from mqbridge.landing.ledger import TableTransaction
@@ -143,14 +143,22 @@ def _fenced(jvm: Any, delta_log: Any, start: int, end: int, transaction: TableTr
 
 
 def _record_commit(location: str, transaction: TableTransaction | None, committed: Any) -> None:
-    """Remember the table version this process's commit of `transaction` made (`committed`: that version,
-    a Scala Option of it, or -1 / empty when nothing was committed)."""
-    if transaction is None:
-        return
+    """Remember the table version this process's commit (of `transaction`, if any) made (`committed`: that
+    version, a Scala Option of it, or -1 / empty when nothing was committed)."""
     if not isinstance(committed, int):
         committed = int(committed.get()) if committed.isDefined() else -1
-    if committed >= 0:
+    delta_checksums.committed(str(location), committed)
+    if transaction is not None and committed >= 0:
         _committed[(str(location), transaction.app_id)] = (transaction.version, committed)
+
+
+def _start_transaction(jvm: Any, delta_log: Any, location: str) -> Any:
+    """A transaction on the newest snapshot of the table of `delta_log`, loaded with its checksum file when
+    another writer's commit is the newest (`delta_checksums`)."""
+    delta_checksums.meet_newest(jvm, delta_log, str(location))
+    txn = delta_log.startTransaction()
+    delta_checksums.started(str(location), int(txn.readVersion()))
+    return txn
 
 
 def stage_raw(spark: SparkSession, rows: pa.Table, handoff: Path, location: str, *, tasks: int, groups: int,
@@ -211,7 +219,7 @@ class StagedCommit:
         jvm = pending.jvm
         delta = jvm.org.apache.spark.sql.delta
         delta_log = delta.DeltaLog.forTable(pending.jspark, self.location)
-        txn = delta_log.startTransaction()
+        txn = _start_transaction(jvm, delta_log, self.location)
         actions = jvm.java.util.ArrayList(jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._data.actions()))
         if transaction is not None:
             if _in_log(jvm, delta_log, txn, self.location, transaction, _first_attempt(self.location, transaction)):
@@ -334,7 +342,7 @@ class ArrowFiles:
         jspark = spark._jsparkSession
         added, operation, metrics, tags = self.prepare(spark)
         delta = jvm.org.apache.spark.sql.delta
-        txn = delta.DeltaLog.forTable(jspark, self.location).startTransaction()
+        txn = _start_transaction(jvm, delta.DeltaLog.forTable(jspark, self.location), self.location)
         if not txn.metadata().equals(self._metadata):
             self.discard()
             return None
@@ -410,7 +418,7 @@ def start(frame: DataFrame | Any, table_path: Path | str, bulk_id: str, transact
     delta = jvm.org.apache.spark.sql.delta
     scala = jvm.scala
     delta_log = delta.DeltaLog.forTable(jspark, str(table_path))
-    txn = delta_log.startTransaction()
+    txn = _start_transaction(jvm, delta_log, str(table_path))
     if transaction is not None and _in_log(jvm, delta_log, txn, str(table_path), transaction, first_attempt):
         return None
     options = {**(writer_options or {}), **commit_options(bulk_id, transaction)}

@@ -10,7 +10,9 @@ after its transaction started (Delta's conflict check), and, with a ledger other
 the version after its own commit), which it would write through without that look; and readers polling
 meanwhile (delta-rs in the test process, Spark in the driver) only ever see whole commits. And a commit
 after another writer's (two bridges on one table) builds the table's file list for its checksum file by
-one more Spark job only when the checksum keeps that list (Delta's default, not the bridge's). (A table
+one more Spark job only when the checksum keeps that list (Delta's default, not the bridge's), and waits
+for the other writer's checksum file, which Delta writes just after the log entry, rather than rebuild the
+state by Spark jobs without it (`delta_checksums`), once only for a writer that writes none. (A table
 made empty before its first bulk: test_delta_create.py; how a dead process's prepared bulk is decided by
 the table: test_delta_settle.py.)"""
 
@@ -115,6 +117,79 @@ def jobs_of_a_commit_on_another_writers_version(spark: Any, root: str, all_files
         found[case] = len(tracker.getJobIdsForGroup(group))
     spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
     return found
+
+
+def commits_after_another_writers_late_checksum(spark: Any, root: str) -> dict[str, Any]:
+    """Another writer (its own DeltaLog: the table by another path, a symlink, as another process has its
+    own) commits between two of this process's bulks, and its checksum file comes late (put back 0.3 s
+    after; hidden meanwhile) or never: the Spark jobs of this process's staged commit (`StagedCommit.commit`)
+    with the wait for it (`delta_checksums`) and without (`CHECKSUM_WAIT` 0); then how long a transaction's
+    wait takes for a writer that writes no checksum files, the first time and the next."""
+    import os
+    import threading
+    from pathlib import Path
+
+    from mqbridge.landing import delta_checksums, delta_commit
+    from mqbridge.landing.ledger import TableTransaction
+
+    tracker = spark.sparkContext.statusTracker()
+    facts: dict[str, Any] = {}
+
+    def other_commits(alias: str, version: int, checksum: str) -> None:
+        """The other writer's commit of `version` of its app id; its checksum file then "late", "never" or kept."""
+        delta_commit.write_frame(frame_rows(spark, f"other-{version}", range(1000 + version * 5, 1005 + version * 5)),
+                                 alias, f"other-{version}", TableTransaction("mqbridge:another-bridge", version))
+        if checksum == "kept":
+            return
+        newest = max(Path(alias, "_delta_log").glob("*.crc"))
+        hidden = newest.with_name("hidden-" + newest.name)
+        newest.rename(hidden)
+        if checksum == "late":
+            threading.Timer(0.3, hidden.rename, (newest,)).start()
+
+    def our_commit(path: str, version: int, alias: str, checksum: str) -> int:
+        """This process's bulk `version`: its files staged, the other writer's commit, then its commit: its jobs."""
+        pending = delta_commit.start(frame_rows(spark, f"bulk-{version}", range(version * 5, version * 5 + 5)),
+                                     path, f"bulk-{version}", None)
+        assert pending is not None
+        staged = delta_commit.StagedCommit(spark, path, pending)
+        other_commits(alias, version, checksum)
+        group = f"late-checksum-{Path(path).name}-{version}"
+        spark.sparkContext.setJobGroup(group, group)
+        staged.commit(TableTransaction(APP, version))
+        spark.sparkContext.setJobGroup("", "")
+        return len(tracker.getJobIdsForGroup(group))
+
+    for case, wait in (("waited", delta_checksums.CHECKSUM_WAIT), ("not waited", 0.0)):
+        path, alias = f"{root}/{case.replace(' ', '-')}", f"{root}/{case.replace(' ', '-')}-alias"
+        delta_commit.write_frame(frame_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+        os.symlink(path, alias)
+        our_commit(path, 2, alias, "kept")  # the first met commit of another writer: the table shared from now on
+        saved, delta_checksums.CHECKSUM_WAIT = delta_checksums.CHECKSUM_WAIT, wait
+        try:
+            facts[f"jobs, {case}"] = our_commit(path, 3, alias, "late")
+        finally:
+            delta_checksums.CHECKSUM_WAIT = saved
+        time.sleep(0.4)  # the late checksum file back before the table is removed
+        facts[f"shared, {case}"] = delta_checksums.shared(path)
+    path, alias = f"{root}/never", f"{root}/never-alias"
+    delta_commit.write_frame(frame_rows(spark, "bulk-1", range(0, 5)), path, "bulk-1", TableTransaction(APP, 1))
+    os.symlink(path, alias)
+    our_commit(path, 2, alias, "kept")
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    saved, delta_checksums.CHECKSUM_WAIT = delta_checksums.CHECKSUM_WAIT, 0.3
+    try:
+        for attempt in ("first", "next"):
+            other_commits(alias, 10 if attempt == "first" else 11, "never")
+            began = time.monotonic()
+            delta_checksums.meet_newest(spark._jvm, delta_log, path)
+            facts[f"wait without checksums, {attempt}"] = time.monotonic() - began
+        other_commits(alias, 12, "kept")
+        delta_checksums.meet_newest(spark._jvm, delta_log, path)
+        facts["waits again once a checksum file is found"] = path not in delta_checksums._without_checksums
+    finally:
+        delta_checksums.CHECKSUM_WAIT = saved
+    return facts
 
 
 def commits_read_meanwhile(spark: Any, path: str, bulks: int, stop: str) -> dict[str, Any]:
@@ -332,6 +407,25 @@ def test_a_commit_after_another_writers_builds_the_tables_file_list_only_when_th
     assert runs["true"]["alone"] == runs["false"]["alone"] == 0, runs
     assert runs["false"]["after another writer"] < runs["true"]["after another writer"], runs
     assert DEFAULT_CONF["spark.databricks.delta.allFilesInCrc.enabled"] == "false"
+
+
+def test_a_commit_after_another_writers_version_waits_for_its_checksum_file_instead_of_rebuilding_the_state(
+        tmp_path: Path, delta_spark: DeltaSpark) -> None:
+    # Given a table this process and another writer commit to (two bridges), and the other's newest commit
+    # whose checksum file comes 0.3 s late (written after its log entry; hidden meanwhile)
+    outcome = delta_spark.run(commits_after_another_writers_late_checksum, str(tmp_path))
+    assert outcome["ok"], outcome.get("traceback")
+    facts = outcome["value"]
+    print(facts)
+    # Then this process's commit waited for it and ran no Spark job; without the wait Delta rebuilt the
+    # snapshot's protocol and metadata and the new checksum from the log, by Spark jobs
+    assert facts["shared, waited"] and facts["shared, not waited"], facts
+    assert facts["jobs, waited"] == 0, facts
+    assert facts["jobs, not waited"] > 0, facts
+    # And a writer that writes no checksum files costs one wait, not one per commit, until one is found again
+    assert 0.3 <= facts["wait without checksums, first"] < 1.0, facts
+    assert facts["wait without checksums, next"] < 0.2, facts
+    assert facts["waits again once a checksum file is found"], facts
 
 
 def test_a_first_attempt_loses_to_a_fence_of_its_version_that_landed_after_its_transaction_started(
