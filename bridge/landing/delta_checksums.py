@@ -63,16 +63,15 @@ def shared(location: str) -> bool:
         return location in _shared
 
 
-def meet_newest(jvm: Any, delta_log: Any, location: str) -> None:
+def meet_newest(jvm: Any, delta_log: Any, location: str) -> int:
     """Before a transaction starts on the table of `delta_log` (at `location`): when the table is shared and
     holds versions after the snapshot this process has, wait up to `CHECKSUM_WAIT` for the newest one's
     checksum file, so that the transaction's snapshot is loaded with it (see the module docstring). A
-    table only this process writes costs nothing here."""
-    if not shared(location):
-        return
+    table only this process writes costs nothing here. The newest version found (or the snapshot's, when
+    not looked for): the log holds every version up to it."""
     known = int(delta_log.unsafeVolatileSnapshot().version())
-    if known < 0:
-        return
+    if known < 0 or not shared(location):
+        return known
     names = jvm.org.apache.spark.sql.delta.util.FileNames
     log_path = delta_log.logPath()
     fs = log_path.getFileSystem(delta_log.newDeltaHadoopConf())
@@ -80,15 +79,15 @@ def meet_newest(jvm: Any, delta_log: Any, location: str) -> None:
     while fs.exists(names.unsafeDeltaFile(log_path, newest + 1)):
         newest += 1
     if newest == known:
-        return
+        return newest
     checksum = names.checksumFile(log_path, newest)
     if fs.exists(checksum):
         with _lock:
             _without_checksums.discard(location)
-        return
+        return newest
     with _lock:
         if location in _without_checksums:
-            return
+            return newest
     deadline = time.monotonic() + CHECKSUM_WAIT
     while not fs.exists(checksum):
         if time.monotonic() >= deadline:
@@ -97,5 +96,6 @@ def meet_newest(jvm: Any, delta_log: Any, location: str) -> None:
             log.info("Delta table %s: version %d has no checksum file after %.1f s (its writer writes none?): its "
                      "snapshots are rebuilt by Spark jobs, and no further commit waits for one until one is found",
                      location, newest, CHECKSUM_WAIT)
-            return
+            return newest
         time.sleep(POLL)
+    return newest

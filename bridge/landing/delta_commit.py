@@ -27,7 +27,9 @@ fencing its version, and this process may only have stalled, so the fence can be
 before its transaction starts. It need not rebuild the state to see it, though: the fence came after
 this process prepared the bulk, hence after its commit of the version before (versions of a table
 commit in order, one at a time), so only the commits since that one are read (`_fenced`, a few JSON
-files). The table's first version in this process looks from the version the table had when this
+files): a staged bulk's up to the table's newest version before its transaction starts (`_fenced_before`),
+then only what landed since, so that the read does not widen the interval in which another writer's
+commit makes this one lose the race (docs/scaling.md). The table's first version in this process looks from the version the table had when this
 process made or found it (`delta_create.met_at`: before it prepared any bulk of it); one after a gap
 (its version before never committed), or in a table the writer did not make first, is looked up in full.
 
@@ -101,10 +103,11 @@ def _first_attempt(location: str, transaction: TableTransaction | None) -> bool:
 
 
 def _in_log(jvm: Any, delta_log: Any, txn: Any, location: str, transaction: TableTransaction,
-            first_attempt: bool) -> bool:
+            first_attempt: bool, scanned_to: int | None = None) -> bool:
     """Whether `transaction`'s version of its app id is already in the snapshot of `txn` (a commit to
-    skip), asked as cheaply as the attempt allows (see the module docstring). The app id is registered
-    as read in every case, so that a commit of it after `txn` started fails this one."""
+    skip), asked as cheaply as the attempt allows (see the module docstring); `scanned_to`: the versions
+    up to it were scanned for a fence already (`_fenced_before`). The app id is registered as read in
+    every case, so that a commit of it after `txn` started fails this one."""
     app, version = transaction.app_id, transaction.version
     if first_attempt and not transaction.check_fence:
         txn.readTxn().addOne(app)
@@ -112,8 +115,24 @@ def _in_log(jvm: Any, delta_log: Any, txn: Any, location: str, transaction: Tabl
     start = fence_scan_start(_committed.get((str(location), app)), version, delta_create.met_at(location))
     if first_attempt and start is not None:
         txn.readTxn().addOne(app)
+        if scanned_to is not None:
+            start = max(start, scanned_to + 1)
         return _fenced(jvm, delta_log, start, int(txn.readVersion()), transaction)
     return bool(txn.txnVersion(app) >= version)
+
+
+def _fenced_before(jvm: Any, delta_log: Any, location: str, transaction: TableTransaction, newest: int) -> int | None:
+    """Before a first attempt's transaction starts: scan the versions up to `newest` (all in the log) for a
+    fence of `transaction` (`_fenced`), so that the scan in `_in_log`, between the transaction's start and
+    its commit, reads only what landed since; a commit of another writer that lands in that interval makes
+    this one lose the race and retry inside Delta (docs/scaling.md). The version scanned to; None when fenced."""
+    start = fence_scan_start(_committed.get((str(location), transaction.app_id)), transaction.version,
+                             delta_create.met_at(location))
+    if start is None:
+        return -1
+    if _fenced(jvm, delta_log, start, newest, transaction):
+        return None
+    return newest
 
 
 def fence_scan_start(last: tuple[int, int] | None, version: int, met: int | None) -> int | None:
@@ -219,10 +238,18 @@ class StagedCommit:
         jvm = pending.jvm
         delta = jvm.org.apache.spark.sql.delta
         delta_log = delta.DeltaLog.forTable(pending.jspark, self.location)
+        first = _first_attempt(self.location, transaction)
+        scanned_to = None
+        if transaction is not None and first and transaction.check_fence:
+            newest = delta_checksums.meet_newest(jvm, delta_log, self.location)
+            scanned_to = _fenced_before(jvm, delta_log, self.location, transaction, newest)
+            if scanned_to is None:
+                self.discard()
+                return False
         txn = _start_transaction(jvm, delta_log, self.location)
         actions = jvm.java.util.ArrayList(jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._data.actions()))
         if transaction is not None:
-            if _in_log(jvm, delta_log, txn, self.location, transaction, _first_attempt(self.location, transaction)):
+            if _in_log(jvm, delta_log, txn, self.location, transaction, first, scanned_to):
                 self.discard()
                 return False
             now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(jvm.java.lang.System.currentTimeMillis()))
