@@ -29,9 +29,10 @@ this process prepared the bulk, hence after its commit of the version before (ve
 commit in order, one at a time), so only the commits since that one are read (`_fenced`, a few JSON
 files): a staged bulk's up to the table's newest version before its transaction starts (`_fenced_before`),
 then only what landed since, so that the read does not widen the interval in which another writer's
-commit makes this one lose the race (docs/scaling.md). The table's first version in this process looks from the version the table had when this
-process made or found it (`delta_create.met_at`: before it prepared any bulk of it); one after a gap
-(its version before never committed), or in a table the writer did not make first, is looked up in full.
+commit makes this one lose the race (docs/scaling.md). The table's first version in this process looks
+from the version the table had when this process made or found it (`delta_create.met_at`: before it
+prepared any bulk of it); one after a gap (its version before never committed), or in a table the writer
+did not make first, is looked up in full.
 
 Spark Connect has no driver objects here: use `delta.write_frame` there.
 """
