@@ -26,9 +26,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 #: How long a transaction waits for the checksum file of another writer's newest version. That writer
-#: writes it right after its log entry; it is the rebuild it spares (seconds of a 2-core host's CPU)
-#: that this bounds, not the writer's pace.
-CHECKSUM_WAIT = 1.0
+#: writes it right after its log entry, unless it had to compute it from the table's whole state itself
+#: (its own commit lost a race): then it comes seconds later on a busy host, and a shorter wait spreads
+#: the rebuild to every writer. With 1 s, three bridges on one table of a 2-core host ran out of waits
+#: and made 643-664 msg/s together; with 5 s none ran out and they made 4,980 (docs/scaling.md). Waiting
+#: costs no CPU; the rebuild it spares costs seconds of it.
+CHECKSUM_WAIT = 5.0
 #: How often the file is looked for meanwhile.
 POLL = 0.005
 
