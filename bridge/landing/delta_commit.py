@@ -126,7 +126,8 @@ def _fenced_before(jvm: Any, delta_log: Any, location: str, transaction: TableTr
     """Before a first attempt's transaction starts: scan the versions up to `newest` (all in the log) for a
     fence of `transaction` (`_fenced`), so that the scan in `_in_log`, between the transaction's start and
     its commit, reads only what landed since; a commit of another writer that lands in that interval makes
-    this one lose the race and retry inside Delta (docs/scaling.md). The version scanned to; None when fenced."""
+    this one lose the race and retry inside Delta (docs/scaling.md). The version scanned to (-1 when there
+    is no place to start from: `_in_log` looks the version up in full); None when fenced."""
     start = fence_scan_start(_committed.get((str(location), transaction.app_id)), transaction.version,
                              delta_create.met_at(location))
     if start is None:
