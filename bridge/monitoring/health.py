@@ -95,12 +95,14 @@ class SparkProbe:
         waits more than PING_WAIT for the ping, which runs on its own thread (one at a time)."""
         with self._lock:
             now = self._clock()
-            if self._checked is not None and now - self._checked < self.max_age:
-                return self._reachable
             session = self._session()
             if session is None:
-                self._reachable, self._error, self._checked = None, "", now
+                # Not cached: asking costs nothing, and a session that starts a moment later
+                # must be probed at once, not after max_age of "not checked".
+                self._reachable, self._error, self._checked = None, "", None
                 return None
+            if self._checked is not None and now - self._checked < self.max_age:
+                return self._reachable
             if self._pinging is None or not self._pinging.is_alive():
                 self._pinging = threading.Thread(target=self._ping_once, args=(session,),
                                                  name="spark-health-ping", daemon=True)

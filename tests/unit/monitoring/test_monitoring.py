@@ -156,6 +156,18 @@ def test_spark_probe_caches_for_max_age() -> None:
     assert SparkProbe(lambda: None, 5.0, ping=ping).check() is None
 
 
+def test_spark_probe_pings_a_session_the_moment_it_exists() -> None:
+    # Given a probe asked while the bridge's Spark session is still starting
+    now, sessions = [0.0], [None]
+    probe = SparkProbe(lambda: sessions[0], 30.0, ping=lambda _session: None, clock=lambda: now[0])
+    assert probe.check() is None
+    # When the session exists a moment later (well within max_age)
+    sessions[0] = "session"
+    now[0] = 1.0
+    # Then the next look pings it instead of reporting the cached "not checked"
+    assert probe.check() is True
+
+
 @pytest.fixture
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MonitoringServer]:
     listen = getattr(request, "param", "127.0.0.1:0")
