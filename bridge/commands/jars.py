@@ -57,12 +57,13 @@ def cmd_jars(args: argparse.Namespace) -> int:
 
 
 def _build_log_store(delta_dir: Path) -> None:
-    """Build the Delta log store of `s3a://` tables beside the Delta jars (`mqbridge.landing.log_store`).
-    Without a JDK only a note: the store is needed only for Delta tables on s3a://, where its absence is
-    a start-up error naming this command."""
+    """Build the bridge's Delta log stores beside the Delta jars (`mqbridge.landing.log_store`). Without a
+    JDK only a note: the store of `s3a://` tables is needed only there, where its absence is a start-up
+    error naming this command; without the one of local tables Delta's own store commits them, slower."""
     from mqbridge.landing.log_store import LogStoreBuildError, build
 
     try:
-        print(f"  {build(delta_dir).name} (the log store of Delta tables on s3a://, compiled here)")
+        print(f"  {build(delta_dir).name} (the log stores of Delta tables on s3a:// and local disks, compiled here)")
     except LogStoreBuildError as exc:
-        print(f"  not built: the log store of Delta tables on s3a:// ({exc}); needed only for Delta tables on s3a://")
+        print(f"  not built: the log stores of Delta tables on s3a:// and local disks ({exc}); needed for Delta "
+              "tables on s3a://, and faster commits on local disks")

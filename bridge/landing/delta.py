@@ -98,6 +98,15 @@ DEFAULT_CONF = {"spark.databricks.delta.snapshotPartitions": "2",
                 "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(2, os.cpu_count() or 2)),
                 "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
                 "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)}
+#: What a driver writing Delta tables on a local file system gets besides (`session_conf`; `[spark] conf` wins).
+#: Delta writes each version's checksum file (`<v>.crc`) through Spark's checkpoint file manager, whose
+#: default for `file:` renames through Hadoop's FileContext, which forks a `readlink` per path it looks at
+#: without Hadoop's native library (`java/LocalLinkLogStore.java`: 8 per commit, measured with strace); the
+#: FileSystem-based one writes the file the same way, a temporary file renamed into place after a check that
+#: the target is absent, without them. Only Delta's checksum file uses this manager here (the bridge runs no
+#: Structured Streaming query), and only one writer commits a version, so only it writes that version's file.
+LOCAL_WAREHOUSE_CONF = {"spark.sql.streaming.checkpointFileManagerClass":
+                        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"}
 #: The user metadata of a fence's empty commit (`settle`), followed by the app id and version.
 FENCE_MARK = "mqbridge-fence"
 
@@ -113,13 +122,16 @@ def jar_files(jars_dir: Path) -> list[Path]:
 def session_conf(jars_dir: Path, conf: Mapping[str, str], warehouse: Location | None = None) -> dict[str, str]:
     """The Spark settings a session that writes Delta tables gets besides `conf` (`[spark] conf`,
     which wins): the jars (added to any `spark.jars` of `conf`) and Delta's SQL extension and catalog;
-    for a `warehouse` on `s3a://`, the log store that makes each commit by a conditional PUT
-    (`mqbridge.landing.log_store`, its jar among the Delta jars)."""
+    for a `warehouse` on `s3a://`, the log store that makes each commit by a conditional PUT, and for a
+    local one (or none given) the one that makes it by a hard link when its jar is there
+    (`mqbridge.landing.log_store`, its jar among the Delta jars) and LOCAL_WAREHOUSE_CONF."""
     jars = [str(j) for j in jar_files(jars_dir)]
     given = [j for j in conf.get("spark.jars", "").split(",") if j]
     result = {**SESSION_CONF, **DEFAULT_CONF, **conf, "spark.jars": ",".join([*given, *jars])}
     if isinstance(warehouse, ObjectStoreUri) and warehouse.scheme == "s3a":
         result = log_store.session_conf(Path(jars_dir) / JAR_SET, result, FETCH_COMMAND)
+    elif not isinstance(warehouse, ObjectStoreUri):
+        result = log_store.local_session_conf(Path(jars_dir) / JAR_SET, {**LOCAL_WAREHOUSE_CONF, **result})
     return result
 
 

@@ -114,14 +114,14 @@ def conditional_creates(spark: Any, path: str) -> dict[str, str]:
     return _written_twice(spark, path, create)
 
 
-def log_store_writes(spark: Any, path: str) -> dict[str, str]:
-    """Two writes of the log file `path` by mqbridge's Delta log store, as two writers of one version make
-    them (overwrite false); `_written_twice`'s outcome."""
+def log_store_writes(spark: Any, path: str, class_name: str = "") -> dict[str, str]:
+    """Two writes of the log file `path` by mqbridge's Delta log store `class_name` (default: the one of
+    `s3a://`), as two writers of one version make them (overwrite false); `_written_twice`'s outcome."""
     from mqbridge.landing.log_store import CLASS_NAME
 
     jvm = spark._jvm
     conf = spark._jsc.hadoopConfiguration()
-    store = getattr(jvm, CLASS_NAME)(conf)
+    store = getattr(jvm, class_name or CLASS_NAME)(conf)
 
     def write(text: str) -> None:
         lines = jvm.java.util.ArrayList()

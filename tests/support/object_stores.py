@@ -187,8 +187,10 @@ def delta_jars(sets: tuple[str, ...] = ("delta", "s3")) -> list[str]:
 
 
 def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
-    """A local[2] Spark with Delta Lake (and S3A and the bridge's log store for `s3`), small enough for the tests."""
-    from mqbridge.landing import log_store
+    """A local[2] Spark with Delta Lake (and S3A and the bridge's log store for `s3`), small enough for the tests.
+    Its commits to local tables go through the bridge's log store and checksum writer for them, as the
+    bridge's own do (`mqbridge.landing.delta.session_conf`)."""
+    from mqbridge.landing import delta, log_store
 
     conf = {
         "spark.jars": ",".join(delta_jars()),
@@ -196,6 +198,8 @@ def delta_spark_conf(s3: S3Server | None = None) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         **SMALL_TABLE_CONF,
         "spark.databricks.delta.snapshotPartitions": "2",
+        **delta.LOCAL_WAREHOUSE_CONF,
+        log_store.LOCAL_CONF_KEY: log_store.LOCAL_CLASS_NAME,
     }
     if s3 is None:
         return conf

@@ -116,10 +116,50 @@ def test_the_log_store_is_compiled_into_the_delta_jar_folder_once(tmp_path: Path
     jar = log_store.build(tmp_path)
     assert jar == tmp_path / log_store.JAR_NAME
     with zipfile.ZipFile(jar) as archive:
-        assert "org/mqbridge/delta/ConditionalPutLogStore.class" in archive.namelist()
+        assert {"org/mqbridge/delta/ConditionalPutLogStore.class",
+                "org/mqbridge/delta/LocalLinkLogStore.class"} <= set(archive.namelist())
     made = jar.stat().st_mtime_ns
     assert log_store.build(tmp_path) == jar and jar.stat().st_mtime_ns == made  # kept, not compiled again
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_a_new_log_store_version_replaces_the_older_jar_so_its_classes_cannot_shadow_the_new_ones(
+        tmp_path: Path) -> None:
+    from mqbridge.landing import log_store
+
+    storage = sorted((ROOT / "jars" / "delta").glob("delta-storage-*.jar"))
+    if not storage or shutil.which("javac") is None:  # both installed by scripts/setup.sh: never a silent skip
+        pytest.fail("needs the Delta jars and a JDK's javac: run scripts/setup.sh (or scripts/jars.sh delta)")
+    shutil.copy(storage[-1], tmp_path)
+    (tmp_path / f"{log_store.JAR_PREFIX}1.jar").write_bytes(b"an older version")
+    jar = log_store.build(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob(f"{log_store.JAR_PREFIX}*")) == [jar.name]
+
+
+def test_delta_on_a_local_warehouse_commits_through_the_link_log_store_when_its_jar_is_there(
+        tmp_path: Path) -> None:
+    from mqbridge.config.warehouse import parse_warehouse
+    from mqbridge.landing import log_store
+
+    (tmp_path / "delta").mkdir()
+    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
+        (tmp_path / "delta" / jar).write_bytes(b"")
+    manager = "spark.sql.streaming.checkpointFileManagerClass"
+    # without the jar: Delta's own store (as safe, only slower), the checksum writer without forks all the same
+    conf = delta.session_conf(tmp_path, {}, tmp_path / "wh")
+    assert log_store.LOCAL_CONF_KEY not in conf and conf[manager] == delta.LOCAL_WAREHOUSE_CONF[manager]
+    (tmp_path / "delta" / log_store.JAR_NAME).write_bytes(b"")
+    for warehouse in (tmp_path / "wh", None):
+        conf = delta.session_conf(tmp_path, {}, warehouse)
+        assert conf[log_store.LOCAL_CONF_KEY] == log_store.LOCAL_CLASS_NAME
+        assert conf[manager].endswith("FileSystemBasedCheckpointFileManager")
+    # the operator's own choices win
+    own = delta.session_conf(tmp_path, {log_store.LOCAL_CONF_KEY: "io.delta.storage.HDFSLogStore", manager: "x"})
+    assert (own[log_store.LOCAL_CONF_KEY], own[manager]) == ("io.delta.storage.HDFSLogStore", "x")
+    # object stores and HDFS: neither (their file systems fork nothing)
+    for uri in ("s3a://bucket/wh", "hdfs://nn:9820/wh"):
+        conf = delta.session_conf(tmp_path, {}, parse_warehouse(uri))
+        assert log_store.LOCAL_CONF_KEY not in conf and manager not in conf
 
 
 def test_vacuum_lists_files_in_as_many_tasks_as_the_driver_host_has_cores_unless_spark_conf_says(
