@@ -25,6 +25,21 @@ from mqbridge.table_formats import formats_configured
 from tests.support.processes import ROOT
 
 
+def _empty_delta_jars(jars_dir: Path) -> None:
+    """A `<jars_dir>/delta` folder with the Delta jars' names (empty files): what `jar_files` looks for."""
+    (jars_dir / "delta").mkdir()
+    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
+        (jars_dir / "delta" / jar).write_bytes(b"")
+
+
+def _delta_storage_jar_copied(folder: Path) -> None:
+    """The project's delta-storage jar copied into `folder`, to compile the log stores against."""
+    storage = sorted((ROOT / "jars" / "delta").glob("delta-storage-*.jar"))
+    if not storage or shutil.which("javac") is None:  # both installed by scripts/setup.sh: never a silent skip
+        pytest.fail("needs the Delta jars and a JDK's javac: run scripts/setup.sh (or scripts/jars.sh delta)")
+    shutil.copy(storage[-1], folder)
+
+
 def test_a_prepared_bulk_keeps_its_table_transaction_and_no_files(ledger: Ledger) -> None:
     # Given a bulk prepared with a table transaction
     ledger.prepare("b1", "orders", (), ["m1", "m2"], transaction=TableTransaction("mqbridge:h:1:2", 7))
@@ -86,9 +101,7 @@ def test_delta_on_s3a_starts_with_the_conditional_put_log_store_and_without_its_
     from mqbridge.config.warehouse import parse_warehouse
     from mqbridge.landing import log_store
 
-    (tmp_path / "delta").mkdir()
-    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
-        (tmp_path / "delta" / jar).write_bytes(b"")
+    _empty_delta_jars(tmp_path)
     on_s3 = parse_warehouse("s3a://bucket/wh")
     # a local or HDFS warehouse: Delta's own store (renames that never replace a file)
     assert log_store.CONF_KEY not in delta.session_conf(tmp_path, {}, tmp_path / "wh")
@@ -109,10 +122,7 @@ def test_delta_on_s3a_starts_with_the_conditional_put_log_store_and_without_its_
 def test_the_log_store_is_compiled_into_the_delta_jar_folder_once(tmp_path: Path) -> None:
     from mqbridge.landing import log_store
 
-    storage = sorted((ROOT / "jars" / "delta").glob("delta-storage-*.jar"))
-    if not storage or shutil.which("javac") is None:  # both installed by scripts/setup.sh: never a silent skip
-        pytest.fail("needs the Delta jars and a JDK's javac: run scripts/setup.sh (or scripts/jars.sh delta)")
-    shutil.copy(storage[-1], tmp_path)
+    _delta_storage_jar_copied(tmp_path)
     jar = log_store.build(tmp_path)
     assert jar == tmp_path / log_store.JAR_NAME
     with zipfile.ZipFile(jar) as archive:
@@ -127,10 +137,7 @@ def test_a_new_log_store_version_replaces_the_older_jar_so_its_classes_cannot_sh
         tmp_path: Path) -> None:
     from mqbridge.landing import log_store
 
-    storage = sorted((ROOT / "jars" / "delta").glob("delta-storage-*.jar"))
-    if not storage or shutil.which("javac") is None:  # both installed by scripts/setup.sh: never a silent skip
-        pytest.fail("needs the Delta jars and a JDK's javac: run scripts/setup.sh (or scripts/jars.sh delta)")
-    shutil.copy(storage[-1], tmp_path)
+    _delta_storage_jar_copied(tmp_path)
     (tmp_path / f"{log_store.JAR_PREFIX}1.jar").write_bytes(b"an older version")
     jar = log_store.build(tmp_path)
     assert sorted(p.name for p in tmp_path.glob(f"{log_store.JAR_PREFIX}*")) == [jar.name]
@@ -141,9 +148,7 @@ def test_delta_on_a_local_warehouse_commits_through_the_link_log_store_when_its_
     from mqbridge.config.warehouse import parse_warehouse
     from mqbridge.landing import log_store
 
-    (tmp_path / "delta").mkdir()
-    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
-        (tmp_path / "delta" / jar).write_bytes(b"")
+    _empty_delta_jars(tmp_path)
     manager = "spark.sql.streaming.checkpointFileManagerClass"
     # without the jar: Delta's own store (as safe, only slower), the checksum writer without forks all the same
     conf = delta.session_conf(tmp_path, {}, tmp_path / "wh")
@@ -166,9 +171,7 @@ def test_vacuum_lists_files_in_as_many_tasks_as_the_driver_host_has_cores_unless
         tmp_path: Path) -> None:
     # VACUUM's listing runs `parallelPartitionDiscovery.parallelism` tasks (10,000 by default, checked with
     # Spark: tests/integration/test_delta_vacuum_listing.py).
-    (tmp_path / "delta").mkdir()
-    for jar in ("delta-storage-4.4.0.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
-        (tmp_path / "delta" / jar).write_bytes(b"")
+    _empty_delta_jars(tmp_path)
     key = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert delta.session_conf(tmp_path, {})[key] == str(max(2, os.cpu_count() or 2))
     assert delta.session_conf(tmp_path, {key: "64"})[key] == "64"  # [spark] conf wins
