@@ -26,15 +26,17 @@ scripts/lint.sh
 # --durations=40: every CI log shows where the time goes (the 40 slowest setups, calls and teardowns),
 # whatever addopts pyproject.toml holds. With no arguments, the whole suite in two runs: the unit tests
 # on four worker processes (pytest-xdist; they use no server and wait more than they compute: 80 s
-# here against 170 s in one process, 97 s on two), then the contract
-# and integration tests in one process, one after the other (they share the brokers and the servers
-# their session starts, and some restart them). Both run whatever the first's outcome; either failing
-# fails this script.
+# here against 170 s in one process, 97 s on two), then the contract and integration tests on two
+# workers, each module whole on one of them (--dist loadfile: its module-scoped servers start once;
+# they wait far more than they compute: 35 min here, their own times adding up to 69). The brokers,
+# the S3 server and the HDFS cluster on their fixed ports are shared by both workers
+# (tests/support/run_servers.py); every other server a test starts is its own, on a free port. Both
+# runs run whatever the first's outcome; either failing fails this script.
 if [ $# -gt 0 ]; then  # not exec'd: the EXIT trap stops the brokers this script started
     .venv/bin/python -m pytest --durations=40 "$@"
     exit 0
 fi
 status=0
 .venv/bin/python -m pytest --durations=10 -n 4 tests/unit || status=$?
-.venv/bin/python -m pytest --durations=40 tests/contract tests/integration || status=$?
+.venv/bin/python -m pytest --durations=40 -n 2 --dist loadfile tests/contract tests/integration || status=$?
 exit $status

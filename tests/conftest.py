@@ -5,8 +5,6 @@ does: a catalog table's cached listing, `from_xml`)."""
 from __future__ import annotations
 
 import logging
-import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,26 +12,31 @@ from typing import Any
 import pytest
 
 from tests.support.certs import certs  # noqa: F401 -- the session fixture of TLS certificates, for every test
+from tests.support.run_servers import run_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 def _broker(script: str, port: int) -> Iterator[tuple[str, int]]:
     """A broker with STOMP on 127.0.0.1:`port`, started by scripts/`script` when nothing listens
-    there, and stopped again at the end if it was started here."""
-    started = False
-    if not _port_open("127.0.0.1", port):
-        subprocess.run([str(ROOT / "scripts" / script), "start"], cwd=ROOT, check=True)
-        started = True
-    yield ("127.0.0.1", port)
-    if started:
-        subprocess.run([str(ROOT / "scripts" / script), "stop"], cwd=ROOT, check=False)
+    there, and stopped again when the last pytest process of this run that started it is done
+    (tests/support/run_servers.py)."""
+    with run_server(script, port, f"{script}'s broker's STOMP port", timeout=300):
+        yield ("127.0.0.1", port)
+
+
+#: The slowest contract and integration modules (100-190 s each in the run of 2026-12-02), collected
+#: first: scripts/test.sh runs those tests on two workers, a module whole on one of them, in the order
+#: collected, so the run ends on short modules rather than on one worker finishing a long one alone.
+SLOWEST_FIRST = tuple(f"tests/integration/test_{name}.py" for name in (
+    "delta_landing", "spark_modes", "iceberg_object_stores", "rabbitmq_lossless", "follow", "delta_object_stores",
+    "iceberg_landing", "delta_store_maintenance", "ledger_fences", "outage", "delta_readers", "delta_maintenance"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the modules of SLOWEST_FIRST to the front, in that order (the rest as collected)."""
+    rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(ROOT).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ import collections
 import glob
 import multiprocessing
 import os
-import socket
 import subprocess
 import time
 import traceback
@@ -37,7 +36,7 @@ from typing import Any
 
 from tests.support.delta_tables import SMALL_TABLE_CONF
 from tests.support.exactly_once import free_port
-from tests.support.waiting import wait_until
+from tests.support.run_servers import run_server
 
 ROOT = Path(__file__).resolve().parents[2]
 S3_PORT = int(os.environ.get("MQBRIDGE_S3_PORT", "9000"))
@@ -48,27 +47,6 @@ S3_BASE = Path(os.environ.get("MQBRIDGE_S3_BASE", ROOT / ".s3proxy"))
 S3_REGION = "us-east-1"
 #: Starting a server: S3Proxy answers in about 2 s, the mini cluster in 12-20 s on a busy 2-core machine.
 START_TIMEOUT = 180.0
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
-def _running(script: str, port: int, what: str) -> Iterator[bool]:
-    """Yield whether scripts/`script` was started here (nothing answered on `port`); stop it again
-    after the yield if so."""
-    started = False
-    if not port_open(port):
-        subprocess.run([str(ROOT / "scripts" / script), "start"], cwd=ROOT, check=True, timeout=START_TIMEOUT + 60)
-        started = True
-    wait_until(lambda: port_open(port), START_TIMEOUT, f"{what} on 127.0.0.1:{port}")
-    try:
-        yield started
-    finally:
-        if started:
-            subprocess.run([str(ROOT / "scripts" / script), "stop"], cwd=ROOT, check=False, timeout=120)
 
 
 @dataclass(frozen=True)
@@ -130,7 +108,7 @@ def read_credentials(base: Path = S3_BASE) -> tuple[str, str]:
 
 def running_s3_server() -> Iterator[S3Server]:
     """The S3-compatible server of scripts/s3.sh, started if nothing answers on its port."""
-    for _ in _running("s3.sh", S3_PORT, "S3Proxy"):
+    with run_server("s3.sh", S3_PORT, "S3Proxy", timeout=START_TIMEOUT):
         yield S3Server(f"http://127.0.0.1:{S3_PORT}", *read_credentials())
 
 
@@ -171,7 +149,7 @@ def private_s3_server(base: Path) -> Iterator[PrivateS3Proxy]:
 
 def running_hdfs_cluster() -> Iterator[str]:
     """The `hdfs://127.0.0.1:PORT` of scripts/hdfs.sh's mini cluster, started if nothing answers."""
-    for _ in _running("hdfs.sh", HDFS_PORT, "the HDFS mini cluster's namenode"):
+    with run_server("hdfs.sh", HDFS_PORT, "the HDFS mini cluster's namenode", timeout=START_TIMEOUT):
         yield f"hdfs://127.0.0.1:{HDFS_PORT}"
 
 

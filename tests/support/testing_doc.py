@@ -19,7 +19,10 @@ modules' docstrings; do not edit by hand (tests/unit/test_testing_doc.py checks 
 
 `./scripts/test.sh` installs everything on a fresh Debian machine and runs the whole suite: the static
 checks (ruff, mypy strict), then pytest twice: `tests/unit` on four worker processes (pytest-xdist),
-then `tests/contract` and `tests/integration` in one process (they share the servers their session starts).
+then `tests/contract` and `tests/integration` on two, each module whole on one of them (`--dist
+loadfile`: a module's servers and drivers are started once). The brokers, the S3 server and the HDFS
+cluster on their fixed ports are shared by both workers and stopped by the last one done
+(tests/support/run_servers.py); every other server a test starts is its own, on free ports.
 With arguments it runs one pytest with them: `./scripts/test.sh -m "not integration"` runs only what
 needs no broker (a few minutes). What the suite runs for real, never mocked: ActiveMQ and
 RabbitMQ (Debian packages, started by the scripts or by the tests on free ports), a local Spark, a
