@@ -43,12 +43,12 @@ def _this_run() -> str:
 
 
 @contextmanager
-def _locked(script: str) -> Iterator[Path]:
-    """Hold `script`'s lock; yield its state file."""
-    STATE.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(STATE / f"{script}.lock", "wb") as lock:
+def _locked(state_dir: Path, script: str) -> Iterator[Path]:
+    """Hold `script`'s lock in `state_dir`; yield its state file."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(state_dir / f"{script}.lock", "wb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
-        yield STATE / f"{script}.json"
+        yield state_dir / f"{script}.json"
 
 
 def _read(state: Path) -> dict[str, Any]:
@@ -62,14 +62,16 @@ def _read(state: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def run_server(script: str, port: int, what: str, *, timeout: float) -> Iterator[bool]:
-    """scripts/`script`'s server on 127.0.0.1:`port`, started when nothing answers there; yield whether
-    this run started it. It is stopped when the last process of this run that uses it is done, and only
-    if this run started it. TimeoutError naming `what` if it does not answer within `timeout` s."""
-    with _locked(script) as state:
+def run_server(script: str, port: int, what: str, *, timeout: float, scripts: Path = ROOT / "scripts",
+               state_dir: Path = STATE) -> Iterator[bool]:
+    """`scripts`/`script`'s server on 127.0.0.1:`port` (`script start` starts it, `script stop` stops
+    it), started when nothing answers there; yield whether this run started it. It is stopped when the
+    last process of this run that uses it is done, and only if this run started it. TimeoutError naming
+    `what` if it does not answer within `timeout` s."""
+    with _locked(state_dir, script) as state:
         record = _read(state)
         if not port_open(port):
-            subprocess.run([str(ROOT / "scripts" / script), "start"], cwd=ROOT, check=True, timeout=timeout + 60)
+            subprocess.run([str(scripts / script), "start"], cwd=ROOT, check=True, timeout=timeout + 60)
             record["started"] = True
         record["users"] += 1
         state.write_text(json.dumps(record))
@@ -77,11 +79,11 @@ def run_server(script: str, port: int, what: str, *, timeout: float) -> Iterator
     try:
         yield bool(record["started"])
     finally:
-        with _locked(script) as state:
+        with _locked(state_dir, script) as state:
             record = _read(state)
             record["users"] -= 1
             last = record["users"] <= 0
             state.write_text(json.dumps(record))
             if last and record["started"]:
-                subprocess.run([str(ROOT / "scripts" / script), "stop"], cwd=ROOT, check=False, timeout=120)
+                subprocess.run([str(scripts / script), "stop"], cwd=ROOT, check=False, timeout=120)
                 state.unlink()
