@@ -23,6 +23,7 @@ scripts/test-tools.sh  # PostgreSQL, Chromium, Prometheus (the tests start their
 scripts/jars.sh s3 hdfs-test iceberg iceberg-rest-test
 scripts/s3.sh install
 scripts/lint.sh
+echo "test.sh: set-up and static checks took $SECONDS s"  # what each part costs, in every CI log
 # --durations=40: every CI log shows where the time goes (the 40 slowest setups, calls and teardowns),
 # whatever addopts pyproject.toml holds. With no arguments, the whole suite in two runs: the unit tests
 # on four worker processes (pytest-xdist; they use no server and wait more than they compute: 80 s
