@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _broker(script: str, port: int) -> Iterator[tuple[str, int]]:
     """A broker with STOMP on 127.0.0.1:`port`, started by scripts/`script` when nothing listens
-    there, and stopped again when the last pytest process of this run that started it is done
-    (tests/support/run_servers.py)."""
+    there; if this run started it, stopped when the last of the run's pytest processes using it is
+    done (tests/support/run_servers.py)."""
     with run_server(script, port, f"{script}'s broker's STOMP port", timeout=300):
         yield ("127.0.0.1", port)
 

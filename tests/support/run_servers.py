@@ -17,24 +17,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from tests.support.servers import port_open
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".test-cache" / "run-servers"
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something accepts connections on `host`:`port` now."""
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 def _this_run() -> str:

@@ -55,10 +55,13 @@ def answers_http(url: str) -> Callable[[], bool]:
     return ready
 
 
+def port_open(port: int) -> bool:
+    """Whether 127.0.0.1:`port` takes TCP connections now."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def takes_connections(port: int) -> Callable[[], bool]:
-    """Whether 127.0.0.1:`port` takes TCP connections."""
-    def ready() -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", port)) == 0
-    return ready
+    """Whether 127.0.0.1:`port` takes TCP connections (a `ready` check of `server_process`)."""
+    return lambda: port_open(port)

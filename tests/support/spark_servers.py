@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -18,21 +17,16 @@ import pyspark
 
 from mqbridge.landing.jvm import JIT_OPTIONS
 from tests.support.exactly_once import free_port
+from tests.support.servers import port_open
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 #: A JVM that has not opened its port by then is reported with its log.
 START_TIMEOUT = 180.0
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _wait_for_port(port: int, *, open_: bool, timeout: float, what: str, log: Path | None) -> None:
     deadline = time.monotonic() + timeout
-    while _port_open(port) != open_:
+    while port_open(port) != open_:
         if time.monotonic() > deadline:
             tail = ""
             if log is not None and log.exists():

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.exactly_once import free_port
-from tests.support.run_servers import ROOT, port_open
+from tests.support.run_servers import ROOT
+from tests.support.servers import port_open
 from tests.support.waiting import wait_until
 
 #: `server.sh start|stop`: a listener on $PORT in the background (its pid in server.pid); each action
