@@ -18,7 +18,20 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
 - **Steady.** Every `PROBE_SECONDS`, one thread more; kept if the rate rises by `GAIN_PROBE`,
   undone otherwise.
 - **Pressure: halve.** The collector's memory is full (a submit waited for memory), or the mean
-  receipt-to-commit time is above `LATENCY_FACTOR` x the listener's type's latency target.
+  receipt-to-commit time is above `LATENCY_FACTOR` x the listener's type's latency target. At most
+  once per round, as TCP cuts its window once per round trip: what commits in the seconds after a
+  halving was read before it, under the old count, so its receipt-to-commit time (and the memory its
+  units hold) says nothing of the new count. The next halving waits until the messages committed were
+  read after this one: the mean receipt-to-commit time measured at the halving (at most
+  `ROUND_MAX_SECONDS`). Without the wait, one slow round halved 8 threads to 1 in three seconds
+  (two bridges on one queue, docs/scaling.md), and the listener was left probing back one thread per
+  `PROBE_SECONDS`.
+- **A halving for latency is judged**, as a growth is: over the samples read after it, the
+  receipt-to-commit time must fall by `CUT_GAIN` or below the bound. If it does not, the time was the
+  sink's (a slow commit, a shared table, a busy machine), not the threads' queueing, and fewer threads
+  would only make smaller bulks: the count goes back, and that time is remembered as the sink's, so
+  that the guard halves again only for latency above `SINK_MARGIN` x it (queueing on top of the
+  sink), until a sample meets the bound again.
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
   one thread fewer (down to 1).
@@ -59,6 +72,9 @@ PROBE_SECONDS = 30.0
 IDLE_SHARE = 0.25  # threads waiting for messages more than this share of their time: drained
 IDLE_DECAY_SECONDS = 60.0
 LATENCY_FACTOR = 4.0  # mean receipt-to-commit above this many latency targets: halve
+ROUND_MAX_SECONDS = 30.0  # the longest wait after a halving before pressure may halve again
+CUT_GAIN = 0.25  # a halving for latency is kept when receipt-to-commit falls by this share (or under the bound)
+SINK_MARGIN = 2.0  # after a halving that did not help, halve only above this many times the sink's latency
 SAMPLE_LOG_LEVEL = logging.DEBUG  # each sample and its verdict; the changes are logged at INFO
 
 
@@ -83,6 +99,15 @@ class Sample:
         return self.waited / (self.seconds * max(self.threads, 1)) if self.seconds > 0 else 1.0
 
 
+@dataclass(frozen=True)
+class Cut:
+    """A halving for receipt-to-commit time, judged once what commits was read after it."""
+
+    threads: int  # the count before the halving
+    latency: float  # the mean receipt-to-commit seconds that caused it
+    after: float  # from then on, what commits was read after the halving (one round)
+
+
 @dataclass
 class Climb:
     """One adaptive listener's hill climb (module docstring)."""
@@ -95,6 +120,9 @@ class Climb:
     base_threads: int = 1
     next_probe: float = 0.0
     idle_since: float | None = None
+    pressure_after: float = 0.0  # the next halving under pressure waits until then (one round)
+    cut: Cut | None = None  # a halving for latency being judged
+    sink_latency: float = 0.0  # receipt-to-commit seconds that a halving did not bring down: the sink's
 
     def changed(self) -> None:
         self.skip, self.window = SKIP_SAMPLES[self.phase], []
@@ -109,15 +137,25 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     """The thread count the law gives after `sample` (module docstring) and why, or None to keep
     `threads`. Updates `climb`."""
     if sample.committed <= 0:
-        climb.window, climb.judging = [], False
+        climb.window, climb.judging, climb.cut = [], False, None
         return None
-    if threads > 1 and (sample.backpressure or (latency_target and sample.latency is not None
-                                                and sample.latency > LATENCY_FACTOR * latency_target)):
+    bound = LATENCY_FACTOR * latency_target if latency_target else None
+    if bound is not None and sample.latency is not None and sample.latency <= bound:
+        climb.sink_latency = 0.0  # the sink meets the target again
+    slow = (bound is not None and sample.latency is not None and climb.cut is None
+            and sample.latency > max(bound, SINK_MARGIN * climb.sink_latency))
+    if threads > 1 and now >= climb.pressure_after and (sample.backpressure or slow):
         climb.settle(now)
         climb.window = []
-        why = ("the collector's memory is full (a submit waited for memory)" if sample.backpressure else
-               f"receipt-to-commit {sample.latency:.1f} s on average, above {LATENCY_FACTOR:g} x the "
-               f"{latency_target:g} s latency target")
+        climb.pressure_after = now + min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
+        if sample.backpressure:
+            why = "the collector's memory is full (a submit waited for memory)"
+        else:
+            assert sample.latency is not None and latency_target is not None
+            climb.cut = Cut(threads, sample.latency, climb.pressure_after)
+            why = (f"receipt-to-commit {sample.latency:.1f} s on average, above "
+                   + (f"{LATENCY_FACTOR:g} x the {latency_target:g} s latency target" if not climb.sink_latency
+                      else f"{SINK_MARGIN:g} x the sink's {climb.sink_latency:.1f} s"))
         return max(1, threads // 2), f"{why}: halved"
     if sample.idle_share > IDLE_SHARE:  # not counted: a growth being judged waits for a busy sample
         if climb.idle_since is None:
@@ -131,11 +169,24 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     if climb.skip:
         climb.skip -= 1
         return None
+    if climb.cut is not None and now < climb.cut.after:
+        return None  # what commits now was read before the halving
     climb.window.append(sample)
     if len(climb.window) < JUDGE_SAMPLES[climb.phase]:
         return None
     rate = sum(s.committed for s in climb.window) / sum(s.seconds for s in climb.window)
+    latencies = [s.latency for s in climb.window if s.latency is not None]
     climb.window = []
+    if climb.cut is not None:
+        cut, climb.cut = climb.cut, None
+        latency = sum(latencies) / len(latencies) if latencies else 0.0
+        if bound is not None and latency > bound and latency > (1 - CUT_GAIN) * cut.latency:
+            climb.sink_latency = latency
+            climb.settle(now)
+            return cut.threads, (f"{cut.threads} -> {threads} threads left receipt-to-commit at {latency:.1f} s "
+                                 f"({cut.latency:.1f} s before): the sink's time, not the threads': "
+                                 f"back to {cut.threads}")
+        return None
     if climb.judging:
         gain = GAIN_START if climb.phase == "start" else GAIN_PROBE
         before = f"{climb.base_threads} -> {threads} threads: {climb.base_rate:,.0f} -> {rate:,.0f} msg/s"

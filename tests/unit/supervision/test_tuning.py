@@ -4,6 +4,8 @@ when nothing commits, and an operator's count that the tuner leaves alone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from mqbridge.counters import Counters
@@ -76,6 +78,51 @@ def test_pressure_halves_the_threads_at_once(sample: Sample, why: str):
     assert threads == 4 and reason.startswith(why) and reason.endswith("halved")
     assert climb.phase == "steady" and not climb.judging
     assert decide(Climb(), 1, 8, sample, 1.0, 10.0) is None  # one thread is the least
+
+
+def feed(climb: Climb, threads: int, latency_of: Callable[[int], float], times: range) -> list[tuple[int, int, str]]:
+    """One busy sample per second of `times`, each with the receipt-to-commit time `latency_of(threads)`;
+    applies each change as the tuner does. Returns (time, threads, why)."""
+    changes = []
+    for now in times:
+        verdict = decide(climb, threads, 8, busy(2000, threads, latency=latency_of(threads)), 1.0, float(now))
+        if verdict is not None:
+            threads = verdict[0]
+            climb.changed()
+            changes.append((now, threads, verdict[1]))
+    return changes
+
+
+def test_pressure_halves_once_per_round_and_again_only_once_the_halving_is_judged():
+    # Queueing: receipt-to-commit 1.5 s per thread, above the 4 s bound (4 x a 1 s target) at 8 and 4
+    # threads. The halving at t = 10 (12 s) is judged on what was read after it: from t = 22, after two
+    # skipped samples, five samples (t = 22-26; 6 s, down by half); the next halving comes at t = 27.
+    changes = feed(Climb(), 8, lambda threads: 1.5 * threads, range(10, 50))  # before the next probe
+    assert [(now, threads) for now, threads, _ in changes] == [(10, 4), (27, 2)]
+    assert "receipt-to-commit 12.0 s on average, above 4 x the 1 s latency target: halved" in changes[0][2]
+
+
+def test_a_halving_that_leaves_the_latency_where_it_was_is_undone_and_that_latency_taken_as_the_sinks():
+    # The sink takes 5 s whatever the count: halving 8 -> 4 at t = 10 does not bring it down, so at t = 19
+    # (two samples skipped, two before the round of 5 s is over, five judged) the count goes back to 8
+    climb = Climb()
+    changes = feed(climb, 8, lambda threads: 5.0, range(10, 60))
+    assert [(now, threads) for now, threads, _ in changes] == [(10, 4), (19, 8)]
+    assert "8 -> 4 threads left receipt-to-commit at 5.0 s (5.0 s before): the sink's time" in changes[1][2]
+    # then only queueing on top of the sink's time halves: above 2 x 5 s, not at 9 s
+    assert decide(climb, 8, 8, busy(2000, 8, latency=9.0), 1.0, 60.0) is None
+    verdict = decide(climb, 8, 8, busy(2000, 8, latency=11.0), 1.0, 61.0)
+    assert verdict is not None and verdict[0] == 4 and "above 2 x the sink's 5.0 s: halved" in verdict[1]
+    # and a sink that meets the bound again is forgotten: the bound is the target's again
+    climb = Climb(sink_latency=5.0)
+    assert decide(climb, 8, 8, busy(2000, 8, latency=3.0), 1.0, 0.0) is None and climb.sink_latency == 0.0
+
+
+def test_a_round_is_bounded_so_a_sink_that_took_minutes_does_not_silence_the_guard_as_long():
+    climb = Climb()
+    assert decide(climb, 8, 8, busy(2000, 8, backpressure=True, latency=600.0), 1.0, 0.0) is not None
+    assert decide(climb, 4, 8, busy(2000, 4, backpressure=True), 1.0, tuning.ROUND_MAX_SECONDS - 1) is None
+    assert decide(climb, 4, 8, busy(2000, 4, backpressure=True), 1.0, tuning.ROUND_MAX_SECONDS) is not None
 
 
 def test_a_drained_queue_holds_the_count_and_gives_one_back_after_the_decay_time():
