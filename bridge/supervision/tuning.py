@@ -26,12 +26,14 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
   `ROUND_MAX_SECONDS`). Without the wait, one slow round halved 8 threads to 1 in three seconds
   (two bridges on one queue, docs/scaling.md), and the listener was left probing back one thread per
   `PROBE_SECONDS`.
-- **A halving for latency is judged**, as a growth is: over the samples read after it, the
-  receipt-to-commit time must fall by `CUT_GAIN` or below the bound. If it does not, the time was the
-  sink's (a slow commit, a shared table, a busy machine), not the threads' queueing, and fewer threads
-  would only make smaller bulks: the count goes back, and that time is remembered as the sink's, so
-  that the guard halves again only for latency above `SINK_MARGIN` x it (queueing on top of the
-  sink), until a sample meets the bound again.
+- **A halving for latency is judged**, as a growth is, over the samples read after it. It is kept
+  when it cured queueing: the receipt-to-commit time fell by `CUT_GAIN` (or below the bound) while the
+  rate held (within `GAIN_START` of the samples before it). Otherwise the time was the sink's (a slow
+  commit, a shared table, a busy machine), and fewer threads only made smaller bulks, at a lower rate:
+  with a backlog that makes every message wait longer in the queue than it saved after receipt. The
+  count goes back, and the time at the lower count is remembered as the sink's, so that the guard
+  halves again only above `SINK_MARGIN` x it (queueing on top of the sink), until a sample meets the
+  bound again.
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
   one thread fewer (down to 1).
@@ -106,6 +108,7 @@ class Cut:
     threads: int  # the count before the halving
     latency: float  # the mean receipt-to-commit seconds that caused it
     after: float  # from then on, what commits was read after the halving (one round)
+    rate: float  # msg/s over the samples before it
 
 
 @dataclass
@@ -122,6 +125,7 @@ class Climb:
     idle_since: float | None = None
     pressure_after: float = 0.0  # the next halving under pressure waits until then (one round)
     cut: Cut | None = None  # a halving for latency being judged
+    recent: list[Sample] = field(default_factory=list)  # the last JUDGE_SAMPLES["steady"] samples that committed
     sink_latency: float = 0.0  # receipt-to-commit seconds that a halving did not bring down: the sink's
 
     def changed(self) -> None:
@@ -139,6 +143,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     if sample.committed <= 0:
         climb.window, climb.judging, climb.cut = [], False, None
         return None
+    climb.recent = [*climb.recent[1 - JUDGE_SAMPLES["steady"]:], sample]
     bound = LATENCY_FACTOR * latency_target if latency_target else None
     if bound is not None and sample.latency is not None and sample.latency <= bound:
         climb.sink_latency = 0.0  # the sink meets the target again
@@ -152,7 +157,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
             why = "the collector's memory is full (a submit waited for memory)"
         else:
             assert sample.latency is not None and latency_target is not None
-            climb.cut = Cut(threads, sample.latency, climb.pressure_after)
+            climb.cut = Cut(threads, sample.latency, rate=_rate(climb.recent), after=climb.pressure_after)
             why = (f"receipt-to-commit {sample.latency:.1f} s on average, above "
                    + (f"{LATENCY_FACTOR:g} x the {latency_target:g} s latency target" if not climb.sink_latency
                       else f"{SINK_MARGIN:g} x the sink's {climb.sink_latency:.1f} s"))
@@ -174,19 +179,21 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     climb.window.append(sample)
     if len(climb.window) < JUDGE_SAMPLES[climb.phase]:
         return None
-    rate = sum(s.committed for s in climb.window) / sum(s.seconds for s in climb.window)
+    rate = _rate(climb.window)
     latencies = [s.latency for s in climb.window if s.latency is not None]
     climb.window = []
     if climb.cut is not None:
         cut, climb.cut = climb.cut, None
         latency = sum(latencies) / len(latencies) if latencies else 0.0
-        if bound is not None and latency > bound and latency > (1 - CUT_GAIN) * cut.latency:
-            climb.sink_latency = latency
-            climb.settle(now)
-            return cut.threads, (f"{cut.threads} -> {threads} threads left receipt-to-commit at {latency:.1f} s "
-                                 f"({cut.latency:.1f} s before): the sink's time, not the threads': "
-                                 f"back to {cut.threads}")
-        return None
+        cured = bound is not None and (latency <= bound or latency <= (1 - CUT_GAIN) * cut.latency)
+        held = rate >= (1 - GAIN_START) * cut.rate
+        if cured and held:
+            return None
+        climb.sink_latency = latency
+        climb.settle(now)
+        return cut.threads, (f"{cut.threads} -> {threads} threads: receipt-to-commit {cut.latency:.1f} -> "
+                             f"{latency:.1f} s at {cut.rate:,.0f} -> {rate:,.0f} msg/s: the sink's time, not the "
+                             f"threads' queueing: back to {cut.threads}")
     if climb.judging:
         gain = GAIN_START if climb.phase == "start" else GAIN_PROBE
         before = f"{climb.base_threads} -> {threads} threads: {climb.base_rate:,.0f} -> {rate:,.0f} msg/s"
@@ -206,6 +213,11 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
         return min(ceiling, threads * 2), (f"slow start: {rate:,.0f} msg/s with {threads} threads and a "
                                            "backlog: doubling")
     return threads + 1, f"probing: {rate:,.0f} msg/s with {threads} threads and a backlog: one more"
+
+
+def _rate(samples: list[Sample]) -> float:
+    seconds = sum(s.seconds for s in samples)
+    return sum(s.committed for s in samples) / seconds if seconds > 0 else 0.0
 
 
 def latency_targets(config: BridgeConfig) -> dict[str, float | None]:

@@ -80,12 +80,14 @@ def test_pressure_halves_the_threads_at_once(sample: Sample, why: str):
     assert decide(Climb(), 1, 8, sample, 1.0, 10.0) is None  # one thread is the least
 
 
-def feed(climb: Climb, threads: int, latency_of: Callable[[int], float], times: range) -> list[tuple[int, int, str]]:
-    """One busy sample per second of `times`, each with the receipt-to-commit time `latency_of(threads)`;
-    applies each change as the tuner does. Returns (time, threads, why)."""
+def feed(climb: Climb, threads: int, latency_of: Callable[[int], float], times: range,
+         rate_of: Callable[[int], float] = lambda threads: 2000) -> list[tuple[int, int, str]]:
+    """One busy sample per second of `times`, each with the receipt-to-commit time `latency_of(threads)`
+    and the rate `rate_of(threads)`; applies each change as the tuner does. Returns (time, threads, why)."""
     changes = []
     for now in times:
-        verdict = decide(climb, threads, 8, busy(2000, threads, latency=latency_of(threads)), 1.0, float(now))
+        sample = busy(rate_of(threads), threads, latency=latency_of(threads))
+        verdict = decide(climb, threads, 8, sample, 1.0, float(now))
         if verdict is not None:
             threads = verdict[0]
             climb.changed()
@@ -108,7 +110,8 @@ def test_a_halving_that_leaves_the_latency_where_it_was_is_undone_and_that_laten
     climb = Climb()
     changes = feed(climb, 8, lambda threads: 5.0, range(10, 60))
     assert [(now, threads) for now, threads, _ in changes] == [(10, 4), (19, 8)]
-    assert "8 -> 4 threads left receipt-to-commit at 5.0 s (5.0 s before): the sink's time" in changes[1][2]
+    assert ("8 -> 4 threads: receipt-to-commit 5.0 -> 5.0 s at 2,000 -> 2,000 msg/s: the sink's time, not the "
+            "threads' queueing: back to 8") in changes[1][2]
     # then only queueing on top of the sink's time halves: above 2 x 5 s, not at 9 s
     assert decide(climb, 8, 8, busy(2000, 8, latency=9.0), 1.0, 60.0) is None
     verdict = decide(climb, 8, 8, busy(2000, 8, latency=11.0), 1.0, 61.0)
@@ -116,6 +119,19 @@ def test_a_halving_that_leaves_the_latency_where_it_was_is_undone_and_that_laten
     # and a sink that meets the bound again is forgotten: the bound is the target's again
     climb = Climb(sink_latency=5.0)
     assert decide(climb, 8, 8, busy(2000, 8, latency=3.0), 1.0, 0.0) is None and climb.sink_latency == 0.0
+
+
+def test_a_halving_that_shortens_the_wait_only_by_making_smaller_bulks_at_a_lower_rate_is_undone():
+    # Two bridges on one table (docs/scaling.md): 5.8 s at 4 threads and 2,000 msg/s, 4.3 s at 2 threads
+    # but 1,100 msg/s. Judged at t = 20 (the round of 5.8 s, then five samples): back to 4; the guard then
+    # waits for twice the 4.3 s the sink took at 2 threads, and 5.8 s is not that
+    rates = {4: 2000.0, 2: 1100.0}
+    latencies = {4: 5.8, 2: 4.3}
+    climb = Climb()
+    changes = feed(climb, 4, latencies.__getitem__, range(10, 40), rates.__getitem__)
+    assert [(now, threads) for now, threads, _ in changes] == [(10, 2), (20, 4)]
+    assert "receipt-to-commit 5.8 -> 4.3 s at 2,000 -> 1,100 msg/s" in changes[1][2]
+    assert climb.sink_latency == pytest.approx(4.3)
 
 
 def test_a_round_is_bounded_so_a_sink_that_took_minutes_does_not_silence_the_guard_as_long():
