@@ -37,7 +37,11 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
   one thread fewer (down to 1).
-- **Nothing committed** (a sink or broker outage, or no messages): hold, and start the judging over.
+- **Nothing committed** (a sink or broker outage, or no messages) for `QUIET_MAX_SECONDS`: hold, and
+  start the judging over. Shorter stretches without a commit are not samples of their own: commits
+  come a bulk at a time, and a listener whose bulks land every few seconds (a slow sink, a table
+  several bridges share) would otherwise never see two samples in a row with a commit, and never
+  grow. A sample runs from one commit to the next, however long (up to that limit).
 
 A change takes effect through the supervisor's own path for a changed thread count (the one
 `mqbridge listener threads` takes): a thread beyond the count finishes the units it holds, commits or
@@ -77,6 +81,7 @@ LATENCY_FACTOR = 4.0  # mean receipt-to-commit above this many latency targets: 
 ROUND_MAX_SECONDS = 30.0  # the longest wait after a halving before pressure may halve again
 CUT_GAIN = 0.25  # a halving for latency is kept when receipt-to-commit falls by this share (or under the bound)
 SINK_MARGIN = 2.0  # after a halving that did not help, halve only above this many times the sink's latency
+QUIET_MAX_SECONDS = 15.0  # nothing committed for this long: a sample that says so (an outage, or no messages)
 SAMPLE_LOG_LEVEL = logging.DEBUG  # each sample and its verdict; the changes are logged at INFO
 
 
@@ -240,30 +245,35 @@ class ConcurrencyTuner:
         self.controls, self.counters = controls, counters
         self._latency_targets, self._backpressure, self._alive = latency_targets, backpressure_waits, alive
         self.climbs: dict[str, Climb] = {}
-        self._last: dict[str, tuple[float, float, float, int]] = {}  # committed, waited, latency sum, count
+        #: each listener's counters when its current sample began: (committed, waited, latency sum,
+        #: count), the time, the collector's memory waits
+        self._last: dict[str, tuple[tuple[float, float, float, int], float, int]] = {}
         self._last_at: float | None = None
-        self._last_backpressure = 0
 
     def step(self, now: float) -> None:
         if self._last_at is not None and now - self._last_at < SAMPLE_SECONDS:
             return
-        seconds = now - self._last_at if self._last_at is not None else 0.0
         self._last_at = now
         backpressure = self._backpressure()
-        pressed, self._last_backpressure = backpressure > self._last_backpressure, backpressure
         targets = self._latency_targets()
         for control in self.controls:
             if not control.adaptive:
                 self.climbs.pop(control.name, None)
+                self._last.pop(control.name, None)
                 continue
             totals = self._totals(control.name)
             before = self._last.get(control.name)
-            self._last[control.name] = totals
-            if before is None or seconds <= 0:
+            if before is None:
+                self._last[control.name] = (totals, now, backpressure)
                 continue
-            count = totals[3] - before[3]
-            sample = Sample(seconds, totals[0] - before[0], totals[1] - before[1], self._alive(control.name),
-                            pressed, (totals[2] - before[2]) / count if count else None)
+            (committed, waited, latency, count), since, waits = before
+            seconds = now - since
+            if seconds <= 0 or (totals[0] - committed <= 0 and seconds < QUIET_MAX_SECONDS):
+                continue  # the sample goes on until it holds a commit (module docstring)
+            self._last[control.name] = (totals, now, backpressure)
+            count = totals[3] - count
+            sample = Sample(seconds, totals[0] - committed, totals[1] - waited, self._alive(control.name),
+                            backpressure > waits, (totals[2] - latency) / count if count else None)
             climb = self.climbs.setdefault(control.name, Climb())
             ceiling = control.ceiling or control.threads
             verdict = decide(climb, control.threads, ceiling, sample, targets.get(control.name), now)

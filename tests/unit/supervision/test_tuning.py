@@ -198,3 +198,23 @@ def test_the_tuner_samples_the_counters_and_changes_the_count_through_the_contro
     assert c.get(name).tuning.startswith("slow start") and c.get(name).tuned_at
     assert c.get("amq:/queue/fixed").threads == 3 and counters.total("listener_threads_tuned",
                                                                       listener="amq:/queue/fixed") == 0
+
+
+def test_a_listener_whose_bulks_land_every_few_seconds_is_sampled_from_commit_to_commit_and_grows():
+    # A slow sink: a bulk of 500 per thread lands every 3 s, nothing in between (three bridges on one
+    # table, docs/scaling.md). Seconds without a commit are not samples that say "nothing committed".
+    c, counters = controls(), Counters()
+    name = "amq:/queue/adaptive"
+    tuner = ConcurrencyTuner(c, counters, latency_targets=lambda: {name: 1.0}, backpressure_waits=lambda: 0,
+                             alive=lambda _name: c.get(name).threads)
+    for second in range(40):
+        if second % 3 == 0:
+            counters.inc("messages_committed", 500 * c.get(name).threads, listener=name, queue="/queue/adaptive")
+            counters.observe_many("receipt_to_commit_seconds", [2.0] * 10, listener=name, queue="/queue/adaptive")
+        tuner.step(float(second))
+    assert c.get(name).threads >= 4, c.get(name).tuning
+    # and a listener that commits nothing for longer holds: its next sample says so
+    before = c.get(name).threads
+    for second in range(40, 40 + int(tuning.QUIET_MAX_SECONDS) + 2):
+        tuner.step(float(second))
+    assert c.get(name).threads == before and not tuner.climbs[name].judging
