@@ -31,9 +31,11 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
   rate held (within `GAIN_START` of the samples before it). Otherwise the time was the sink's (a slow
   commit, a shared table, a busy machine), and fewer threads only made smaller bulks, at a lower rate:
   with a backlog that makes every message wait longer in the queue than it saved after receipt. The
-  count goes back, and the time at the lower count is remembered as the sink's, so that the guard
-  halves again only above `SINK_MARGIN` x it (queueing on top of the sink), until a sample meets the
-  bound again.
+  count goes back, and the time that caused the halving is accepted as this count's: the guard halves
+  again only above `SINK_MARGIN` x it (more queueing on top), until a sample meets the bound again.
+  One change at a time: the latency guard waits while a growth is being judged (its own verdict
+  comes first, from the rate), which also keeps it from acting on the first commits after a start,
+  whose receipt-to-commit time holds the Spark session's start and the first write.
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
   one thread fewer (down to 1).
@@ -131,7 +133,7 @@ class Climb:
     pressure_after: float = 0.0  # the next halving under pressure waits until then (one round)
     cut: Cut | None = None  # a halving for latency being judged
     recent: list[Sample] = field(default_factory=list)  # the last JUDGE_SAMPLES["steady"] samples that committed
-    sink_latency: float = 0.0  # receipt-to-commit seconds that a halving did not bring down: the sink's
+    sink_latency: float = 0.0  # receipt-to-commit seconds accepted after a halving that did not pay
 
     def changed(self) -> None:
         self.skip, self.window = SKIP_SAMPLES[self.phase], []
@@ -152,7 +154,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     bound = LATENCY_FACTOR * latency_target if latency_target else None
     if bound is not None and sample.latency is not None and sample.latency <= bound:
         climb.sink_latency = 0.0  # the sink meets the target again
-    slow = (bound is not None and sample.latency is not None and climb.cut is None
+    slow = (bound is not None and sample.latency is not None and climb.cut is None and not climb.judging
             and sample.latency > max(bound, SINK_MARGIN * climb.sink_latency))
     if threads > 1 and now >= climb.pressure_after and (sample.backpressure or slow):
         climb.settle(now)
@@ -194,7 +196,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
         held = rate >= (1 - GAIN_START) * cut.rate
         if cured and held:
             return None
-        climb.sink_latency = latency
+        climb.sink_latency = cut.latency
         climb.settle(now)
         return cut.threads, (f"{cut.threads} -> {threads} threads: receipt-to-commit {cut.latency:.1f} -> "
                              f"{latency:.1f} s at {cut.rate:,.0f} -> {rate:,.0f} msg/s: the sink's time, not the "
