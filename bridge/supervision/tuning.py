@@ -50,7 +50,7 @@ A change takes effect through the supervisor's own path for a changed thread cou
 gives them back in order, and ends; a new one connects and reads. Exactly-once is that path's: the
 tuner only sets a number. After a change `SKIP_SAMPLES` are skipped (threads starting and ending),
 then `JUDGE_SAMPLES` are averaged, so that a bulk's lumpy commits do not decide alone: 3 s for a
-doubling in slow start, 7 s for a steady probe.
+doubling in slow start, 7 s for a steady probe (longer where commits are further apart than a second).
 """
 
 from __future__ import annotations
