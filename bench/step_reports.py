@@ -149,7 +149,9 @@ def unit_steps(workdir: Path, start: float, end: float) -> str:
     hand-over, the collector and the write until its last result (ready), the wait for the listener
     to come to it, and its finish; then the share of the listener threads' time in each step, and
     why bulks closed (mean rows and age of the oldest message). From bench/steps/sitecustomize.py."""
-    rows = [line.split() for path in workdir.glob("steps.*") for line in path.read_text().splitlines()]
+    # a line still being written when the file is read has fewer than the five fields every line begins with
+    rows = [fields for path in workdir.glob("steps.*") for line in path.read_text().splitlines()
+            if len(fields := line.split()) >= 5]
     by_id: dict[str, dict[str, tuple[float, float]]] = {}
     receives: dict[str, list[tuple[float, float]]] = {}
     busy: dict[str, dict[str, float]] = {}

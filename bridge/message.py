@@ -19,6 +19,10 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+#: What a message occupies in a bulk besides its body (`Message.size`): its other columns, roughly.
+ROW_OVERHEAD = 256
+
+
 @dataclass(slots=True)
 class Message:
     """One message read from a source, carried unchanged (apart from preprocessing) to Spark.
@@ -51,7 +55,7 @@ class Message:
     @property
     def size(self) -> int:
         """Bytes the message occupies in a bulk (body plus a small fixed overhead per row)."""
-        return len(self.body) + 256
+        return len(self.body) + ROW_OVERHEAD
 
 
 class Outcome(enum.Enum):
@@ -92,7 +96,7 @@ class MessageResult:
 
     @classmethod
     def success(cls, msg_id: str, bulk_id: str = "", table: str = "") -> MessageResult:
-        return cls(msg_id, Outcome.SUCCESS, "", bulk_id, table=table)
+        return cls(msg_id, Outcome.SUCCESS, "", bulk_id, False, table, False)  # positional: one per row landed
 
     @classmethod
     def retryable(cls, msg_id: str, reason: str, bulk_id: str = "") -> MessageResult:

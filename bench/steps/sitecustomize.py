@@ -31,6 +31,7 @@ def _install(prefix: str) -> None:
     import mqbridge.landing.handoff as handoff
     import mqbridge.landing.landing as landing
     import mqbridge.landing.ledger.sqlite as sqlite
+    import mqbridge.landing.writes.delta as delta_writes  # and a Delta table's: its staging job and its commit
     import mqbridge.landing.writes.parquet as parquet_writes  # a Parquet table's writer calls the steps below
 
     out = open(f"{prefix}.{os.getpid()}", "w", buffering=1)  # noqa: SIM115 (open for the process's life)
@@ -57,6 +58,7 @@ def _install(prefix: str) -> None:
             (executor.SparkExecutor, "execute", "write"), (parquet_writes, "arrow_table", "arrow"),
             (handoff, "handoff_file", "handoff"), (parquet_writes, "raw_write", "plan"),
             (parquet_writes, "spark_guarded", "job"),
+            (delta_writes, "arrow_table", "arrow"), (delta_writes, "spark_guarded", "job"),
             (landing.Landing, "land", "land"), (landing.Landing, "land_transaction", "land"),
             (landing, "verify_staged", "footers"),
             (sqlite.SqliteLedger, "prepare", "prepare"), (landing, "publish", "publish"),

@@ -15,7 +15,7 @@ from collections import Counter
 
 from mqbridge.bulks.collector_limits import CollectorStats
 from mqbridge.bulks.result_routes import ResultRoutes, call_handlers
-from mqbridge.message import Message, MessageResult
+from mqbridge.message import ROW_OVERHEAD, Message, MessageResult
 
 
 class ResultDelivery:
@@ -32,14 +32,28 @@ class ResultDelivery:
         the messages, all in one go (one lock round and one wake-up per bulk, not per message).
         Returns how many were delivered."""
         with self._lock:
-            calls = [(message, result, self._routes.take(message)) for message, result in pairs]
+            calls = self._routes.take_all(pairs)
         errors = call_handlers(calls)
         with self._changed:
             self._stats.handler_errors += errors
-            for message, _result in pairs:
-                self._release_locked(message)
+            self._release_all_locked([message for message, _result in pairs])
             self._changed.notify_all()
         return len(pairs)
+
+    def _release_all_locked(self, messages: list[Message]) -> None:
+        """`_release_locked` of each of a bulk's messages after `take` (their delivery handlers gone),
+        in one loop: it runs under the lock the listeners wait for to hand messages in."""
+        held = self._held
+        body_bytes = 0
+        for message in messages:
+            body_bytes += len(message.body)
+            left = held[message.msg_id] - 1
+            if left > 0:
+                held[message.msg_id] = left
+            else:
+                held.pop(message.msg_id, None)
+        self._stats.bytes -= body_bytes + ROW_OVERHEAD * len(messages)  # `Message.size` of each
+        self._stats.messages -= len(messages)
 
     def _release_locked(self, message: Message) -> None:
         self._routes.released(message)  # released without a result (a no-op after `take`)

@@ -63,6 +63,20 @@ class ResultRoutes:
             handlers.append(own)
         return handlers + self._by_type.get(message.message_type, [])
 
+    def take_all(self, pairs: Sequence[tuple[Message, MessageResult]]
+                 ) -> list[tuple[Message, MessageResult, list[ResultHandler]]]:
+        """`take` of each message of a bulk's results, with its result: in one loop, since it runs for
+        every message under the collector's lock, which the listeners wait for to hand messages in. The
+        usual bulk has no handler by msg_id and no observer, so each message's producer alone."""
+        if self._by_msg_id or any(self._by_type.values()):
+            return [(message, result, self.take(message)) for message, result in pairs]
+        pop = self._by_delivery.pop
+        calls = []
+        for message, result in pairs:
+            own = pop(id(message), None)
+            calls.append((message, result, [own] if own is not None else []))
+        return calls
+
     def released(self, message: Message) -> None:
         """`message` left the collector without a result: its delivery handler goes."""
         self._by_delivery.pop(id(message), None)
@@ -75,7 +89,10 @@ def call_handlers(calls: Sequence[tuple[Message, MessageResult, list[ResultHandl
     grouped: dict[int, tuple[ResultHandler, list[tuple[Message, MessageResult]]]] = {}
     for message, result, handlers in calls:
         for handler in handlers:
-            grouped.setdefault(id(handler), (handler, []))[1].append((message, result))
+            entry = grouped.get(id(handler))
+            if entry is None:
+                entry = grouped[id(handler)] = (handler, [])
+            entry[1].append((message, result))
     errors = 0
     for handler, results in grouped.values():
         many = getattr(handler, "many", None)

@@ -312,10 +312,11 @@ class ListenerThread(threading.Thread):
         def finish() -> None:
             try:
                 self._await(results, submitted)
-                unit = Unit(tuple(batch), tuple((m, results.get(m)) for m in submitted), tuple(moves),
+                unit = Unit(tuple(batch), results.pairs(submitted), tuple(moves),
                             tuple((m, str(e)) for m, e in pre.failed),
-                            deduplicated=tuple(m for m in batch if id(m) in recognised), consumed=pre.consumed,
-                            repeated=tuple(m for m in batch if id(m) in repeated))
+                            deduplicated=tuple(m for m in batch if id(m) in recognised) if recognised else (),
+                            consumed=pre.consumed,
+                            repeated=tuple(m for m in batch if id(m) in repeated) if repeated else ())
                 self._finish(unit, undo, unit_outbox(chain, pre.derived, unit.deduplicated, allow))
             except BaseException as exc:  # not committed (a commit that failed, or never reached)
                 undo.not_committed(exc)
@@ -372,8 +373,7 @@ class ListenerThread(threading.Thread):
         """Wait for every submitted message's result. Rolling back while the collector still
         holds a message would let it land *and* come back: so this waits, without limit, but
         keeps the heartbeat fresh so the supervisor can tell waiting from hanging."""
-        held = [m for m in submitted if self.collector.is_bulk_mode_on(m.msg_id)]
-        if not held and results.wait(0):
+        if results.wait(0):  # every result is in (the usual case when a unit is finished): nothing to wait for
             return
         while not results.wait(0.5):
             self.state.heartbeat = time.monotonic()

@@ -75,6 +75,12 @@ class UnitResults:
         with self._lock:
             return self._results.get(id(message))
 
+    def pairs(self, messages: Sequence[Message]) -> tuple[tuple[Message, MessageResult | None], ...]:
+        """Each of `messages` with its result (None: none came), in one lock round (`Unit.results`)."""
+        with self._lock:
+            found = self._results.get
+            return tuple((m, found(id(m))) for m in messages)
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -178,7 +184,8 @@ def plan_unit(unit: Unit, policy: UnitPolicy, records: DeliveryRecords) -> UnitP
     return UnitPlan(
         policy, moves=tuple(moves), returns=returns, reason=retry[0][1] if retry else "",
         outages=tuple(draft.outages), culprits=tuple(draft.culprits), failures=tuple(failures),
-        landed=tuple(Landed(m, r.table, r.bulk_id) for m, r in unit.results if r is not None and r.ok),
+        landed=tuple(Landed(m, r.table, r.bulk_id) for m, r in unit.results
+                     if r is not None and r.outcome is Outcome.SUCCESS),  # `ok`, for every message of a unit
         left=tuple(m for m in unit.batch if m.msg_id not in returned_ids),
         back_out=bool(returns) and not policy.partial_commit)
 

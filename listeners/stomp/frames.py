@@ -56,8 +56,9 @@ def ack_frames(ids: Sequence[str], transaction: str | None, receipt: str | None 
 
 
 def _unescape(text: str) -> str:
+    text = text.replace("\\c", ":")  # the one escape ActiveMQ puts in every frame (its message ids' colons)
     if "\\" in text:
-        for escaped, plain in _UNESCAPES:
+        for escaped, plain in _UNESCAPES[1:]:
             text = text.replace(escaped, plain)
     return text
 
@@ -71,12 +72,16 @@ def parse_headers(lines: Sequence[str], offset: int = 0) -> dict[str, str]:
     without a colon or with an empty key is skipped, and an unknown escape is kept, as there."""
     headers: dict[str, str] = {}
     for line in lines[offset:]:
-        if "\\\\" in line:
+        key, colon, value = line.partition(":")
+        if not (colon and key):
+            continue
+        if "\\" not in line:  # most lines: nothing to undo, and no function call for it
+            if key not in headers:
+                headers[key] = value
+        elif "\\\\" in line:
             for key, value in _stomp_parse_headers([line], 0).items():
                 headers.setdefault(key, value)
-            continue
-        key, colon, value = line.partition(":")
-        if colon and key:
+        else:
             key = _unescape(key)
             if key not in headers:
                 headers[key] = _unescape(value)
