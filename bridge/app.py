@@ -51,7 +51,7 @@ from mqbridge.maintenance.entries import request_deleter
 from mqbridge.maintenance.purge.scheduler import PurgeScheduler
 from mqbridge.monitoring import MonitoringServer, ProgressLine, initialize_series
 from mqbridge.observer import Observer, installed_observers
-from mqbridge.plugins import PluginHost
+from mqbridge.plugins import PluginHost, ResultObserver
 from mqbridge.strict_modes import check_trusted
 from mqbridge.supervision.guard import MemoryGuard
 from mqbridge.supervision.reload import ConfigReloader
@@ -242,8 +242,9 @@ def _build_collector(section: CollectorSection, types: Mapping[str, TypeConfig],
         counters=counters, breakers=breakers,
     )
     breakers.probe = collector.probe
+    observer = ResultObserver(plugins)
     for name in types:
-        collector.register_result_handler(plugins.observe_result, message_type=name)
+        collector.register_result_handler(observer, message_type=name)
     return collector
 
 

@@ -67,14 +67,16 @@ class ResultRoutes:
                  ) -> list[tuple[Message, MessageResult, list[ResultHandler]]]:
         """`take` of each message of a bulk's results, with its result: in one loop, since it runs for
         every message under the collector's lock, which the listeners wait for to hand messages in. The
-        usual bulk has no handler by msg_id and no observer, so each message's producer alone."""
-        if self._by_msg_id or any(self._by_type.values()):
+        usual bulk has no handler by msg_id: each message's producer, then its type's observers."""
+        if self._by_msg_id:
             return [(message, result, self.take(message)) for message, result in pairs]
-        pop = self._by_delivery.pop
+        pop, observers = self._by_delivery.pop, self._by_type.get
         calls = []
         for message, result in pairs:
             own = pop(id(message), None)
-            calls.append((message, result, [own] if own is not None else []))
+            handlers = [own] if own is not None else []
+            handlers += observers(message.message_type, ())
+            calls.append((message, result, handlers))
         return calls
 
     def released(self, message: Message) -> None:

@@ -16,9 +16,9 @@ validated set of plugins and chains), `chain` (what a unit of work runs) and `ho
 from __future__ import annotations
 
 from mqbridge.plugins.chain import PreprocessorChain, copy_message, current_chain
-from mqbridge.plugins.host import PluginHost, report
+from mqbridge.plugins.host import PluginHost, ResultObserver, report
 from mqbridge.plugins.registry import Preprocessor, PreprocessorOptions, PreprocessorRegistry
 from mqbridge.plugins.spec import hookimpl, hookspec
 
 __all__ = ["PluginHost", "Preprocessor", "PreprocessorChain", "PreprocessorOptions", "PreprocessorRegistry",
-           "copy_message", "current_chain", "hookimpl", "hookspec", "report"]
+           "ResultObserver", "copy_message", "current_chain", "hookimpl", "hookspec", "report"]

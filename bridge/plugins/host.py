@@ -346,18 +346,24 @@ class PluginHost(CanaryAndPins, Observer):
             log.info("plugins: no change")
 
     def observe_result(self, message: Message, result: MessageResult) -> None:
-        """Collector result handler: calls `mqbridge_result` of the current generation."""
+        """Calls `mqbridge_result` of the current generation for one result (`observe_results`)."""
+        self.observe_results(((message, result),))
+
+    def observe_results(self, results: Sequence[tuple[Message, MessageResult]]) -> None:
+        """Calls `mqbridge_result` of the current generation for each result, unless no plugin of it
+        implements the hook (looked up once for all of them)."""
         hook = self.current.pm.hook.mqbridge_result
         if not hook.get_hookimpls():
             return
-        try:
-            hook(message=message, result=result)
-        except Exception as exc:
-            self.counters.inc("plugin_observer_errors")
-            text = f"{type(exc).__name__}: {exc}"
-            if text not in self._observer_errors and len(self._observer_errors) < 100:
-                self._observer_errors.add(text)
-                log.error("mqbridge_result hook failed (logged once): %s", text, exc_info=exc)
+        for message, result in results:
+            try:
+                hook(message=message, result=result)
+            except Exception as exc:
+                self.counters.inc("plugin_observer_errors")
+                text = f"{type(exc).__name__}: {exc}"
+                if text not in self._observer_errors and len(self._observer_errors) < 100:
+                    self._observer_errors.add(text)
+                    log.error("mqbridge_result hook failed (logged once): %s", text, exc_info=exc)
 
     def status_fields(self) -> dict[str, Any]:
         return {"plugins": self.status()}
@@ -437,3 +443,19 @@ def report(host: PluginHost) -> tuple[str, bool]:
         lines.append("chain errors:")
         lines += [f"  {problem}" for problem in host.chain_problems]
     return "\n".join(lines), not host.errors and not host.chain_problems
+
+
+class ResultObserver:
+    """The plugins' `mqbridge_result` hook as the collector's observer of a type
+    (`BulkCollector.register_result_handler`): a bulk's results in one call (`many`, as the collector
+    hands them), so that a bridge whose plugins do not implement the hook, most of them, does not call
+    into pluggy once per message landed."""
+
+    def __init__(self, host: PluginHost) -> None:
+        self._host = host
+
+    def __call__(self, message: Message, result: MessageResult) -> None:
+        self._host.observe_result(message, result)
+
+    def many(self, results: Sequence[tuple[Message, MessageResult]]) -> None:
+        self._host.observe_results(results)

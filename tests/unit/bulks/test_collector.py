@@ -312,6 +312,24 @@ def test_is_bulk_mode_on_while_held_and_off_after_the_result(make: Factory) -> N
     assert collector.stats().bytes == 0 and collector.stats().messages == 0
 
 
+def test_two_deliveries_of_one_msg_id_in_a_bulk_each_get_their_result_and_both_are_released(make: Factory) -> None:
+    # A redelivery taken by another listener while the first copy is still held: one bulk holds both
+    executor = RecordingExecutor(gated=True)
+    collector, _ = make(("a",), executors={"a": executor})
+    first, second = Results(), Results()
+    collector.submit(msg("m1"), first)
+    collector.submit(msg("m1"), second)
+    collector.submit(msg("m2"), first)
+    assert collector.stats().messages == 3
+    collector.flush()
+    assert executor.entered.wait(DEADLINE)
+    executor.gate.set()
+    wait_until(lambda: not collector.is_bulk_mode_on("m1"), DEADLINE, "bulk mode off for both deliveries of m1")
+    assert first.one("m1").ok and second.one("m1").ok and first.one("m2").ok
+    assert first.count() == 2 and second.count() == 1
+    assert (collector.stats().bytes, collector.stats().messages) == (0, 0)
+
+
 # -- executor results ------------------------------------------------------------------------
 
 def test_executor_exception_makes_every_result_retryable(make: Factory, caplog: pytest.LogCaptureFixture) -> None:

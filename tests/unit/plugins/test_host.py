@@ -4,6 +4,7 @@ plugins, hookimpl validation and the StrictModes-like permission checks."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +15,8 @@ import mqbridge.preprocessors
 from mqbridge import Message, hookimpl
 from mqbridge.config import parse_config
 from mqbridge.errors import ConfigError
-from mqbridge.plugins import PluginHost
+from mqbridge.message import MessageResult
+from mqbridge.plugins import PluginHost, ResultObserver
 from mqbridge.plugins.discovery import BUILTIN_PLUGINS, check_safe_path, disabled_from_env
 from mqbridge.plugins.generation import ChainRequest, requests_from_config
 from tests.support.configs import orders_config
@@ -306,3 +308,32 @@ def test_the_builtins_are_declared_once_and_the_entry_points_agree() -> None:
     assert {name: installed.get(name) for name in declared} == declared, "reinstall: metadata is stale"
     # And the preprocessors package documents no list of its own to keep in step
     assert "BUILTIN_PLUGINS" in (mqbridge.preprocessors.__doc__ or "")
+
+
+# -- the plugins' result hook ----------------------------------------------------------------------
+def test_the_result_observer_hands_a_bulks_results_to_the_hook_once_each_and_counts_what_it_raises(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a folder plugin implementing mqbridge_result that records ids and raises for one
+    write_plugin(tmp_path, "seen", "from mqbridge import hookimpl\nSEEN = []\n"
+                 "@hookimpl\ndef mqbridge_result(message, result):\n"
+                 "    SEEN.append(message.msg_id)\n"
+                 "    if message.msg_id == 'bad':\n        raise ValueError('no')\n")
+    host = make_host(tmp_path)
+    host.start()
+    observer = ResultObserver(host)
+    results = [(message(b"x", msg_id=msg_id), MessageResult.success(msg_id)) for msg_id in ("a", "bad", "b")]
+    # When the collector hands it a bulk's results at once, then one result on its own
+    observer.many(results)
+    observer(*results[2])
+    # Then the hook saw each of them, in order, the one that raised too
+    (module,) = [sys.modules[name] for name in dropin_modules() if "seen" in name]
+    assert module.SEEN == ["a", "bad", "b", "b"]
+    assert sum(host.counters.snapshot()["counters"]["plugin_observer_errors"].values()) == 1
+    assert "mqbridge_result hook failed (logged once): ValueError: no" in caplog.text
+
+
+def test_the_result_observer_does_nothing_when_no_plugin_implements_the_hook(tmp_path: Path) -> None:
+    host = make_host(tmp_path)
+    host.start()
+    ResultObserver(host).many([(message(b"x", msg_id="a"), MessageResult.success("a"))])
+    assert not host.counters.snapshot()["counters"].get("plugin_observer_errors")
