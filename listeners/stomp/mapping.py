@@ -44,6 +44,9 @@ REQUEUE_REDELIVERED = "mqbridge-requeue-redelivered"
 _REQUEUE_HEADERS = {REQUEUE_ID, REQUEUE_COUNT, REQUEUE_TIMESTAMP, REQUEUE_REASON, REQUEUE_REDELIVERED}
 # Headers a broker parses as numbers: an unparseable value is moved aside (renamed) on a backout move,
 # or the broker would refuse the SEND (ActiveMQ answers a bad `priority` with ERROR and closes).
+# Headers that are not a landed row's `headers`: its columns, this adapter's own, frame plumbing (one set:
+# every header of every message is looked up in it).
+_NOT_ROW_HEADERS = frozenset(_COLUMN_HEADERS | _REQUEUE_HEADERS | _SEND_FRAME_HEADERS)
 _NUMERIC_HEADERS = ("timestamp", "priority", "expires", "x-delivery-count", REQUEUE_COUNT, REQUEUE_TIMESTAMP)
 _BAD_HEADER_PREFIX = "mqbridge-unparseable-"
 # Headers of a message its result keeps (`confirm = "reply-to"`).
@@ -92,8 +95,7 @@ def to_message(frame: Any, *, source: str, destination: str, tracker: DeliveryTr
         received_timestamp=utcnow(),
         redelivered=h.get("redelivered") == "true" or _requeued_redelivery(h, earlier),
         delivery_count=count,
-        headers={k: v for k, v in h.items()
-                 if k not in _COLUMN_HEADERS and k not in _REQUEUE_HEADERS and k not in _SEND_FRAME_HEADERS},
+        headers={k: v for k, v in h.items() if k not in _NOT_ROW_HEADERS},
         token=h.get("ack", msg_id),
     )
     if problems:
