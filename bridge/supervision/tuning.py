@@ -34,11 +34,19 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
   count goes back, and the time that caused the halving is accepted as this count's: the guard halves
   again only above `SINK_MARGIN` x it (more queueing on top), until a sample meets the bound again.
   One change at a time: the latency guard waits while a growth is being judged (its own verdict
-  comes first, from the rate), which also keeps it from acting on the first commits after a start,
-  whose receipt-to-commit time holds the Spark session's start and the first write.
+  comes first, from the rate). Nor does it act on the first round of commits after a start (the
+  receipt-to-commit time of the first sample, at most `ROUND_MAX_SECONDS`): their messages were read
+  before the sink could write, so their time holds the Spark session's start and the first write.
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
   one thread fewer (down to 1).
+- **Before the first commit** no rate can be judged: the sink's first write holds the Spark session's
+  start (seconds, minutes on a busy host). A backlog shows all the same: the threads read whole units
+  and none waited for a message. Then double once a sample, up to half the ceiling, so that the first
+  write takes a backlog's worth of units and the judged climb starts nearer its end (the quick start
+  reached half its steady rate 1.2 s after its first commit instead of 3.2, docs/performance.md);
+  the last doubling is the judged climb's, from the rate. Never again after the listener's first
+  commit (an outage later is not a start: more threads would only hold more messages back).
 - **Nothing committed** (a sink or broker outage, or no messages) for `QUIET_MAX_SECONDS`: hold, and
   start the judging over. Shorter stretches without a commit are not samples of their own: commits
   come a bulk at a time, and a listener whose bulks land every few seconds (a slow sink, a table
@@ -61,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mqbridge.counters import Counters
-from mqbridge.supervision.control import ListenerControls
+from mqbridge.supervision.control import ListenerControl, ListenerControls
 
 if TYPE_CHECKING:
     from mqbridge.config import BridgeConfig
@@ -134,6 +142,7 @@ class Climb:
     cut: Cut | None = None  # a halving for latency being judged
     recent: list[Sample] = field(default_factory=list)  # the last JUDGE_SAMPLES["steady"] samples that committed
     sink_latency: float = 0.0  # receipt-to-commit seconds accepted after a halving that did not pay
+    latency_after: float = 0.0  # the latency guard waits until then: what commits first was read before the sink wrote
 
     def changed(self) -> None:
         self.skip, self.window = SKIP_SAMPLES[self.phase], []
@@ -155,7 +164,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     if bound is not None and sample.latency is not None and sample.latency <= bound:
         climb.sink_latency = 0.0  # the sink meets the target again
     slow = (bound is not None and sample.latency is not None and climb.cut is None and not climb.judging
-            and sample.latency > max(bound, SINK_MARGIN * climb.sink_latency))
+            and now >= climb.latency_after and sample.latency > max(bound, SINK_MARGIN * climb.sink_latency))
     if threads > 1 and now >= climb.pressure_after and (sample.backpressure or slow):
         climb.settle(now)
         climb.window = []
@@ -250,6 +259,9 @@ class ConcurrencyTuner:
         #: each listener's counters when its current sample began: (committed, waited, latency sum,
         #: count), the time, the collector's memory waits
         self._last: dict[str, tuple[tuple[float, float, float, int], float, int]] = {}
+        #: before a listener's first commit: its messages received and wait seconds, the time and the
+        #: collector's memory waits when the current look began (`_before_first_commit`)
+        self._early: dict[str, tuple[float, float, float, int]] = {}
         self._last_at: float | None = None
 
     def step(self, now: float) -> None:
@@ -264,6 +276,10 @@ class ConcurrencyTuner:
                 self._last.pop(control.name, None)
                 continue
             totals = self._totals(control.name)
+            if totals[0] <= 0 and control.name not in self.climbs:
+                self._before_first_commit(control, now, backpressure)
+                continue
+            self._early.pop(control.name, None)
             before = self._last.get(control.name)
             if before is None:
                 self._last[control.name] = (totals, now, backpressure)
@@ -276,7 +292,10 @@ class ConcurrencyTuner:
             count = totals[3] - count
             sample = Sample(seconds, totals[0] - committed, totals[1] - waited, self._alive(control.name),
                             backpressure > waits, (totals[2] - latency) / count if count else None)
-            climb = self.climbs.setdefault(control.name, Climb())
+            climb = self.climbs.get(control.name)
+            if climb is None:  # its first commits: their messages waited for the sink's start (one round)
+                after = now + min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
+                climb = self.climbs[control.name] = Climb(latency_after=after)
             ceiling = control.ceiling or control.threads
             verdict = decide(climb, control.threads, ceiling, sample, targets.get(control.name), now)
             log.log(SAMPLE_LOG_LEVEL, "listener %s: %d threads (%d alive), %.0f msg/s, waited %.0f%%, "
@@ -285,16 +304,42 @@ class ConcurrencyTuner:
                     climb.phase, " (judging)" if climb.judging else "", verdict)
             if verdict is None:
                 continue
-            threads, reason = verdict
-            old = control.threads
-            if self.controls.tune(control.name, threads, reason):
+            if self._tune(control, *verdict):
                 climb.changed()
-                direction = "up" if threads > old else "down"
-                self.counters.inc("listener_threads_tuned", listener=control.name, direction=direction)
-                log.info("listener %s: threads %d -> %d (adaptive, up to %d): %s", control.name, old,
-                         control.threads, ceiling, reason)
             else:
                 self.climbs.pop(control.name, None)  # fixed or paused meanwhile: start over when it is not
+
+    def _before_first_commit(self, control: ListenerControl, now: float, backpressure: int) -> None:
+        """Before the listener's first commit: double its threads, up to half the ceiling, while they
+        read whole units and none waited for a message (module docstring). A look runs from the start
+        (or the last change) until the threads have read something since: new threads take a moment to
+        connect, and threads that hold their units read nothing more until the first write ends."""
+        received = self.counters.total("messages_received", listener=control.name)
+        waited = self.counters.total("listener_wait_seconds", listener=control.name)
+        start = self._early.setdefault(control.name, (0.0, 0.0, now, backpressure))
+        read, idle, seconds = received - start[0], waited - start[1], now - start[2]
+        if read <= 0 or seconds < SAMPLE_SECONDS:
+            return
+        self._early[control.name] = (received, waited, now, backpressure)
+        alive = self._alive(control.name)
+        half = max(1, (control.ceiling or control.threads) // 2)
+        if (control.threads >= half or alive < control.threads or backpressure > start[3]
+                or idle > IDLE_SHARE * seconds * max(alive, 1)):
+            return
+        self._tune(control, min(half, 2 * control.threads),
+                   f"before the first commit: {read:,.0f} messages read in {seconds:.1f} s, none of its "
+                   f"{alive} threads waiting for one: a backlog: doubling (up to {half} until commits can be judged)")
+
+    def _tune(self, control: ListenerControl, threads: int, reason: str) -> bool:
+        """Set the listener's count through the controls; log and count the change (False: it is fixed
+        or paused now, and the count stays the operator's)."""
+        old = control.threads
+        if not self.controls.tune(control.name, threads, reason):
+            return False
+        self.counters.inc("listener_threads_tuned", listener=control.name, direction="up" if threads > old else "down")
+        log.info("listener %s: threads %d -> %d (adaptive, up to %d): %s", control.name, old, control.threads,
+                 control.ceiling or control.threads, reason)
+        return True
 
     def _totals(self, name: str) -> tuple[float, float, float, int]:
         latency, count = self.counters.histogram_sum("receipt_to_commit_seconds", listener=name)

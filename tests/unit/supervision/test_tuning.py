@@ -226,3 +226,78 @@ def test_a_listener_whose_bulks_land_every_few_seconds_is_sampled_from_commit_to
     for second in range(40, 40 + int(tuning.QUIET_MAX_SECONDS) + 2):
         tuner.step(float(second))
     assert c.get(name).threads == before and not tuner.climbs[name].judging
+
+
+def early(c: ListenerControls, counters: Counters, *, waits: Callable[[], int] = lambda: 0,
+          alive: Callable[[str], int] | None = None) -> ConcurrencyTuner:
+    name = "amq:/queue/adaptive"
+    return ConcurrencyTuner(c, counters, latency_targets=lambda: {name: 1.0}, backpressure_waits=waits,
+                            alive=alive or (lambda _name: c.get(name).threads))
+
+
+def read_units(counters: Counters, threads: int, *, waited: float = 0.0) -> None:
+    """`threads` new threads each read two units of 500; `waited` thread-seconds waiting for messages."""
+    labels = {"listener": "amq:/queue/adaptive", "queue": "/queue/adaptive"}
+    counters.inc("messages_received", 1000 * threads, **labels)
+    counters.inc("listener_wait_seconds", waited, **labels)
+
+
+def test_before_the_first_commit_a_backlog_doubles_the_threads_up_to_half_the_ceiling():
+    # The sink's first write takes seconds (the Spark session starting); the threads read whole units at
+    # once and hold them. Each new thread's reading shows the backlog goes on.
+    c, counters = controls(), Counters()
+    name = "amq:/queue/adaptive"
+    tuner = early(c, counters)
+    seen, read_by = [], 0
+    for second in range(12):
+        new = c.get(name).threads - read_by
+        if new:  # the threads started since the last change read their units (then hold them)
+            read_units(counters, new)
+            read_by += new
+        tuner.step(float(second))
+        seen.append(c.get(name).threads)
+    assert seen[-1] == 4 and seen == sorted(seen), seen  # half of threads_max 8: the last doubling is judged
+    assert c.get(name).tuning.startswith("before the first commit: 1,000 messages read")
+    assert counters.total("listener_threads_tuned", listener=name, direction="up") == 2
+    # the first commits: the judged climb takes over from 4 (and may double to 8 from the rate)
+    for second in range(12, 24):
+        counters.inc("messages_committed", 3000 * S * c.get(name).threads, listener=name, queue="/queue/adaptive")
+        counters.observe_many("receipt_to_commit_seconds", [0.5] * 10, listener=name, queue="/queue/adaptive")
+        tuner.step(float(second))
+    assert c.get(name).threads == 8 and c.get(name).tuning.startswith("slow start: 12,000 msg/s with 4 threads")
+
+
+@pytest.mark.parametrize("case", ["drained", "not connected yet", "memory full", "committed before"])
+def test_before_the_first_commit_the_threads_hold_without_a_backlog(case: str):
+    c, counters = controls(), Counters()
+    name = "amq:/queue/adaptive"
+    waits = iter(range(100))
+    tuner = early(c, counters, waits=(lambda: next(waits)) if case == "memory full" else (lambda: 0),
+                  alive=(lambda _name: 0) if case == "not connected yet" else None)
+    if case == "committed before":  # then an outage: nothing commits, the threads hold their units
+        counters.inc("messages_committed", 500, listener=name, queue="/queue/adaptive")
+    for second in range(10):
+        read_units(counters, 1, waited=0.5 if case == "drained" else 0.0)
+        tuner.step(float(second))
+    assert c.get(name).threads == 1 and counters.total("listener_threads_tuned", listener=name) == 0
+
+
+def test_the_first_round_of_commits_after_a_start_does_not_halve_for_latency():
+    # Four threads (grown before the first commit) held their units while the Spark session started:
+    # the first commits' receipt-to-commit is 8 s, over the 4 s bound, and says nothing of the count.
+    c, counters = controls(), Counters()
+    name = "amq:/queue/adaptive"
+    c.tune(name, 4, "before the first commit")
+    tuner = early(c, counters)
+    labels = {"listener": name, "queue": "/queue/adaptive"}
+    tuner.step(0.0)
+    for second in range(1, 9):
+        counters.inc("messages_committed", 3000, **labels)
+        counters.observe_many("receipt_to_commit_seconds", [8.0] * 10, **labels)
+        tuner.step(float(second))
+    assert c.get(name).threads >= 4, c.get(name).tuning
+    # after the round, queueing that goes on halves as before
+    counters.inc("messages_committed", 3000, **labels)
+    counters.observe_many("receipt_to_commit_seconds", [9.0] * 10, **labels)
+    tuner.step(12.0)
+    assert "above 4 x the 1 s latency target: halved" in c.get(name).tuning
