@@ -41,6 +41,7 @@ from mqbridge.landing import (
     spark_written,
     type_tables,
 )
+from mqbridge.landing.archive_maker import ArchiveMaker
 from mqbridge.landing.ledger import PreparedBulk, open_ledger, owner_id
 from mqbridge.landing.object_stores import object_store_outage
 from mqbridge.landing.schema_verdicts import check_schemas
@@ -187,15 +188,18 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
     breakers = SinkBreakers(config.types, counters, probe_max=config.spark.probe_interval_max)
     collector = _build_collector(config.collector, config.types, counters, breakers, plugins)
     landing = open_landing(config, counters)
+    state_dir = config.resolve_path(config.bridge.state_dir)
+    # The driver's class-data archive made by the bridge itself (only where it starts its own driver).
+    make_archive = (config.spark.class_archive == "auto" and not config.spark.remote and spark is None
+                    and executors is None)
     sessions = SparkSessions(_spark_section(config), spark, secrets=DriverSecrets.of(config), create=session_factory,
-                             state_dir=config.resolve_path(config.bridge.state_dir))
+                             state_dir=state_dir, record_classes=make_archive)
     if landing is not None and _transactional_types(config):
         _land_by_table_commits(config, sessions, landing)
     make_executors: Callable[[], Mapping[str, Executor]] = (
         (lambda: executors) if executors is not None else _spark_executors(config, sessions, landing))
     guard = MemoryGuard(config.bridge.max_rss, counters)
-    backout_log = BackoutLog.in_state_dir(config.resolve_path(config.bridge.state_dir),
-                                          secrets=config.secrets().values())
+    backout_log = BackoutLog.in_state_dir(state_dir, secrets=config.secrets().values())
     bridge = Bridge(config, collector=collector, executors=make_executors,
                     chain_factory=chain_factory or plugins.chain_provider,
                     source_factory=source_factory, counters=counters, guard=guard,
@@ -209,6 +213,9 @@ def build_app(config: BridgeConfig, *, spark: SparkSession | None = None,
         bridge.observers.append(PurgeScheduler(config, sessions.get, counters))
     if config.compaction.interval is not None and landing is not None:
         bridge.observers.append(CompactionScheduler(config, sessions.get, counters))
+    if make_archive:
+        bridge.observers.append(ArchiveMaker(sessions, state_dir, config.spark.class_archive_after,
+                                             DriverSecrets.of(config).values))
     backlog = BacklogPoller.for_config(config, backlog_probe)
     if backlog is not None:
         bridge.observers.append(backlog)

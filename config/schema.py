@@ -194,6 +194,15 @@ class SparkSection(Model):
                                       "each bulk one commit of its own transaction log) or `iceberg` (an Apache "
                                       "Iceberg table of the `[spark.iceberg]` catalog, each bulk one snapshot); "
                                       "`[types.X] table_format` overrides it per type")
+    class_archive: Literal["auto", "manual"] = Field(
+        default="auto", description="The in-process driver JVM's class-data archive in `state_dir` (its starts "
+        "take about half the time): `auto`, the bridge makes one itself when there is none for this pyspark and "
+        "Java, in the background at the lowest CPU priority, `class_archive_after` after its driver started (the "
+        "classes the driver loaded, dumped by a second JVM: about 40 CPU-seconds and 170 MB, once); `manual`, "
+        "only `mqbridge spark-archive` makes one. Either way an archive there is mapped")
+    class_archive_after: Duration = Field(default=parse_duration("10m"), gt=0, description="With `class_archive = "
+                                          "\"auto\"`: how long after the driver started the bridge makes the archive "
+                                          "(its writes have loaded their classes by then)")
     jars_dir: Path = Field(default=Path("jars"), description="Where the Java libraries of the table formats are "
                            "(`scripts/jars.sh` fetches them; the `delta` set under `<jars_dir>/delta`)")
     allow_plaintext_password: bool = Field(default=False, description="Accept S3 keys (fs.s3a.access.key, "

@@ -1,17 +1,30 @@
-"""The in-process driver JVM's class-data archive: HotSpot's dynamic CDS, kept in `state_dir`.
+"""The in-process driver JVM's class-data archive (HotSpot's CDS), kept in `state_dir`.
 
 A Spark driver JVM loads and verifies some 15,000 classes before its first write. An archive of
 them, mapped at the next start (`-XX:SharedArchiveFile`), skips most of that work: measured on the
-2-core machine (one run each, loaded by other work), SparkSession start 14–16 s → 6 s and the first
-2,000-row write 9–13 s → 4 s (docs/performance.md). The archive is made by one JVM that ran the
-bridge's Spark work and then *exits normally* (`-XX:ArchiveClassesAtExit`); that exit takes tens of
-seconds and writes ~170 MB, which is why `mqbridge spark-archive` makes it on an operator's command
-(after an install or an upgrade) and never a bridge's stop, which must be quick.
+2-core machine, SparkSession start 6.4-7.4 s -> 3.9-4.5 s and the first 2,000-row write 3.8-4.7 s ->
+1.8-2.2 s (three runs each, alternated; docs/performance.md).
+
+Two ways make one:
+- **The bridge itself** (`[spark] class_archive = "auto"`, the default): a driver started without an
+  archive records the classes it loads (`-XX:DumpLoadedClassList`, a list written as they load), and
+  a while after it started (`class_archive_after`) the bridge has a second JVM dump the classes of
+  that list from the driver's own class path into a static archive (`-Xshare:dump`), in the
+  background at the lowest CPU priority (`mqbridge.landing.archive_maker`). Nothing of the running
+  driver changes; the next start maps the archive.
+- **`mqbridge spark-archive`**, on an operator's command (after an install or an upgrade): one JVM
+  runs the bridge's Spark work and then exits normally, dumping a dynamic archive
+  (`-XX:ArchiveClassesAtExit`); that exit takes tens of seconds, which is why a bridge's stop,
+  which must be quick, never does it.
+
+An archive the JVM refuses (its class path or Java changed since it was made) leaves the driver
+without class sharing at all; the session's start checks for that (`refused`) and removes the
+archive, so that the next start records again.
 
 The archive holds code the JVM loads, so it lives in `state_dir` (private to the bridge's user,
 checked at start) and is written 0600 under a temporary name, then renamed. Its name carries a key
 of pyspark's version and the Java runtime (`archive_path`): after an upgrade of either, the old
-archive is not used (HotSpot would refuse it with a warning anyway) and the command removes it.
+archive is not used (HotSpot would refuse it with a warning anyway) and the next one made removes it.
 Only an in-process driver has one: a Spark Connect server or a cluster's executors are other JVMs.
 """
 
@@ -23,6 +36,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from mqbridge.errors import SparkUnavailableError
 
@@ -64,6 +78,24 @@ def java_options(state_dir: Path | None) -> str:
         return ""
     path = archive_path(state_dir)
     return f"-XX:SharedArchiveFile={path} {QUIET}" if path.is_file() else ""
+
+
+def class_list_path(state_dir: Path) -> Path:
+    """Where this process's driver records the classes it loads (one list per process: two
+    processes of one `state_dir`, a bridge and a command, must not write one file)."""
+    return Path(state_dir) / f".{PREFIX}{archive_key()}.{os.getpid()}.classlist"
+
+
+def record_options(class_list: Path) -> str:
+    """The driver's option that writes the name of each class it loads to `class_list`, as it loads it."""
+    return f"-XX:DumpLoadedClassList={class_list}"
+
+
+def refused(spark: Any) -> bool:
+    """Whether the in-process driver of `spark` runs without class sharing: HotSpot refused the
+    archive it was given (its class path or Java changed since it was made) and then shares nothing,
+    not even the JDK's own archive, which it shares otherwise (`java.vm.info` says "sharing")."""
+    return "sharing" not in str(spark._jvm.System.getProperty("java.vm.info"))
 
 
 def dump_options(temporary: Path) -> str:

@@ -240,15 +240,20 @@ class SparkSessions:
     pick the new session up. `section` None: only the session given is ever used (tests).
     `secrets`: what a driver JVM it starts must not get on its command line or in its environment.
     `create`: how a session is started (`create_spark_session`; tests count or refuse the starts).
-    `state_dir`: where an in-process driver's class-data archive is (`mqbridge.landing.class_archive`).
+    `state_dir`: where an in-process driver's class-data archive is (`mqbridge.landing.class_archive`);
+    `record_classes`: a driver started without one records the classes it loads (`class_list`), for
+    the bridge to make one from (`mqbridge.landing.archive_maker`).
     """
 
     def __init__(self, section: SparkSection | None, session: SparkSession | None = None,
                  secrets: DriverSecrets | None = None, create: SessionFactory | None = None,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None, record_classes: bool = False) -> None:
         self.section = section
         self.secrets = secrets
         self.state_dir = state_dir
+        self.record_classes = record_classes
+        #: the list of classes the in-process driver records as it loads them, None when it records none
+        self.class_list: Path | None = None
         self._create = create or create_spark_session
         self._session = session
         self._lock = threading.Lock()
@@ -270,17 +275,42 @@ class SparkSessions:
                     raise SparkUnavailableError("the SparkSession given to the bridge is gone and cannot be "
                                                 "started again (no [spark] section)")
                 started = time.monotonic()
+                archive = None if s.remote or self.state_dir is None else class_archive.archive_path(self.state_dir)
+                record = archive is not None and self.record_classes and not archive.is_file()
+                extra = {"java_options": class_archive.record_options(self._class_list())} if record else {}
                 self._session = self._create(master=s.master, remote=s.remote, app_name=s.app_name, conf=s.conf,
-                                             secrets=self.secrets, state_dir=self.state_dir)
+                                             secrets=self.secrets, state_dir=self.state_dir, **extra)
+                self.class_list = self._class_list() if record else None
+                shared = self._archive_state(self._session, archive)
                 if self.recreated:
                     log.warning("Spark: new SparkSession started (%d since the bridge started)", self.recreated)
                 else:
-                    archived = self.state_dir is not None and class_archive.archive_path(self.state_dir).is_file()
                     log.info("Spark: SparkSession started in %.1fs (%s)", time.monotonic() - started,
                              f"Spark Connect {shown_remote(s.remote)}" if s.remote else
-                             f"master {s.master}, class-data archive: "
-                             f"{'mapped' if archived else 'none (mqbridge spark-archive makes one)'}")
+                             f"master {s.master}, class-data archive: {shared}")
             return self._session
+
+    def _class_list(self) -> Path:
+        assert self.state_dir is not None
+        return class_archive.class_list_path(self.state_dir)
+
+    def _archive_state(self, spark: SparkSession, archive: Path | None) -> str:
+        """What the log says of the driver's class-data archive; one its JVM refused is removed."""
+        if archive is None:
+            return "none"
+        if not archive.is_file():
+            return ("none: the driver records the classes it loads, and the bridge makes one from them"
+                    if self.class_list is not None else "none (mqbridge spark-archive makes one)")
+        try:
+            refused = class_archive.refused(spark)
+        except Exception as exc:  # noqa: BLE001 - a look only: the session itself is what matters
+            return f"mapped (not checked: {one_line(exc)})"
+        if not refused:
+            return "mapped"
+        archive.unlink(missing_ok=True)
+        log.warning("Spark: the driver JVM refused the class-data archive %s (its class path or Java changed since it "
+                    "was made) and shares no classes: removed, so that a new one is made", archive)
+        return "refused, removed"
 
     def reset(self, broken: SparkSession, why: str) -> None:
         """`broken` failed in a way only a new session can cure: forget it (once, whoever calls)."""

@@ -123,13 +123,14 @@ def output_within(proc: subprocess.Popen[str], timeout: float, waited_for: str) 
 
 
 def run_until_said(config: Path, said: str, log: Path, timeout: float,
-                   env_extra: dict[str, str] | None = None) -> str:
+                   env_extra: dict[str, str] | None = None, class_archive: bool = True) -> str:
     """Run a bridge with its output in `log` until it says `said` (then SIGTERM, and its end waited
     for); its output. AssertionError after `timeout` seconds, or when it ends first, saying what was
     waited for, with the end of the output. For outages: a bridge that waits out a sink outage
-    never ends by itself."""
+    never ends by itself. `class_archive`: as for `mqbridge`."""
     with log.open("w") as out_file:
-        proc = mqbridge("run", "--config", str(config), stdout=out_file, env_extra=env_extra)
+        proc = mqbridge("run", "--config", str(config), stdout=out_file, env_extra=env_extra,
+                        class_archive=class_archive)
     try:
         deadline = time.monotonic() + timeout
         while said not in log.read_text() and proc.poll() is None:
