@@ -249,8 +249,10 @@ def archive_made_by_bridge(workdir: Path, broker: Broker, config: Path, queue: s
         wait_for(lambda: "class-data archive made in" in log.read_text() or proc.poll() is not None, 600,
                  "the bridge to make its class-data archive", lambda: time.sleep(0.5))
     finally:
+        children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
+        psutil.wait_procs(children, timeout=60)  # its Spark JVM too: nothing of it runs beside the measured bridge
     if "class-data archive made in" not in log.read_text():
         raise SystemExit(f"the bridge made no class-data archive; its log ({log}) ends:\n{log.read_text()[-2000:]}")
 

@@ -72,7 +72,9 @@ class ListenerConfig(Model):
     in_flight: int = Field(default=2, ge=1, le=16, description="Units of work one listener thread holds at once, "
                            "each on a source connection of its own: it reads the next while Spark writes the "
                            "bulk holding the earlier ones (connections to the broker: threads x in_flight)")
-    wait: Duration = Field(default=parse_duration("1s"), description="Maximum wait to fill a batch")
+    wait: Duration = Field(default=parse_duration("1s"), description="Longest a unit of work being filled waits for "
+                           "more messages after its first; unset: a quarter of its type's `latency`, at most this "
+                           "1s (a unit that waits longer holds its first message past the latency target)")
     message_type: str = Field(min_length=1, description="Default message type (a [types.<name>] entry)")
     preprocessors: Annotated[list[PreprocessorRef], BeforeValidator(_preprocessors_from_toml)] = Field(
         default_factory=list, description="Ordered preprocessor chain")
@@ -247,3 +249,19 @@ def _entry_problems(listener: ListenerConfig, source: SourceConfig | None, sourc
     resolve_identity(listener)
     problems.extend(selector_problems(listener.selector, source, where))
     return problems
+
+
+#: With `wait` unset, a unit being filled waits at most this share of its type's latency target: the
+#: target counts from a message's receipt to its bulk's write starting, and the unit's wait comes first.
+#: At half the quick start's steady rate (8 threads sharing 2,000-3,500 msg/s, units of 500) a unit
+#: waited up to the whole 1 s default: receipt-to-commit p99 2.5 s against a 1 s target, 1.5 s with
+#: this share (medians of five runs each, docs/performance.md).
+FILL_SHARE = 0.25
+
+
+def unit_wait(listener: ListenerConfig, latency: float | None) -> float:
+    """The seconds a unit of `listener` waits to fill: its `wait` when set, else `FILL_SHARE` of its
+    type's `latency` (None: the type is unknown here), at most the default `wait`."""
+    if "wait" in listener.model_fields_set or latency is None:
+        return listener.wait
+    return min(listener.wait, FILL_SHARE * latency)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mqbridge.bulks.breaker import SinkBreakers
 from mqbridge.bulks.collector import BulkCollector, Executor
 from mqbridge.config import DEFAULT_BACKOUT_THRESHOLD
+from mqbridge.config.listener import unit_wait
 from mqbridge.counters import Counters, RateMeter
 from mqbridge.drivers import open_source, stored_sender_of
 from mqbridge.errors import BridgeError, FatalError, RetryLater
@@ -178,8 +179,9 @@ class Bridge:
             threshold = DEFAULT_BACKOUT_THRESHOLD
         else:
             threshold = cfg.backout_threshold
+        latency = self.config.types[cfg.message_type].latency if cfg.message_type in self.config.types else None
         spec = ListenerSpec(name=slot.name, source_name=cfg.source, queue=cfg.queue, batch=cfg.batch,
-                            wait=cfg.wait, message_type=cfg.message_type,
+                            wait=unit_wait(cfg, latency), message_type=cfg.message_type,
                             backout_threshold=threshold, backout_queue=cfg.backout_queue, identity=cfg.identity,
                             halt_after_failures=cfg.halt_after_failures,
                             outbox_allow=None if cfg.outbox_allow is None else tuple(cfg.outbox_allow),

@@ -17,6 +17,7 @@ from mqbridge.config import (
     parse_duration,
     parse_size,
 )
+from mqbridge.config.listener import unit_wait
 from mqbridge.errors import ConfigError
 from tests.unit.config.texts import LISTENER, MINIMAL, SOURCE, TYPES, error, parse
 
@@ -95,6 +96,22 @@ message_type = "orders"
     # the MQ adapter uses the queue's BOTHRESH/BOQNAME unless the user wrote these keys
     assert cfg.listeners[0].backout_queue is None
     assert cfg.listeners[0].backout_threshold is None
+
+
+
+@pytest.mark.parametrize("latency, wait, seconds", [
+    ("1s", None, 0.25),  # unset: a quarter of the type's latency target
+    ("200ms", None, 0.05),
+    ("10s", None, 1.0),  # at most the 1 s default
+    ("1s", '"2s"', 2.0),  # written: as written
+    ("1s", '"1s"', 1.0),
+])
+def test_a_unit_waits_to_fill_a_quarter_of_its_types_latency_unless_wait_is_written(
+        latency: str, wait: str | None, seconds: float) -> None:
+    cfg = parse(f'[types.orders]\nlatency = "{latency}"\n' + SOURCE + LISTENER + (f"wait = {wait}\n" if wait else ""))
+    listener = cfg.listeners[0]
+    assert unit_wait(listener, cfg.types["orders"].latency) == pytest.approx(seconds)
+    assert unit_wait(listener, None) == listener.wait  # a type the configuration does not name
 
 
 # -- units ------------------------------------------------------------------------------------
