@@ -9,7 +9,9 @@ messages flow. Every message lands once (counted like a
 total-queue checker: none lost, none duplicated, none moved aside), and /status, `mqbridge status`,
 /metrics and the log say each change and why; the threads it adds are not counted as threads created
 (restarts: an alert watches that counter). A second test kills (`kill -9`) an `mqbridge run` just as it
-doubles its threads, and a second run drains the queue: every message once."""
+doubles its threads, and a second run drains the queue: every message once; a third kills one whose
+bulks Spark writes while it doubles its threads twice before its first commit (reading the backlog while
+its driver JVM starts), and the same holds."""
 
 from __future__ import annotations
 
@@ -142,6 +144,38 @@ def test_a_bridge_killed_while_it_adds_threads_loses_and_duplicates_nothing(tmp_
         proc.kill()
         proc.wait(60)
     assert "threads 1 -> 2 (adaptive" in log.read_text(), log.read_text()[-4000:]
+    # and a second run drains the queue
+    run_until_idle(config, idle="2s")
+
+    # Then every message is in the table once: none lost, none duplicated, none moved aside
+    accounting = account(sent, landed(spark, tmp_path / "landing" / "orders"))
+    assert accounting.clean, accounting
+    assert amq.depth(queue) == 0 and amq.depth(queue + ".backout") == 0
+
+
+def test_a_bridge_killed_while_it_adds_threads_before_its_first_commit_loses_and_duplicates_nothing(
+        tmp_path: Path, spark: Any, amq: AmqClient) -> None:
+    # Given a backlog read by an `mqbridge run` whose bulks Spark writes (its driver JVM starting: no commit
+    # for seconds) and whose thread count is adaptive
+    queue = unique_queue("adaptive-early")
+    sent = bodies(8_000, "adaptive-early")
+    amq.put_many(queue, sent)
+    config = stomp_config(tmp_path, queue, threads=None, batch=500, spark='master = "local[2]"\nwriter = "spark"')
+    log = tmp_path / "killed.log"
+
+    # When it reads the backlog with more threads before its first commit, and is killed (kill -9) as
+    # soon as it has doubled them twice (1 -> 2 -> 4, half of threads_max 8), units of all in flight
+    with log.open("w") as out:
+        proc = mqbridge("run", "--config", str(config), stdout=out)
+    try:
+        wait_until(lambda: "threads 2 -> 4 (adaptive" in log.read_text() or proc.poll() is not None, 180,
+                   "the bridge to double its threads twice before its first commit")
+    finally:
+        proc.kill()
+        proc.wait(60)
+    said = log.read_text()
+    assert "threads 1 -> 2 (adaptive, up to 8): before the first commit" in said, said[-4000:]
+    assert "threads 2 -> 4 (adaptive, up to 8): before the first commit" in said, said[-4000:]
     # and a second run drains the queue
     run_until_idle(config, idle="2s")
 
