@@ -56,6 +56,10 @@ ROOT = Path(__file__).resolve().parent.parent
 POLL = 0.5
 #: `[[listeners]]` defaults (config/listener.py): threads_max x in_flight x batch messages in flight.
 IN_FLIGHT = 8 * 2 * 500
+#: The standing CPU of an idle bridge is measured after the run, IDLE_SETTLE s after the tail is committed
+#: (its last bulks' writes and commits end), over IDLE_SPAN s: a JVM just started compiles for tens of
+#: seconds, which measured just after the start (0.4-0.6 cores) predicted no room at all for three bridges.
+IDLE_SETTLE, IDLE_SPAN = 3.0, 6.0
 
 
 def cpu(proc: psutil.Process) -> float:
@@ -194,6 +198,11 @@ class Bridges:
                 proc.kill()
 
 
+def standing_cores(a: Reading, b: Reading, n: int) -> float:
+    """Cores one bridge's Python and JVM used between two readings, on average over the `n` bridges."""
+    return (sum(b.python) + sum(b.jvm) - sum(a.python) - sum(a.jvm)) / (n * (b.at - a.at))
+
+
 def wait_reading(bridges: Bridges, condition, timeout: float, what: str) -> Reading:  # type: ignore[no-untyped-def]
     """Poll every POLL seconds until `condition(reading)`; a TimeoutError naming `what` otherwise."""
     deadline = time.perf_counter() + timeout
@@ -253,10 +262,9 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
         reads = (idle1.polls - idle0.polls) / 2
         idle_xacts = (idle1.xacts - idle0.xacts - (idle1.polls - idle0.polls)) / reads
         idle_statements = (idle1.statements - idle0.statements) / reads
-        standing = (sum(idle1.python) + sum(idle1.jvm) - sum(idle0.python) - sum(idle0.jvm)) / (
-            n * (idle1.at - idle0.at))
         print(f"   idle: {idle_xacts:.1f} transactions, {idle_statements:.1f} statements per read of every "
-              f"bridge's /metrics; each bridge keeps {standing:.2f} cores busy (Python and JVM)", flush=True)
+              f"bridge's /metrics; each bridge just started keeps {standing_cores(idle0, idle1, n):.2f} cores busy "
+              "(Python and JVM: its JIT still compiling)", flush=True)
         base = idle1.total
         tail = args.measure // 5
         put_started = time.perf_counter()
@@ -271,6 +279,13 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
                             f"{base + args.warm + args.measure:,.0f} committed")
         wall1 = time.time()
         during = load()
+        # an idle bridge's own CPU, measured warm: after the tail is committed, at the thread count the window ran
+        drained = wait_reading(bridges, lambda r: r.total >= base + args.warm + args.measure + tail, 600,
+                               f"{base + args.warm + args.measure + tail:,.0f} committed (the tail)")
+        idle2 = wait_reading(bridges, lambda r: r.at >= drained.at + IDLE_SETTLE, 60, "the bridges' last commits")
+        idle3 = wait_reading(bridges, lambda r: r.at >= idle2.at + IDLE_SPAN, 60, f"{IDLE_SPAN:g} s of idle readings")
+        standing = standing_cores(idle2, idle3, n)
+        print(f"   idle after the run: each bridge keeps {standing:.2f} cores busy (Python and JVM)", flush=True)
     finally:
         bridges.stop()
     wall = last.at - first.at

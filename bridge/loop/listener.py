@@ -253,6 +253,11 @@ class ListenerThread(threading.Thread):
         self.state.last_activity = now
         self.state.heartbeat = now
         self.counters.inc("messages_received", len(batch), **self._labels)
+        # A unit short of its `batch` ended because the queue had no message ready for a moment: the
+        # arrivals set the rate, not the threads (the tuner's sign, beside waits for a first message).
+        self.counters.inc("listener_units_read", 1, **self._labels)
+        if len(batch) < limit:
+            self.counters.inc("listener_units_short", 1, **self._labels)
         settle_unit(batch, self.counters, self._labels)  # a put time no row may have: the received time
         return batch
 

@@ -36,6 +36,10 @@ HELP = {
                               "is in /status (listener_controls[].tuning) and the log",
     "listener_wait_seconds": "Thread-seconds a listener's threads waited for a message that did not come (a "
                              "drained queue); the adaptive thread count holds while it is over a quarter",
+    "listener_units_read": "Units of work a listener's threads read (each up to [[listeners]] batch messages)",
+    "listener_units_short": "Units of work that ended short of [[listeners]] batch because no message was ready "
+                            "(the arrivals set the rate): the adaptive thread count neither grows nor judges a "
+                            "change while they are over a quarter of the units read",
     "listener_threads_alive": "A listener's threads alive at the last control tick",
     "listener_state": "1 for the run-time state a listener is in (running, paused, stopped: mqbridge listener), "
                       "0 for the others",
@@ -147,6 +151,8 @@ def initialize_series(counters: Counters, listeners: Iterable[tuple[str, str]], 
         counters.inc("listener_restarts", 0, listener=label)
         counters.inc("listener_errors", 0, listener=label)  # watched by MqbridgeListenerErrors
         counters.inc("listener_wait_seconds", 0, listener=label, queue=queue)
+        counters.inc("listener_units_read", 0, listener=label, queue=queue)
+        counters.inc("listener_units_short", 0, listener=label, queue=queue)
     counters.inc("plugin_fallbacks", 0)
     if ledger:
         counters.inc("ledger_publish_retries", 0)

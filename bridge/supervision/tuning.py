@@ -39,14 +39,21 @@ come, the collector's memory waits, the mean receipt-to-commit time of what it c
   before the sink could write, so their time holds the Spark session's start and the first write.
 - **Drained: hold.** Its threads waited for messages more than `IDLE_SHARE` of their time: more
   would not read more, and the sample says nothing of the rate. Drained for `IDLE_DECAY_SECONDS`,
-  one thread fewer (down to 1).
+  one thread fewer (down to 1), and the climb is in slow start again: the next backlog (a burst after
+  a quiet hour) doubles, as TCP restarts from slow start after an idle period (RFC 5681, 4.1).
+- **Arrivals: hold.** More than `IDLE_SHARE` of the units its threads read ended short of `batch`
+  (no message was ready): the arrivals set the rate, so a change is neither made nor judged. Threads
+  that hold their units while a slow sink writes wait for no message, so the waits alone miss this: a
+  trickle judged as a backlog undid a doubling ("75 -> 16 msg/s: back to 1") and left a bridge in the
+  steady climb at one thread, one more per `PROBE_SECONDS`, when the backlog came (docs/scaling.md).
 - **Before the first commit** no rate can be judged: the sink's first write holds the Spark session's
   start (seconds, minutes on a busy host). A backlog shows all the same: the threads read whole units
-  and none waited for a message. Then double once a sample, up to half the ceiling, so that the first
-  write takes a backlog's worth of units and the judged climb starts nearer its end (the quick start
-  reached half its steady rate 1.2 s after its first commit instead of 3.2, docs/performance.md);
-  the last doubling is the judged climb's, from the rate. Never again after the listener's first
-  commit (an outage later is not a start: more threads would only hold more messages back).
+  (at most `IDLE_SHARE` of them short) and none waited for a message. Then double once a sample, up
+  to half the ceiling, so that the first write takes a backlog's worth of units and the judged climb
+  starts nearer its end (the quick start reached half its steady rate 1.2 s after its first commit
+  instead of 3.2, docs/performance.md); the last doubling is the judged climb's, from the rate. Never
+  again after the listener's first commit (an outage later is not a start: more threads would only
+  hold more messages back).
 - **Nothing committed** (a sink or broker outage, or no messages) for `QUIET_MAX_SECONDS`: hold, and
   start the judging over. Shorter stretches without a commit are not samples of their own: commits
   come a bulk at a time, and a listener whose bulks land every few seconds (a slow sink, a table
@@ -105,6 +112,8 @@ class Sample:
     threads: int  # its threads alive at the end
     backpressure: bool = False  # a submit to the collector waited for memory
     latency: float | None = None  # mean receipt-to-commit seconds of what it committed
+    units: int = 0  # units of work its threads read
+    short: int = 0  # of them, units that ended short of `batch`: no message was ready
 
     @property
     def rate(self) -> float:
@@ -114,6 +123,11 @@ class Sample:
     def idle_share(self) -> float:
         """The share of its threads' time spent waiting for messages."""
         return self.waited / (self.seconds * max(self.threads, 1)) if self.seconds > 0 else 1.0
+
+    @property
+    def short_share(self) -> float:
+        """The share of the units read that ended short of `batch` (no message was ready)."""
+        return self.short / self.units if self.units else 0.0
 
 
 @dataclass(frozen=True)
@@ -181,12 +195,17 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     if sample.idle_share > IDLE_SHARE:  # not counted: a growth being judged waits for a busy sample
         if climb.idle_since is None:
             climb.idle_since = now
-        if threads > 1 and now - climb.idle_since >= IDLE_DECAY_SECONDS:
+        if now - climb.idle_since >= IDLE_DECAY_SECONDS:
             climb.idle_since = now
-            return threads - 1, (f"the queue is drained (its threads waited {sample.idle_share:.0%} of the time for "
-                                 f"messages for {IDLE_DECAY_SECONDS:.0f} s): one thread fewer")
+            # the next backlog is a start again, as TCP restarts from slow start after an idle period
+            climb.phase, climb.judging, climb.window = "start", False, []
+            if threads > 1:
+                return threads - 1, (f"the queue is drained (its threads waited {sample.idle_share:.0%} of the time "
+                                     f"for messages for {IDLE_DECAY_SECONDS:.0f} s): one thread fewer")
         return None
     climb.idle_since = None
+    if sample.short_share > IDLE_SHARE:
+        return None  # the arrivals set the rate, not the threads: neither grown nor judged (module docstring)
     if climb.skip:
         climb.skip -= 1
         return None
@@ -256,12 +275,12 @@ class ConcurrencyTuner:
         self.controls, self.counters = controls, counters
         self._latency_targets, self._backpressure, self._alive = latency_targets, backpressure_waits, alive
         self.climbs: dict[str, Climb] = {}
-        #: each listener's counters when its current sample began: (committed, waited, latency sum,
-        #: count), the time, the collector's memory waits
-        self._last: dict[str, tuple[tuple[float, float, float, int], float, int]] = {}
-        #: before a listener's first commit: its messages received and wait seconds, the time and the
-        #: collector's memory waits when the current look began (`_before_first_commit`)
-        self._early: dict[str, tuple[float, float, float, int]] = {}
+        #: each listener's counters when its current sample began (`_totals`), the time, the collector's
+        #: memory waits
+        self._last: dict[str, tuple[tuple[float, float, float, int, float, float], float, int]] = {}
+        #: before a listener's first commit: its messages received, wait seconds, units read and units
+        #: short, the time and the collector's memory waits when the current look began (`_before_first_commit`)
+        self._early: dict[str, tuple[float, float, float, float, float, int]] = {}
         self._last_at: float | None = None
 
     def step(self, now: float) -> None:
@@ -284,23 +303,25 @@ class ConcurrencyTuner:
             if before is None:
                 self._last[control.name] = (totals, now, backpressure)
                 continue
-            (committed, waited, latency, count), since, waits = before
+            (committed, waited, latency, count, units, short), since, waits = before
             seconds = now - since
             if seconds <= 0 or (totals[0] - committed <= 0 and seconds < QUIET_MAX_SECONDS):
                 continue  # the sample goes on until it holds a commit (module docstring)
             self._last[control.name] = (totals, now, backpressure)
             count = totals[3] - count
             sample = Sample(seconds, totals[0] - committed, totals[1] - waited, self._alive(control.name),
-                            backpressure > waits, (totals[2] - latency) / count if count else None)
+                            backpressure > waits, (totals[2] - latency) / count if count else None,
+                            int(totals[4] - units), int(totals[5] - short))
             climb = self.climbs.get(control.name)
             if climb is None:  # its first commits: their messages waited for the sink's start (one round)
                 after = now + min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
                 climb = self.climbs[control.name] = Climb(latency_after=after)
             ceiling = control.ceiling or control.threads
             verdict = decide(climb, control.threads, ceiling, sample, targets.get(control.name), now)
-            log.log(SAMPLE_LOG_LEVEL, "listener %s: %d threads (%d alive), %.0f msg/s, waited %.0f%%, "
-                    "receipt-to-commit %s, %s%s -> %s", control.name, control.threads, sample.threads, sample.rate,
-                    100 * sample.idle_share, "-" if sample.latency is None else f"{sample.latency:.2f} s",
+            log.log(SAMPLE_LOG_LEVEL, "listener %s: %d threads (%d alive), %.0f msg/s, waited %.0f%%, units short "
+                    "%.0f%%, receipt-to-commit %s, %s%s -> %s", control.name, control.threads, sample.threads,
+                    sample.rate, 100 * sample.idle_share, 100 * sample.short_share,
+                    "-" if sample.latency is None else f"{sample.latency:.2f} s",
                     climb.phase, " (judging)" if climb.judging else "", verdict)
             if verdict is None:
                 continue
@@ -316,19 +337,22 @@ class ConcurrencyTuner:
         connect, and threads that hold their units read nothing more until the first write ends."""
         received = self.counters.total("messages_received", listener=control.name)
         waited = self.counters.total("listener_wait_seconds", listener=control.name)
-        start = self._early.setdefault(control.name, (0.0, 0.0, now, backpressure))
-        read, idle, seconds = received - start[0], waited - start[1], now - start[2]
+        units = self.counters.total("listener_units_read", listener=control.name)
+        short = self.counters.total("listener_units_short", listener=control.name)
+        start = self._early.setdefault(control.name, (0.0, 0.0, 0.0, 0.0, now, backpressure))
+        read, idle, seconds = received - start[0], waited - start[1], now - start[4]
         if read <= 0 or seconds < SAMPLE_SECONDS:
             return
-        self._early[control.name] = (received, waited, now, backpressure)
+        self._early[control.name] = (received, waited, units, short, now, backpressure)
         alive = self._alive(control.name)
         half = max(1, (control.ceiling or control.threads) // 2)
-        if (control.threads >= half or alive < control.threads or backpressure > start[3]
-                or idle > IDLE_SHARE * seconds * max(alive, 1)):
+        if (control.threads >= half or alive < control.threads or backpressure > start[5]
+                or idle > IDLE_SHARE * seconds * max(alive, 1) or short - start[3] > IDLE_SHARE * (units - start[2])):
             return
         self._tune(control, min(half, 2 * control.threads),
-                   f"before the first commit: {read:,.0f} messages read in {seconds:.1f} s, none of its "
-                   f"{alive} threads waiting for one: a backlog: doubling (up to {half} until commits can be judged)")
+                   f"before the first commit: {read:,.0f} messages read in {seconds:.1f} s in whole units, none of "
+                   f"its {alive} threads waiting for one: a backlog: doubling (up to {half} until commits can be "
+                   "judged)")
 
     def _tune(self, control: ListenerControl, threads: int, reason: str) -> bool:
         """Set the listener's count through the controls; log and count the change (False: it is fixed
@@ -341,7 +365,10 @@ class ConcurrencyTuner:
                  control.ceiling or control.threads, reason)
         return True
 
-    def _totals(self, name: str) -> tuple[float, float, float, int]:
+    def _totals(self, name: str) -> tuple[float, float, float, int, float, float]:
+        """(messages committed, wait seconds, receipt-to-commit sum, its count, units read, units short)."""
         latency, count = self.counters.histogram_sum("receipt_to_commit_seconds", listener=name)
         return (self.counters.total("messages_committed", listener=name),
-                self.counters.total("listener_wait_seconds", listener=name), latency, count)
+                self.counters.total("listener_wait_seconds", listener=name), latency, count,
+                self.counters.total("listener_units_read", listener=name),
+                self.counters.total("listener_units_short", listener=name))

@@ -41,6 +41,18 @@ def test_a_unit_that_lands_is_committed_once(in_flight: int) -> None:
     assert counters.total("messages_committed") == counters.total("messages_received") == 25
 
 
+def test_units_that_end_short_of_their_batch_are_counted_for_the_tuner() -> None:
+    # Given 25 messages on the queue and units of 10 read by one thread
+    cfg, broker = memory_config(threads=1, batch=10)
+    broker.put_many("orders", bodies(25))
+    app = memory_app(cfg, RecordingExecutor())
+    # When the bridge runs until idle
+    assert run_until_idle(app.bridge, idle=0.3, timeout=30) == 0
+    # Then two whole units and a short one of 5 (no more message was ready): the arrivals' sign
+    counters = app.bridge.counters
+    assert counters.total("listener_units_read") == 3 and counters.total("listener_units_short") == 1
+
+
 def test_a_permanent_failure_moves_only_that_message_with_its_reason(in_flight: int) -> None:
     cfg, broker = memory_config(extra=f"in_flight = {in_flight}")
     broker.put_many("orders", bodies(10))

@@ -161,6 +161,42 @@ def test_a_drained_queue_holds_the_count_and_gives_one_back_after_the_decay_time
     assert len(changes) == 1 and changes[0][0] == 3 and "drained" in changes[0][1]
 
 
+def test_a_drained_stretch_puts_the_climb_back_in_slow_start_so_the_next_backlog_doubles():
+    # steady at 4 threads; an hour of a drained queue gives a thread back; then a burst of a backlog
+    climb = Climb(phase="steady", next_probe=10_000.0)
+    drained = Sample(S, 50 * S, 0.9 * S * 4, 4)
+    now, threads = 0.0, 4
+    while now < tuning.IDLE_DECAY_SECONDS + S:
+        now += S
+        verdict = decide(climb, threads, 8, drained, 1.0, now)
+        if verdict:
+            threads = verdict[0]
+            climb.changed()
+    assert threads == 3 and climb.phase == "start"
+    changes = run(climb, threads, [3000] * 3 + [5500] * 3, start=now)
+    assert [t for _, t, _ in changes] == [6, 8], changes  # doubled at once, not one thread per probe interval
+    assert "slow start" in changes[0][2]
+
+
+def test_units_short_of_their_batch_hold_the_count_and_a_growth_waits_for_whole_units():
+    # A slow sink: the threads hold their units and wait for no message, but the units come out short
+    # (no message ready): a trickle. Its rate is the arrivals', whatever the threads.
+    climb = Climb()
+    trickle = Sample(S, 75 * S, 0.0, 1, units=4, short=4)
+    for second in range(10):
+        assert decide(climb, 1, 8, trickle, 1.0, float(second)) is None
+    assert climb.phase == "start" and not climb.judging
+    # a backlog: whole units; a doubling is made, and judged only on whole units again
+    changes = run(climb, 1, [1000, 1000], start=10.0)
+    assert [t for _, t, _ in changes] == [2] and climb.judging
+    climb.changed()
+    for second in range(12, 20):
+        assert decide(climb, 2, 8, Sample(S, 16 * S, 0.0, 2, units=4, short=3), 1.0, float(second)) is None
+    assert climb.judging  # not "75 -> 16 msg/s: back to 1"
+    changes = run(climb, 2, [1900] * 3, start=20.0)
+    assert [t for _, t, _ in changes] == [4] and "slow start: 1 -> 2 threads: 1,000 -> 1,900 msg/s" in changes[0][2]
+
+
 def test_nothing_committed_holds_and_forgets_the_growth_being_judged():
     climb = Climb(judging=True, base_rate=3000, base_threads=2, window=[busy(3000, 4)])
     assert decide(climb, 4, 8, Sample(S, 0, 0, 4), 1.0, 5.0) is None
@@ -235,11 +271,14 @@ def early(c: ListenerControls, counters: Counters, *, waits: Callable[[], int] =
                             alive=alive or (lambda _name: c.get(name).threads))
 
 
-def read_units(counters: Counters, threads: int, *, waited: float = 0.0) -> None:
-    """`threads` new threads each read two units of 500; `waited` thread-seconds waiting for messages."""
+def read_units(counters: Counters, threads: int, *, waited: float = 0.0, short: bool = False) -> None:
+    """`threads` new threads each read two units of 500 (`short`: of 30, no more message was ready);
+    `waited` thread-seconds waiting for messages."""
     labels = {"listener": "amq:/queue/adaptive", "queue": "/queue/adaptive"}
-    counters.inc("messages_received", 1000 * threads, **labels)
+    counters.inc("messages_received", (60 if short else 1000) * threads, **labels)
     counters.inc("listener_wait_seconds", waited, **labels)
+    counters.inc("listener_units_read", 2 * threads, **labels)
+    counters.inc("listener_units_short", 2 * threads if short else 0, **labels)
 
 
 def test_before_the_first_commit_a_backlog_doubles_the_threads_up_to_half_the_ceiling():
@@ -267,7 +306,7 @@ def test_before_the_first_commit_a_backlog_doubles_the_threads_up_to_half_the_ce
     assert c.get(name).threads == 8 and c.get(name).tuning.startswith("slow start: 12,000 msg/s with 4 threads")
 
 
-@pytest.mark.parametrize("case", ["drained", "not connected yet", "memory full", "committed before"])
+@pytest.mark.parametrize("case", ["drained", "a trickle", "not connected yet", "memory full", "committed before"])
 def test_before_the_first_commit_the_threads_hold_without_a_backlog(case: str):
     c, counters = controls(), Counters()
     name = "amq:/queue/adaptive"
@@ -277,7 +316,8 @@ def test_before_the_first_commit_the_threads_hold_without_a_backlog(case: str):
     if case == "committed before":  # then an outage: nothing commits, the threads hold their units
         counters.inc("messages_committed", 500, listener=name, queue="/queue/adaptive")
     for second in range(10):
-        read_units(counters, 1, waited=0.5 if case == "drained" else 0.0)
+        # a trickle: the threads hold their short units while the Spark session starts, waiting for no message
+        read_units(counters, 1, waited=0.5 if case == "drained" else 0.0, short=case == "a trickle")
         tuner.step(float(second))
     assert c.get(name).threads == 1 and counters.total("listener_threads_tuned", listener=name) == 0
 
