@@ -66,6 +66,11 @@ gives them back in order, and ends; a new one connects and reads. Exactly-once i
 tuner only sets a number. After a change `SKIP_SAMPLES` are skipped (threads starting and ending),
 then `JUDGE_SAMPLES` are averaged, so that a bulk's lumpy commits do not decide alone: 3 s for a
 doubling in slow start, 7 s for a steady probe (longer where commits are further apart than a second).
+A growth is judged only on what commits one round after it (the receipt-to-commit time seen when it
+was made, as for a halving): what commits earlier was read before it, while the new threads
+connected. Judged a second after it, a doubling of 4 threads to 8 on RabbitMQ was undone in four of
+nine quick starts ("3,945 -> 2,634 msg/s: back to 4"), and was kept in all of four once judged a round
+later (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -157,6 +162,7 @@ class Climb:
     recent: list[Sample] = field(default_factory=list)  # the last JUDGE_SAMPLES["steady"] samples that committed
     sink_latency: float = 0.0  # receipt-to-commit seconds accepted after a halving that did not pay
     latency_after: float = 0.0  # the latency guard waits until then: what commits first was read before the sink wrote
+    judge_after: float = 0.0  # a growth is judged on samples from then on: what commits was read after it (one round)
 
     def changed(self) -> None:
         self.skip, self.window = SKIP_SAMPLES[self.phase], []
@@ -182,7 +188,7 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
     if threads > 1 and now >= climb.pressure_after and (sample.backpressure or slow):
         climb.settle(now)
         climb.window = []
-        climb.pressure_after = now + min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
+        climb.pressure_after = now + _round(sample)
         if sample.backpressure:
             why = "the collector's memory is full (a submit waited for memory)"
         else:
@@ -211,6 +217,8 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
         return None
     if climb.cut is not None and now < climb.cut.after:
         return None  # what commits now was read before the halving
+    if climb.judging and now < climb.judge_after:
+        return None  # what commits now was read before the growth
     climb.window.append(sample)
     if len(climb.window) < JUDGE_SAMPLES[climb.phase]:
         return None
@@ -238,16 +246,24 @@ def decide(climb: Climb, threads: int, ceiling: int, sample: Sample, latency_tar
             return back, f"{before}, less than {gain:.0%} more: back to {back}"
         if climb.phase == "start" and threads < ceiling:
             climb.base_rate, climb.base_threads = rate, threads
+            climb.judge_after = now + _round(sample)
             return min(ceiling, threads * 2), f"slow start: {before}; doubling again"
         climb.settle(now)
         return None
     if threads >= ceiling or (climb.phase == "steady" and now < climb.next_probe):
         return None
     climb.judging, climb.base_rate, climb.base_threads = True, rate, threads
+    climb.judge_after = now + _round(sample)
     if climb.phase == "start":
         return min(ceiling, threads * 2), (f"slow start: {rate:,.0f} msg/s with {threads} threads and a "
                                            "backlog: doubling")
     return threads + 1, f"probing: {rate:,.0f} msg/s with {threads} threads and a backlog: one more"
+
+
+def _round(sample: Sample) -> float:
+    """One round: the time from a message's receipt to its commit, as `sample` saw it (at least a
+    sample, at most `ROUND_MAX_SECONDS`): what commits that long after a change was read after it."""
+    return min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
 
 
 def _rate(samples: list[Sample]) -> float:

@@ -48,6 +48,21 @@ def test_slow_start_doubles_while_the_rate_rises_and_undoes_the_doubling_that_di
     assert climb.phase == "steady" and not climb.judging
 
 
+def test_a_doubling_is_judged_on_what_was_read_after_it_one_round_later():
+    # Messages take 3 s from receipt to commit: what commits in the 3 s after a doubling was read before
+    # it, while the new threads connected (a dip); the doubling shows only after that round.
+    climb, threads, verdicts = Climb(), 1, []
+    rates = [1000, 1000] + [100, 100] + [1900] * 3
+    for second, rate in enumerate(rates, start=1):
+        verdict = decide(climb, threads, 8, busy(rate, threads, latency=3.0), 4.0, float(second))
+        if verdict:
+            threads, why = verdict
+            climb.changed()
+            verdicts.append((second, threads, why))
+    assert [(t, n) for t, n, _ in verdicts] == [(2, 2), (6, 4)], verdicts  # judged on 5 and 6, not on the dip
+    assert "1 -> 2 threads: 1,000 -> 1,900 msg/s; doubling again" in verdicts[1][2]
+
+
 def test_steady_probes_one_more_thread_after_the_probe_interval_and_keeps_it_only_if_it_pays():
     climb = Climb(phase="steady", next_probe=tuning.PROBE_SECONDS)
     samples_to_probe = int(tuning.PROBE_SECONDS / S)
@@ -336,8 +351,11 @@ def test_the_first_round_of_commits_after_a_start_does_not_halve_for_latency():
         counters.observe_many("receipt_to_commit_seconds", [8.0] * 10, **labels)
         tuner.step(float(second))
     assert c.get(name).threads >= 4, c.get(name).tuning
-    # after the round, queueing that goes on halves as before
-    counters.inc("messages_committed", 3000, **labels)
-    counters.observe_many("receipt_to_commit_seconds", [9.0] * 10, **labels)
-    tuner.step(12.0)
-    assert "above 4 x the 1 s latency target: halved" in c.get(name).tuning
+    # after the round (and the verdict on the doubling made meanwhile), queueing that goes on halves
+    seen = []
+    for second in range(9, 24):
+        counters.inc("messages_committed", 3000, **labels)
+        counters.observe_many("receipt_to_commit_seconds", [9.0] * 10, **labels)
+        tuner.step(float(second))
+        seen.append(c.get(name).tuning)
+    assert any("above 4 x the 1 s latency target: halved" in why for why in seen), seen
