@@ -62,13 +62,20 @@ def _properties(level: str) -> str:
 #: `-XX:TieredStopAtLevel=4` in `[spark.conf] "spark.driver.extraJavaOptions"`; any JIT option
 #: there (`-XX:TieredStopAtLevel`, `-XX:±TieredCompilation`) replaces this one.
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: The code cache of the driver JVM: C1 only shrinks HotSpot's default from 240 MB to 48 MB, and a
+#: long-lived driver fills that with the classes Spark generates for its jobs. A full code cache
+#: stops the JIT and then fails the JVM's own method handles ("Out of space in CodeCache for method
+#: handle intrinsic"): a Delta test session's JVM died of it after 91 s in a CI rehearsal. 240 MB is
+#: reserved address space; the JVM commits what its code takes. Always given, before the options an
+#: operator gives (the last of a flag wins).
+CODE_CACHE_OPTIONS = "-XX:ReservedCodeCacheSize=240m"
 _JIT_CHOSEN = re.compile(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b)")
 
 
 def driver_java_conf(settings: Mapping[str, str], level: str) -> dict[str, str]:
     """The `spark.driver.extraJavaOptions` of an in-process driver: this log configuration (written
     to a private temporary file, removed at exit), `JIT_OPTIONS` unless the options given choose a
-    JIT setting, then any `spark.driver.extraJavaOptions` given."""
+    JIT setting, `CODE_CACHE_OPTIONS`, then any `spark.driver.extraJavaOptions` given."""
     fd, path = tempfile.mkstemp(prefix="mqbridge-log4j2-", suffix=".properties")
     with os.fdopen(fd, "w") as out:
         out.write(_properties(level))
@@ -77,6 +84,7 @@ def driver_java_conf(settings: Mapping[str, str], level: str) -> dict[str, str]:
     options = [f"-Dlog4j2.configurationFile=file:{path}"]
     if not _JIT_CHOSEN.search(given):
         options.append(JIT_OPTIONS)
+    options.append(CODE_CACHE_OPTIONS)
     if given:
         options.append(given)
     return {"spark.driver.extraJavaOptions": " ".join(options)}

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pyspark
 
-from mqbridge.landing.jvm import JIT_OPTIONS
+from mqbridge.landing.jvm import CODE_CACHE_OPTIONS, JIT_OPTIONS
 from tests.support.exactly_once import free_port
 from tests.support.servers import port_open
 
@@ -87,7 +87,7 @@ class SparkConnectServer:
              "--conf", "spark.ui.enabled=false",
              # As docs/spark-and-tables.md advises for a server that takes a bridge's small writes
              # (mqbridge.landing.jvm.JIT_OPTIONS, the in-process driver's default).
-             "--conf", f"spark.driver.extraJavaOptions={JIT_OPTIONS}",
+             "--conf", f"spark.driver.extraJavaOptions={JIT_OPTIONS} {CODE_CACHE_OPTIONS}",
              "--conf", f"spark.sql.warehouse.dir={self.base / 'warehouse'}",
              "--conf", f"spark.local.dir={self.base / 'local'}",
              *(arg for key, value in self.conf.items() for arg in ("--conf", f"{key}={value}"))],

@@ -33,7 +33,16 @@ def test_a_jit_setting_given_replaces_ours(given: str) -> None:
 
 def test_without_options_given_the_driver_runs_c1_only() -> None:
     options = driver_java_conf({}, "ERROR")["spark.driver.extraJavaOptions"].split()
-    assert options[1:] == ["-XX:TieredStopAtLevel=1"]
+    assert options[1:] == ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+
+
+def test_the_code_cache_c1_would_shrink_to_48_mb_is_kept_at_240_mb_unless_given() -> None:
+    # C1 only shrinks HotSpot's default code cache to 48 MB, which a long-lived driver fills
+    options = driver_java_conf({}, "ERROR")["spark.driver.extraJavaOptions"]
+    assert "-XX:ReservedCodeCacheSize=240m" in options.split()
+    given = driver_java_conf({"spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=512m"},
+                             "ERROR")["spark.driver.extraJavaOptions"]
+    assert given.endswith("-XX:ReservedCodeCacheSize=512m")  # the last of a flag wins: the operator's
 
 
 def test_spark_warnings_show_when_the_bridge_logs_at_debug() -> None:
