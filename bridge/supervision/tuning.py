@@ -330,7 +330,7 @@ class ConcurrencyTuner:
                             int(totals[4] - units), int(totals[5] - short))
             climb = self.climbs.get(control.name)
             if climb is None:  # its first commits: their messages waited for the sink's start (one round)
-                after = now + min(ROUND_MAX_SECONDS, max(sample.latency or 0.0, SAMPLE_SECONDS))
+                after = now + _round(sample)
                 climb = self.climbs[control.name] = Climb(latency_after=after)
             ceiling = control.ceiling or control.threads
             verdict = decide(climb, control.threads, ceiling, sample, targets.get(control.name), now)
