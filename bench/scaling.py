@@ -48,14 +48,15 @@ import psutil  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.references import Broker, auto_ack_consumer, put  # noqa: E402
-from bench.scaling_bursts import ledger_burst, pg_counts, table_burst  # noqa: E402
+from bench.scaling_bursts import ledger_burst, pg_counts, table_burst, writers_burst  # noqa: E402
 from bench.scaling_model import Inputs, error, predict, separate_hosts  # noqa: E402
 from bench.steady import free_port, histogram_quantile, load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 POLL = 0.5
-#: `[[listeners]]` defaults (config/listener.py): threads_max x in_flight x batch messages in flight.
-IN_FLIGHT = 8 * 2 * 500
+#: `[[listeners]]` defaults (config/listener.py): in_flight x batch messages in flight per listener thread
+#: (the adaptive law chooses the threads, up to threads_max 8).
+IN_FLIGHT_PER_THREAD = 2 * 500
 #: The standing CPU of an idle bridge is measured after the run, IDLE_SETTLE s after the tail is committed
 #: (its last bulks' writes and commits end), over IDLE_SPAN s: a JVM just started compiles for tens of
 #: seconds, which measured just after the start (0.4-0.6 cores) predicted no room at all for three bridges.
@@ -92,6 +93,7 @@ class Reading:
     committed: list[float]
     writes: list[float]
     rows: list[float]
+    write_seconds: list[float]  # time in the executor (the write lane's busy time), per bridge
     receipt: list[dict[float, float]]
     threads: list[float]
     python: list[float]
@@ -108,8 +110,9 @@ class Reading:
         return sum(self.committed)
 
 
-def metrics(port: int) -> tuple[float, float, float, dict[float, float], float]:
-    """(committed, bulks written, bulk rows, receipt-to-commit buckets, listener threads alive)."""
+def metrics(port: int) -> tuple[float, float, float, dict[float, float], float, float]:
+    """(committed, bulks written, bulk rows, receipt-to-commit buckets, listener threads alive, seconds
+    spent in the executor)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     totals: dict[str, float] = {}
@@ -122,7 +125,8 @@ def metrics(port: int) -> tuple[float, float, float, dict[float, float], float]:
             else:
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return (totals.get("mqbridge_messages_committed_total", 0.0), totals.get("mqbridge_bulks_written_total", 0.0),
-            totals.get("mqbridge_bulk_rows_total", 0.0), buckets, totals.get("mqbridge_listener_threads_alive", 0.0))
+            totals.get("mqbridge_bulk_rows_total", 0.0), buckets, totals.get("mqbridge_listener_threads_alive", 0.0),
+            totals.get("mqbridge_spark_write_seconds_total", 0.0))
 
 
 def bridge_toml(home: Path, warehouse: Path, queue: str, port: int, broker: Broker, ledger_url: str) -> Path:
@@ -183,7 +187,7 @@ class Bridges:
         xacts, statements = pg_counts(self.db)
         self.polls += 2
         return Reading(time.perf_counter(), [s[0] for s in seen], [s[1] for s in seen], [s[2] for s in seen],
-                       [s[3] for s in seen], [s[4] for s in seen], [cpu(p) for p in self.ps],
+                       [s[5] for s in seen], [s[3] for s in seen], [s[4] for s in seen], [cpu(p) for p in self.ps],
                        [tree_cpu(p) for p in self.ps], cpu(self.broker_proc) if self.broker_proc else 0.0,
                        cpu(self.pg_proc) + tree_cpu(self.pg_proc), machine_busy(), xacts, statements, self.polls)
 
@@ -305,9 +309,13 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
     commits = delta_commits(work / "landing" / "bench", wall0, wall1)
     r2c = [histogram_quantile(0.5, a, b) for a, b in zip(first.receipt, last.receipt, strict=True)]
     r2c_mean = sum(x for x in r2c if x) / max(1, sum(1 for x in r2c if x))
+    # the listener threads one bridge ran, on average over the bridges, at the window's start and end:
+    # the adaptive law chooses them, and with them what one bridge holds in flight
+    threads = (sum(first.threads) + sum(last.threads)) / (2 * n)
     inputs = Inputs(bridges=n, cores=cores, rate=done / wall, standing_cpu=standing,
                     free_cores=max(0.05, cores - others / wall), python_cpu=python / done,
-                    jvm_cpu=jvm / done, broker_cpu=broker_cpu / done, postgres_cpu=pg_cpu / done, in_flight=IN_FLIGHT,
+                    jvm_cpu=jvm / done, broker_cpu=broker_cpu / done, postgres_cpu=pg_cpu / done,
+                    in_flight=IN_FLIGHT_PER_THREAD * threads,
                     receipt_to_commit=r2c_mean, ledger_xacts=xacts / done, rows_per_commit=rows / max(writes, 1),
                     dispatch=extra["dispatch"], ledger_capacity=extra.get("ledger", float("inf")),
                     table_commits=extra.get("table", float("inf")),
@@ -320,9 +328,13 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
           f"{1000 * inputs.jvm_cpu:.3f}, broker {1000 * inputs.broker_cpu:.3f}, PostgreSQL "
           f"{1000 * inputs.postgres_cpu:.3f}; the rest of the machine used {others / wall:.2f} of {cores} cores "
           f"(free {inputs.free_cores:.2f}); load average during {during}")
+    lane = sum(last.write_seconds) - sum(first.write_seconds)
     print(f"   bulks written {writes:.0f}, {inputs.rows_per_commit:,.0f} rows each; Delta commits into the table "
           f"{commits} ({commits / wall:.2f}/s); receipt-to-commit p50 "
           + ", ".join(f"{x * 1000:,.0f} ms" if x else "-" for x in r2c))
+    print(f"   write lane: {lane / max(writes, 1):.2f} s per bulk, busy {lane / (n * wall):.0%} of the window "
+          f"(each bridge's executor time over the window, averaged); a bulk every "
+          f"{n * wall / max(writes, 1):.2f} s per bridge")
     print(f"   PostgreSQL, less the idle reads': {xacts:.0f} transactions ({1000 * xacts / done:.2f} per 1000 "
           "messages, "
           f"{xacts / max(writes, 1):.1f} per bulk), {statements:.0f} statements ({1000 * statements / done:.2f} per "
@@ -350,6 +362,27 @@ def with_pg_stat_statements(server: object, url: str) -> object:
     db = psycopg.connect(url, autocommit=True)
     db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     return db
+
+
+def commit_costs(work: Path, rows: int, most: int, seconds: float) -> None:
+    """The writers bursts (`writers_burst`), printed: k = 1 .. `most` drivers committing bulks of `rows`
+    rows into one table at once, and one driver with bulks of a quarter as many rows (what a row adds).
+    Not an input of the model (docs/scaling.md, "What a commit costs with more writers"): what they
+    say is whether a commit costs more because other writers commit into the same table."""
+    bursts = []
+    for k in range(1, most + 1):
+        burst = writers_burst(work, k, rows, seconds)
+        bursts.append(burst)
+        print(f"writers burst ({k} at once, {rows:,} rows per commit): {burst.commits_per_s:.2f} commits/s in all, "
+              f"{burst.seconds_per_commit:.2f} s and {burst.cpu_per_commit:.2f} CPU-s per commit; load average "
+              f"{load()}", flush=True)
+    small_rows = max(100, rows // 4)
+    small = writers_burst(work / "small", 1, small_rows, seconds)
+    span = max(rows - small_rows, 1)
+    print(f"writers burst (1, {small_rows:,} rows per commit): {small.seconds_per_commit:.2f} s and "
+          f"{small.cpu_per_commit:.2f} CPU-s per commit: a row adds "
+          f"{1e6 * (bursts[0].seconds_per_commit - small.seconds_per_commit) / span:.0f} us and "
+          f"{1e6 * (bursts[0].cpu_per_commit - small.cpu_per_commit) / span:.0f} CPU-us", flush=True)
 
 
 def report(measured: list[Measured], extra: dict[str, float]) -> None:
@@ -395,12 +428,14 @@ def main() -> None:
     parser.add_argument("--ledger-seconds", type=float, default=8.0)
     parser.add_argument("--table-seconds", type=float, default=20.0)
     parser.add_argument("--table-rows", type=int, default=100, help="rows per commit of the table burst")
+    parser.add_argument("--writers-seconds", type=float, default=15.0,
+                        help="each writers burst's timed part (k = 1 .. the largest N writers at once)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: N = 1, 2; W 2,000, M 6,000; short bursts")
     parser.add_argument("--keep", action="store_true", help="keep each N's work directory")
     args = parser.parse_args()
     if args.quick:
         args.bridges, args.warm, args.measure = "1,2", 2_000, 6_000
-        args.ledger_seconds, args.table_seconds = 3.0, 6.0
+        args.ledger_seconds, args.table_seconds, args.writers_seconds = 3.0, 6.0, 6.0
     ns = [int(x) for x in args.bridges.split(",")]
     if 1 not in ns:
         parser.error("--bridges must include 1: its inputs predict the others")
@@ -430,6 +465,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="mqbridge-scaling-table-"))
     try:
         per_s, median, log_part, count = table_burst(work, args.table_rows, args.table_seconds)
+        commit_costs(work, rows, max(ns), args.writers_seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     extra["table"], extra["table log"] = per_s, 1 / max(log_part, 1e-3)

@@ -1,14 +1,22 @@
 """The ceilings of the two parts N bridges share besides the broker, each measured by a short direct
 burst without any bridge (`bench/scaling.py`): the PostgreSQL ledger's transactions per second, and
-the commits per second one Delta table takes."""
+the commits per second one Delta table takes; and what one commit costs when k drivers commit into
+that table at once (`writers_burst`: each driver a process of its own, as each bridge has its own JVM).
+
+    .venv/bin/python bench/scaling_bursts.py writer TABLE ROWS INDEX GATE   (one driver of writers_burst)
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,37 +94,16 @@ def table_burst(work: Path, rows: int, seconds: float, warm: int = 3) -> tuple[f
     part, which bounds the commits of all writers together, is the log part."""
     import statistics
 
-    from mqbridge.landing import delta, delta_commit
-    from mqbridge.landing.containers import SORT_COLUMNS
-    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
-    from mqbridge.landing.session import create_spark_session
-    from mqbridge.landing.writes.frames import WRITE_OPTIONS
-    from mqbridge.message import Bulk, Message
-
-    spark = create_spark_session(master="local[2]", app_name="bench-scaling-table",
-                                 conf=delta.session_conf(ROOT / "jars", {}))
+    spark = _driver("bench-scaling-table")
     table, handoff = work / "ceiling", work / "_handoff"
-    day = datetime(2026, 11, 1, 12, tzinfo=UTC)
     times: list[float] = []
     try:
         version = 0
         started = 0.0
         while True:
             version += 1
-            bulk = Bulk("bench")
-            for i in range(rows):
-                msg_id = f"ID:scaling-{version}-{i}"
-                bulk.add(Message(msg_id=msg_id, body=os.urandom(512).hex().encode(), source="bench",
-                                 destination="/queue/bench", put_timestamp=day, received_timestamp=day,
-                                 delivery_count=1, token=msg_id, identity=msg_id))
-            app = "mqbridge:scaling-host:1:1"
-            job = delta_commit.raw_job(spark, arrow_table(bulk, list(range(rows))), handoff, str(table), tasks=1,
-                                       groups=1, sort=SORT_COLUMNS, writer_options=WRITE_OPTIONS,
-                                       identity=IDENTITY_COLUMN, bulk_id=f"{app}-{version}",
-                                       transaction=TableTransaction(app, version, check_fence=True))
             began = time.perf_counter()
-            job()
-            shutil.rmtree(handoff, ignore_errors=True)
+            _commit(spark, table, handoff, rows, version, "mqbridge:scaling-host:1:1")
             if version == warm:
                 started = time.perf_counter()
             elif version > warm:
@@ -125,6 +112,136 @@ def table_burst(work: Path, rows: int, seconds: float, warm: int = 3) -> tuple[f
                     break
         per_s = len(times) / (time.perf_counter() - started)
         return per_s, statistics.median(times), statistics.median(log_parts(table, warm)), len(times)
+    finally:
+        spark.stop()
+
+
+def _driver(name: str) -> Any:
+    """A Spark driver as `mqbridge run` starts one for a Delta type (`local[2]`, the bridge's Delta conf)."""
+    from mqbridge.landing import delta
+    from mqbridge.landing.session import create_spark_session
+
+    return create_spark_session(master="local[2]", app_name=name, conf=delta.session_conf(ROOT / "jars", {}))
+
+
+def _commit(spark: Any, table: Path, handoff: Path, rows: int, version: int, app: str) -> None:
+    """One bulk of `rows` 1 KB rows committed into the Delta table `table` as a bridge with a shared
+    ledger commits it (`delta_commit.raw_job`, its transaction `app`/`version`, the fence look-up on)."""
+    from mqbridge.landing import delta_commit
+    from mqbridge.landing.containers import SORT_COLUMNS
+    from mqbridge.landing.rows import IDENTITY_COLUMN, arrow_table
+    from mqbridge.landing.writes.frames import WRITE_OPTIONS
+    from mqbridge.message import Bulk, Message
+
+    day = datetime(2026, 11, 1, 12, tzinfo=UTC)
+    bulk = Bulk("bench")
+    for i in range(rows):
+        msg_id = f"ID:scaling-{app}-{version}-{i}"
+        bulk.add(Message(msg_id=msg_id, body=os.urandom(512).hex().encode(), source="bench",
+                         destination="/queue/bench", put_timestamp=day, received_timestamp=day,
+                         delivery_count=1, token=msg_id, identity=msg_id))
+    job = delta_commit.raw_job(spark, arrow_table(bulk, list(range(rows))), handoff, str(table), tasks=1,
+                               groups=1, sort=SORT_COLUMNS, writer_options=WRITE_OPTIONS,
+                               identity=IDENTITY_COLUMN, bulk_id=f"{app}-{version}",
+                               transaction=TableTransaction(app, version, check_fence=True))
+    job()
+    shutil.rmtree(handoff, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class WritersBurst:
+    """What `writers` drivers committing into one Delta table at once measured."""
+
+    writers: int
+    rows: int
+    commits_per_s: float  # all writers together
+    cpu_per_commit: float  # CPU-s of a writer's process (its Python and its JVM) per commit
+    seconds_per_commit: float  # median wall time of one commit, the writers' commits pooled
+
+
+def writers_burst(work: Path, writers: int, rows: int, seconds: float, warm: int = 3) -> WritersBurst:
+    """`writers` processes, each a Spark driver of its own (`_driver`), commit bulks of `rows` rows into
+    one new Delta table, each commit after its own one before, for `seconds` once every driver has made
+    `warm` commits (its JIT warm): what a commit costs in CPU and in time when that many writers share
+    the table and this machine's cores, as N bridges do. A commit whose snapshot another writer's commit
+    made stale costs more (docs/scaling.md): the burst at one writer against two and three says how much."""
+    gate = work / f"gate-{writers}"
+    gate.mkdir(parents=True)
+    table = work / f"writers-{writers}"
+    procs = [subprocess.Popen([sys.executable, __file__, "writer", str(table), str(rows), str(i), str(gate),
+                               str(warm)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for i in range(writers)]
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(gate.glob("ready-*"))) < writers:
+            dead = [p.returncode for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"the writers burst's {writers} drivers were not all ready within 300 s "
+                                   f"({len(list(gate.glob('ready-*')))} ready; exit codes of the dead: {dead})")
+            time.sleep(0.2)
+        (gate / "go").touch()
+        time.sleep(seconds)
+        (gate / "stop").touch()
+        reports = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=300)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a driver of the writers burst failed (exit {proc.returncode})")
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    import statistics
+
+    commits = sum(r["commits"] for r in reports)
+    return WritersBurst(writers, rows, commits_per_s=sum(r["commits"] / r["wall"] for r in reports),
+                        cpu_per_commit=sum(r["cpu"] for r in reports) / max(commits, 1),
+                        seconds_per_commit=statistics.median(t for r in reports for t in r["times"]))
+
+
+def _tree_cpu() -> float:
+    """CPU seconds of this process and its children (the driver's JVM) so far."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _writer(table: Path, rows: int, index: int, gate: Path, warm: int) -> None:
+    """One driver of `writers_burst`: `warm` commits, ready, then commits from `go` until `stop`; prints
+    its commits, their wall times, and its CPU from `go` to the end of its last commit as JSON."""
+    spark = _driver(f"bench-scaling-writer-{index}")
+    handoff = table.parent / f"_handoff-{table.name}-{index}"
+    app = f"mqbridge:scaling-host-{index}:1:1"
+    try:
+        version = 0
+        if index > 0:  # the first writer creates the table: two creations of one table at once conflict
+            while not (gate / "created").exists():
+                time.sleep(0.05)
+        for _ in range(warm):
+            version += 1
+            _commit(spark, table, handoff, rows, version, app)
+            (gate / "created").touch()
+        (gate / f"ready-{index}").touch()
+        while not (gate / "go").exists():
+            time.sleep(0.01)
+        cpu0, t0 = _tree_cpu(), time.perf_counter()
+        times = []
+        while not (gate / "stop").exists():
+            version += 1
+            began = time.perf_counter()
+            _commit(spark, table, handoff, rows, version, app)
+            times.append(time.perf_counter() - began)
+        print(json.dumps({"commits": len(times), "times": times, "wall": time.perf_counter() - t0,
+                          "cpu": _tree_cpu() - cpu0}), flush=True)
     finally:
         spark.stop()
 
@@ -145,3 +262,7 @@ def log_parts(table: Path, first: int) -> list[float]:
         if written:
             parts.append(entry.stat().st_mtime - max(written))
     return parts
+
+
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "writer":
+    _writer(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]), int(sys.argv[6]))

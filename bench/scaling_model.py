@@ -5,7 +5,8 @@ The aggregate rate of N bridges is the least of the terms below; each term is a 
 second computed from inputs measured at one N (`Inputs`). Which term is the least says what gives out.
 
   per bridge   N x min(1 / Python CPU-s per message of one bridge (one process's Python runs on one
-               core at a time: the GIL), messages one bridge can hold in flight / its receipt-to-commit)
+               core at a time: the GIL), messages one bridge can hold in flight with the threads it ran /
+               its receipt-to-commit: Little's law)
   machine CPU  (cores free of other work - N x the cores one idle bridge keeps busy) / (CPU-s per message
                of every process that serves a message: the bridges' Python, their Spark JVMs, the broker,
                PostgreSQL, less the idle bridges' part): only while they share one machine, as here; on
@@ -40,7 +41,8 @@ class Inputs:
     jvm_cpu: float  # of their Spark JVMs
     broker_cpu: float
     postgres_cpu: float
-    in_flight: float  # messages one bridge can hold: threads_max x in_flight x batch
+    in_flight: float  # messages one bridge can hold: the threads it ran (the adaptive law's choice) x in_flight
+    #                   x batch
     receipt_to_commit: float  # seconds, p50
     ledger_xacts: float  # PostgreSQL transactions per message
     rows_per_commit: float

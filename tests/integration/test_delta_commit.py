@@ -124,7 +124,8 @@ def commits_after_another_writers_late_checksum(spark: Any, root: str) -> dict[s
     own) commits between two of this process's bulks, and its checksum file comes late (put back 0.3 s
     after; hidden meanwhile) or never: the Spark jobs of this process's staged commit (`StagedCommit.commit`)
     with the wait for it (`delta_checksums`) and without (`CHECKSUM_WAIT` 0); then how long a transaction's
-    wait takes for a writer that writes no checksum files, the first time and the next."""
+    wait takes for a writer that writes no checksum files, the first time and the next, and for one whose
+    file came after a wait ran out."""
     import os
     import threading
     from pathlib import Path
@@ -141,7 +142,7 @@ def commits_after_another_writers_late_checksum(spark: Any, root: str) -> dict[s
                                  alias, f"other-{version}", TableTransaction("mqbridge:another-bridge", version))
         if checksum == "kept":
             return
-        newest = max(Path(alias, "_delta_log").glob("*.crc"))
+        newest = max(Path(alias, "_delta_log").glob("[0-9]*.crc"))  # not a hidden one
         hidden = newest.with_name("hidden-" + newest.name)
         newest.rename(hidden)
         if checksum == "late":
@@ -187,6 +188,17 @@ def commits_after_another_writers_late_checksum(spark: Any, root: str) -> dict[s
         other_commits(alias, 12, "kept")
         delta_checksums.meet_newest(spark._jvm, delta_log, path)
         facts["waits again once a checksum file is found"] = path not in delta_checksums._without_checksums
+        # a slow writer: its checksum file comes after the wait ran out (0.3 s late, a wait of 0.1 s)
+        delta_checksums.CHECKSUM_WAIT = 0.1
+        other_commits(alias, 13, "late")
+        delta_checksums.meet_newest(spark._jvm, delta_log, path)
+        facts["a late checksum file: the wait ran out"] = path in delta_checksums._without_checksums
+        time.sleep(0.4)  # ... and the file turns up
+        delta_checksums.CHECKSUM_WAIT = 0.3
+        other_commits(alias, 14, "never")
+        began = time.monotonic()
+        delta_checksums.meet_newest(spark._jvm, delta_log, path)
+        facts["wait after a late checksum file turned up"] = time.monotonic() - began
     finally:
         delta_checksums.CHECKSUM_WAIT = saved
     return facts
@@ -426,6 +438,10 @@ def test_a_commit_after_another_writers_version_waits_for_its_checksum_file_inst
     assert 0.3 <= facts["wait without checksums, first"] < 1.0, facts
     assert facts["wait without checksums, next"] < 0.2, facts
     assert facts["waits again once a checksum file is found"], facts
+    # And a writer whose checksum file came after a wait ran out (a slow writer on a busy host, not one that
+    # writes none) is waited for again at the next commit
+    assert facts["a late checksum file: the wait ran out"], facts
+    assert 0.3 <= facts["wait after a late checksum file turned up"] < 1.0, facts
 
 
 def test_a_first_attempt_loses_to_a_fence_of_its_version_that_landed_after_its_transaction_started(
