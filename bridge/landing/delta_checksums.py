@@ -15,9 +15,10 @@ moment for the newest version's checksum file. A writer that writes none (delta-
 `writeChecksumFile.enabled` off) would make every wait run out: after one wait ran out, a table is not
 waited for again until the file that wait ran out on turns up after all (its writer was slow, not one
 that writes none) or a checksum file of its newest version is found without waiting. A slow writer is
-the common case on a busy host: three bridges on one table of 2 cores that stopped waiting after their
-first wait ran out rebuilt the state in every commit, 4.3 JVM CPU-s per bulk of 821 rows, and made 313
-msg/s together (docs/scaling.md, "A wait that ran out once").
+the common case on a busy host (a writer whose own commit lost a race computes its checksum from the
+whole table first), and among three writers the newest version's file is rarely there at once: before,
+one wait that ran out could leave a bridge rebuilding the state in every commit for good (docs/scaling.md,
+"A wait that ran out once").
 """
 
 from __future__ import annotations
