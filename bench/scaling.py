@@ -166,6 +166,7 @@ class Bridges:
         self.ports = [free_port() for _ in range(n)]
         self.procs: list[subprocess.Popen[bytes]] = []
         self.polls = 0
+        self.threads: list[tuple[float, float]] = []  # (at, listener threads of all bridges) of every reading
         for i, port in enumerate(self.ports):
             home = work / f"bridge-{i}"
             home.mkdir(parents=True)
@@ -186,6 +187,7 @@ class Bridges:
             return None
         xacts, statements = pg_counts(self.db)
         self.polls += 2
+        self.threads.append((time.perf_counter(), sum(s[4] for s in seen)))
         return Reading(time.perf_counter(), [s[0] for s in seen], [s[1] for s in seen], [s[2] for s in seen],
                        [s[5] for s in seen], [s[3] for s in seen], [s[4] for s in seen], [cpu(p) for p in self.ps],
                        [tree_cpu(p) for p in self.ps], cpu(self.broker_proc) if self.broker_proc else 0.0,
@@ -309,9 +311,10 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
     commits = delta_commits(work / "landing" / "bench", wall0, wall1)
     r2c = [histogram_quantile(0.5, a, b) for a, b in zip(first.receipt, last.receipt, strict=True)]
     r2c_mean = sum(x for x in r2c if x) / max(1, sum(1 for x in r2c if x))
-    # the listener threads one bridge ran, on average over the bridges, at the window's start and end:
-    # the adaptive law chooses them, and with them what one bridge holds in flight
-    threads = (sum(first.threads) + sum(last.threads)) / (2 * n)
+    # the listener threads one bridge ran, on average over the bridges and the window's readings (every
+    # POLL s): the adaptive law chooses them, and with them what one bridge holds in flight
+    seen = [t for at, t in bridges.threads if first.at - POLL / 2 <= at <= last.at] or [sum(last.threads)]
+    threads = sum(seen) / (len(seen) * n)
     inputs = Inputs(bridges=n, cores=cores, rate=done / wall, standing_cpu=standing,
                     free_cores=max(0.05, cores - others / wall), python_cpu=python / done,
                     jvm_cpu=jvm / done, broker_cpu=broker_cpu / done, postgres_cpu=pg_cpu / done,
@@ -323,7 +326,7 @@ def run_n(n: int, args: argparse.Namespace, broker: Broker, pg_url: str, pg_proc
     rate = done / wall
     print(f"   window {wall:.1f}s, {done:,.0f} messages: {rate:,.0f} msg/s; each bridge "
           + ", ".join(f"{r:,.0f}" for r in each) + " msg/s; threads at the end "
-          + ", ".join(f"{t:.0f}" for t in last.threads))
+          + ", ".join(f"{t:.0f}" for t in last.threads) + f" (one bridge's mean over the window {threads:.1f})")
     print(f"   CPU-s per message (x1000): bridges' Python {1000 * inputs.python_cpu:.3f}, their JVMs "
           f"{1000 * inputs.jvm_cpu:.3f}, broker {1000 * inputs.broker_cpu:.3f}, PostgreSQL "
           f"{1000 * inputs.postgres_cpu:.3f}; the rest of the machine used {others / wall:.2f} of {cores} cores "
