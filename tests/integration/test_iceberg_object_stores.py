@@ -1,17 +1,17 @@
 """Iceberg tables on an object store: `[spark] warehouse = "s3a://bucket/wh"` on the shared S3-compatible
 server (S3Proxy, `scripts/s3.sh`), the catalog a JDBC catalog on a real PostgreSQL (an object-store
 warehouse needs a catalog server: `config.iceberg.store_problems`). A real `mqbridge run` with its own
-Spark driver, the Iceberg and S3A jars (`scripts/jars.sh iceberg s3`), Iceberg's HadoopFileIO through
-S3A with the S3 secret only through `${FILE:…}`, on a real ActiveMQ: killed with SIGKILL at each step
-of the landing protocol in turn, then its state_dir wiped and every message sent again (the ledger
-rebuilt from the table through the catalog). Every message must be in the table exactly once as
-pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it, and
-`ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys; then
+Spark driver, the Iceberg and S3A jars (`scripts/jars.sh iceberg s3`), Iceberg's HadoopFileIO through S3A
+with the S3 secret only through `${FILE:…}`, on a real ActiveMQ: killed with SIGKILL at each step of the
+landing protocol whose recovery reads the table in turn, then its state_dir wiped and every message sent
+again (the ledger rebuilt from the table through the catalog). Every message must be in the table exactly
+once as pyiceberg (an independent reader: the catalog on PostgreSQL, the files over the S3 API) sees it,
+and `ledger --verify` and `tables` read it with the S3 settings the bridge maps from its S3A keys; then
 `mqbridge compact` rewrites its small files into one and `mqbridge purge` deletes a quarter of its rows
 (position deletes) on S3, every other row kept once. And a table template's tables there, found by
-`mqbridge tables` and by the ledger's rebuild after a wiped state_dir (nothing lands twice). And a
-wrong secret is an outage that names the keys and loses nothing, met by the first write or by the
-ledger's rebuild from a table there."""
+`mqbridge tables` and by the ledger's rebuild after a wiped state_dir (nothing lands twice). And a wrong
+secret is an outage that names the keys and loses nothing, met by the first write or by the ledger's
+rebuild from a table there."""
 
 from __future__ import annotations
 
@@ -113,10 +113,13 @@ def test_a_bridge_killed_at_each_step_lands_every_message_once_into_an_iceberg_t
     sent = bodies(150, "is3")
     amq.put_many(q, sent)
     config = s3_iceberg_config(tmp_path, q, s3_server, s3_server.new_bucket("iceberg"), port)
-    # When it is killed at each step of the landing protocol in turn, and then its state_dir is wiped and
-    # every message sent again: every message is in the table on S3 exactly once, the queue and its
-    # backout queue empty (the helper's assertions)
-    out = killed_at_each_step_then_wiped(config, amq, q, sent, pyiceberg_catalog(s3_server, port))
+    # When it is killed at each step of the landing protocol whose recovery reads the table on S3 in turn
+    # (after_prepare, after_publish, before_source_commit: tests/integration/test_iceberg_landing.py kills it
+    # at every step on a local warehouse), and then its state_dir is wiped and every message sent again:
+    # every message is in the table on S3 exactly once, the queue and its backout queue empty (the
+    # helper's assertions)
+    out = killed_at_each_step_then_wiped(config, amq, q, sent, pyiceberg_catalog(s3_server, port),
+                                         every_step=False)
     # And the bridge's own reader without Spark (pyiceberg with the S3 settings it maps from the S3A keys)
     # finds one row per identity of every published bulk in the table on S3, and lists its partitions
     verified = mqbridge("ledger", "--config", str(config), "--verify")
