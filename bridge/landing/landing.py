@@ -65,6 +65,10 @@ CLAIM_WAIT = 10.0
 CLAIM_POLL = 0.2
 #: How often the ledger is pruned of identities older than `[bridge] dedupe_window`.
 PRUNE_EVERY = 3600.0
+#: How often a control tick asks the ledger about this process's bulks whose prepare's outcome is unknown.
+UNKNOWN_EVERY = 2.0
+#: How long `close` waits for that question to end.
+UNKNOWN_JOIN = 10.0
 
 
 @dataclass
@@ -100,8 +104,16 @@ class Landing(Observer):
     _rebuilt: threading.Event = field(default_factory=lambda: _set(threading.Event()))
     _rebuilding: threading.Lock = field(default_factory=threading.Lock)
     _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
-    #: This process's prepared bulks whose write failed while their table could not be asked (`commit`).
+    #: This process's prepared bulks whose write failed while their table could not be asked (`commit`),
+    #: or whose `prepare` may have been recorded (`_unknown`).
     _undecided: set[str] = field(default_factory=set)
+    #: This process's bulks whose `prepare` raised LedgerUnavailableError, by id: True for a table that
+    #: commits by transaction. The ledger may hold them prepared all the same (its connection lost at the
+    #: COMMIT, which the server carried out: tests/integration/test_ledger_lost_commit.py), and no other
+    #: process decides a live owner's bulk, so this one must: nothing of them was published (`decide_unknown`).
+    _unknown: dict[str, bool] = field(default_factory=dict)
+    _next_unknown: float = 0.0
+    _unknown_decider: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
@@ -155,7 +167,11 @@ class Landing(Observer):
         if bulk.owner == self.owner and bulk.bulk_id in self._undecided:
             decided = self._settle(bulk)
             self._undecided.discard(bulk.bulk_id)
+            self._unknown.pop(bulk.bulk_id, None)
             return decided
+        if bulk.owner == self.owner and bulk.bulk_id in self._unknown:
+            self._forget_unpublished(bulk)
+            return True
         if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
             return False
         if bulk.transaction is not None:
@@ -175,6 +191,43 @@ class Landing(Observer):
         if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
             discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
         return True
+
+    def _forget_unpublished(self, bulk: PreparedBulk) -> None:
+        """Forget this process's prepared `bulk`, whose `prepare` it was told had failed: its staged files
+        were removed then, and none was ever moved into the table."""
+        if self.ledger.forget(bulk.bulk_id, owner=self.owner):
+            log.warning("bulk %s of table %s was recorded prepared although the ledger's answer was lost (its "
+                        "connection dropped at the commit): forgotten, none of its files was published; its "
+                        "messages land as they come again", bulk.bulk_id, bulk.table)
+            self.counters.inc("recovery_rolled_back")
+        self._unknown.pop(bulk.bulk_id, None)
+
+    def decide_unknown(self) -> None:
+        """Decide this process's bulks whose `prepare` raised (`_unknown`) and that the ledger holds
+        prepared, without waiting for their messages to come back: until then no process would land
+        those messages (the owner is alive). A bulk the ledger does not hold prepared was not recorded,
+        or was decided since. LedgerUnavailableError (the ledger, or a transaction's table, cannot be
+        asked now): left for the next call."""
+        if not self._unknown:
+            return
+        with self._recovering:
+            prepared = {bulk.bulk_id: bulk for bulk in self.ledger.in_progress() if bulk.owner == self.owner}
+            for bulk_id in list(self._unknown):
+                bulk = prepared.get(bulk_id)
+                if bulk is None:
+                    self._unknown.pop(bulk_id, None)
+                    self._undecided.discard(bulk_id)
+                else:
+                    self._finish_if_dead(bulk)
+
+    def _decide_unknown_quietly(self) -> None:
+        """The body of the thread `on_tick` starts for `decide_unknown`: an error is logged (tried again
+        at a later tick)."""
+        try:
+            self.decide_unknown()
+        except Exception as exc:
+            log.warning("bulks of this process whose prepare's outcome is unknown wait to be decided (tried "
+                        "again in %.0fs): %s", UNKNOWN_EVERY, one_line(exc))
 
     def _settle(self, bulk: PreparedBulk) -> bool:
         """Decide a dead process's prepared bulk of a table that commits by transaction (`settle`);
@@ -300,7 +353,9 @@ class Landing(Observer):
         try:
             verify_staged(moves, len(identities), staging, what=f"bulk {bulk_id} of table {table}")
             self.ledger.prepare(bulk_id, table, moves, identities)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, LedgerUnavailableError):  # recorded or not: none of its files will be published
+                self._unknown[bulk_id] = False
             discard(staging)
             raise
         failpoints.hit("after_prepare")
@@ -337,7 +392,12 @@ class Landing(Observer):
         start = time.perf_counter()
         transaction = transaction or self.transaction(table)
         prepared_at = time.time()
-        self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
+        try:
+            self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
+        except LedgerUnavailableError:  # recorded or not: its write never ran, the table decides
+            self._unknown[bulk_id] = True
+            self._undecided.add(bulk_id)
+            raise
         failpoints.hit("after_prepare")
         failpoints.wait("holding_prepared")  # tests only: another bridge meets the claim meanwhile
         try:
@@ -425,6 +485,8 @@ class Landing(Observer):
         self._janitor.shutdown(wait=True)
         if self._pruner is not None:
             self._pruner.join()  # stops after its current batch (`_stop`)
+        if self._unknown_decider is not None:
+            self._unknown_decider.join(UNKNOWN_JOIN)  # a table's settle may be slow: a bound, then a daemon
         self.ledger.close()
 
     # -- observer ------------------------------------------------------------------------------
@@ -435,6 +497,12 @@ class Landing(Observer):
             self._next_prune = now + PRUNE_EVERY
             self._pruner = threading.Thread(target=self._prune, name="mqbridge-ledger-prune", daemon=True)
             self._pruner.start()
+        if self._unknown and now >= self._next_unknown and not (
+                self._unknown_decider and self._unknown_decider.is_alive()):
+            self._next_unknown = now + UNKNOWN_EVERY
+            self._unknown_decider = threading.Thread(target=self._decide_unknown_quietly, daemon=True,
+                                                     name="mqbridge-ledger-unknown")
+            self._unknown_decider.start()
         stats = self.ledger.stats()
         self.counters.set("ledger_bytes", stats.file_bytes)
         self.counters.set("ledger_identities", stats.identities)

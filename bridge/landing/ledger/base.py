@@ -335,15 +335,20 @@ class Ledger(ABC):
                                   (self.owner, bulk_id)).rowcount
         return bool(taken == 1)
 
-    def forget(self, bulk_id: str) -> None:
-        """Delete a rolled-back bulk and its identities (nothing of it was published)."""
+    def forget(self, bulk_id: str, *, owner: str | None = None) -> bool:
+        """Delete a rolled-back bulk and its identities (nothing of it was published). With `owner` (a
+        process forgetting its own bulk), only while `owner` still owns it: False, and nothing deleted,
+        once another process has taken it over (`take_over`) or it is gone."""
         with self._write() as db:
-            row = self._execute(db, "SELECT state FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            row = self._execute(db, "SELECT state, owner FROM bulks WHERE bulk_id = ?", (bulk_id,)).fetchone()
+            if owner is not None and (row is None or row[1] != owner):
+                return False
             removed = self._execute(db, "DELETE FROM identities WHERE bulk_id = ?", (bulk_id,)).rowcount
             self._execute(db, "DELETE FROM bulks WHERE bulk_id = ?", (bulk_id,))
             state = row[0] if row is not None else None
             self._add_counts(db, identities=-removed, prepared=-(state == "prepared"),
                              published=-(state == "published"))
+        return True
 
     def in_progress(self) -> list[PreparedBulk]:
         """Every bulk in state prepared (of any owner), oldest first."""

@@ -49,6 +49,11 @@ def test_prepare_publish_forget_round_trip(ledger: Ledger) -> None:
     ledger.forget("b2")
     assert ledger.in_progress() == [] and ledger.identities_of("b2") == []
     assert ledger.stats().bulks == {"prepared": 0, "published": 1}
+    # And a process forgets its own bulk only while it owns it (not once another took it over)
+    ledger.prepare("b3", "orders", [], ["m4"])
+    assert ledger.forget("b3", owner="another-host:1:1.00") is False and ledger.identities_of("b3") == ["m4"]
+    assert ledger.forget("b3", owner=owner_id()) is True and ledger.in_progress() == []
+    assert ledger.forget("b3", owner=owner_id()) is False  # gone
 
 
 def test_an_identity_published_once_is_refused_by_prepare(ledger: Ledger) -> None:
