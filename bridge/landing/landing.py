@@ -111,9 +111,11 @@ class Landing(Observer):
     #: commits by transaction. The ledger may hold them prepared all the same (its connection lost at the
     #: COMMIT, which the server carried out: tests/integration/test_ledger_lost_commit.py), and no other
     #: process decides a live owner's bulk, so this one must: nothing of them was published (`decide_unknown`).
+    #: Also the bulks of dead processes it takes over to decide (`_settle`), for the same reason.
     _unknown: dict[str, bool] = field(default_factory=dict)
     _next_unknown: float = 0.0
     _unknown_decider: threading.Thread | None = None
+    _unknown_failed: str = ""  # why the last `decide_unknown` failed (`_decide_unknown_quietly`)
     _stop: threading.Event = field(default_factory=threading.Event)
     _recovering: threading.Lock = field(default_factory=threading.Lock)
     _next_prune: float = 0.0
@@ -203,11 +205,12 @@ class Landing(Observer):
         self._unknown.pop(bulk.bulk_id, None)
 
     def decide_unknown(self) -> None:
-        """Decide this process's bulks whose `prepare` raised (`_unknown`) and that the ledger holds
-        prepared, without waiting for their messages to come back: until then no process would land
-        those messages (the owner is alive). A bulk the ledger does not hold prepared was not recorded,
-        or was decided since. LedgerUnavailableError (the ledger, or a transaction's table, cannot be
-        asked now): left for the next call."""
+        """Decide this process's bulks whose `prepare` raised, or that it took over (`_unknown`), and that
+        the ledger holds prepared by it, without waiting for their messages to come back: until then no
+        process would land those messages (the owner is alive). A bulk the ledger does not hold prepared
+        by this process was not recorded (or not taken over), or was decided since.
+        LedgerUnavailableError (the ledger, or a transaction's table, cannot be asked now): left for the
+        next call."""
         if not self._unknown:
             return
         with self._recovering:
@@ -221,13 +224,20 @@ class Landing(Observer):
                     self._finish_if_dead(bulk)
 
     def _decide_unknown_quietly(self) -> None:
-        """The body of the thread `on_tick` starts for `decide_unknown`: an error is logged (tried again
-        at a later tick)."""
+        """The body of the thread `on_tick` starts for `decide_unknown`: an error is logged, at WARNING
+        when it differs from the last one (tried again at every tick: a store's outage would otherwise
+        log every few seconds)."""
         try:
             self.decide_unknown()
         except Exception as exc:
-            log.warning("bulks of this process whose prepare's outcome is unknown wait to be decided (tried "
-                        "again in %.0fs): %s", UNKNOWN_EVERY, one_line(exc))
+            why = one_line(exc)
+            level = logging.DEBUG if why == self._unknown_failed else logging.WARNING
+            self._unknown_failed = why
+            log.log(level, "bulks this process must decide itself (a prepare whose answer was lost, or a dead "
+                           "process's bulk it took over) wait to be decided (tried again in %.0fs): %s",
+                    UNKNOWN_EVERY, why)
+        else:
+            self._unknown_failed = ""
 
     def _settle(self, bulk: PreparedBulk) -> bool:
         """Decide a dead process's prepared bulk of a table that commits by transaction (`settle`);
@@ -239,10 +249,17 @@ class Landing(Observer):
                                          "of that format configured to ask whether it committed")
         if bulk.owner != self.owner:
             # Taken over first: its owner, if it only stalled, can then never record it published after
-            # the fence below (`Ledger.mark_published`); until decided, it is this process's to decide.
-            if not self.ledger.take_over(bulk.bulk_id):
-                return True  # decided meanwhile by another process
+            # the fence below (`Ledger.mark_published`); until decided, it is this process's to decide,
+            # at a control tick too (`decide_unknown`): its messages may go to bridges that leave a live
+            # owner's bulk alone. So from before the take-over, whose answer may be lost while the ledger
+            # carried it out (tests/integration/test_ledger_lost_commit.py); a bulk this process does not
+            # own is dropped from both at the next tick.
             self._undecided.add(bulk.bulk_id)
+            self._unknown[bulk.bulk_id] = True
+            if not self.ledger.take_over(bulk.bulk_id):
+                self._undecided.discard(bulk.bulk_id)
+                self._unknown.pop(bulk.bulk_id, None)
+                return True  # decided meanwhile by another process
         try:
             landed = self.settle(bulk)
         except Exception as exc:
@@ -250,6 +267,7 @@ class Landing(Observer):
                                          f"{bulk.table}; its table cannot be asked whether it committed now: "
                                          f"{exc}") from exc
         self._undecided.discard(bulk.bulk_id)
+        self._unknown.pop(bulk.bulk_id, None)
         if landed:
             log.warning("bulk %s of a process that is gone had committed into table %s: recorded published",
                         bulk.bulk_id, bulk.table)
