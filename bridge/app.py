@@ -283,8 +283,8 @@ def _land_by_table_commits(config: BridgeConfig, sessions: SparkSessions, landin
         location = warehouse / bulk.table
         return format_of_bulk(location, bulk).settle(landing.ledger, bulk, sessions.get(), location)
 
-    landing.settle = settle
-    landing.rolled_back = lambda bulk: format_of_bulk(warehouse / bulk.table, bulk).rolled_back
+    landing.in_doubt.settle = settle
+    landing.in_doubt.rolled_back = lambda bulk: format_of_bulk(warehouse / bulk.table, bulk).rolled_back
     if landing.ledger.created:
         by_format: dict[str, list[tuple[str, Path | ObjectStoreUri]]] = {}
         on_store: dict[str, list[str]] = {}  # format name -> its types, whose tables the rebuild lists
@@ -349,7 +349,7 @@ def _spark_warmup(config: BridgeConfig, sessions: SparkSessions, landing: Landin
         owner = landing.owner if landing is not None else owner_id()
         warehouse = config.resolve_warehouse()
         checks.append(lambda: check_warehouse(sessions, warehouse, owner))
-    if landing is not None and landing.settle is not None:
+    if landing is not None and landing.in_doubt.settle is not None:
         # Dead processes' prepared bulks of Delta tables: their tables decide them, with Spark; and a
         # ledger created at this start is rebuilt from the tables first.
         checks.append(landing.delta_duties)

@@ -17,8 +17,11 @@ Failures:
 
 A table that commits by its own transaction (Delta Lake, `mqbridge.landing.delta`) takes `commit`
 instead: nothing is staged; the bulk is prepared with its transaction id, then written once as
-one commit carrying it, and a dead process's prepared bulk is decided by asking the table
-(`settle`, given by the composition root, as it needs Spark) rather than by its files.
+one commit carrying it, and a dead process's prepared bulk is decided by asking the table rather
+than by its files.
+
+Bulks these steps cannot finish (a dead process's, one whose `prepare` or write left its outcome
+unknown) are decided by `mqbridge.landing.in_doubt`, which `Landing.in_doubt` holds.
 """
 
 from __future__ import annotations
@@ -35,14 +38,13 @@ from mqbridge import failpoints
 from mqbridge.config import TypeConfig
 from mqbridge.config.warehouse import ObjectStoreUri
 from mqbridge.counters import Counters
-from mqbridge.errors import BulkFencedError, LedgerUnavailableError, SinkOutageError, StuckBulkError, one_line
+from mqbridge.errors import BulkFencedError, LedgerUnavailableError, StuckBulkError, one_line
+from mqbridge.landing.in_doubt import BulksInDoubt
 from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Versions, app_id
 from mqbridge.landing.publication import (
     discard,
     publish,
-    roll_forward,
     staged_moves,
-    staging_dir,
     verify_staged,
 )
 from mqbridge.landing.stuck import advice
@@ -65,10 +67,6 @@ CLAIM_WAIT = 10.0
 CLAIM_POLL = 0.2
 #: How often the ledger is pruned of identities older than `[bridge] dedupe_window`.
 PRUNE_EVERY = 3600.0
-#: How often a control tick asks the ledger about this process's bulks whose prepare's outcome is unknown.
-UNKNOWN_EVERY = 2.0
-#: How long `close` waits for that question to end.
-UNKNOWN_JOIN = 10.0
 
 
 @dataclass
@@ -91,11 +89,6 @@ class Landing(Observer):
     dedupe_window: float
     warehouse: Path | ObjectStoreUri  # recovery touches only paths of its tables (publication.check_bulk_paths)
     config_path: str = ""  # the configuration file, named in the command given for a stuck bulk
-    #: Decides a dead process's prepared bulk of a table that commits by transaction (True: its rows
-    #: are in the table), `mqbridge.landing.delta.settle` with a Spark session; None: none such tables.
-    settle: Callable[[PreparedBulk], bool] | None = None
-    #: How `settle` undid a bulk that never committed, by its table's format (`TableFormat.rolled_back`).
-    rolled_back: Callable[[PreparedBulk], str] | None = None
     #: Rebuilds a ledger created at this start from the tables (`rebuild`; Delta, Iceberg): the identities learnt.
     pending_rebuild: Callable[[], int] | None = None
     _versions: Versions = field(default_factory=Versions)
@@ -104,24 +97,17 @@ class Landing(Observer):
     _rebuilt: threading.Event = field(default_factory=lambda: _set(threading.Event()))
     _rebuilding: threading.Lock = field(default_factory=threading.Lock)
     _stuck: dict[str, StuckBulkError] = field(default_factory=dict)  # by bulk id (`hold`)
-    #: This process's prepared bulks whose write failed while their table could not be asked (`commit`),
-    #: or whose `prepare` may have been recorded (`_unknown`).
-    _undecided: set[str] = field(default_factory=set)
-    #: This process's bulks whose `prepare` raised LedgerUnavailableError, by id: True for a table that
-    #: commits by transaction. The ledger may hold them prepared all the same (its connection lost at the
-    #: COMMIT, which the server carried out: tests/integration/test_ledger_lost_commit.py), and no other
-    #: process decides a live owner's bulk, so this one must: nothing of them was published (`decide_unknown`).
-    #: Also the bulks of dead processes it takes over to decide (`_settle`), for the same reason.
-    _unknown: dict[str, bool] = field(default_factory=dict)
-    _next_unknown: float = 0.0
-    _unknown_decider: threading.Thread | None = None
-    _unknown_failed: str = ""  # why the last `decide_unknown` failed (`_decide_unknown_quietly`)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _recovering: threading.Lock = field(default_factory=threading.Lock)
+    #: The bulks this process must decide outside these steps (`mqbridge.landing.in_doubt`); its `settle`
+    #: and `rolled_back` are given by the composition root (they need Spark).
+    in_doubt: BulksInDoubt = field(init=False)
     _next_prune: float = 0.0
     _pruner: threading.Thread | None = None
     _janitor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="mqbridge-staging-cleanup"))
+
+    def __post_init__(self) -> None:
+        self.in_doubt = BulksInDoubt(self.ledger, self.owner, self.counters, self.warehouse, self.config_path)
 
     def published(self, identities: Sequence[str]) -> set[str]:
         """Which of these identities are already in the table (their messages must not land again).
@@ -148,9 +134,8 @@ class Landing(Observer):
         rest = [i for i in identities if i not in found]
         deadline = time.monotonic() + CLAIM_WAIT
         while rest:
-            with self._recovering:
-                claims = [bulk for bulk in self.ledger.prepared_holding(rest) if not self._finish_if_dead(bulk)]
-                found |= self.ledger.published(rest)
+            claims, landed = self.in_doubt.claims_on(rest)
+            found |= landed
             rest = [i for i in rest if i not in found]
             if not claims or not rest:
                 break
@@ -162,122 +147,6 @@ class Landing(Observer):
                     "lease: given back until that bulk is published or its owner's lease expires")
             self._stop.wait(CLAIM_POLL)
         return found
-
-    def _finish_if_dead(self, bulk: PreparedBulk) -> bool:
-        """Roll forward (or back) a prepared bulk whose owner is dead, or one of this process's whose
-        table could not be asked after its write failed (`commit`); False if it is in flight."""
-        if bulk.owner == self.owner and bulk.bulk_id in self._undecided:
-            decided = self._settle(bulk)
-            self._undecided.discard(bulk.bulk_id)
-            self._unknown.pop(bulk.bulk_id, None)
-            return decided
-        if bulk.owner == self.owner and bulk.bulk_id in self._unknown:
-            self._forget_unpublished(bulk)
-            return True
-        if bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
-            return False
-        if bulk.transaction is not None:
-            return self._settle(bulk)
-        if not isinstance(self.warehouse, Path):  # an object store holds only tables that commit by transaction
-            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared with files "
-                                         f"for table {bulk.table}, not in this bridge's warehouse {self.warehouse}")
-        try:
-            rolled = roll_forward(self.ledger, bulk, self.warehouse)
-        except StuckBulkError as exc:  # what is safe needs an operator: this listener halts, the others run
-            waiting = "this listener halts; start it again (`mqbridge listener start`) once that is done"
-            raise StuckBulkError(advice(exc, self.config_path, waiting), exc.bulk_id, exc.table) from exc
-        if rolled:
-            log.warning("bulk %s of a process that is gone was rolled forward: its messages "
-                        "came back to this bridge", bulk.bulk_id)
-            self.counters.inc("recovery_rolled_forward")
-        if bulk.files:  # <table>/put_date=…/part-…: the staging dir is under <table>
-            discard(staging_dir(Path(bulk.files[0][1]).parents[1], bulk.owner, bulk.bulk_id))
-        return True
-
-    def _forget_unpublished(self, bulk: PreparedBulk) -> None:
-        """Forget this process's prepared `bulk`, whose `prepare` it was told had failed: its staged files
-        were removed then, and none was ever moved into the table."""
-        if self.ledger.forget(bulk.bulk_id, owner=self.owner):
-            log.warning("bulk %s of table %s was recorded prepared although the ledger's answer was lost (its "
-                        "connection dropped at the commit): forgotten, none of its files was published; its "
-                        "messages land as they come again", bulk.bulk_id, bulk.table)
-            self.counters.inc("recovery_rolled_back")
-        self._unknown.pop(bulk.bulk_id, None)
-
-    def decide_unknown(self) -> None:
-        """Decide this process's bulks whose `prepare` raised, or that it took over (`_unknown`), and that
-        the ledger holds prepared by it, without waiting for their messages to come back: until then no
-        process would land those messages (the owner is alive). A bulk the ledger does not hold prepared
-        by this process was not recorded (or not taken over), or was decided since.
-        LedgerUnavailableError (the ledger, or a transaction's table, cannot be asked now): left for the
-        next call."""
-        if not self._unknown:
-            return
-        with self._recovering:
-            prepared = {bulk.bulk_id: bulk for bulk in self.ledger.in_progress() if bulk.owner == self.owner}
-            for bulk_id in list(self._unknown):
-                bulk = prepared.get(bulk_id)
-                if bulk is None:
-                    self._unknown.pop(bulk_id, None)
-                    self._undecided.discard(bulk_id)
-                else:
-                    self._finish_if_dead(bulk)
-
-    def _decide_unknown_quietly(self) -> None:
-        """The body of the thread `on_tick` starts for `decide_unknown`: an error is logged, at WARNING
-        when it differs from the last one (tried again at every tick: a store's outage would otherwise
-        log every few seconds)."""
-        try:
-            self.decide_unknown()
-        except Exception as exc:
-            why = one_line(exc)
-            level = logging.DEBUG if why == self._unknown_failed else logging.WARNING
-            self._unknown_failed = why
-            log.log(level, "bulks this process must decide itself (a prepare whose answer was lost, or a dead "
-                           "process's bulk it took over) wait to be decided (tried again in %.0fs): %s",
-                    UNKNOWN_EVERY, why)
-        else:
-            self._unknown_failed = ""
-
-    def _settle(self, bulk: PreparedBulk) -> bool:
-        """Decide a dead process's prepared bulk of a table that commits by transaction (`settle`);
-        True once decided. Raises LedgerUnavailableError (the unit goes back, to be asked again)
-        while the table cannot be asked."""
-        if self.settle is None:
-            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
-                                         f"{bulk.table}, which commits by transaction; this bridge has no table "
-                                         "of that format configured to ask whether it committed")
-        if bulk.owner != self.owner:
-            # Taken over first: its owner, if it only stalled, can then never record it published after
-            # the fence below (`Ledger.mark_published`); until decided, it is this process's to decide,
-            # at a control tick too (`decide_unknown`): its messages may go to bridges that leave a live
-            # owner's bulk alone. So from before the take-over, whose answer may be lost while the ledger
-            # carried it out (tests/integration/test_ledger_lost_commit.py); a bulk this process does not
-            # own is dropped from both at the next tick.
-            self._undecided.add(bulk.bulk_id)
-            self._unknown[bulk.bulk_id] = True
-            if not self.ledger.take_over(bulk.bulk_id):
-                self._undecided.discard(bulk.bulk_id)
-                self._unknown.pop(bulk.bulk_id, None)
-                return True  # decided meanwhile by another process
-        try:
-            landed = self.settle(bulk)
-        except Exception as exc:
-            raise LedgerUnavailableError(f"bulk {bulk.bulk_id} of a process that is gone is prepared for table "
-                                         f"{bulk.table}; its table cannot be asked whether it committed now: "
-                                         f"{exc}") from exc
-        self._undecided.discard(bulk.bulk_id)
-        self._unknown.pop(bulk.bulk_id, None)
-        if landed:
-            log.warning("bulk %s of a process that is gone had committed into table %s: recorded published",
-                        bulk.bulk_id, bulk.table)
-            self.counters.inc("recovery_rolled_forward")
-        else:
-            how = self.rolled_back(bulk) if self.rolled_back is not None else "fenced and rolled back"
-            log.warning("bulk %s of a process that is gone never committed into table %s: %s, its messages land "
-                        "as they come again", bulk.bulk_id, bulk.table, how)
-            self.counters.inc("recovery_rolled_back")
-        return True
 
     def await_rebuild(self) -> None:
         """Answer for no message until `rebuild` has run: the ledger was created at this start, and
@@ -308,22 +177,9 @@ class Landing(Observer):
         Never raises: what cannot be done now is done as the messages concerned come back."""
         self.rebuild_pending()
         try:
-            self.settle_dead()
+            self.in_doubt.settle_dead()
         except Exception as exc:
             log.warning("prepared bulks of processes that are gone wait to be decided by their tables: %s", exc)
-
-    def settle_dead(self) -> int:
-        """Decide every prepared bulk of a dead process whose table commits by transaction (start-up
-        recovery leaves them, `RecoveryReport.transactional`: the table decides, with Spark); run once
-        Spark is up. The number decided; LedgerUnavailableError when a table cannot be asked now."""
-        decided = 0
-        for bulk in self.ledger.in_progress():
-            if bulk.transaction is None or bulk.owner == self.owner or self.ledger.owner_alive(bulk.owner):
-                continue
-            with self._recovering:
-                if self.ledger.state_of(bulk.bulk_id) == "prepared":  # not decided by a listener meanwhile
-                    decided += self._settle(bulk)
-        return decided
 
     def hold(self, stuck: Iterable[StuckBulkError], types: Mapping[str, TypeConfig]) -> dict[str, str]:
         """Keep the bulks start-up recovery could not roll forward (`RecoveryReport.stuck`), so that
@@ -373,7 +229,7 @@ class Landing(Observer):
             self.ledger.prepare(bulk_id, table, moves, identities)
         except BaseException as exc:
             if isinstance(exc, LedgerUnavailableError):  # recorded or not: none of its files will be published
-                self._unknown[bulk_id] = False
+                self.in_doubt.prepare_lost(bulk_id, transactional=False)
             discard(staging)
             raise
         failpoints.hit("after_prepare")
@@ -413,37 +269,18 @@ class Landing(Observer):
         try:
             self.ledger.prepare(bulk_id, table, (), identities, transaction=transaction)
         except LedgerUnavailableError:  # recorded or not: its write never ran, the table decides
-            self._unknown[bulk_id] = True
-            self._undecided.add(bulk_id)
+            self.in_doubt.prepare_lost(bulk_id, transactional=True)
             raise
         failpoints.hit("after_prepare")
         failpoints.wait("holding_prepared")  # tests only: another bridge meets the claim meanwhile
         try:
             write(transaction)
         except Exception as exc:
-            self._decide_failed(PreparedBulk(bulk_id, table, (), self.owner, prepared_at, len(identities),
+            self.in_doubt.decide_failed(PreparedBulk(bulk_id, table, (), self.owner, prepared_at, len(identities),
                                              transaction), exc)
             return
         self._until_published(bulk_id, table, lambda: None, transactional=True)
         self.counters.observe("ledger_land_seconds", time.perf_counter() - start, table=table)
-
-    def _decide_failed(self, bulk: PreparedBulk, exc: Exception) -> None:
-        """After `commit`'s write of `bulk` raised `exc`: ask the table (see `commit`)."""
-        if self.settle is None:  # no table to ask (a caller without Spark): the next start asks it
-            raise exc
-        with self._recovering:
-            try:
-                landed = self.settle(bulk)
-            except Exception as why:
-                self._undecided.add(bulk.bulk_id)
-                raise SinkOutageError(f"bulk {bulk.bulk_id} of table {bulk.table} failed ({one_line(exc)}) and its "
-                                      f"table cannot be asked whether it committed ({one_line(why)}): its messages "
-                                      "go back to their queue and land once the table answers") from exc
-        if not landed:
-            raise exc
-        failpoints.hit("after_publish")
-        log.warning("bulk %s of table %s committed although its write failed (%s): recorded published",
-                    bulk.bulk_id, bulk.table, one_line(exc))
 
     def _until_published(self, bulk_id: str, table: str, step: Callable[[], None], *, transactional: bool) -> None:
         """Run `step` (the publication or the commit of a prepared bulk) until it succeeds, then record
@@ -503,8 +340,7 @@ class Landing(Observer):
         self._janitor.shutdown(wait=True)
         if self._pruner is not None:
             self._pruner.join()  # stops after its current batch (`_stop`)
-        if self._unknown_decider is not None:
-            self._unknown_decider.join(UNKNOWN_JOIN)  # a table's settle may be slow: a bound, then a daemon
+        self.in_doubt.close()
         self.ledger.close()
 
     # -- observer ------------------------------------------------------------------------------
@@ -515,12 +351,7 @@ class Landing(Observer):
             self._next_prune = now + PRUNE_EVERY
             self._pruner = threading.Thread(target=self._prune, name="mqbridge-ledger-prune", daemon=True)
             self._pruner.start()
-        if self._unknown and now >= self._next_unknown and not (
-                self._unknown_decider and self._unknown_decider.is_alive()):
-            self._next_unknown = now + UNKNOWN_EVERY
-            self._unknown_decider = threading.Thread(target=self._decide_unknown_quietly, daemon=True,
-                                                     name="mqbridge-ledger-unknown")
-            self._unknown_decider.start()
+        self.in_doubt.tick()
         stats = self.ledger.stats()
         self.counters.set("ledger_bytes", stats.file_bytes)
         self.counters.set("ledger_identities", stats.identities)

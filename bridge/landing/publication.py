@@ -235,7 +235,7 @@ class RecoveryReport:
     stale_dirs_removed: int = 0
     skipped_live: int = 0
     #: Dead owners' bulks of tables that commit by transaction (Delta Lake), which only the table can
-    #: decide, with Spark (`Landing.settle_dead`, once Spark is up; `mqbridge.landing.delta.settle`).
+    #: decide, with Spark (`BulksInDoubt.settle_dead`, once Spark is up; `mqbridge.landing.delta.settle`).
     transactional: list[PreparedBulk] = field(default_factory=list)
     stuck: list[StuckBulkError] = field(default_factory=list)
 

@@ -207,7 +207,8 @@ def landing_with_a_lost_take_over(pg: PostgresServer, proxy: TcpProxy, delta_spa
         return bool(decided["value"]["landed"])
 
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
-                      warehouse=table.parent, settle=settle)
+                      warehouse=table.parent)
+    landing.in_doubt.settle = settle
     proxy.cut_at(b"COMMIT", forward=True)
     with pytest.raises(LedgerUnavailableError):
         landing.published(IDENTITIES)

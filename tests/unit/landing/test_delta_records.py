@@ -23,6 +23,7 @@ from mqbridge.landing.ledger import Ledger, PreparedBulk, TableTransaction, Vers
 from mqbridge.landing.publication import recover, roll_forward
 from mqbridge.table_formats import formats_configured
 from tests.support.processes import ROOT
+from tests.support.waiting import wait_until
 
 
 def _empty_delta_jars(jars_dir: Path) -> None:
@@ -204,7 +205,7 @@ def test_a_type_may_choose_its_own_table_format() -> None:
 
 def _landing(ledger: Ledger, tmp_path: Path, settle: object) -> Landing:
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
-    landing.settle = settle  # type: ignore[assignment]
+    landing.in_doubt.settle = settle  # type: ignore[assignment]
     return landing
 
 
@@ -271,4 +272,33 @@ def test_a_failed_write_whose_table_cannot_be_asked_stays_prepared_and_is_asked_
     reachable = True
     assert landing.published(["m1", "m2"]) == set()
     assert ledger.in_progress() == []
+    landing.close()
+
+
+def test_a_failed_write_whose_table_cannot_be_asked_is_decided_at_a_tick_once_it_answers(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # Given a failed write whose table could not be asked, so that the bulk stays prepared by this live
+    # process (other bridges leave a live owner's bulk alone: its messages may never come back here)
+    reachable = False
+
+    def settle(bulk: PreparedBulk) -> bool:
+        if not reachable:
+            raise PermissionError("403 Forbidden")
+        ledger.forget(bulk.bulk_id)
+        return False
+
+    def write(transaction: TableTransaction) -> None:
+        raise PermissionError("403 Forbidden")
+
+    landing = _landing(ledger, tmp_path, settle)
+    with pytest.raises(SinkOutageError):
+        landing.commit("b1", "orders", ["m1", "m2"], write)
+    # When the table answers again and a control tick comes, without the messages coming back
+    reachable = True
+    landing.on_tick(None)  # type: ignore[arg-type]  (the landing's tick reads nothing of the bridge)
+    # Then the tick's thread decides the bulk (never committed: forgotten), and the messages are free
+    wait_until(lambda: landing.counters.total("recovery_rolled_back") == 1, 10,
+               "a control tick to decide the bulk its table now answers for")
+    assert ledger.in_progress() == []
+    assert landing.published(["m1", "m2"]) == set()
     landing.close()

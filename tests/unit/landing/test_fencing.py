@@ -22,7 +22,7 @@ def _other(ledger: Ledger) -> SqliteLedger:
 def test_a_bulk_another_bridge_fenced_while_this_one_stalled_is_never_published(ledger: Ledger,
                                                                                  tmp_path: Path) -> None:
     # Given this bridge's bulk, prepared, whose write stalls (a frozen VM, a long GC) past its lease,
-    # while another bridge fences its table version and forgets it (`Landing._settle` there)
+    # while another bridge fences its table version and forgets it (`BulksInDoubt._settle` there)
     other = _other(ledger)
     counters = Counters()
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=counters, dedupe_window=3600, warehouse=tmp_path)
@@ -50,7 +50,7 @@ def test_a_bulk_another_bridge_fenced_while_this_one_stalled_is_never_published(
 def test_a_bulk_another_bridge_took_over_and_fenced_but_not_yet_forgot_is_never_recorded_published(
         ledger: Ledger, tmp_path: Path) -> None:
     # Given this bridge's bulk, prepared, whose write stalls past its lease, while another bridge takes it
-    # over to decide it (`Landing._settle` there: `take_over`, then the fence) and has not forgotten it yet
+    # over to decide it (`BulksInDoubt._settle` there: `take_over`, then the fence) and has not forgotten it yet
     # (it is deciding, or died before it could): the bulk is still prepared in the ledger
     other = _other(ledger)
     counters = Counters()
@@ -108,7 +108,7 @@ def test_a_bulk_holding_an_identity_another_bridge_prepared_is_refused_before_it
     other.heartbeat()
     other.prepare("theirs", "orders", [], ["m1"], transaction=TableTransaction("their-app", 3))
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600, warehouse=tmp_path)
-    landing.settle = lambda bulk: False  # never reached: the owner is alive
+    landing.in_doubt.settle = lambda bulk: False  # never reached: the owner is alive
     # Then this bridge's bulk that holds m1 too is refused before anything is written
     called: list[TableTransaction] = []
     with pytest.raises(IdentityClaimedError, match="in bulk theirs of other-host/1:42:1.00, prepared") as refused:
