@@ -141,7 +141,7 @@ def test_a_bulk_whose_prepare_lost_its_answer_is_forgotten_at_a_tick_without_its
     try:
         # When the control thread ticks (its messages not back: another bridge may hold them now)
         def ticked_and_forgotten() -> bool:
-            landing.on_tick(None)  # type: ignore[arg-type]  (the landing's tick reads nothing of the bridge)
+            landing.on_tick(None)  # type: ignore[arg-type]  # (the landing's tick reads nothing of the bridge)
             return landing.ledger.in_progress() == []
 
         # Then the bulk is forgotten within a few ticks, and its messages land once wherever they come
@@ -187,12 +187,14 @@ def dead_owner() -> str:
     return f"{this_host()}:{gone.pid}:1.00"
 
 
+@contextlib.contextmanager
 def landing_with_a_lost_take_over(pg: PostgresServer, proxy: TcpProxy, delta_spark: DeltaSpark, table: Path,
-                                  schema: str, settled: list[dict[str, Any]]) -> Landing:
+                                  schema: str, settled: list[dict[str, Any]]) -> Iterator[Landing]:
     """A `Landing` on a PostgreSQL ledger (in `schema`) through `proxy`, deciding its Delta tables in
     `delta_spark` (each decision's facts appended to `settled`), whose messages IDENTITIES came back while a
     dead process's bulk b2 (version 2, never written) holds them; the take-over of b2 lost its answer:
-    asserted to have given them back as an outage, with the ledger holding b2 owned by this process."""
+    asserted to have given them back as an outage, with the ledger holding b2 owned by this process.
+    Closed on leaving."""
     outcome = delta_spark.run(table_with_bulk_1, str(table))
     assert outcome["ok"], outcome.get("traceback")
     dead = PostgresLedger.open_url(pg.url, owner=dead_owner(), schema=schema)
@@ -209,16 +211,19 @@ def landing_with_a_lost_take_over(pg: PostgresServer, proxy: TcpProxy, delta_spa
     landing = Landing(ledger=ledger, owner=ledger.owner, counters=Counters(), dedupe_window=3600.0,
                       warehouse=table.parent)
     landing.in_doubt.settle = settle
-    proxy.cut_at(b"COMMIT", forward=True)
-    with pytest.raises(LedgerUnavailableError):
-        landing.published(IDENTITIES)
-    assert proxy.trapped.wait(5)  # (set by the proxy once it has cut: the client may hear of it first)
-    assert [(b.bulk_id, b.owner) for b in ledger.in_progress()] == [("b2", ledger.owner)], (
-        "the take-over's COMMIT was not carried out by the server: nothing to decide")
-    with contextlib.suppress(LedgerUnavailableError):  # the proxy cut the ledger's reading connection too
-        ledger.published(IDENTITIES)  # (its first use fails as an outage, the next reconnects)
-    assert settled == []
-    return landing
+    try:
+        proxy.cut_at(b"COMMIT", forward=True)
+        with pytest.raises(LedgerUnavailableError):
+            landing.published(IDENTITIES)
+        assert proxy.trapped.wait(5)  # (set by the proxy once it has cut: the client may hear of it first)
+        assert [(b.bulk_id, b.owner) for b in ledger.in_progress()] == [("b2", ledger.owner)], (
+            "the take-over's COMMIT was not carried out by the server: nothing to decide")
+        with contextlib.suppress(LedgerUnavailableError):  # the proxy cut the ledger's reading connection too
+            ledger.published(IDENTITIES)  # (its first use fails as an outage, the next reconnects)
+        assert settled == []
+        yield landing
+    finally:
+        landing.close()
 
 
 def assert_decided_not_landed(landing: Landing, settled: list[dict[str, Any]]) -> None:
@@ -233,32 +238,26 @@ def assert_decided_not_landed(landing: Landing, settled: list[dict[str, Any]]) -
 def test_a_dead_processs_bulk_whose_take_over_lost_its_answer_is_decided_when_its_messages_come_back(
         tmp_path: Path, pg: PostgresServer, proxy: TcpProxy, delta_spark: DeltaSpark) -> None:
     settled: list[dict[str, Any]] = []
-    landing = landing_with_a_lost_take_over(pg, proxy, delta_spark, tmp_path / "orders", "lost_take_over_back",
-                                            settled)
-    try:
+    with landing_with_a_lost_take_over(pg, proxy, delta_spark, tmp_path / "orders", "lost_take_over_back",
+                                       settled) as landing:
         # When its messages come back: not published, and asked without waiting out a claim (before, this
         # live process's own claim: given back after CLAIM_WAIT, every time they came, for ever)
         assert landing.published(IDENTITIES) == set()
         # Then the bulk was decided by its table
         assert_decided_not_landed(landing, settled)
-    finally:
-        landing.close()
 
 
 def test_a_dead_processs_bulk_whose_take_over_lost_its_answer_is_decided_at_a_tick(
         tmp_path: Path, pg: PostgresServer, proxy: TcpProxy, delta_spark: DeltaSpark) -> None:
     settled: list[dict[str, Any]] = []
-    landing = landing_with_a_lost_take_over(pg, proxy, delta_spark, tmp_path / "orders", "lost_take_over_tick",
-                                            settled)
-    try:
+    with landing_with_a_lost_take_over(pg, proxy, delta_spark, tmp_path / "orders", "lost_take_over_tick",
+                                       settled) as landing:
         # When the control thread ticks (its messages not back: another bridge may hold them now, and
         # leaves a live owner's bulk alone)
         def ticked_and_decided() -> bool:
-            landing.on_tick(None)  # type: ignore[arg-type]  (the landing's tick reads nothing of the bridge)
+            landing.on_tick(None)  # type: ignore[arg-type]  # (the landing's tick reads nothing of the bridge)
             return landing.counters.total("recovery_rolled_back") > 0  # (counted once the decision is done)
 
         # Then the bulk is decided by its table within a few ticks
         wait_until(ticked_and_decided, 60, "a tick to decide the bulk whose take-over lost its answer")
         assert_decided_not_landed(landing, settled)
-    finally:
-        landing.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -245,13 +246,14 @@ def test_a_failed_write_that_did_commit_is_recorded_published(ledger: Ledger, tm
     landing.close()
 
 
-def test_a_failed_write_whose_table_cannot_be_asked_stays_prepared_and_is_asked_when_its_messages_return(
-        ledger: Ledger, tmp_path: Path) -> None:
-    # Given a write that fails while the table cannot even be asked (the store refuses the credentials)
-    reachable = False
+def _after_a_write_its_table_could_not_answer(ledger: Ledger, tmp_path: Path) -> tuple[Landing, threading.Event]:
+    """A landing whose commit of b1 (m1, m2) failed while its table could not even be asked whether it
+    committed (the store refusing the credentials): asserted an outage naming both failures, with b1 still
+    prepared. Set the event for the table to answer (b1 never committed: forgotten)."""
+    answers = threading.Event()
 
     def settle(bulk: PreparedBulk) -> bool:
-        if not reachable:
+        if not answers.is_set():
             raise PermissionError("403 Forbidden")
         ledger.forget(bulk.bulk_id)
         return False
@@ -260,16 +262,22 @@ def test_a_failed_write_whose_table_cannot_be_asked_stays_prepared_and_is_asked_
         raise PermissionError("403 Forbidden")
 
     landing = _landing(ledger, tmp_path, settle)
-    # When the bulk is committed: an outage naming both failures; the bulk stays prepared
     with pytest.raises(SinkOutageError, match="cannot be asked whether it committed") as raised:
         landing.commit("b1", "orders", ["m1", "m2"], write)
     assert "403 Forbidden" in str(raised.value)
     assert [b.bulk_id for b in ledger.in_progress()] == ["b1"]
-    # And when its messages come back before the table answers, they are not answered for
+    return landing, answers
+
+
+def test_a_failed_write_whose_table_cannot_be_asked_stays_prepared_and_is_asked_when_its_messages_return(
+        ledger: Ledger, tmp_path: Path) -> None:
+    # Given a write that failed while the table could not even be asked: an outage, the bulk still prepared
+    landing, answers = _after_a_write_its_table_could_not_answer(ledger, tmp_path)
+    # When its messages come back before the table answers, they are not answered for
     with pytest.raises(LedgerUnavailableError):
         landing.published(["m1"])
     # And once it answers, the bulk is decided (never committed: forgotten) and they land anew
-    reachable = True
+    answers.set()
     assert landing.published(["m1", "m2"]) == set()
     assert ledger.in_progress() == []
     landing.close()
@@ -279,23 +287,10 @@ def test_a_failed_write_whose_table_cannot_be_asked_is_decided_at_a_tick_once_it
         ledger: Ledger, tmp_path: Path) -> None:
     # Given a failed write whose table could not be asked, so that the bulk stays prepared by this live
     # process (other bridges leave a live owner's bulk alone: its messages may never come back here)
-    reachable = False
-
-    def settle(bulk: PreparedBulk) -> bool:
-        if not reachable:
-            raise PermissionError("403 Forbidden")
-        ledger.forget(bulk.bulk_id)
-        return False
-
-    def write(transaction: TableTransaction) -> None:
-        raise PermissionError("403 Forbidden")
-
-    landing = _landing(ledger, tmp_path, settle)
-    with pytest.raises(SinkOutageError):
-        landing.commit("b1", "orders", ["m1", "m2"], write)
+    landing, answers = _after_a_write_its_table_could_not_answer(ledger, tmp_path)
     # When the table answers again and a control tick comes, without the messages coming back
-    reachable = True
-    landing.on_tick(None)  # type: ignore[arg-type]  (the landing's tick reads nothing of the bridge)
+    answers.set()
+    landing.on_tick(None)  # type: ignore[arg-type]  # (the landing's tick reads nothing of the bridge)
     # Then the tick's thread decides the bulk (never committed: forgotten), and the messages are free
     wait_until(lambda: landing.counters.total("recovery_rolled_back") == 1, 10,
                "a control tick to decide the bulk its table now answers for")
